@@ -1,0 +1,72 @@
+# mmcache workbench. `make figures` and `make test` do all set-up themselves.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# Pinned in every pip call: an unpinned open_clip_torch resolves to other torch builds.
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+APT_PACKAGES := espeak-ng dataset-fashion-mnist asterisk-core-sounds-en-wav \
+                asterisk-core-sounds-en pocketsphinx-testdata redis-server sox
+STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
+PYTEST_ARGS ?=
+
+.PHONY: help setup sysdeps test smoke figures models lab bench bench-cache bench-replay clean
+
+help:
+	@echo "make figures   regenerate every figure (full notebooks) into figures/"
+	@echo "make test      unit, property and notebook smoke tests"
+	@echo "make smoke     run every notebook with SMOKE=True into runs/<name>-smoke/"
+	@echo "make models    train/cache the offline CLIP (data/models/)"
+	@echo "make bench     performance benchmarks (ratios against baselines run side by side)"
+	@echo "make lab       open JupyterLab on notebooks/"
+
+setup: sysdeps $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet $(TORCH_PINS) -e '.[test]'
+	touch $@
+
+$(BENCH_STAMP): $(STAMP)
+	$(PIP) install --quiet $(TORCH_PINS) -e '.[test,bench]'
+	touch $@
+
+# Debian packages: data sets, speech, redis-server. Installed when root, else the command is printed.
+sysdeps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo -n "$$p "; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "apt-get install $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "mmcache needs Debian packages; run: sudo apt-get install -y $$missing"; exit 1; \
+	  fi; \
+	fi
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+smoke: setup
+	$(PY) -m mmcache.runbook --smoke
+
+models: setup
+	$(PY) -m mmcache.encoders.clip_train
+
+figures: setup models
+	$(PY) -m mmcache.runbook
+
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+bench: bench-cache bench-replay
+
+bench-cache: setup $(BENCH_STAMP)
+	$(PY) -m mmcache.bench.cache_bench
+
+bench-replay: setup $(BENCH_STAMP)
+	$(PY) -m mmcache.bench.replay_bench
+
+clean:
+	rm -rf runs figures/*.png figures/*.pdf figures/*.json .pytest_cache

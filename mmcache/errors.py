@@ -1,0 +1,59 @@
+"""Typed errors. Every error mmcache raises derives from :class:`MMCacheError`.
+
+Errors caused by bad input also derive from :class:`ValueError`, so callers that
+already catch ``ValueError`` keep working. A call that raises leaves the cache,
+its files and its runs exactly as they were.
+"""
+
+from __future__ import annotations
+
+
+class MMCacheError(Exception):
+    """Base class of every mmcache error."""
+
+
+class InvalidInputError(MMCacheError, ValueError):
+    """An argument is malformed (bad embedding, empty text, corrupt image, ...)."""
+
+
+class InvalidEmbeddingError(InvalidInputError):
+    """An embedding is NaN/inf, zero-norm, of the wrong dimension or dtype."""
+
+
+class InvalidMediaError(InvalidInputError):
+    """Image or audio bytes/arrays that cannot be decoded or are empty."""
+
+
+class UnknownModalityError(InvalidInputError):
+    """A modality name that mmcache does not know."""
+
+
+class MissingScopeError(InvalidInputError):
+    """A query without a scope: scopes are required, never shared."""
+
+
+class SerializationError(InvalidInputError):
+    """A value that cannot be stored (not str, bytes or JSON-able)."""
+
+
+class ConfigError(MMCacheError, ValueError):
+    """A configuration with an unknown key or an impossible value."""
+
+
+class UnknownPolicyError(ConfigError):
+    """An eviction policy name that is not in the registry."""
+
+
+class OfflineAssetError(MMCacheError, RuntimeError):
+    """A model weight or data set is not installed locally; mmcache never downloads.
+
+    The message names the pip or apt package that provides the asset.
+    """
+
+
+class StorageError(MMCacheError, RuntimeError):
+    """A persistent or remote tier failed (I/O error, integrity failure, lost server)."""
+
+
+class TraceFormatError(InvalidInputError):
+    """A cache trace file that does not match its declared record format."""
