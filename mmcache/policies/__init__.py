@@ -11,9 +11,11 @@ from typing import Any
 
 from ..errors import UnknownPolicyError
 from .base import EvictionPolicy
+from .fifo import FIFO
 from .lru import LRU
 
-POLICIES: dict[str, type[EvictionPolicy]] = {cls.name: cls for cls in (LRU,)}
+POLICIES: dict[str, type[EvictionPolicy]] = {cls.name: cls for cls in (
+    LRU, FIFO)}
 
 
 def make_policy(name: str, **params: Any) -> EvictionPolicy:

@@ -4,7 +4,7 @@ A policy tracks *which* resident key to evict; the caller (a tier, or the replay
 loop) owns the bytes and the capacity check. The calling sequence is::
 
     if key in policy: policy.access(key)          # hit
-    else:                                          # miss
+    elif policy.on_miss(key, size):               # miss; False = bypass (not admitted)
         while used + size > capacity:
             victim = policy.evict(); used -= sizes.pop(victim)
         policy.insert(key, size); used += size
@@ -42,6 +42,13 @@ class EvictionPolicy(ABC):
     @abstractmethod
     def remove(self, key: Hashable) -> None:
         """Forget resident ``key`` (explicit deletion, not an eviction)."""
+
+    def on_miss(self, key: Hashable, size: int, **hints: Any) -> bool:
+        """Note a miss on ``key`` before any eviction for it; False means do not admit it.
+
+        Ghost-list policies (ARC, S3-FIFO) adapt here; the default admits everything.
+        """
+        return True
 
     @abstractmethod
     def __contains__(self, key: Hashable) -> bool: ...

@@ -1,0 +1,33 @@
+"""Compiled (numba) replay kernels, one module per policy, keyed by registry name.
+
+Each kernel replays a whole trace over dense object ids and returns
+``(miss_cnt, miss_byte)``; it must count exactly like the policy's online object
+driven by :func:`mmcache.replay.simulate` (the property tests check that).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ...replay import Trace
+
+#: Registry name -> kernel module (imported, and compiled, on first use).
+KERNEL_MODULES: dict[str, str] = {
+    "lru": "lru",
+    "fifo": "fifo",
+}
+
+
+def run_kernel(name: str, trace: "Trace", cache_size: int,
+               params: dict[str, Any]) -> tuple[int, int] | None:
+    """Replay with the kernel for ``name``; None when that policy has no kernel."""
+    module = KERNEL_MODULES.get(name)
+    if module is None:
+        return None
+    ids, n_obj = trace.dense_ids()
+    replay = import_module(f"{__name__}.{module}").replay
+    miss_cnt, miss_byte = replay(ids, trace.obj_size, trace.next_access, n_obj, cache_size,
+                                 **params)
+    return int(miss_cnt), int(miss_byte)

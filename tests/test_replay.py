@@ -1,0 +1,73 @@
+"""read_oracle_general and simulate: format checks, errors, counting rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mmcache.errors import ConfigError, TraceFormatError, UnknownPolicyError
+from mmcache.policies import POLICIES
+from mmcache.replay import ORACLE_GENERAL_DTYPE, make_trace, read_oracle_general, simulate
+
+
+def _write(path, ids, sizes, vtime=None):
+    rec = np.zeros(len(ids), ORACLE_GENERAL_DTYPE)
+    rec["obj_id"], rec["obj_size"] = ids, sizes
+    rec["next_access_vtime"] = make_trace(ids, sizes).next_access + 1 if vtime is None else vtime
+    rec["next_access_vtime"][rec["next_access_vtime"] == 0] = -1
+    rec.tofile(path)
+    return path
+
+
+def test_reader_round_trips_records(tmp_path):
+    trace = read_oracle_general(_write(tmp_path / "t.bin", [7, 9, 7, 7], [10, 20, 10, 10]))
+    assert trace.obj_id.tolist() == [7, 9, 7, 7]
+    assert trace.next_access.tolist() == [2, -1, 3, -1]
+    assert (trace.n_req, trace.n_req_byte, trace.n_obj) == (4, 50, 2)
+
+
+@pytest.mark.parametrize("payload", [b"", b"\x00" * 23, b"\x00" * 25])
+def test_reader_rejects_truncated_files(tmp_path, payload):
+    path = tmp_path / "bad.bin"
+    path.write_bytes(payload)
+    with pytest.raises(TraceFormatError):
+        read_oracle_general(path)
+
+
+def test_reader_rejects_inconsistent_next_access(tmp_path):
+    path = _write(tmp_path / "t.bin", [1, 2, 1], [5, 5, 5], vtime=[-1, -1, -1])
+    with pytest.raises(TraceFormatError, match="next_access_vtime"):
+        read_oracle_general(path)
+
+
+def test_reader_rejects_missing_file(tmp_path):
+    with pytest.raises(TraceFormatError):
+        read_oracle_general(tmp_path / "nope.bin")
+
+
+def test_make_trace_rejects_zero_sizes():
+    with pytest.raises(TraceFormatError):
+        make_trace([1, 2], [1, 0])
+
+
+def test_simulate_rejects_bad_arguments():
+    trace = make_trace([1, 2, 1], 1)
+    with pytest.raises(UnknownPolicyError):
+        simulate(trace, "no-such-policy", 10)
+    for bad in (0, -5, 1.5, True):
+        with pytest.raises(ConfigError):
+            simulate(trace, "lru", bad)
+
+
+def test_oversized_objects_miss_without_evicting():
+    trace = make_trace([1, 2, 1, 1], [4, 9, 4, 4])
+    for name in POLICIES:
+        res = simulate(trace, name, 8)
+        assert (res.miss_cnt, res.miss_byte) == (2, 13), name
+        assert res.n_req == 4 and res.n_req_byte == 21
+        assert res.miss_ratio == 0.5 and res.byte_miss_ratio == 13 / 21
+
+
+def test_policy_names_are_case_insensitive():
+    trace = make_trace([1, 2, 1], 1)
+    assert simulate(trace, "LRU", 2).miss_cnt == simulate(trace, "lru", 2).miss_cnt == 2
