@@ -1,0 +1,19 @@
+"""Loaders for the offline data sets (nothing is downloaded).
+
+Images: :func:`load_fashion_mnist`, :func:`load_skimage_photos` (real photos with
+captions) and :func:`make_scenes` (rendered shape × colour × position scenes
+with paraphrased captions). Speech: :mod:`mmcache.datasets.speech` (espeak-ng
+renderings, labelled synthetic; Asterisk prompts and LibriVox clips, real).
+Splits: :func:`split_of` / :func:`assign_splits` (fixed, seeded, per key).
+"""
+
+from __future__ import annotations
+
+from .images import (FASHION_CLASSES, FASHION_TEMPLATES, CaptionedImages, fashion_captions,
+                     load_fashion_mnist, load_skimage_photos)
+from .scenes import Scene, all_scenes, make_scenes, render_scene, scene_captions
+from .splits import SPLITS, assign_splits, split_of
+
+__all__ = ["FASHION_CLASSES", "FASHION_TEMPLATES", "SPLITS", "CaptionedImages", "Scene",
+           "all_scenes", "assign_splits", "fashion_captions", "load_fashion_mnist",
+           "load_skimage_photos", "make_scenes", "render_scene", "scene_captions", "split_of"]
