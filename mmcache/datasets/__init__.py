@@ -12,8 +12,11 @@ from __future__ import annotations
 from .images import (FASHION_CLASSES, FASHION_TEMPLATES, CaptionedImages, fashion_captions,
                      load_fashion_mnist, load_skimage_photos)
 from .scenes import Scene, all_scenes, make_scenes, render_scene, scene_captions
+from .speech import (SpeechClip, load_asterisk_prompts, load_librivox, read_wav, speak,
+                     synthesize)
 from .splits import SPLITS, assign_splits, split_of
 
 __all__ = ["FASHION_CLASSES", "FASHION_TEMPLATES", "SPLITS", "CaptionedImages", "Scene",
            "all_scenes", "assign_splits", "fashion_captions", "load_fashion_mnist",
-           "load_skimage_photos", "make_scenes", "render_scene", "scene_captions", "split_of"]
+           "load_asterisk_prompts", "load_librivox", "load_skimage_photos", "make_scenes", "read_wav",
+           "render_scene", "scene_captions", "speak", "split_of", "synthesize", "SpeechClip"]
