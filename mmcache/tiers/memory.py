@@ -1,0 +1,62 @@
+"""L1: exact-key entries in process memory, bounded by entries and bytes."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..policies import EvictionPolicy, make_policy
+from ..types import Entry
+from .base import Budget, Capacity, Tier
+
+
+class MemoryTier(Tier):
+    """Entries by exact key (the key already holds the scope); a policy picks victims."""
+
+    def __init__(self, capacity: Capacity = Capacity(), policy: EvictionPolicy | str = "lru",
+                 name: str = "l1") -> None:
+        self.name = name
+        self._budget = Budget(capacity, make_policy(policy) if isinstance(policy, str) else policy)
+        self._entries: dict[str, Entry] = {}
+
+    @property
+    def capacity(self) -> Capacity:
+        return self._budget.capacity
+
+    def usage(self) -> tuple[int, int]:
+        return len(self._entries), self._budget.nbytes
+
+    def put(self, entry: Entry) -> list[str]:
+        victims = self._budget.admit(entry.entry_id, entry.size)
+        for victim in victims:
+            self._entries.pop(victim, None)
+        self._entries[entry.entry_id] = entry
+        return victims
+
+    def get(self, scope: str, entry_id: str) -> Entry | None:
+        entry = self._entries.get(entry_id)
+        if entry is None or entry.scope != scope:
+            return None
+        self._budget.touch(entry_id)
+        return entry
+
+    def delete(self, entry_id: str) -> bool:
+        self._budget.remove(entry_id)
+        return self._entries.pop(entry_id, None) is not None
+
+    def evict(self) -> str | None:
+        victim = self._budget.pick_victim()
+        if victim is not None:
+            self._entries.pop(victim, None)
+        return victim
+
+    def scan(self) -> Iterator[Entry]:
+        return iter(list(self._entries.values()))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, entry_id: str) -> bool:
+        return entry_id in self._entries
+
+    def close(self) -> None:
+        self._entries.clear()

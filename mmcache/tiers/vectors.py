@@ -1,0 +1,254 @@
+"""Vector search for the semantic tiers: one index per (scope, modality).
+
+Each :class:`VectorIndex` keeps its L2-normalised float32 vectors in one
+contiguous array (slots; deleted slots are tombstones until compaction).
+
+* ``index="flat"`` — exact inner-product search straight over that array
+  (``faiss.knn``, the same kernel as ``IndexFlatIP``; nothing is copied);
+* ``index="auto"`` (default) — exact while the index holds fewer than
+  ``ann_min_size`` vectors, then an ANN index built with ``faiss.index_factory``
+  (``ann_factory``, HNSW by default; any factory string works) and searched with
+  ``ef_search``. Every ANN candidate is re-scored exactly against the stored vector.
+
+Single-query search runs on one faiss/OpenMP thread (restored afterwards).
+:class:`SemanticIndex` adds scopes and the every-modality rule: a candidate must
+be within its floor on *every* queried modality for the *same* entry.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+import faiss
+import numpy as np
+
+from ..errors import ConfigError
+from ..guard import SphericalCap
+from .base import Candidate
+
+INDEX_KINDS = ("auto", "flat")
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """How a semantic tier indexes vectors (see the module docstring)."""
+
+    index: str = "auto"
+    ann_factory: str = "HNSW32"
+    ann_min_size: int = 20_000
+    ef_search: int = 64
+    ef_construction: int = 64
+    candidates: int = 8
+    #: Compact when tombstones exceed this fraction of slots (ANN rebuilds are costly: 0.5).
+    compact_fraction: float = 0.25
+
+
+@contextmanager
+def one_faiss_thread() -> Iterator[None]:
+    """Run the block with faiss on one OpenMP thread (single queries are 3x slower otherwise)."""
+    before = faiss.omp_get_max_threads()
+    if before != 1:
+        faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        if before != 1:
+            faiss.omp_set_num_threads(before)
+
+
+class VectorIndex:
+    """The vectors of one modality in one scope, searchable by cosine similarity."""
+
+    def __init__(self, dim: int, spec: IndexSpec) -> None:
+        self.dim = dim
+        self.spec = spec
+        self._vecs = np.zeros((16, dim), dtype=np.float32)
+        self._ids: list[str | None] = []
+        self._slot: dict[str, int] = {}
+        self._ann: faiss.Index | None = None
+        self.cap = SphericalCap()
+        self._refit_at = 64
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def __contains__(self, entry_id: str) -> bool:
+        return entry_id in self._slot
+
+    @property
+    def uses_ann(self) -> bool:
+        """Whether searches currently go through the ANN index."""
+        return self._ann is not None
+
+    def vector(self, entry_id: str) -> np.ndarray | None:
+        """The stored vector of ``entry_id`` (a read-only view), or None."""
+        slot = self._slot.get(entry_id)
+        return None if slot is None else self._vecs[slot]
+
+    def add(self, entry_id: str, vector: np.ndarray) -> None:
+        """Store ``vector`` (unit norm, float32) for ``entry_id``, replacing any previous one."""
+        if entry_id in self._slot:
+            self.remove(entry_id)
+        slot = len(self._ids)
+        if slot == len(self._vecs):
+            grown = np.zeros((2 * slot, self.dim), dtype=np.float32)
+            grown[:slot] = self._vecs
+            self._vecs = grown
+        self._vecs[slot] = vector
+        self._ids.append(entry_id)
+        self._slot[entry_id] = slot
+        self.cap.include(self._vecs[slot])
+        if self._ann is not None:
+            self._ann.add(self._vecs[slot:slot + 1])
+        elif self._wants_ann():
+            self._build_ann()
+        if len(self._slot) >= self._refit_at:
+            self._refit_at *= 2
+            self.cap.refit(self._live_vectors())
+
+    def remove(self, entry_id: str) -> bool:
+        """Forget ``entry_id``'s vector; False when it had none."""
+        slot = self._slot.pop(entry_id, None)
+        if slot is None:
+            return False
+        self._ids[slot] = None
+        self._vecs[slot] = 0.0
+        dead = len(self._ids) - len(self._slot)
+        fraction = 0.5 if self._ann is not None else self.spec.compact_fraction
+        if dead > 64 and dead > fraction * len(self._ids):
+            self._compact()
+        return True
+
+    def search(self, query: np.ndarray, floor: float, k: int) -> tuple[list[tuple[str, float]], bool]:
+        """Live entries among the ``k`` nearest with similarity ≥ ``floor``, best first,
+        and whether every entry ≥ ``floor`` is guaranteed to be in the list."""
+        n = len(self._ids)
+        if not self._slot:
+            return [], True
+        kk = min(k, n)
+        with one_faiss_thread():
+            if self._ann is not None:
+                scores, labels = self._ann.search(query[None, :], kk)
+            else:
+                scores, labels = faiss.knn(query[None, :], self._vecs[:n], kk,
+                                      metric=faiss.METRIC_INNER_PRODUCT)
+        slots = labels[0][labels[0] >= 0]
+        sims = self._vecs[slots] @ query
+        found = [(self._ids[s], float(x)) for s, x in zip(slots, sims)
+                 if x >= floor and self._ids[s] is not None]
+        found.sort(key=lambda pair: -pair[1])
+        complete = kk >= n or float(scores[0][-1]) < floor
+        return found, complete
+
+    def _wants_ann(self) -> bool:
+        return self.spec.index == "auto" and len(self._slot) >= self.spec.ann_min_size
+
+    def _live_vectors(self) -> np.ndarray:
+        return self._vecs[[self._slot[i] for i in self._slot]] if self._slot else \
+            np.zeros((0, self.dim), np.float32)
+
+    def _compact(self) -> None:
+        order = list(self._slot)
+        vecs = self._vecs[[self._slot[i] for i in order]]
+        self._vecs = np.zeros((max(16, 2 * len(order)), self.dim), dtype=np.float32)
+        self._vecs[:len(order)] = vecs
+        self._ids = list(order)
+        self._slot = {eid: s for s, eid in enumerate(order)}
+        self.cap.refit(vecs)
+        if self._ann is not None:
+            self._build_ann()
+
+    def _build_ann(self) -> None:
+        if len(self._ids) != len(self._slot):
+            self._ann = None
+            self._compact()
+        n = len(self._ids)
+        try:
+            index = faiss.index_factory(self.dim, self.spec.ann_factory, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as exc:
+            raise ConfigError(f"ann_factory {self.spec.ann_factory!r} is not a faiss "
+                              f"factory string: {exc}") from None
+        _set_index_params(index, self.spec)
+        data = self._vecs[:n]
+        if not index.is_trained:
+            index.train(data)
+        index.add(data)
+        self._ann = index
+
+
+def _set_index_params(index: faiss.Index, spec: IndexSpec) -> None:
+    hnsw = getattr(faiss.downcast_index(index), "hnsw", None)
+    if hnsw is not None:
+        hnsw.efConstruction = spec.ef_construction
+        hnsw.efSearch = spec.ef_search
+    else:
+        try:
+            faiss.ParameterSpace().set_index_parameter(index, "nprobe", max(1, spec.ef_search // 4))
+        except RuntimeError:
+            pass
+
+
+class SemanticIndex:
+    """Per-scope, per-modality vector indexes and the every-modality δ-neighbour search."""
+
+    def __init__(self, spec: IndexSpec, precheck: bool = True) -> None:
+        self.spec = spec
+        self.precheck = precheck
+        self._indexes: dict[tuple[str, str], VectorIndex] = {}
+        #: Searches skipped because a spherical-cap bound proved a miss.
+        self.skipped = 0
+
+    def index(self, scope: str, modality: str) -> VectorIndex | None:
+        """The index of ``modality`` in ``scope`` (None when it holds nothing yet)."""
+        return self._indexes.get((scope, modality))
+
+    def add(self, scope: str, entry_id: str, vectors: Mapping[str, np.ndarray]) -> None:
+        """Index every vector of one entry."""
+        for modality, vec in vectors.items():
+            idx = self._indexes.get((scope, modality))
+            if idx is None:
+                idx = self._indexes[(scope, modality)] = VectorIndex(len(vec), self.spec)
+            idx.add(entry_id, vec)
+
+    def remove(self, scope: str, entry_id: str, modalities: Iterator[str] | tuple[str, ...]) -> None:
+        """Drop one entry's vectors."""
+        for modality in modalities:
+            idx = self._indexes.get((scope, modality))
+            if idx is not None:
+                idx.remove(entry_id)
+                if not len(idx):
+                    del self._indexes[(scope, modality)]
+
+    def search(self, scope: str, vectors: Mapping[str, np.ndarray],
+               floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
+        """Entries of ``scope`` at least ``floors[m]`` similar on every modality, best first."""
+        indexes = {m: self._indexes.get((scope, m)) for m in vectors}
+        if not vectors or any(idx is None or idx.dim != len(vectors[m])
+                              for m, idx in indexes.items()):
+            return []
+        if self.precheck and not all(idx.cap.may_reach(vectors[m], floors[m])
+                                     for m, idx in indexes.items()):
+            self.skipped += 1
+            return []
+        primary = min(indexes, key=lambda m: len(indexes[m]))
+        others = [m for m in indexes if m != primary]
+        want = max(k, self.spec.candidates)
+        while True:
+            found, complete = indexes[primary].search(vectors[primary], floors[primary], want)
+            out = []
+            for entry_id, sim in found:
+                sims = {primary: sim}
+                for m in others:
+                    vec = indexes[m].vector(entry_id)
+                    sims[m] = -1.0 if vec is None else float(vec @ vectors[m])
+                    if sims[m] < floors[m]:
+                        break
+                else:
+                    out.append(Candidate(entry_id, sims))
+            if len(out) >= k or complete:
+                break
+            want *= 4
+        out.sort(key=lambda c: -c.similarity)
+        return out[:k]
