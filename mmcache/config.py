@@ -1,0 +1,347 @@
+"""``CacheConfig``: every setting of a :class:`mmcache.TieredCache`, loadable from dict or YAML.
+
+Unknown keys and bad values raise :class:`mmcache.errors.ConfigError` naming the
+key (``"l2.max_entries must be a positive integer or null, got 0"``).
+
+Example (YAML)::
+
+    l1: {max_entries: 10000, policy: lru}
+    l2: {max_entries: 200000, index: auto, ann_factory: HNSW32, ef_search: 64}
+    l3: {backend: sqlite, path: runs/cache.db, synchronous: NORMAL}
+    # l3: {backend: redis, url: "redis://127.0.0.1:6379/0"}   # remote tier instead
+    thresholds: {rule: static, delta: {text: 0.1, image: 0.15}}
+    freshness: {ttl: 300, stale_while_revalidate: 60, stale_if_error: 86400}
+    encoders: {text: minilm}        # resolved lazily by mmcache.encoders.get_encoder
+
+L2 index choice: ``index: flat`` is exact inner-product search at every size
+("exact flat"); ``index: auto`` (default) is exact below ``ann_min_size`` vectors
+per (scope, modality) index and ``ann_factory`` (any faiss factory string) above.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .errors import ConfigError
+from .types import MODALITIES
+
+STORE_BACKENDS = ("sqlite", "redis")
+THRESHOLD_RULES = ("static", "percentile")
+INDEX_KINDS = ("auto", "flat")
+SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+@dataclass
+class MemoryTierConfig:
+    """L1: exact matches in process memory."""
+
+    enabled: bool = True
+    max_entries: int | None = 10_000
+    max_bytes: int | None = None
+    policy: str = "lru"
+
+
+@dataclass
+class SemanticTierConfig:
+    """L2: in-memory entries with one FAISS index per (scope, modality)."""
+
+    enabled: bool = True
+    max_entries: int | None = 1_000_000
+    max_bytes: int | None = None
+    policy: str = "lru"
+    index: str = "auto"
+    ann_factory: str = "HNSW32"
+    ann_min_size: int = 20_000
+    ef_search: int = 64
+    ef_construction: int = 64
+    candidates: int = 8
+
+
+@dataclass
+class StoreTierConfig:
+    """L3: persistent (``sqlite``, needs ``path``) or remote (``redis``, needs ``url``); off when
+    ``backend`` is null. ``options`` go to the backend's constructor unchanged."""
+
+    backend: str | None = None
+    path: str | None = None
+    url: str | None = None
+    max_entries: int | None = None
+    max_bytes: int | None = None
+    policy: str = "lru"
+    synchronous: str = "NORMAL"
+    shared: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ThresholdConfig:
+    """δ-neighbour rule: a hit needs cosine ≥ 1 − δ on every modality of the query.
+
+    ``static`` uses ``delta`` per modality; ``percentile`` (seed 000 §3.1) sets
+    δ = 1 − percentile(recent hit similarities, ``percentile``) over a sliding
+    ``window``, starting from ``delta`` until ``min_samples`` hits were seen and
+    clipped to ``[delta_min, delta_max]``.
+    """
+
+    rule: str = "static"
+    delta: dict[str, float] = field(default_factory=lambda: {m: 0.1 for m in MODALITIES})
+    percentile: float = 85.0
+    window: int = 1000
+    min_samples: int = 50
+    delta_min: float = 0.01
+    delta_max: float = 0.5
+
+
+@dataclass
+class FreshnessConfig:
+    """TTL and the seed 001 §3.3 stale rules (seconds; ``ttl`` null = never expires).
+
+    ``stale_while_revalidate``: after expiry, serve the entry for this long marked
+    ``"stale-while-revalidate"``. ``stale_if_error``: when the caller says the origin
+    failed, serve it up to this long after expiry, marked ``"stale-if-error"``.
+    A query whose text contains one of ``bypass_tokens`` skips the cache.
+    """
+
+    ttl: float | None = None
+    stale_while_revalidate: float = 0.0
+    stale_if_error: float = 0.0
+    bypass_tokens: list[str] = field(default_factory=lambda: ["freshness:strict"])
+
+
+@dataclass
+class GuardConfig:
+    """Penetration guard: Bloom filter over exact keys + spherical-cap pre-check of ANN search."""
+
+    enabled: bool = True
+    expected_items: int = 1_000_000
+    error_rate: float = 0.01
+
+
+@dataclass
+class CacheConfig:
+    """Every setting of a TieredCache. Build with :meth:`load` (dict, YAML path or instance)."""
+
+    l1: MemoryTierConfig = field(default_factory=MemoryTierConfig)
+    l2: SemanticTierConfig = field(default_factory=SemanticTierConfig)
+    l3: StoreTierConfig = field(default_factory=StoreTierConfig)
+    thresholds: ThresholdConfig = field(default_factory=ThresholdConfig)
+    freshness: FreshnessConfig = field(default_factory=FreshnessConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    #: Expected embedding dimension per modality (else fixed by encoder or first vector).
+    dims: dict[str, int] = field(default_factory=dict)
+    #: Encoder name per modality, resolved lazily with ``mmcache.encoders.get_encoder``.
+    encoders: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @classmethod
+    def load(cls, source: "CacheConfig | Mapping[str, Any] | str | Path | None") -> "CacheConfig":
+        """A validated config from an instance, a dict, or a YAML file path (None = defaults)."""
+        if source is None:
+            return cls()
+        if isinstance(source, CacheConfig):
+            _validate(source)
+            return source
+        if isinstance(source, (str, Path)):
+            return cls.from_yaml(source)
+        if isinstance(source, Mapping):
+            return cls.from_dict(source)
+        raise ConfigError(f"config must be a CacheConfig, dict or YAML path, not "
+                          f"{type(source).__name__}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CacheConfig":
+        """Build from nested dicts; unknown keys and bad values raise ConfigError."""
+        return _build(cls, data, "")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "CacheConfig":
+        """Build from a YAML file."""
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read config {path}: {exc}") from None
+        return cls.from_dict(data or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dicts (for provenance in metrics and figures)."""
+        return dataclasses.asdict(self)
+
+
+# -- parsing -------------------------------------------------------------------------------
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got "
+                          f"{type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            raise ConfigError(f"unknown config key {prefix + str(key)!r}; known keys here: "
+                              f"{sorted(names)}")
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            kwargs[key] = _build(hint, value, f"{prefix}{key}.")
+        else:
+            _check_type(value, hint, prefix + key)
+            kwargs[key] = dict(value) if isinstance(value, Mapping) else \
+                list(value) if isinstance(value, list) else value
+    return cls(**kwargs)
+
+
+def _check_type(value: Any, hint: Any, key: str) -> None:
+    if not _matches(value, hint):
+        raise ConfigError(f"{key} must be {_describe(hint)}, got {value!r}")
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is dict:
+        return isinstance(value, Mapping) and all(
+            _matches(k, args[0]) and _matches(v, args[1]) for k, v in value.items())
+    if origin is list:
+        return isinstance(value, list) and all(_matches(v, args[0]) for v in value)
+    return isinstance(value, hint)
+
+
+def _describe(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args)
+    if hint is type(None):
+        return "null"
+    if origin is dict:
+        return f"a mapping of {_describe(args[0])} to {_describe(args[1])}"
+    if origin is list:
+        return f"a list of {_describe(args[0])}"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
+        hint, getattr(hint, "__name__", str(hint)))
+
+
+# -- validation ----------------------------------------------------------------------------
+def _validate(cfg: CacheConfig) -> None:
+    for name in ("l1", "l2", "l3"):
+        tier = getattr(cfg, name)
+        _positive_or_none(tier.max_entries, f"{name}.max_entries")
+        _positive_or_none(tier.max_bytes, f"{name}.max_bytes")
+        _policy(tier.policy, f"{name}.policy")
+    ram = _physical_memory()
+    for name in ("l1", "l2"):
+        tier = getattr(cfg, name)
+        if ram and tier.max_bytes is not None and tier.max_bytes > ram:
+            raise ConfigError(f"{name}.max_bytes={tier.max_bytes} exceeds this machine's "
+                              f"physical memory ({ram} bytes): an in-memory tier cannot hold it")
+    vector_bytes = 4 * sum(cfg.dims.values())
+    if cfg.l2.max_bytes is not None and cfg.l2.max_bytes < vector_bytes:
+        raise ConfigError(f"l2.max_bytes={cfg.l2.max_bytes} cannot hold one entry's vectors "
+                          f"({vector_bytes} bytes for dims {cfg.dims})")
+    l2 = cfg.l2
+    _choice(l2.index, INDEX_KINDS, "l2.index")
+    for key in ("ann_min_size", "ef_search", "ef_construction", "candidates"):
+        _positive(getattr(l2, key), f"l2.{key}")
+    if not l2.ann_factory.strip():
+        raise ConfigError("l2.ann_factory must be a faiss factory string such as 'HNSW32'")
+    l3 = cfg.l3
+    if l3.backend is not None:
+        _choice(l3.backend, STORE_BACKENDS, "l3.backend")
+        if l3.backend == "sqlite" and not l3.path:
+            raise ConfigError("l3.path is required when l3.backend is 'sqlite'")
+        if l3.backend == "redis" and not l3.url:
+            raise ConfigError("l3.url is required when l3.backend is 'redis'")
+    _choice(l3.synchronous.upper(), SYNCHRONOUS, "l3.synchronous")
+    th = cfg.thresholds
+    _choice(th.rule, THRESHOLD_RULES, "thresholds.rule")
+    for modality, delta in th.delta.items():
+        _modality(modality, f"thresholds.delta.{modality}")
+        _in_range(delta, 0.0, 2.0, f"thresholds.delta.{modality}", low_open=True)
+    _in_range(th.percentile, 0.0, 100.0, "thresholds.percentile")
+    _positive(th.window, "thresholds.window")
+    _positive(th.min_samples, "thresholds.min_samples")
+    _in_range(th.delta_min, 0.0, 2.0, "thresholds.delta_min", low_open=True)
+    _in_range(th.delta_max, th.delta_min, 2.0, "thresholds.delta_max")
+    fr = cfg.freshness
+    if fr.ttl is not None and not fr.ttl > 0:
+        raise ConfigError(f"freshness.ttl must be a positive number of seconds or null, got {fr.ttl}")
+    for key in ("stale_while_revalidate", "stale_if_error"):
+        if not getattr(fr, key) >= 0:
+            raise ConfigError(f"freshness.{key} must be ≥ 0 seconds, got {getattr(fr, key)}")
+    if any(not t for t in fr.bypass_tokens):
+        raise ConfigError("freshness.bypass_tokens must not contain empty strings")
+    _positive(cfg.guard.expected_items, "guard.expected_items")
+    _in_range(cfg.guard.error_rate, 0.0, 1.0, "guard.error_rate", low_open=True, high_open=True)
+    for modality, dim in cfg.dims.items():
+        _modality(modality, f"dims.{modality}")
+        _positive(dim, f"dims.{modality}")
+    for modality, name in cfg.encoders.items():
+        _modality(modality, f"encoders.{modality}")
+        if not name:
+            raise ConfigError(f"encoders.{modality} must name an encoder")
+
+
+def _positive_or_none(value: Any, key: str) -> None:
+    if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
+                                  and value > 0):
+        raise ConfigError(f"{key} must be a positive integer or null, got {value!r}")
+
+
+def _positive(value: Any, key: str) -> None:
+    if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        raise ConfigError(f"{key} must be a positive integer, got {value!r}")
+
+
+def _in_range(value: Any, low: float, high: float, key: str, low_open: bool = False,
+              high_open: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+        value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        raise ConfigError(f"{key} must be in {'(' if low_open else '['}{low}, {high}"
+                          f"{')' if high_open else ']'}, got {value!r}")
+
+
+def _choice(value: Any, choices: tuple[str, ...], key: str) -> None:
+    if value not in choices:
+        raise ConfigError(f"{key} must be one of {list(choices)}, got {value!r}")
+
+
+def _modality(name: str, key: str) -> None:
+    if name not in MODALITIES:
+        raise ConfigError(f"{key}: unknown modality {name!r}; known: {list(MODALITIES)}")
+
+
+def _policy(name: Any, key: str) -> None:
+    from .policies import POLICIES
+
+    if not isinstance(name, str) or name.lower() not in POLICIES:
+        raise ConfigError(f"{key}: unknown eviction policy {name!r}; choose one of "
+                          f"{sorted(POLICIES)}")
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
