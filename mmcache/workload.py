@@ -1,0 +1,342 @@
+"""Seeded generators of cache workloads: multimodal query streams and Zipf object traces.
+
+:func:`generate` draws a multimodal query stream: Zipf popularity over *intents*
+(one intent = one answer), each asked through paraphrase *variants* per modality
+(text rewrites; image crops / brightness / resizes of one photo; speech of one
+sentence by different voices and rates), a share of *novel* queries that match
+no earlier intent, *sessions* (a user re-asks the same intent), *bursts* (an
+intent suddenly trends) and *drift* (popularity ranks reshuffle over time). The
+intent id travels with every query as ground truth, so false hits are measurable.
+
+Vectors are **synthetic** (labelled so in :data:`EMBEDDING_KIND`): per modality,
+intents cluster in topics; two variants of one intent have cosine about
+``paraphrase_cos`` (each intent its own value within ± ``paraphrase_spread``);
+variants of sibling intents (same topic) about ``paraphrase_cos * sibling_cos``;
+unrelated ones about 0 (± 1/sqrt(dim)). Timing
+is synthetic too (Poisson arrivals at ``qps``). Real text comes from ShareGPT
+prompts when the caller passes them (see :mod:`mmcache.datasets.prompts`).
+
+:func:`zipf_trace` draws an object trace (ids + sizes) in the same
+:class:`mmcache.replay.Trace` layout that :func:`mmcache.replay.read_oracle_general` returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from .errors import ConfigError
+from .types import MODALITIES, Query
+
+#: How the workload's vectors were made; print it next to results that use them.
+EMBEDDING_KIND = "synthetic (seeded random vectors with controlled paraphrase similarity)"
+#: How the workload's arrival times were made.
+TIMING_KIND = "synthetic (Poisson arrivals; bursts and sessions drawn by the generator)"
+
+_TEXT_REWRITES: tuple[Callable[[str], str], ...] = (
+    lambda s: s,
+    lambda s: s.lower(),
+    lambda s: f"Please, {s[:1].lower()}{s[1:]}",
+    lambda s: s.rstrip(".?! ") + "?",
+    lambda s: f"Quick question: {s}",
+    lambda s: " ".join(w.strip(",.;:!?") for w in s.split()),
+    lambda s: f"{s} Thanks!",
+    lambda s: f"Can you help me with this: {s}",
+)
+_VOICES = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-us+f3", "en-us+m3")
+_RATES = (140, 175, 210)
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """Parameters of :func:`generate` (all sizes in queries / bytes)."""
+
+    n_queries: int = 20_000
+    n_intents: int = 2_000
+    zipf_alpha: float = 0.9
+    modality_mix: Mapping[str, float] = field(
+        default_factory=lambda: {"text": 0.5, "image": 0.3, "audio": 0.2})
+    n_variants: int = 8
+    variant_alpha: float = 1.0
+    novel_share: float = 0.1
+    session_continue: float = 0.3
+    burst_rate: float = 0.001
+    burst_len: int = 200
+    burst_intensity: float = 0.5
+    drift_period: int = 5_000
+    drift_fraction: float = 0.2
+    qps: float = 100.0
+    dim: int = 128
+    paraphrase_cos: float = 0.88
+    paraphrase_spread: float = 0.06
+    sibling_cos: float = 0.9
+    intents_per_topic: int = 5
+    value_bytes_median: float = 4096.0
+    value_bytes_sigma: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self.n_queries >= 1 and self.n_intents >= 1 and self.n_variants >= 1,
+               "n_queries, n_intents and n_variants must be >= 1")
+        _check(self.dim >= 2 and self.intents_per_topic >= 1, "dim >= 2, intents_per_topic >= 1")
+        for name in ("novel_share", "session_continue", "burst_rate", "burst_intensity",
+                     "drift_fraction"):
+            _check(0.0 <= getattr(self, name) < 1.0, f"{name} must be in [0, 1)")
+        for name in ("paraphrase_cos", "sibling_cos"):
+            _check(0.0 < getattr(self, name) < 1.0, f"{name} must be in (0, 1)")
+        _check(0.0 <= self.paraphrase_spread < min(self.paraphrase_cos, 1 - self.paraphrase_cos),
+               "paraphrase_spread must be >= 0 and keep paraphrase_cos ± spread inside (0, 1)")
+        _check(self.zipf_alpha >= 0 and self.variant_alpha >= 0, "Zipf exponents must be >= 0")
+        _check(self.qps > 0 and self.value_bytes_median >= 1 and self.value_bytes_sigma >= 0,
+               "qps > 0, value_bytes_median >= 1, value_bytes_sigma >= 0")
+        _check(self.drift_period >= 0 and self.burst_len >= 1, "drift_period >= 0, burst_len >= 1")
+        unknown = set(self.modality_mix) - set(MODALITIES)
+        _check(not unknown, f"unknown modalities {sorted(unknown)}; known: {MODALITIES}")
+        weights = list(self.modality_mix.values())
+        _check(bool(weights) and min(weights) >= 0 and sum(weights) > 0,
+               "modality_mix needs non-negative weights with a positive sum")
+
+
+@dataclass(frozen=True)
+class ImageVariant:
+    """A photo variant: centre crop keeping ``crop`` of each side, brightness factor, output scale."""
+
+    crop: float
+    brightness: float
+    scale: float
+
+
+@dataclass(frozen=True)
+class SpeechVariant:
+    """A speech variant: an espeak-ng voice name and a rate in words per minute."""
+
+    voice: str
+    rate_wpm: int
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """A generated query stream, one row per query (columns are numpy arrays).
+
+    ``intent`` is the ground truth (ids >= ``config.n_intents`` are novel, each
+    unique); ``modality`` indexes :data:`mmcache.types.MODALITIES`; ``variant``
+    is the paraphrase variant; ``size`` is the byte size of the answer (one per
+    intent); ``time`` is the synthetic arrival time in seconds.
+    """
+
+    config: WorkloadConfig
+    intent: np.ndarray
+    modality: np.ndarray
+    variant: np.ndarray
+    topic: np.ndarray
+    session: np.ndarray
+    burst: np.ndarray
+    time: np.ndarray
+    size: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.intent.shape[0])
+
+    @property
+    def novel(self) -> np.ndarray:
+        """True for queries whose intent never occurs elsewhere in the stream."""
+        return self.intent >= self.config.n_intents
+
+    def exact_keys(self) -> np.ndarray:
+        """Exact-match key per query: (intent, modality, variant) as one uint64."""
+        per_intent = len(MODALITIES) * self.config.n_variants
+        return (self.intent.astype(np.uint64) * np.uint64(per_intent)
+                + self.modality.astype(np.uint64) * np.uint64(self.config.n_variants)
+                + self.variant.astype(np.uint64))
+
+    def to_trace(self, key: str = "exact"):
+        """The stream as a :class:`mmcache.replay.Trace` keyed by ``"exact"`` key or ``"intent"``.
+
+        The intent-keyed trace is the *oracle semantic cache*: every paraphrase,
+        in any modality, of an intent hits its answer, and nothing else does.
+        """
+        from .replay import make_trace
+
+        if key not in ("exact", "intent"):
+            raise ConfigError(f"key must be 'exact' or 'intent', got {key!r}")
+        ids = self.exact_keys() if key == "exact" else self.intent.astype(np.uint64)
+        return make_trace(ids, self.size, np.floor(self.time).astype(np.int64))
+
+    def embedding(self, i: int) -> np.ndarray:
+        """Query ``i``'s synthetic unit vector (float32) in its own modality's space."""
+        cfg = self.config
+        m, intent, topic = int(self.modality[i]), int(self.intent[i]), int(self.topic[i])
+        centre = _unit(np.random.default_rng([cfg.seed, 1, m, topic]).standard_normal(cfg.dim))
+        beta = np.sqrt((1 - cfg.sibling_cos) / cfg.sibling_cos)
+        rng = np.random.default_rng([cfg.seed, 2, m, intent])
+        cos = cfg.paraphrase_cos + cfg.paraphrase_spread * (2 * rng.random() - 1)
+        gamma = np.sqrt((1 - cos) / cos)
+        noise = rng.standard_normal(cfg.dim)
+        intent_vec = _unit(centre + beta * noise / np.sqrt(cfg.dim))
+        noise = np.random.default_rng(
+            [cfg.seed, 3, m, intent, int(self.variant[i])]).standard_normal(cfg.dim)
+        return _unit(intent_vec + gamma * noise / np.sqrt(cfg.dim)).astype(np.float32)
+
+    def embeddings(self, indices: Sequence[int] | None = None) -> np.ndarray:
+        """Stacked synthetic vectors of the given queries (all by default), float32."""
+        idx = range(len(self)) if indices is None else indices
+        return np.stack([self.embedding(int(i)) for i in idx]) if len(idx) else \
+            np.zeros((0, self.config.dim), np.float32)
+
+    def query(self, i: int, *, prompts: Sequence[str] | None = None, scope: str = "bench",
+              images: Callable[[int], np.ndarray] | None = None) -> Query:
+        """Query ``i`` as an :class:`mmcache.types.Query` with its synthetic embedding.
+
+        Text queries get a templated rewrite of a real prompt when ``prompts`` is
+        given; image queries get the variant of photo ``images(intent)`` when
+        ``images`` (a photo loader) is given. ``ground_truth`` is the intent id.
+        """
+        m = MODALITIES[int(self.modality[i])]
+        intent, variant = int(self.intent[i]), int(self.variant[i])
+        text = image = None
+        if m == "text" and prompts:
+            text = text_variant(prompts[intent % len(prompts)], variant)
+        if m == "image" and images is not None:
+            image = apply_image_variant(images(intent), image_variant(variant))
+        return Query(text=text, image=image, embeddings={m: self.embedding(i)}, scope=scope,
+                     ground_truth=intent)
+
+    def describe(self) -> dict:
+        """Parameters and summary counts, for provenance sidecars and metrics."""
+        mods = {m: int((self.modality == k).sum()) for k, m in enumerate(MODALITIES)}
+        return {"config": {**asdict(self.config), "modality_mix": dict(self.config.modality_mix)},
+                "n_queries": len(self), "n_distinct_intents": int(np.unique(self.intent).size),
+                "novel_share": float(self.novel.mean()), "per_modality": mods,
+                "embeddings": EMBEDDING_KIND, "timing": TIMING_KIND}
+
+
+def generate(config: WorkloadConfig | None = None, **overrides) -> Workload:
+    """Draw a seeded multimodal query stream; ``overrides`` replace config fields."""
+    cfg = WorkloadConfig(**{**asdict(config or WorkloadConfig()), **overrides})
+    rng = np.random.default_rng(cfg.seed)
+    n = cfg.n_queries
+    intent = _drifting_zipf(rng, cfg)
+    intent = _sessions(rng, intent, cfg.session_continue)
+    session = np.cumsum(np.r_[True, intent[1:] != intent[:-1]]) - 1
+    burst = _bursts(rng, intent, cfg)
+    novel = rng.random(n) < cfg.novel_share
+    intent[novel] = cfg.n_intents + np.arange(int(novel.sum()))
+    n_topics = -(-cfg.n_intents // cfg.intents_per_topic)
+    topic = np.where(novel, rng.integers(0, n_topics, n), intent // cfg.intents_per_topic)
+    mix = np.array([cfg.modality_mix.get(m, 0.0) for m in MODALITIES], dtype=float)
+    modality = rng.choice(len(MODALITIES), size=n, p=mix / mix.sum()).astype(np.int8)
+    variant = rng.choice(cfg.n_variants, size=n, p=_zipf_probs(cfg.n_variants, cfg.variant_alpha))
+    time = np.cumsum(rng.exponential(1.0 / cfg.qps, n))
+    intent_bytes = np.maximum(1, rng.lognormal(np.log(cfg.value_bytes_median),
+                                               cfg.value_bytes_sigma, int(intent.max()) + 1))
+    return Workload(cfg, intent.astype(np.int64), modality, variant.astype(np.int32),
+                    topic.astype(np.int64), session.astype(np.int64), burst, time,
+                    intent_bytes.astype(np.int64)[intent])
+
+
+def zipf_trace(n_req: int, n_obj: int, alpha: float = 1.0, seed: int = 0, *,
+               obj_size: int | None = 4096, size_sigma: float = 1.0):
+    """A Zipf(``alpha``) request trace over ``n_obj`` objects as a :class:`mmcache.replay.Trace`.
+
+    Popularity ranks are shuffled over the ids. Every object has ``obj_size``
+    bytes, or (``obj_size=None``) its own log-normal size around 4 KiB with
+    ``size_sigma``. Sizes are fixed per object, as in a real trace.
+    """
+    from .replay import make_trace
+
+    _check(n_req >= 1 and n_obj >= 1, "n_req and n_obj must be >= 1")
+    _check(alpha >= 0 and size_sigma >= 0, "alpha and size_sigma must be >= 0")
+    rng = np.random.default_rng(seed)
+    ranks = rng.choice(n_obj, size=n_req, p=_zipf_probs(n_obj, alpha))
+    ids = rng.permutation(n_obj)[ranks].astype(np.uint64)
+    if obj_size is None:
+        sizes = np.maximum(1, rng.lognormal(np.log(4096), size_sigma, n_obj)).astype(np.int64)
+    else:
+        _check(obj_size >= 1, "obj_size must be >= 1")
+        sizes = np.full(n_obj, obj_size, dtype=np.int64)
+    return make_trace(ids, sizes[ids.astype(np.int64)])
+
+
+def text_variant(prompt: str, variant: int) -> str:
+    """Paraphrase ``variant`` of a prompt: a fixed templated rewrite (variant 0 = as written)."""
+    return _TEXT_REWRITES[variant % len(_TEXT_REWRITES)](prompt)
+
+
+def image_variant(variant: int) -> ImageVariant:
+    """The crop / brightness / resize of image variant ``variant`` (0 = the photo itself)."""
+    if variant == 0:
+        return ImageVariant(1.0, 1.0, 1.0)
+    rng = np.random.default_rng([7, variant])
+    return ImageVariant(crop=float(rng.uniform(0.75, 0.95)),
+                        brightness=float(rng.uniform(0.7, 1.3)),
+                        scale=float(rng.choice([0.5, 0.75, 1.0, 1.5])))
+
+
+def speech_variant(variant: int) -> SpeechVariant:
+    """The voice and speaking rate of speech variant ``variant``."""
+    return SpeechVariant(_VOICES[variant % len(_VOICES)],
+                         _RATES[(variant // len(_VOICES)) % len(_RATES)])
+
+
+def apply_image_variant(pixels: np.ndarray, spec: ImageVariant) -> np.ndarray:
+    """Apply a centre crop, brightness factor and nearest-neighbour resize to a uint8 image."""
+    img = np.asarray(pixels)
+    _check(img.ndim in (2, 3) and min(img.shape[:2]) >= 1, "image must be H×W or H×W×C")
+    h, w = img.shape[:2]
+    ch, cw = max(1, round(h * spec.crop)), max(1, round(w * spec.crop))
+    top, left = (h - ch) // 2, (w - cw) // 2
+    img = img[top:top + ch, left:left + cw].astype(np.float32) * spec.brightness
+    oh, ow = max(1, round(ch * spec.scale)), max(1, round(cw * spec.scale))
+    rows = np.minimum((np.arange(oh) + 0.5) * ch / oh, ch - 1).astype(int)
+    cols = np.minimum((np.arange(ow) + 0.5) * cw / ow, cw - 1).astype(int)
+    return np.clip(img[rows][:, cols], 0, 255).astype(np.uint8)
+
+
+def _drifting_zipf(rng: np.random.Generator, cfg: WorkloadConfig) -> np.ndarray:
+    """Intent per query: Zipf over ranks; every ``drift_period`` queries ranks are reshuffled."""
+    probs = _zipf_probs(cfg.n_intents, cfg.zipf_alpha)
+    perm = rng.permutation(cfg.n_intents)
+    period = cfg.drift_period or cfg.n_queries
+    out = []
+    for start in range(0, cfg.n_queries, period):
+        count = min(period, cfg.n_queries - start)
+        out.append(perm[rng.choice(cfg.n_intents, size=count, p=probs)])
+        moved = rng.choice(cfg.n_intents, size=int(cfg.drift_fraction * cfg.n_intents),
+                           replace=False)
+        perm[moved] = perm[rng.permutation(moved)]
+    return np.concatenate(out)
+
+
+def _sessions(rng: np.random.Generator, intent: np.ndarray, p_continue: float) -> np.ndarray:
+    """With probability ``p_continue`` a query repeats the previous query's intent."""
+    starts = np.r_[True, rng.random(intent.shape[0] - 1) >= p_continue]
+    first = np.maximum.accumulate(np.where(starts, np.arange(intent.shape[0]), 0))
+    return intent[first]
+
+
+def _bursts(rng: np.random.Generator, intent: np.ndarray, cfg: WorkloadConfig) -> np.ndarray:
+    """Overwrite ``burst_intensity`` of each burst window with one trending intent; marks them."""
+    n = intent.shape[0]
+    marked = np.zeros(n, dtype=bool)
+    for start in np.flatnonzero(rng.random(n) < cfg.burst_rate):
+        window = np.arange(start, min(n, start + cfg.burst_len))
+        chosen = window[rng.random(window.shape[0]) < cfg.burst_intensity]
+        intent[chosen] = rng.integers(0, cfg.n_intents)
+        marked[chosen] = True
+    return marked
+
+
+def _zipf_probs(n: int, alpha: float) -> np.ndarray:
+    weights = np.arange(1, n + 1, dtype=float) ** -alpha
+    return weights / weights.sum()
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    return v / np.linalg.norm(v)
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)

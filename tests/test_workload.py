@@ -1,0 +1,149 @@
+"""Workload generators: determinism, the knobs do what they say, Zipf traces, media variants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmcache.errors import ConfigError
+from mmcache.types import MODALITIES
+from mmcache.workload import (ImageVariant, WorkloadConfig, apply_image_variant, generate,
+                              image_variant, speech_variant, text_variant, zipf_trace)
+
+
+@pytest.fixture(scope="module")
+def stream():
+    return generate(n_queries=6_000, n_intents=500, seed=3)
+
+
+def test_same_seed_same_stream_other_seed_differs(stream):
+    again = generate(n_queries=6_000, n_intents=500, seed=3)
+    other = generate(n_queries=6_000, n_intents=500, seed=4)
+    for col in ("intent", "modality", "variant", "size", "time"):
+        assert np.array_equal(getattr(stream, col), getattr(again, col))
+    assert not np.array_equal(stream.intent, other.intent)
+    assert np.array_equal(stream.embedding(17), again.embedding(17))
+
+
+def test_novel_queries_are_unique_and_near_their_share(stream):
+    novel = stream.intent[stream.novel]
+    assert np.unique(novel).size == novel.size
+    assert abs(stream.novel.mean() - 0.1) < 0.02
+    assert not np.isin(novel, stream.intent[~stream.novel]).any()
+
+
+def test_modality_mix_is_respected(stream):
+    shares = [float((stream.modality == k).mean()) for k in range(len(MODALITIES))]
+    assert shares == pytest.approx([0.5, 0.3, 0.2], abs=0.03)
+    text_only = generate(n_queries=500, modality_mix={"text": 1.0})
+    assert set(text_only.modality.tolist()) == {MODALITIES.index("text")}
+
+
+def test_every_intent_answer_has_one_size(stream):
+    for intent in np.unique(stream.intent)[:50]:
+        assert np.unique(stream.size[stream.intent == intent]).size == 1
+
+
+def test_embedding_similarity_is_calibrated():
+    w = generate(n_queries=4_000, n_intents=300, dim=256, paraphrase_cos=0.9,
+                 paraphrase_spread=0.0, sibling_cos=0.8, seed=1)
+    emb = w.embeddings(range(2_000))
+    assert np.allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    sims = emb @ emb.T
+    i, m, v, t = (x[:2_000] for x in (w.intent, w.modality, w.variant, w.topic))
+    same_mod = m[:, None] == m[None]
+    paraphrase = same_mod & (i[:, None] == i[None]) & (v[:, None] != v[None])
+    sibling = same_mod & (i[:, None] != i[None]) & (t[:, None] == t[None])
+    unrelated = same_mod & (t[:, None] != t[None])
+    assert sims[paraphrase].mean() == pytest.approx(0.9, abs=0.02)
+    assert sims[sibling].mean() == pytest.approx(0.72, abs=0.03)
+    assert abs(sims[unrelated].mean()) < 0.02
+    cross = (~same_mod) & (i[:, None] == i[None])
+    assert abs(sims[cross].mean()) < 0.05  # each modality lives in its own space
+
+
+def test_drift_moves_popularity():
+    def top(w, lo, hi):
+        ids, counts = np.unique(w.intent[lo:hi][~w.novel[lo:hi]], return_counts=True)
+        return set(ids[np.argsort(-counts)[:30]].tolist())
+
+    kw = dict(n_queries=20_000, n_intents=1_000, zipf_alpha=1.1, session_continue=0.0,
+              burst_rate=0.0, drift_period=10_000, seed=5)
+    still = generate(drift_fraction=0.0, **kw)
+    moving = generate(drift_fraction=0.9, **kw)
+    assert len(top(still, 0, 10_000) & top(still, 10_000, 20_000)) >= 20
+    assert len(top(moving, 0, 10_000) & top(moving, 10_000, 20_000)) <= 10
+
+
+def test_sessions_and_bursts_repeat_intents():
+    kw = dict(n_queries=10_000, n_intents=5_000, zipf_alpha=0.0, novel_share=0.0, seed=2)
+    none = generate(session_continue=0.0, burst_rate=0.0, **kw)
+    sessions = generate(session_continue=0.6, burst_rate=0.0, **kw)
+    repeat = lambda w: float((w.intent[1:] == w.intent[:-1]).mean())  # noqa: E731
+    assert repeat(none) < 0.01 and repeat(sessions) == pytest.approx(0.6, abs=0.03)
+    bursty = generate(session_continue=0.0, burst_rate=0.002, burst_len=100,
+                      burst_intensity=0.8, **kw)
+    assert bursty.burst.any() and not none.burst.any()
+    first = np.flatnonzero(bursty.burst)[0]
+    window = bursty.intent[first:first + 100][bursty.burst[first:first + 100]]
+    assert np.bincount(window).max() >= 0.9 * window.size
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 400), st.integers(1, 50), st.integers(1, 12), st.integers(0, 10**6))
+def test_exact_keys_identify_intent_modality_variant(n, intents, variants, seed):
+    w = generate(n_queries=n, n_intents=intents, n_variants=variants, seed=seed)
+    keys = w.exact_keys()
+    triples = set(zip(w.intent.tolist(), w.modality.tolist(), w.variant.tolist()))
+    assert np.unique(keys).size == len(triples)
+    trace = w.to_trace("intent")
+    assert trace.n_req == n and trace.n_obj == np.unique(w.intent).size
+
+
+@pytest.mark.parametrize("bad", [dict(n_queries=0), dict(novel_share=1.0),
+                                 dict(modality_mix={"smell": 1.0}), dict(paraphrase_cos=1.0),
+                                 dict(modality_mix={"text": 0.0}), dict(qps=0)])
+def test_bad_config_is_a_config_error(bad):
+    with pytest.raises(ConfigError):
+        WorkloadConfig(**bad)
+
+
+def test_query_carries_embedding_ground_truth_and_real_text():
+    w = generate(n_queries=200, modality_mix={"text": 1.0}, seed=0)
+    q = w.query(5, prompts=["What is a cache?"], scope="t")
+    assert q.ground_truth == int(w.intent[5]) and q.scope == "t"
+    assert q.text == text_variant("What is a cache?", int(w.variant[5]))
+    assert np.array_equal(q.embeddings["text"], w.embedding(5))
+
+
+def test_zipf_trace_follows_its_exponent():
+    trace = zipf_trace(200_000, 10_000, alpha=1.0, seed=0)
+    assert trace.n_req == 200_000 and set(trace.obj_size.tolist()) == {4096}
+    counts = np.sort(np.bincount(trace.dense_ids()[0]))[::-1][:200]
+    slope = np.polyfit(np.log(np.arange(1, 201)), np.log(counts), 1)[0]
+    assert slope == pytest.approx(-1.0, abs=0.1)
+    varied = zipf_trace(5_000, 300, alpha=0.8, seed=1, obj_size=None)
+    for obj in np.unique(varied.obj_id)[:30]:
+        assert np.unique(varied.obj_size[varied.obj_id == obj]).size == 1
+    with pytest.raises(ConfigError):
+        zipf_trace(0, 10)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 40), st.sampled_from([None, 3]), st.integers(0, 50))
+def test_image_variants_keep_a_valid_image(h, w, channels, variant):
+    img = np.full((h, w) if channels is None else (h, w, channels), 100, dtype=np.uint8)
+    spec = image_variant(variant)
+    out = apply_image_variant(img, spec)
+    assert out.dtype == np.uint8 and out.ndim == img.ndim and min(out.shape[:2]) >= 1
+    assert np.all(out == min(255, int(100 * spec.brightness)))
+
+
+def test_variant_zero_is_the_original():
+    img = np.arange(48, dtype=np.uint8).reshape(6, 8)
+    assert np.array_equal(apply_image_variant(img, image_variant(0)), img)
+    assert text_variant("Hello there.", 0) == "Hello there."
+    assert apply_image_variant(img, ImageVariant(0.5, 1.0, 2.0)).shape == (6, 8)
+    assert speech_variant(0) != speech_variant(1)
