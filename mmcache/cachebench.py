@@ -1,0 +1,310 @@
+"""CacheBench-MM: replay a multimodal workload through cache tiers under a latency model.
+
+The engine (seed 002 §4.3) replays a :class:`mmcache.workload.Workload` through a
+hierarchy of tiers, each a bare eviction policy from :mod:`mmcache.policies` with a
+byte capacity and a match rule (``"exact"`` key or ``"semantic"``: cosine of the
+query's vector to a resident entry of the same modality ≥ the tier's threshold;
+exact search over the resident vectors). A lookup walks the tiers top-down; a hit
+is copied up into the tiers above it (promote on hit); a miss runs the model and
+writes the answer through to every tier (as LMCache does).
+
+Latency of one request = lookup cost of every tier consulted + the encoder cost
+(once, when a semantic tier is consulted) + on a hit, ``size / bandwidth`` of the
+hit tier, or on a miss the model-inference cost of the query's modality. Write
+back is off the critical path. Every constant of :class:`LatencyModel`,
+:data:`BANDWIDTH_GBPS` and :func:`three_tier` is an **assumed nominal value**
+(spec-sheet order of magnitude), a parameter to vary, never a measurement.
+
+Every :class:`Report` also carries the limits on the same stream: Belady's miss
+ratio on the exact-key trace, and the *oracle semantic cache* (ground-truth
+equivalence: any paraphrase in any modality hits its intent, zero false hits)
+under the first tier's policy and under Belady, all at the hierarchy's total
+capacity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .errors import ConfigError
+from .policies import make_policy
+from .types import MODALITIES
+from .workload import EMBEDDING_KIND, Workload
+
+#: Nominal link / device bandwidths in GB/s (assumptions, not measurements): HBM3 on-device,
+#: NVLink 4 per link as seed 000 §2.3 states it, PCIe 4.0 x16 effective, NVMe SSD read,
+#: SATA SSD read, 10 GbE.
+BANDWIDTH_GBPS: Mapping[str, float] = {
+    "hbm": 2000.0, "nvlink": 32.0, "pcie4_x16": 25.0, "nvme": 3.0, "sata_ssd": 0.5,
+    "net_10g": 1.25}
+
+MATCH_RULES = ("exact", "semantic")
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """One tier: name, byte capacity, eviction policy, match rule and its latency constants.
+
+    ``lookup_us`` is the cost of consulting the tier; ``bandwidth_gbps`` the rate
+    at which a hit's value reaches the requester; ``threshold`` the cosine a
+    semantic match needs (ignored by exact tiers).
+    """
+
+    name: str
+    capacity_bytes: int
+    policy: str = "lru"
+    match: str = "exact"
+    threshold: float = 0.85
+    lookup_us: float = 1.0
+    bandwidth_gbps: float = BANDWIDTH_GBPS["pcie4_x16"]
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("a tier needs a name")
+        if isinstance(self.capacity_bytes, bool) or int(self.capacity_bytes) != \
+                self.capacity_bytes or self.capacity_bytes <= 0:
+            raise ConfigError(f"tier {self.name}: capacity_bytes must be a positive integer")
+        if self.match not in MATCH_RULES:
+            raise ConfigError(f"tier {self.name}: match must be one of {MATCH_RULES}")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ConfigError(f"tier {self.name}: threshold must be in (0, 1]")
+        if self.lookup_us < 0 or self.bandwidth_gbps <= 0:
+            raise ConfigError(f"tier {self.name}: lookup_us >= 0 and bandwidth_gbps > 0")
+        make_policy(self.policy)  # raises UnknownPolicyError early
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Costs outside the tiers (assumed defaults, not measured): per-modality encoder
+    and model-inference milliseconds, and the SLA bound a request's latency must meet."""
+
+    encode_ms: Mapping[str, float] = field(
+        default_factory=lambda: {"text": 5.0, "image": 15.0, "audio": 40.0})
+    inference_ms: Mapping[str, float] = field(
+        default_factory=lambda: {"text": 400.0, "image": 700.0, "audio": 1000.0})
+    sla_ms: float = 150.0
+
+    def __post_init__(self) -> None:
+        for name in ("encode_ms", "inference_ms"):
+            table = getattr(self, name)
+            missing = set(MODALITIES) - set(table)
+            if missing or min(table.values()) < 0:
+                raise ConfigError(f"{name} needs a non-negative cost for each of {MODALITIES}")
+        if self.sla_ms <= 0:
+            raise ConfigError("sla_ms must be positive")
+
+
+def three_tier(capacity_bytes: int, *, policy: str = "lru", threshold: float = 0.85,
+               l1_share: float = 1 / 16, l2_share: float = 1 / 4) -> tuple[TierSpec, ...]:
+    """The seeds' GPU → CPU → NVMe hierarchy with L3 = ``capacity_bytes`` (assumed constants).
+
+    L1: exact match in GPU memory (2 µs lookup, HBM bandwidth); L2: semantic match
+    in CPU memory over PCIe (50 µs ANN lookup); L3: exact match on NVMe (100 µs).
+    """
+    return (TierSpec("L1-gpu", max(1, int(capacity_bytes * l1_share)), policy, "exact",
+                     lookup_us=2.0, bandwidth_gbps=BANDWIDTH_GBPS["hbm"]),
+            TierSpec("L2-cpu", max(1, int(capacity_bytes * l2_share)), policy, "semantic",
+                     threshold, lookup_us=50.0, bandwidth_gbps=BANDWIDTH_GBPS["pcie4_x16"]),
+            TierSpec("L3-nvme", int(capacity_bytes), policy, "exact",
+                     lookup_us=100.0, bandwidth_gbps=BANDWIDTH_GBPS["nvme"]))
+
+
+@dataclass
+class Report:
+    """What one replay measured (rates are over all requests unless named otherwise)."""
+
+    n_req: int
+    tiers: tuple[str, ...]
+    hit_rate: float
+    hit_rate_per_tier: dict[str, float]
+    hit_rate_per_modality: dict[str, float]
+    false_hit_rate: float
+    hit_precision: float
+    byte_hit_rate: float
+    latency_ms: dict[str, float]
+    sla_ms: float
+    sla_violation_rate: float
+    limits: dict[str, float]
+    provenance: dict[str, Any]
+    latencies_ms: np.ndarray = field(repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Everything but the per-request latencies, JSON-ready."""
+        out = asdict(self)
+        out.pop("latencies_ms")
+        out["tiers"] = list(self.tiers)
+        return out
+
+
+class _VectorIndex:
+    """Resident vectors of one modality in a tier, searched exactly (max inner product)."""
+
+    def __init__(self, dim: int) -> None:
+        self.vecs = np.zeros((64, dim), dtype=np.float32)
+        self.keys: list[int | None] = [None] * 64
+        self.slot: dict[int, int] = {}
+        self.free: list[int] = list(range(63, -1, -1))
+
+    def add(self, key: int, vec: np.ndarray) -> None:
+        if not self.free:
+            n = self.vecs.shape[0]
+            self.vecs = np.vstack([self.vecs, np.zeros_like(self.vecs)])
+            self.keys += [None] * n
+            self.free = list(range(2 * n - 1, n - 1, -1))
+        s = self.free.pop()
+        self.vecs[s], self.keys[s], self.slot[key] = vec, key, s
+
+    def remove(self, key: int) -> None:
+        s = self.slot.pop(key)
+        self.vecs[s], self.keys[s] = 0.0, None
+        self.free.append(s)
+
+    def best(self, vec: np.ndarray) -> tuple[int | None, float]:
+        if not self.slot:
+            return None, -1.0
+        sims = self.vecs @ vec
+        s = int(np.argmax(sims))
+        return self.keys[s], float(sims[s])
+
+
+class _Tier:
+    """A tier's resident entries (key → (size, intent, modality, vector)) under one policy."""
+
+    def __init__(self, spec: TierSpec, dim: int) -> None:
+        self.spec = spec
+        self.policy = make_policy(spec.policy)
+        self.entries: dict[int, tuple[int, int, int, np.ndarray | None]] = {}
+        self.used = 0
+        self.index = [_VectorIndex(dim) for _ in MODALITIES] if spec.match == "semantic" else None
+
+    def find(self, key: int, modality: int, vec: np.ndarray | None) -> int | None:
+        if key in self.entries:
+            return key
+        if self.index is None:
+            return None
+        best, sim = self.index[modality].best(vec)
+        return best if sim >= self.spec.threshold else None
+
+    def admit(self, key: int, entry: tuple, **hints: Any) -> None:
+        if key in self.entries:
+            self.policy.access(key, **hints)
+            return
+        size = entry[0]
+        if not self.policy.on_miss(key, size, **hints) or size > self.spec.capacity_bytes:
+            return
+        while self.used + size > self.spec.capacity_bytes:
+            victim = self.policy.evict()
+            old = self.entries.pop(victim)
+            self.used -= old[0]
+            if self.index is not None:
+                self.index[old[2]].remove(victim)
+        self.policy.insert(key, size, **hints)
+        self.entries[key] = entry
+        self.used += size
+        if self.index is not None:
+            self.index[entry[2]].add(key, entry[3])
+
+
+class _NextUse:
+    """Index of the next request for an exact key after request ``i`` (-1 for none)."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        cuts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1], True])
+        self.positions = {int(sorted_keys[a]): order[a:b] for a, b in zip(cuts[:-1], cuts[1:])}
+
+    def after(self, key: int, i: int) -> int:
+        pos = self.positions[key]
+        j = int(np.searchsorted(pos, i, side="right"))
+        return int(pos[j]) if j < pos.shape[0] else -1
+
+
+def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel | None = None,
+           *, limits: bool = True) -> Report:
+    """Replay ``workload`` through ``tiers`` (top first); returns the :class:`Report`.
+
+    ``limits=False`` skips the Belady / oracle-semantic replays (used by sweeps
+    that compute them once). Raises :class:`ConfigError` for an empty or
+    duplicate-named hierarchy.
+    """
+    latency = latency or LatencyModel()
+    tiers = tuple(tiers)
+    if not tiers or len({t.name for t in tiers}) != len(tiers):
+        raise ConfigError("tiers must be a non-empty sequence with distinct names")
+    state = [_Tier(spec, workload.config.dim) for spec in tiers]
+    keys = workload.exact_keys().astype(np.int64)
+    next_use = _NextUse(keys)
+    intent, modality, size = (workload.intent.tolist(), workload.modality.tolist(),
+                              workload.size.tolist())
+    n = len(workload)
+    hit_tier = np.full(n, -1, dtype=np.int16)
+    false_hit = np.zeros(n, dtype=bool)
+    lat_ms = np.zeros(n)
+    encode = [latency.encode_ms[m] for m in MODALITIES]
+    infer = [latency.inference_ms[m] for m in MODALITIES]
+    for i in range(n):
+        key, m = int(keys[i]), modality[i]
+        vec, cost_us, found = None, 0.0, None
+        for k, tier in enumerate(state):
+            cost_us += tier.spec.lookup_us
+            if tier.index is not None and vec is None:
+                vec = workload.embedding(i)
+                cost_us += 1000.0 * encode[m]
+            found = tier.find(key, m, vec)
+            if found is not None:
+                break
+        if found is None:
+            entry = (size[i], intent[i], m, vec)  # vec is set whenever a tier is semantic
+            hints = {"next_access": next_use.after(key, i), "now": i, "cost": infer[m]}
+            for tier in state:
+                tier.admit(key, entry, **hints)
+            lat_ms[i] = cost_us / 1000.0 + infer[m]
+            continue
+        entry = state[k].entries[found]
+        hints = {"next_access": next_use.after(found, i), "now": i, "cost": infer[m]}
+        for tier in state[:k + 1]:
+            tier.admit(found, entry, **hints)
+        hit_tier[i] = k
+        false_hit[i] = entry[1] != intent[i]
+        lat_ms[i] = cost_us / 1000.0 + entry[0] / (tiers[k].bandwidth_gbps * 1e6)
+    return _report(workload, tiers, latency, hit_tier, false_hit, lat_ms, limits)
+
+
+def replay_limits(workload: Workload, capacity_bytes: int, policy: str = "lru") -> dict[str, float]:
+    """Belady (exact keys) and oracle-semantic (``policy`` and Belady) miss ratios at one capacity."""
+    from .replay import simulate
+
+    exact, oracle = workload.to_trace("exact"), workload.to_trace("intent")
+    return {"belady_miss_ratio": simulate(exact, "belady", capacity_bytes).miss_ratio,
+            "oracle_semantic_miss_ratio": simulate(oracle, policy, capacity_bytes).miss_ratio,
+            "oracle_semantic_belady_miss_ratio":
+                simulate(oracle, "belady", capacity_bytes).miss_ratio}
+
+
+def _report(workload: Workload, tiers: tuple[TierSpec, ...], latency: LatencyModel,
+            hit_tier: np.ndarray, false_hit: np.ndarray, lat_ms: np.ndarray,
+            limits: bool) -> Report:
+    n = hit_tier.shape[0]
+    hit = hit_tier >= 0
+    per_mod = {m: float(hit[workload.modality == k].mean())
+               for k, m in enumerate(MODALITIES) if (workload.modality == k).any()}
+    capacity = sum(t.capacity_bytes for t in tiers)
+    return Report(
+        n_req=n, tiers=tuple(t.name for t in tiers), hit_rate=float(hit.mean()),
+        hit_rate_per_tier={t.name: float((hit_tier == k).mean()) for k, t in enumerate(tiers)},
+        hit_rate_per_modality=per_mod, false_hit_rate=float(false_hit.mean()),
+        hit_precision=float(1.0 - false_hit.sum() / hit.sum()) if hit.any() else 1.0,
+        byte_hit_rate=float(workload.size[hit].sum() / workload.size.sum()),
+        latency_ms={f"p{q}": float(np.percentile(lat_ms, q)) for q in (50, 95, 99)}
+        | {"mean": float(lat_ms.mean())},
+        sla_ms=latency.sla_ms, sla_violation_rate=float((lat_ms > latency.sla_ms).mean()),
+        limits=replay_limits(workload, capacity, tiers[0].policy) | {
+            "capacity_bytes": capacity} if limits else {},
+        provenance={"workload": workload.describe(), "embeddings": EMBEDDING_KIND,
+                    "tiers": [asdict(t) for t in tiers],
+                    "latency_model": {**asdict(latency), "kind": "assumed constants, not measured"}},
+        latencies_ms=lat_ms)

@@ -1,0 +1,97 @@
+"""CacheBench-MM engine: counts agree with simulate(), latency model arithmetic, limits hold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmcache.cachebench import LatencyModel, TierSpec, replay, three_tier
+from mmcache.errors import ConfigError, UnknownPolicyError
+from mmcache.replay import simulate
+from mmcache.workload import generate
+
+
+@pytest.fixture(scope="module")
+def stream():
+    return generate(n_queries=3_000, n_intents=300, seed=11)
+
+
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+def test_one_exact_tier_matches_simulate(stream, policy):
+    cap = int(stream.size.sum() // 20)
+    report = replay(stream, [TierSpec("L1", cap, policy)], limits=False)
+    expected = simulate(stream.to_trace("exact"), policy, cap)
+    assert report.hit_rate == pytest.approx(expected.hit_ratio, abs=1e-12)
+    assert report.byte_hit_rate == pytest.approx(1 - expected.byte_miss_ratio, abs=1e-12)
+    assert report.false_hit_rate == 0.0
+
+
+def test_latency_model_arithmetic():
+    w = generate(n_queries=50, n_intents=1, n_variants=1, novel_share=0.0,
+                 modality_mix={"image": 1.0}, seed=0)
+    tier = TierSpec("L1", 10**9, lookup_us=10.0, bandwidth_gbps=2.0)
+    model = LatencyModel(inference_ms={"text": 1.0, "image": 300.0, "audio": 1.0}, sla_ms=100.0)
+    report = replay(w, [tier], model, limits=False)
+    size = int(w.size[0])
+    assert report.hit_rate == pytest.approx(49 / 50)
+    assert report.latencies_ms[0] == pytest.approx(0.01 + 300.0)
+    assert np.allclose(report.latencies_ms[1:], 0.01 + size / 2e6)
+    assert report.sla_violation_rate == pytest.approx(1 / 50)
+    assert report.latency_ms["p50"] == pytest.approx(0.01 + size / 2e6)
+
+
+def test_semantic_threshold_trades_hits_for_false_hits(stream):
+    cap = int(stream.size.sum() // 10)
+    loose, strict = (replay(stream, [TierSpec("L2", cap, match="semantic", threshold=t)],
+                            limits=False) for t in (0.7, 0.95))
+    exact = replay(stream, [TierSpec("L2", cap)], limits=False)
+    assert loose.hit_rate > strict.hit_rate >= exact.hit_rate
+    assert loose.false_hit_rate > 0.05 > strict.false_hit_rate
+    assert exact.false_hit_rate == 0.0 and loose.hit_precision < 1.0
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(50, 400), st.floats(0.6, 1.0), st.integers(1, 6), st.integers(0, 999))
+def test_report_invariants(n, threshold, cap_div, seed):
+    w = generate(n_queries=n, n_intents=40, seed=seed)
+    report = replay(w, three_tier(int(w.size.sum() // cap_div), threshold=threshold),
+                    limits=False)
+    assert sum(report.hit_rate_per_tier.values()) == pytest.approx(report.hit_rate)
+    assert 0.0 <= report.false_hit_rate <= report.hit_rate <= 1.0
+    assert 0.0 <= report.byte_hit_rate <= 1.0
+    assert report.latency_ms["p50"] <= report.latency_ms["p95"] <= report.latency_ms["p99"]
+    assert report.latencies_ms.shape == (n,) and (report.latencies_ms > 0).all()
+
+
+def test_limits_bound_the_replay():
+    w = generate(n_queries=3_000, n_intents=300, value_bytes_sigma=0.0, seed=4)
+    cap = int(w.size[0]) * 150
+    exact = replay(w, [TierSpec("L1", cap)])
+    assert exact.limits["belady_miss_ratio"] <= 1 - exact.hit_rate
+    semantic = replay(w, [TierSpec("L2", cap, match="semantic", threshold=0.8)])
+    true_hits = semantic.hit_rate - semantic.false_hit_rate
+    assert true_hits <= 1 - semantic.limits["oracle_semantic_belady_miss_ratio"] + 1e-12
+    limits = semantic.limits
+    assert limits["oracle_semantic_belady_miss_ratio"] <= limits["oracle_semantic_miss_ratio"]
+    assert limits["oracle_semantic_miss_ratio"] < 1 - exact.hit_rate
+
+
+@pytest.mark.parametrize("bad", [dict(match="fuzzy"), dict(threshold=0.0),
+                                 dict(capacity_bytes=0), dict(bandwidth_gbps=0.0),
+                                 dict(capacity_bytes=1.5)])
+def test_bad_tier_is_a_config_error(bad):
+    with pytest.raises(ConfigError):
+        TierSpec(**{"name": "L1", "capacity_bytes": 100, **bad})
+
+
+def test_bad_hierarchy_and_models_are_config_errors(stream):
+    with pytest.raises(UnknownPolicyError):
+        TierSpec("L1", 100, policy="nope")
+    with pytest.raises(ConfigError):
+        replay(stream, [])
+    with pytest.raises(ConfigError):
+        replay(stream, [TierSpec("A", 100), TierSpec("A", 200)])
+    with pytest.raises(ConfigError):
+        LatencyModel(inference_ms={"text": 1.0})
