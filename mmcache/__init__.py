@@ -9,5 +9,16 @@ enforce_offline()
 from . import errors  # noqa: E402
 from .types import Entry, Hit, Query  # noqa: E402
 
-__all__ = ["Entry", "Hit", "Query", "errors"]
+__all__ = ["CacheConfig", "Entry", "Hit", "Query", "TieredCache", "errors"]
+
+_LAZY = {"TieredCache": ".cache", "CacheConfig": ".config"}
+
+
+def __getattr__(name: str):
+    """Import the cache (faiss, PIL, ...) only when it is first used."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module 'mmcache' has no attribute {name!r}")
 __version__ = "0.1.0"

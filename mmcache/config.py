@@ -34,7 +34,6 @@ from .errors import ConfigError
 from .types import MODALITIES
 
 STORE_BACKENDS = ("sqlite", "redis")
-THRESHOLD_RULES = ("static", "percentile")
 INDEX_KINDS = ("auto", "flat")
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
@@ -274,7 +273,9 @@ def _validate(cfg: CacheConfig) -> None:
             raise ConfigError("l3.url is required when l3.backend is 'redis'")
     _choice(l3.synchronous.upper(), SYNCHRONOUS, "l3.synchronous")
     th = cfg.thresholds
-    _choice(th.rule, THRESHOLD_RULES, "thresholds.rule")
+    from .thresholds import RULES
+
+    _choice(th.rule, tuple(RULES), "thresholds.rule")
     for modality, delta in th.delta.items():
         _modality(modality, f"thresholds.delta.{modality}")
         _in_range(delta, 0.0, 2.0, f"thresholds.delta.{modality}", low_open=True)

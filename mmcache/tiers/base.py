@@ -168,5 +168,13 @@ class Tier(ABC):
     def __contains__(self, entry_id: str) -> bool:
         return any(e.entry_id == entry_id for e in self.scan())
 
+    def ids(self) -> Iterator[str]:
+        """Every entry id held (tiers override this when a cheaper way exists)."""
+        return (e.entry_id for e in self.scan())
+
+    def dims(self) -> dict[str, int]:
+        """Embedding dimension per modality of the vectors held (empty when none)."""
+        return {}
+
     def close(self) -> None:
         """Release files, connections and memory; the default does nothing."""

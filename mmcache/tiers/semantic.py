@@ -57,6 +57,9 @@ class SemanticTier(Tier):
                floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
         return self.index.search(scope, vectors, floors, k)
 
+    def dims(self) -> dict[str, int]:
+        return self.index.dims()
+
     def delete(self, entry_id: str) -> bool:
         self._budget.remove(entry_id)
         return self._drop(entry_id)

@@ -120,6 +120,9 @@ class SQLiteTier(Tier):
             self._sync()
         return self.index.search(scope, vectors, floors, k)
 
+    def dims(self) -> dict[str, int]:
+        return self.index.dims()
+
     def delete(self, entry_id: str) -> bool:
         try:
             with self._transaction():
@@ -146,6 +149,9 @@ class SQLiteTier(Tier):
         rows = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries ORDER BY rowid").fetchall()
         for row in rows:
             yield self._entry(row, self._embeddings(row[1]))
+
+    def ids(self) -> Iterator[str]:
+        return (row[0] for row in self._db.execute("SELECT entry_id FROM entries").fetchall())
 
     def __len__(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])

@@ -200,6 +200,15 @@ class SemanticIndex:
         #: Searches skipped because a spherical-cap bound proved a miss.
         self.skipped = 0
 
+    def dims(self) -> dict[str, int]:
+        """Embedding dimension per modality over every scope."""
+        return {m: idx.dim for (_, m), idx in self._indexes.items()}
+
+    @property
+    def uses_ann(self) -> bool:
+        """Whether any index currently searches through its ANN structure."""
+        return any(idx.uses_ann for idx in self._indexes.values())
+
     def index(self, scope: str, modality: str) -> VectorIndex | None:
         """The index of ``modality`` in ``scope`` (None when it holds nothing yet)."""
         return self._indexes.get((scope, modality))

@@ -1,0 +1,354 @@
+"""``TieredCache``: the lookup path over L1 exact → L2 semantic → L3 persistent/remote.
+
+``get(query)`` first looks for the query's exact key (scope + every modality's
+fingerprint) in each tier in order, then for a δ-neighbour in each semantic tier
+in order: an entry of the same scope whose every queried modality is within its
+own threshold (:mod:`mmcache.thresholds`). A hit below L1 is copied up
+(back-filled) into the tiers above it. ``put`` writes through to every tier that
+can hold the entry, the durable tier first, so a failing store leaves memory
+unchanged. Scopes are separate key spaces and separate vector indexes: entries
+never match across scopes.
+
+Freshness (seed 001 §3.3): an entry expires ``ttl`` seconds after its put. For
+``freshness.stale_while_revalidate`` seconds after expiry it is still served,
+marked ``Hit.freshness == "stale-while-revalidate"`` (the caller should refresh
+it); when the caller reports the origin failed (``get(q, origin_failed=True)``)
+it is served up to ``freshness.stale_if_error`` seconds after expiry, marked
+``"stale-if-error"``. ``get(q, bypass=True)`` (or a query text containing a
+``freshness.bypass_tokens`` entry such as ``freshness:strict``) skips the cache.
+
+Penetration guard (:mod:`mmcache.guard`): a Bloom filter over the exact keys put
+through this cache lets a guaranteed exact miss skip the lookups in tiers that
+only this process writes; a spherical-cap bound lets a guaranteed semantic miss
+skip the vector search.
+
+Benchmark settings: ``{"l2": {"index": "flat"}}`` is exact flat search at every
+size; the default ``{"l2": {"index": "auto"}}`` switches each (scope, modality)
+index to ``l2.ann_factory`` (HNSW32, ``ef_search`` 64) at ``l2.ann_min_size``
+vectors. Not thread-safe: use one cache per thread or process (the SQLite store
+may be shared between processes with ``l3.shared: true``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .config import CacheConfig
+from .encoders.base import Encoder
+from .errors import ConfigError, InvalidInputError, MMCacheError, UnknownModalityError
+from .guard import ExactKeyFilter
+from .inputs import PreparedQuery, prepare, unit_vector
+from .metrics import CacheMetrics
+from .thresholds import ThresholdRule, make_threshold
+from .tiers import Tier, build_tiers
+from .tiers.codec import canonical_value, detached, encode_label, value_size
+from .types import MODALITIES, Entry, Hit, Query
+
+#: Candidates fetched per semantic tier search (stale ones are skipped).
+SEARCH_K = 4
+
+
+class TieredCache:
+    """A multimodal semantic cache over configurable tiers (see the module docstring).
+
+    ``config`` is a :class:`CacheConfig`, a dict or a YAML path. ``encoders`` maps a
+    modality to an :class:`~mmcache.encoders.base.Encoder` used when a query carries
+    raw input without an embedding; modalities named in ``config.encoders`` are
+    resolved lazily through ``mmcache.encoders.get_encoder``. ``clock`` returns
+    seconds (inject a fake one to test TTLs); ``threshold`` overrides the rule built
+    from ``config.thresholds``.
+    """
+
+    def __init__(self, config: CacheConfig | Mapping[str, Any] | str | Path | None = None,
+                 encoders: Mapping[str, Encoder] | None = None, *,
+                 clock: Callable[[], float] = time.time,
+                 threshold: ThresholdRule | None = None) -> None:
+        self.config = CacheConfig.load(config)
+        self._clock = clock
+        self._dims: dict[str, int] = dict(self.config.dims)
+        self._encoders: dict[str, Encoder] = {}
+        for modality, encoder in (encoders or {}).items():
+            self._add_encoder(modality, encoder)
+        self.thresholds = threshold or make_threshold(self.config.thresholds)
+        self._metrics = CacheMetrics()
+        self.tiers: list[Tier] = build_tiers(self.config)
+        if not self.tiers:
+            raise ConfigError("every tier is disabled: enable l1, l2 or configure l3")
+        self.guard = ExactKeyFilter(self.config.guard.expected_items,
+                                    self.config.guard.error_rate) \
+            if self.config.guard.enabled else None
+        self._adopt_stored_entries()
+        self._closed = False
+
+    # -- public API ----------------------------------------------------------------------
+    def put(self, query: Query, value: Any, *, ttl: float | None = None) -> str:
+        """Store ``value`` (str, bytes or JSON-able) for ``query``; return the entry id.
+
+        ``ttl`` (seconds) overrides ``config.freshness.ttl``. The entry goes to every
+        tier whose capacity can hold it, evicting by each tier's policy.
+        """
+        self._check_open()
+        prepared = prepare(query, self._dims)
+        stored = canonical_value(value)
+        label = query.ground_truth
+        encode_label(label)
+        lifetime = self._lifetime(ttl)
+        vectors, _ = self._vectors(prepared)
+        now = self._clock()
+        size = value_size(stored) + sum(4 * len(v) for v in vectors.values())
+        entry = Entry(entry_id=prepared.key, scope=prepared.scope, exact_key=prepared.key,
+                      value=stored, embeddings=vectors, size=size, created_at=now,
+                      expires_at=None if lifetime is None else now + lifetime,
+                      ground_truth=label)
+        targets = [t for t in self.tiers if t.capacity.admits(size)]
+        if not targets:
+            raise InvalidInputError(f"entry of {size} bytes is larger than every tier's "
+                                    "max_bytes; nothing was stored")
+        for tier in reversed(self.tiers):
+            if tier in targets:
+                self._metrics.evictions[tier.name] += len(tier.put(entry))
+                self._metrics.puts[tier.name] += 1
+            else:
+                tier.delete(entry.entry_id)  # an older, smaller version must not linger
+        for modality, vec in vectors.items():
+            self._dims.setdefault(modality, len(vec))
+        if self.guard is not None:
+            self.guard.add(entry.entry_id)
+        return entry.entry_id
+
+    def get(self, query: Query, *, bypass: bool = False, origin_failed: bool = False) -> Hit | None:
+        """The cached answer for ``query`` (exact, then δ-neighbour), or None on a miss.
+
+        ``bypass`` skips the cache; ``origin_failed`` allows stale-if-error answers.
+        """
+        self._check_open()
+        start = time.perf_counter()
+        prepared = prepare(query, self._dims)
+        modalities = "+".join(prepared.modalities)
+        if bypass or self._wants_bypass(prepared.text):
+            self._metrics.bypasses[modalities] += 1
+            return None
+        now = self._clock()
+        found = self._exact(prepared, now, origin_failed) or \
+            self._semantic(prepared, now, origin_failed)
+        if found is None:
+            self._metrics.misses[modalities] += 1
+            self._metrics.time("get", time.perf_counter() - start)
+            return None
+        hit, entry = found
+        correct = None if query.ground_truth is None or entry.ground_truth is None \
+            else query.ground_truth == entry.ground_truth
+        self._metrics.hit(hit.tier, modalities, hit.freshness, correct)
+        if hit.entry_id != prepared.key:  # a δ-neighbour, not an exact hit
+            self.thresholds.observe(hit.similarities, hit.entry_id, correct)
+        self._metrics.time("get", time.perf_counter() - start)
+        return hit
+
+    def invalidate(self, query: Query) -> bool:
+        """Remove the entry stored under ``query``'s exact key from every tier."""
+        self._check_open()
+        prepared = prepare(query, self._dims)
+        return self._purge(prepared.key)
+
+    def evict(self, tier: str) -> str | None:
+        """Evict one entry from the named tier by its policy; return its id."""
+        self._check_open()
+        victim = self._tier(tier).evict()
+        if victim is not None:
+            self._metrics.evictions[tier] += 1
+        return victim
+
+    def close(self) -> None:
+        """Close every tier (files, connections); further calls raise MMCacheError."""
+        if self._closed:
+            return
+        self._closed = True
+        for tier in self.tiers:
+            tier.close()
+
+    def __enter__(self) -> "TieredCache":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def metrics(self) -> CacheMetrics:
+        """Counters and latency histograms (guard skips refreshed from the tiers)."""
+        for tier in self.tiers:
+            index = getattr(tier, "index", None)
+            if index is not None and hasattr(index, "skipped"):
+                self._metrics.guard_skips[f"{tier.name}:cap"] = index.skipped
+        return self._metrics
+
+    def usage(self) -> dict[str, tuple[int, int]]:
+        """``(entries, bytes)`` per tier name."""
+        return {t.name: t.usage() for t in self.tiers}
+
+    def tier(self, name: str) -> Tier:
+        """The tier called ``name`` (``"l1"``, ``"l2"``, ``"l3"``)."""
+        return self._tier(name)
+
+    # -- lookup --------------------------------------------------------------------------
+    def _exact(self, p: PreparedQuery, now: float,
+               origin_failed: bool) -> tuple[Hit, Entry] | None:
+        maybe = self.guard is None or self.guard.might_contain(p.key)
+        for level, tier in enumerate(self.tiers):
+            if not maybe and not tier.shared:
+                self._metrics.guard_skips[f"{tier.name}:bloom"] += 1
+                continue
+            start = time.perf_counter()
+            entry = tier.get(p.scope, p.key)
+            self._metrics.time(f"{tier.name}.exact", time.perf_counter() - start)
+            if entry is None:
+                continue
+            freshness = self._freshness(entry, now, origin_failed)
+            if freshness is None:
+                continue
+            self._promote(entry, level)
+            return self._hit(entry, tier.name, freshness, {m: 1.0 for m in p.modalities}), entry
+        return None
+
+    def _semantic(self, p: PreparedQuery, now: float,
+                  origin_failed: bool) -> tuple[Hit, Entry] | None:
+        vectors, complete = self._vectors(p)
+        if not complete:
+            return None
+        floors = {m: self.thresholds.floor(m) for m in vectors}
+        for level, tier in enumerate(self.tiers):
+            if not tier.semantic:
+                continue
+            start = time.perf_counter()
+            candidates = tier.search(p.scope, vectors, floors, SEARCH_K)
+            found = None
+            for cand in candidates:
+                if not self.thresholds.accepts(cand.similarities, cand.entry_id):
+                    continue
+                entry = tier.get(p.scope, cand.entry_id)
+                freshness = None if entry is None else self._freshness(entry, now, origin_failed)
+                if freshness is not None:
+                    found = entry, freshness, cand.similarities
+                    break
+            self._metrics.time(f"{tier.name}.semantic", time.perf_counter() - start)
+            if found is not None:
+                entry, freshness, sims = found
+                self._promote(entry, level)
+                return self._hit(entry, tier.name, freshness, sims), entry
+        return None
+
+    def _hit(self, entry: Entry, tier: str, freshness: str,
+             similarities: Mapping[str, float]) -> Hit:
+        sims = {m: min(1.0, float(s)) for m, s in similarities.items()}
+        return Hit(value=detached(entry.value), tier=tier, similarity=min(sims.values()),
+                   entry_id=entry.entry_id, freshness=freshness, similarities=sims)
+
+    def _freshness(self, entry: Entry, now: float, origin_failed: bool) -> str | None:
+        """How ``entry`` may be served now (None: not at all; purged once past every window)."""
+        if entry.expires_at is None or now < entry.expires_at:
+            return "fresh"
+        age = now - entry.expires_at
+        fr = self.config.freshness
+        if age < fr.stale_while_revalidate:
+            return "stale-while-revalidate"
+        if origin_failed and age < fr.stale_if_error:
+            return "stale-if-error"
+        if age >= max(fr.stale_while_revalidate, fr.stale_if_error):
+            self._purge(entry.entry_id)
+        return None
+
+    def _promote(self, entry: Entry, level: int) -> None:
+        """Back-fill ``entry`` into every tier above ``level`` that can hold it."""
+        for tier in self.tiers[:level]:
+            if tier.capacity.admits(entry.size):
+                self._metrics.evictions[tier.name] += len(tier.put(entry))
+
+    def _purge(self, entry_id: str) -> bool:
+        removed = [tier.delete(entry_id) for tier in self.tiers]
+        self.thresholds.forget(entry_id)
+        return any(removed)
+
+    # -- inputs --------------------------------------------------------------------------
+    def _vectors(self, p: PreparedQuery) -> tuple[dict[str, np.ndarray], bool]:
+        """Unit vectors for the query's modalities (encoding raw inputs when an encoder
+        exists) and whether every modality has one."""
+        vectors = dict(p.vectors)
+        for modality in p.modalities:
+            if modality in vectors:
+                continue
+            encoder = self._encoder(modality)
+            if encoder is None:
+                continue
+            start = time.perf_counter()
+            raw = np.asarray(encoder.encode([p.raw[modality]]))[0]
+            vectors[modality] = unit_vector(raw.astype(np.float32, copy=False), modality,
+                                            self._dims.get(modality))
+            self._metrics.time("encode", time.perf_counter() - start)
+        return vectors, len(vectors) == len(p.modalities)
+
+    def _encoder(self, modality: str) -> Encoder | None:
+        if modality not in self._encoders and modality in self.config.encoders:
+            self._add_encoder(modality, _resolve_encoder(self.config.encoders[modality]))
+        return self._encoders.get(modality)
+
+    def _add_encoder(self, modality: str, encoder: Encoder) -> None:
+        if modality not in MODALITIES:
+            raise UnknownModalityError(f"encoder given for unknown modality {modality!r}")
+        if not callable(getattr(encoder, "encode", None)) or not isinstance(
+                getattr(encoder, "dim", None), int):
+            raise ConfigError(f"encoders.{modality} must have encode(inputs) and an int dim")
+        known = self._dims.get(modality)
+        if known is not None and known != encoder.dim:
+            raise ConfigError(f"encoders.{modality} has dim {encoder.dim} but dims.{modality} "
+                              f"is {known}")
+        self._dims[modality] = encoder.dim
+        self._encoders[modality] = encoder
+
+    def _lifetime(self, ttl: float | None) -> float | None:
+        if ttl is None:
+            return self.config.freshness.ttl
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not (
+                math.isfinite(ttl) and ttl > 0):
+            raise InvalidInputError(f"ttl must be a positive finite number of seconds, got {ttl!r}")
+        return float(ttl)
+
+    def _wants_bypass(self, text: str | None) -> bool:
+        return text is not None and any(t in text for t in self.config.freshness.bypass_tokens)
+
+    # -- housekeeping --------------------------------------------------------------------
+    def _adopt_stored_entries(self) -> None:
+        """Learn dims and exact keys of entries already in persistent tiers."""
+        for tier in self.tiers:
+            for modality, dim in tier.dims().items():
+                if self._dims.setdefault(modality, dim) != dim:
+                    raise ConfigError(f"tier {tier.name} holds {modality} vectors of dim {dim}, "
+                                      f"but this cache expects {self._dims[modality]}")
+            if self.guard is not None and not tier.shared:
+                for entry_id in tier.ids():
+                    self.guard.add(entry_id)
+
+    def _tier(self, name: str) -> Tier:
+        for tier in self.tiers:
+            if tier.name == name:
+                return tier
+        raise ConfigError(f"no tier named {name!r}; this cache has "
+                          f"{[t.name for t in self.tiers]}")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise MMCacheError("this TieredCache is closed")
+
+
+def _resolve_encoder(name: str) -> Encoder:
+    """The encoder called ``name`` from ``mmcache.encoders.get_encoder``."""
+    from . import encoders
+
+    factory = getattr(encoders, "get_encoder", None)
+    if factory is None:
+        raise ConfigError(f"config names encoder {name!r} but mmcache.encoders has no "
+                          "get_encoder(); pass encoders={modality: Encoder} instead")
+    return factory(name)

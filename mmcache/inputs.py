@@ -1,0 +1,136 @@
+"""Checking a :class:`mmcache.Query` and turning it into what the tiers need.
+
+:func:`prepare` validates every part of a query (scope, text, image, audio,
+embeddings) and computes its exact key without running any encoder; it raises a
+typed :class:`~mmcache.errors.InvalidInputError` subclass naming the problem.
+Embeddings must be 1-D float32, finite, non-zero and of the modality's expected
+dimension; they come back L2-normalised. Audio is 1-D float at ``audio_rate``
+(16 kHz unless declared; another declared rate is resampled) or WAV bytes, whose
+header rate must be 16 kHz unless the query declares that same rate.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import wave
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+from scipy.signal import resample_poly
+
+from . import keys
+from .errors import (InvalidEmbeddingError, InvalidInputError, InvalidMediaError,
+                     UnknownModalityError)
+from .types import AUDIO_SAMPLE_RATE, MODALITIES, Query
+
+#: Vectors with a smaller L2 norm count as zero.
+MIN_NORM = 1e-6
+
+
+@dataclass
+class PreparedQuery:
+    """A validated query: scope, exact key, raw inputs per modality and unit vectors."""
+
+    scope: str
+    key: str
+    modalities: tuple[str, ...]
+    raw: dict[str, Any] = field(default_factory=dict)
+    vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    text: str | None = None
+
+
+def prepare(query: Query, dims: Mapping[str, int]) -> PreparedQuery:
+    """Validate ``query`` and compute its exact key; vectors hold only given embeddings."""
+    if not isinstance(query, Query):
+        raise InvalidInputError(f"expected an mmcache.Query, got {type(query).__name__}")
+    scope = keys.check_scope(query.scope)
+    if not isinstance(query.embeddings, Mapping):
+        raise InvalidEmbeddingError("Query.embeddings must map modality names to vectors")
+    for name in query.embeddings:
+        if name not in MODALITIES:
+            raise UnknownModalityError(f"unknown modality {name!r}; known: {list(MODALITIES)}")
+    vectors = {m: unit_vector(v, m, dims.get(m)) for m, v in query.embeddings.items()}
+    raw: dict[str, Any] = {}
+    fingerprints: dict[str, str] = {}
+    if query.text is not None:
+        fingerprints["text"] = keys.text_key(query.text)
+        raw["text"] = query.text
+    if query.image is not None:
+        fingerprints["image"] = keys.image_key(query.image)
+        raw["image"] = query.image
+    if query.audio is not None:
+        raw["audio"] = audio_16k(query.audio, query.audio_rate)
+        fingerprints["audio"] = keys.audio_key(raw["audio"])
+    for m, vec in vectors.items():
+        fingerprints.setdefault(m, "emb:" + keys.vector_key(vec))
+    if not fingerprints:
+        raise InvalidInputError("query has no text, image, audio or embedding")
+    modalities = tuple(m for m in MODALITIES if m in fingerprints)
+    return PreparedQuery(scope, keys.exact_key(scope, fingerprints), modalities, raw, vectors,
+                         query.text)
+
+
+def unit_vector(vector: Any, modality: str, dim: int | None) -> np.ndarray:
+    """``vector`` L2-normalised, after checking dtype, shape, dimension and values."""
+    if not isinstance(vector, np.ndarray):
+        raise InvalidEmbeddingError(f"{modality} embedding must be a numpy float32 array, got "
+                                    f"{type(vector).__name__}")
+    if vector.dtype != np.float32:
+        raise InvalidEmbeddingError(f"{modality} embedding has dtype {vector.dtype}; "
+                                    "expected float32 (use .astype(np.float32))")
+    if vector.ndim != 1 or vector.size == 0:
+        raise InvalidEmbeddingError(f"{modality} embedding must be 1-D and non-empty, got shape "
+                                    f"{vector.shape}")
+    if dim is not None and vector.size != dim:
+        raise InvalidEmbeddingError(f"{modality} embedding has dimension {vector.size}; this "
+                                    f"cache expects {dim}")
+    if not np.isfinite(vector).all():
+        raise InvalidEmbeddingError(f"{modality} embedding contains NaN or infinite values")
+    norm = float(np.linalg.norm(vector.astype(np.float64)))
+    if not math.isfinite(norm) or norm < MIN_NORM:
+        raise InvalidEmbeddingError(f"{modality} embedding has zero norm ({norm:.3g})")
+    return (vector / np.float32(norm)).astype(np.float32)
+
+
+def audio_16k(audio: Any, rate: int = AUDIO_SAMPLE_RATE) -> np.ndarray:
+    """A finite, non-empty 1-D float32 signal at 16 kHz, from an array or WAV bytes."""
+    if not isinstance(rate, int) or isinstance(rate, bool) or rate <= 0:
+        raise InvalidMediaError(f"audio_rate must be a positive integer (Hz), got {rate!r}")
+    if isinstance(audio, (bytes, bytearray, memoryview)):
+        samples, header_rate = _read_wav(bytes(audio))
+        if header_rate != AUDIO_SAMPLE_RATE and rate != header_rate:
+            raise InvalidMediaError(
+                f"audio is {header_rate} Hz but the query declares {rate} Hz; pass "
+                f"audio_rate={header_rate} to have it resampled to 16 kHz")
+        audio, rate = samples, header_rate
+    if not isinstance(audio, np.ndarray):
+        raise InvalidMediaError(f"audio must be a float array or WAV bytes, got "
+                                f"{type(audio).__name__}")
+    if audio.dtype.kind != "f":
+        raise InvalidMediaError(f"audio array must be float (float32 at 16 kHz), got {audio.dtype}")
+    if audio.ndim != 1:
+        raise InvalidMediaError(f"audio must be a 1-D mono signal, got shape {audio.shape}")
+    if audio.size == 0:
+        raise InvalidMediaError("audio is empty")
+    if not np.isfinite(audio).all():
+        raise InvalidMediaError("audio contains NaN or infinite samples")
+    signal = audio.astype(np.float32)
+    if rate != AUDIO_SAMPLE_RATE:
+        g = math.gcd(AUDIO_SAMPLE_RATE, rate)
+        signal = resample_poly(signal, AUDIO_SAMPLE_RATE // g, rate // g).astype(np.float32)
+    return signal
+
+
+def _read_wav(data: bytes) -> tuple[np.ndarray, int]:
+    try:
+        with wave.open(io.BytesIO(data)) as wav:
+            width, channels, rate = wav.getsampwidth(), wav.getnchannels(), wav.getframerate()
+            frames = wav.readframes(wav.getnframes())
+    except (wave.Error, EOFError, ValueError) as exc:
+        raise InvalidMediaError(f"audio bytes are not a readable WAV file: {exc}") from None
+    if width != 2:
+        raise InvalidMediaError(f"WAV audio must be 16-bit PCM, got {8 * width}-bit")
+    pcm = np.frombuffer(frames, dtype="<i2").astype(np.float32) / 32768.0
+    return pcm.reshape(-1, channels).mean(axis=1), rate

@@ -1,0 +1,162 @@
+"""Cache metrics: hits per tier and modality, misses, false hits, latency histograms.
+
+Counters are plain dictionaries keyed by ``(tier, modalities)`` where
+``modalities`` is the query's modality set joined by ``+`` (``"text+image"``).
+A hit is *false* when the query carries ``ground_truth`` and the entry's stored
+ground truth differs. Export with :meth:`CacheMetrics.to_dataframe` (tidy
+pandas) or :meth:`CacheMetrics.to_prometheus` (text exposition format).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Upper bounds (seconds) of the latency histogram buckets: 1 µs … 10 s, 1-2.5-5 steps.
+LATENCY_BUCKETS: tuple[float, ...] = tuple(
+    m * 10.0 ** e for e in range(-6, 1) for m in (1.0, 2.5, 5.0)) + (10.0,)
+
+
+class Histogram:
+    """Cumulative-bucket latency histogram in seconds (Prometheus semantics)."""
+
+    def __init__(self, buckets: Iterable[float] = LATENCY_BUCKETS) -> None:
+        self.buckets = tuple(buckets)
+        self.counts = [0] * (len(self.buckets) + 1)  # last = above every bound
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, seconds: float) -> None:
+        """Record one duration."""
+        self.counts[bisect_left(self.buckets, seconds)] += 1
+        self.sum += seconds
+        self.count += 1
+
+    def quantile(self, q: float) -> float:
+        """Upper bucket bound below which a fraction ``q`` of observations fall (inf if beyond)."""
+        target, seen = q * self.count, 0
+        for bound, n in zip(self.buckets + (float("inf"),), self.counts):
+            seen += n
+            if seen >= target and seen > 0:
+                return bound
+        return float("nan")
+
+
+class CacheMetrics:
+    """Counters and latency histograms of one TieredCache."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero every counter and histogram."""
+        self.hits: Counter[tuple[str, str]] = Counter()
+        self.false_hits: Counter[tuple[str, str]] = Counter()
+        self.judged_hits: Counter[tuple[str, str]] = Counter()
+        self.stale_hits: Counter[tuple[str, str]] = Counter()
+        self.misses: Counter[str] = Counter()
+        self.bypasses: Counter[str] = Counter()
+        self.puts: Counter[str] = Counter()
+        self.evictions: Counter[str] = Counter()
+        self.guard_skips: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.latency: dict[str, Histogram] = {}
+
+    def hit(self, tier: str, modalities: str, freshness: str, correct: bool | None) -> None:
+        """Count a hit served by ``tier``."""
+        self.hits[(tier, modalities)] += 1
+        if freshness != "fresh":
+            self.stale_hits[(tier, freshness)] += 1
+        if correct is not None:
+            self.judged_hits[(tier, modalities)] += 1
+            if not correct:
+                self.false_hits[(tier, modalities)] += 1
+
+    def time(self, stage: str, seconds: float) -> None:
+        """Record the duration of one stage (``"l1"``, ``"l2"``, ``"encode"``, ``"get"``, ...)."""
+        hist = self.latency.get(stage)
+        if hist is None:
+            hist = self.latency[stage] = Histogram()
+        hist.observe(seconds)
+
+    @property
+    def lookups(self) -> int:
+        """Gets answered (hits + misses; bypasses excluded)."""
+        return sum(self.hits.values()) + sum(self.misses.values())
+
+    def hit_ratio(self) -> float:
+        """Hits ÷ lookups (nan before the first lookup)."""
+        return sum(self.hits.values()) / self.lookups if self.lookups else float("nan")
+
+    def to_dataframe(self) -> "pd.DataFrame":
+        """Tidy table: one row per (metric, tier, modalities) counter and latency summary."""
+        import pandas as pd
+
+        rows: list[dict[str, Any]] = []
+        for metric, counter in (("hits", self.hits), ("false_hits", self.false_hits),
+                                ("judged_hits", self.judged_hits)):
+            rows += [{"metric": metric, "tier": t, "modalities": m, "value": v}
+                     for (t, m), v in sorted(counter.items())]
+        rows += [{"metric": "stale_hits", "tier": t, "modalities": f, "value": v}
+                 for (t, f), v in sorted(self.stale_hits.items())]
+        for metric, counter, column in (("misses", self.misses, "modalities"),
+                                        ("bypasses", self.bypasses, "modalities"),
+                                        ("puts", self.puts, "tier"),
+                                        ("evictions", self.evictions, "tier"),
+                                        ("guard_skips", self.guard_skips, "tier"),
+                                        ("errors", self.errors, "tier")):
+            rows += [{"metric": metric, column: k, "value": v} for k, v in sorted(counter.items())]
+        for stage, hist in sorted(self.latency.items()):
+            rows += [{"metric": "latency_count", "tier": stage, "value": hist.count},
+                     {"metric": "latency_mean_s", "tier": stage,
+                      "value": hist.sum / hist.count if hist.count else float("nan")},
+                     {"metric": "latency_p50_s", "tier": stage, "value": hist.quantile(0.5)},
+                     {"metric": "latency_p99_s", "tier": stage, "value": hist.quantile(0.99)}]
+        return pd.DataFrame(rows, columns=["metric", "tier", "modalities", "value"])
+
+    def to_prometheus(self, prefix: str = "mmcache") -> str:
+        """The metrics in Prometheus text exposition format (via ``prometheus_client``)."""
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(self, prefix))
+        return generate_latest(registry).decode()
+
+
+class _Collector:
+    """Adapter exposing a CacheMetrics snapshot to prometheus_client."""
+
+    def __init__(self, metrics: CacheMetrics, prefix: str) -> None:
+        self.metrics, self.prefix = metrics, prefix
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+        m, p = self.metrics, self.prefix
+        for name, doc, counter, labels in (
+                ("hits", "Cache hits", m.hits, ["tier", "modalities"]),
+                ("false_hits", "Hits whose entry ground truth differs from the query's",
+                 m.false_hits, ["tier", "modalities"]),
+                ("stale_hits", "Hits served stale", m.stale_hits, ["tier", "freshness"]),
+                ("misses", "Cache misses", m.misses, ["modalities"]),
+                ("bypasses", "Lookups that bypassed the cache", m.bypasses, ["modalities"]),
+                ("evictions", "Entries evicted", m.evictions, ["tier"]),
+                ("guard_skips", "Lookups skipped by the penetration guard", m.guard_skips,
+                 ["tier"])):
+            family = CounterMetricFamily(f"{p}_{name}", doc, labels=labels)
+            for key, value in sorted(counter.items()):
+                family.add_metric(list(key) if isinstance(key, tuple) else [key], value)
+            yield family
+        hist_family = HistogramMetricFamily(f"{p}_latency_seconds", "Latency per stage",
+                                            labels=["stage"])
+        for stage, hist in sorted(m.latency.items()):
+            cumulative, buckets = 0, []
+            for bound, n in zip(hist.buckets + (float("inf"),), hist.counts):
+                cumulative += n
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+            hist_family.add_metric([stage], buckets, hist.sum)
+        yield hist_family

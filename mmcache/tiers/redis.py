@@ -1,0 +1,278 @@
+"""Remote tier: entries in a shared Redis server, vector search on the client (FAISS).
+
+Debian's Redis has no vector search, so every client keeps a local
+:class:`mmcache.tiers.vectors.SemanticIndex` built from the server on open and
+brought up to date before each search (Redis is the shared store; the index is
+a local view of it).
+
+Layout under ``prefix`` (default ``"mmcache"``), no pickle anywhere:
+
+* ``{prefix}:{scope-hash}:{entry_id}`` — one hash per entry; every scope is its
+  own key space, so a lookup in one scope cannot reach another scope's keys.
+  Fields: ``entry_id``, ``scope``, ``exact_key``, ``value_type`` + ``value``
+  (type-tagged bytes, :mod:`mmcache.tiers.codec`), ``size``, ``created_at``,
+  ``expires_at``, ``ground_truth`` (JSON) and ``vec:{modality}`` (raw float32).
+* ``{prefix}:log`` — sorted set of entry keys scored by a write sequence number
+  (``{prefix}:seq``), assigned atomically with the write by a Lua script; a
+  client loads exactly the entries written after the last sequence it has seen.
+
+Entries deleted by another client are noticed when this client looks them up.
+Capacity and eviction are accounted per client over the entries it has seen.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, NamedTuple
+
+import numpy as np
+import redis
+import xxhash
+
+from ..errors import StorageError
+from ..policies import EvictionPolicy, make_policy
+from ..types import Entry
+from .base import Budget, Candidate, Capacity, Tier
+from .codec import (decode_label, decode_value, encode_label, encode_value, vector_from_bytes,
+                    vector_to_bytes)
+from .vectors import IndexSpec, SemanticIndex
+
+VECTOR_FIELD = "vec:"
+
+# KEYS: seq, log, entry key, victim keys...; ARGV: field/value pairs of the entry hash.
+_PUT_SCRIPT = """
+local seq = redis.call('INCR', KEYS[1])
+redis.call('DEL', KEYS[3])
+redis.call('HSET', KEYS[3], unpack(ARGV))
+redis.call('ZADD', KEYS[2], seq, KEYS[3])
+for i = 4, #KEYS do
+  redis.call('DEL', KEYS[i])
+  redis.call('ZREM', KEYS[2], KEYS[i])
+end
+return seq
+"""
+
+
+class _Known(NamedTuple):
+    """What a client remembers of one stored entry."""
+
+    scope: str
+    key: str
+    modalities: tuple[str, ...]
+    size: int
+
+
+def scope_tag(scope: str) -> str:
+    """The short, key-safe hash of a scope used in Redis key names."""
+    return xxhash.xxh3_64_hexdigest(scope.encode("utf-8", "surrogatepass"))
+
+
+class RedisTier(Tier):
+    """A shared remote tier in Redis; semantic search over a local FAISS view of it."""
+
+    semantic = True
+    shared = True
+
+    def __init__(self, url: str = "redis://127.0.0.1:6379/0", capacity: Capacity = Capacity(),
+                 policy: EvictionPolicy | str = "lru", spec: IndexSpec = IndexSpec(),
+                 precheck: bool = True, prefix: str = "mmcache", name: str = "l3",
+                 socket_timeout: float = 5.0) -> None:
+        self.name = name
+        self.url = url
+        self.prefix = prefix
+        self._budget = Budget(capacity, make_policy(policy) if isinstance(policy, str) else policy)
+        self.index = SemanticIndex(spec, precheck=precheck)
+        self._known: dict[str, _Known] = {}
+        self._last_seq = 0
+        self._seq_key, self._log_key = f"{prefix}:seq", f"{prefix}:log"
+        try:
+            self._db = redis.Redis.from_url(url, socket_timeout=socket_timeout)
+            self._db.ping()
+            self._put_script = self._db.register_script(_PUT_SCRIPT)
+        except (redis.RedisError, ValueError) as exc:
+            raise StorageError(f"cannot reach the Redis tier at {url}: {exc}") from exc
+        self.refresh()
+
+    # -- Tier protocol -------------------------------------------------------------------
+    @property
+    def capacity(self) -> Capacity:
+        return self._budget.capacity
+
+    def usage(self) -> tuple[int, int]:
+        return len(self._budget.sizes), self._budget.nbytes
+
+    def put(self, entry: Entry) -> list[str]:
+        fields = _entry_fields(entry)
+        key = self.key(entry.scope, entry.entry_id)
+        before = self._budget.sizes.get(entry.entry_id)
+        victims = self._budget.admit(entry.entry_id, entry.size)
+        victim_keys = [self._known[v].key for v in victims if v in self._known]
+        try:
+            seq = self._put_script(keys=[self._seq_key, self._log_key, key, *victim_keys],
+                                   args=fields)
+        except redis.RedisError as exc:
+            self._undo_admit(entry.entry_id, before, victims)
+            raise StorageError(f"Redis tier write to {self.url} failed: {exc}") from exc
+        for victim in victims:
+            self._unindex(victim)
+        self._unindex(entry.entry_id)
+        self._index(entry, key)
+        if seq == self._last_seq + 1:
+            self._last_seq = seq  # nobody else wrote in between: nothing else to load
+        return victims
+
+    def get(self, scope: str, entry_id: str) -> Entry | None:
+        raw = self._call("read", self._db.hgetall, self.key(scope, entry_id))
+        if not raw:
+            if entry_id in self._known and self._known[entry_id].scope == scope:
+                self._forget(entry_id)  # deleted by another client
+            return None
+        entry = _decode_entry(raw, self.url)
+        if entry.scope != scope or entry.entry_id != entry_id:
+            raise StorageError(f"Redis tier {self.url}: key {self.key(scope, entry_id)!r} "
+                               f"holds entry {entry.entry_id!r} of another scope")
+        self._budget.touch(entry_id)
+        return entry
+
+    def search(self, scope: str, vectors: Mapping[str, np.ndarray],
+               floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
+        self.refresh()
+        return self.index.search(scope, vectors, floors, k)
+
+    def delete(self, entry_id: str) -> bool:
+        known = self._known.get(entry_id)
+        if known is None:
+            return False
+        gone = self._remove_keys([known.key])
+        self._forget(entry_id)
+        return gone > 0
+
+    def evict(self) -> str | None:
+        victim = self._budget.pick_victim()
+        if victim is None:
+            return None
+        if victim in self._known:
+            self._remove_keys([self._known[victim].key])
+        self._unindex(victim)
+        return victim
+
+    def scan(self) -> Iterator[Entry]:
+        keys = self._call("read", self._db.zrange, self._log_key, 0, -1)
+        for raw in self._fetch(keys):
+            if raw:
+                yield _decode_entry(raw, self.url)
+
+    def __len__(self) -> int:
+        return int(self._call("read", self._db.zcard, self._log_key))
+
+    def __contains__(self, entry_id: str) -> bool:
+        self.refresh()
+        known = self._known.get(entry_id)
+        return known is not None and bool(self._call("read", self._db.exists, known.key))
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- shared-store view ---------------------------------------------------------------
+    def key(self, scope: str, entry_id: str) -> str:
+        """The Redis key of ``entry_id`` in ``scope``."""
+        return f"{self.prefix}:{scope_tag(scope)}:{entry_id}"
+
+    def refresh(self) -> int:
+        """Load the entries other clients wrote since the last refresh; return how many."""
+        logged = self._call("read", self._db.zrangebyscore, self._log_key,
+                            f"({self._last_seq}", "+inf", withscores=True)
+        if not logged:
+            return 0
+        loaded = 0
+        for (_, seq), raw in zip(logged, self._fetch([key for key, _ in logged])):
+            self._last_seq = max(self._last_seq, int(seq))
+            if raw:
+                self._adopt(_decode_entry(raw, self.url))
+                loaded += 1
+        return loaded
+
+    # -- internals -----------------------------------------------------------------------
+    def _adopt(self, entry: Entry) -> None:
+        """Account and index an entry that is already in the store (no eviction)."""
+        self._unindex(entry.entry_id)
+        self._budget.remove(entry.entry_id)
+        self._budget.sizes[entry.entry_id] = entry.size
+        self._budget.nbytes += entry.size
+        self._budget.policy.insert(entry.entry_id, entry.size)
+        self._index(entry, self.key(entry.scope, entry.entry_id))
+
+    def _undo_admit(self, entry_id: str, before: int | None, victims: list[str]) -> None:
+        """Put the budget's contents back as they were before a failed write."""
+        self._budget.remove(entry_id)
+        restore = [(v, self._known[v].size) for v in victims if v in self._known]
+        if before is not None:
+            restore.append((entry_id, before))
+        for key, size in restore:
+            self._budget.sizes[key] = size
+            self._budget.nbytes += size
+            self._budget.policy.insert(key, size)
+
+    def _fetch(self, keys: list[bytes]) -> list[dict[bytes, bytes]]:
+        pipe = self._db.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+        return self._call("read", pipe.execute)
+
+    def _remove_keys(self, keys: list[str]) -> int:
+        pipe = self._db.pipeline(transaction=True)
+        pipe.delete(*keys)
+        pipe.zrem(self._log_key, *keys)
+        return int(self._call("delete", pipe.execute)[0])
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except redis.RedisError as exc:
+            raise StorageError(f"Redis tier {what} at {self.url} failed: {exc}") from exc
+
+    def _index(self, entry: Entry, key: str) -> None:
+        self._known[entry.entry_id] = _Known(entry.scope, key, tuple(entry.embeddings), entry.size)
+        self.index.add(entry.scope, entry.entry_id, entry.embeddings)
+
+    def _unindex(self, entry_id: str) -> None:
+        known = self._known.pop(entry_id, None)
+        if known is not None:
+            self.index.remove(known.scope, entry_id, known.modalities)
+
+    def _forget(self, entry_id: str) -> None:
+        self._budget.remove(entry_id)
+        self._unindex(entry_id)
+
+
+def _entry_fields(entry: Entry) -> list[Any]:
+    """The entry as a flat field/value list for HSET (raises SerializationError first)."""
+    tag, payload = encode_value(entry.value)
+    label = encode_label(entry.ground_truth)
+    fields: dict[str, Any] = {
+        "entry_id": entry.entry_id, "scope": entry.scope, "exact_key": entry.exact_key,
+        "value_type": tag, "value": payload, "size": int(entry.size),
+        "created_at": repr(float(entry.created_at)),
+        "expires_at": "" if entry.expires_at is None else repr(float(entry.expires_at)),
+        "ground_truth": "" if label is None else label,
+    }
+    for modality, vec in entry.embeddings.items():
+        fields[VECTOR_FIELD + modality] = vector_to_bytes(vec)
+    return [x for pair in fields.items() for x in pair]
+
+
+def _decode_entry(raw: Mapping[bytes, bytes], url: str) -> Entry:
+    """The Entry stored in one Redis hash; StorageError when it is malformed."""
+    try:
+        text = {k.decode(): v for k, v in raw.items()}
+        embeddings = {k[len(VECTOR_FIELD):]: vector_from_bytes(v)
+                      for k, v in text.items() if k.startswith(VECTOR_FIELD)}
+        expires, label = text["expires_at"].decode(), text["ground_truth"].decode()
+        return Entry(entry_id=text["entry_id"].decode(), scope=text["scope"].decode(),
+                     exact_key=text["exact_key"].decode(),
+                     value=decode_value(text["value_type"].decode(), text["value"]),
+                     embeddings=embeddings, size=int(text["size"]),
+                     created_at=float(text["created_at"]),
+                     expires_at=float(expires) if expires else None,
+                     ground_truth=decode_label(label) if label else None)
+    except (KeyError, ValueError, UnicodeDecodeError) as exc:
+        raise StorageError(f"Redis tier {url} holds a malformed entry: {exc!r}") from None
