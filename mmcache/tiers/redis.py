@@ -139,6 +139,8 @@ class RedisTier(Tier):
         return self.index.search(scope, vectors, floors, k)
 
     def delete(self, entry_id: str) -> bool:
+        if entry_id not in self._known:
+            self.refresh()
         known = self._known.get(entry_id)
         if known is None:
             return False

@@ -1,0 +1,230 @@
+"""The Redis remote tier against a real redis-server (started by the ``redis_url`` fixture)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mmcache.errors import SerializationError, StorageError
+from mmcache.tiers.base import Capacity
+from mmcache.tiers.redis import RedisTier, scope_tag
+from mmcache.types import Entry
+
+DIM = 16
+_prefixes = itertools.count()
+
+
+def unit(seed: int, dim: int = DIM) -> np.ndarray:
+    vec = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    return vec / np.linalg.norm(vec)
+
+
+def entry(entry_id: str, scope: str = "tenant-a", value: object = "v", seed: int = 0,
+          size: int = 100, **extra: object) -> Entry:
+    return Entry(entry_id=entry_id, scope=scope, exact_key=f"exact-{entry_id}", value=value,
+                 embeddings={"text": unit(seed)}, size=size, created_at=1000.0, **extra)
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A fresh key prefix per test, so tests share the server but not data."""
+    return f"t{next(_prefixes)}-{time.monotonic_ns()}"
+
+
+@pytest.fixture
+def tier(redis_url: str, prefix: str):
+    t = RedisTier(redis_url, prefix=prefix)
+    yield t
+    t.close()
+
+
+@pytest.mark.parametrize("value", ["text ünïcode", b"\x00\x80raw bytes", {"a": [1, 2.5, None]},
+                                   [1, "two"], 42, None])
+def test_round_trip_keeps_value_type_embedding_and_metadata(tier: RedisTier, value: object) -> None:
+    stored = entry("e1", value=value, seed=7, expires_at=1234.5, ground_truth={"intent": 3})
+    tier.put(stored)
+    got = tier.get("tenant-a", "e1")
+    assert got is not None
+    assert got.value == value and type(got.value) is type(value)
+    assert got.embeddings["text"].dtype == np.float32
+    assert np.array_equal(got.embeddings["text"], stored.embeddings["text"])
+    assert (got.exact_key, got.size, got.created_at, got.expires_at, got.ground_truth) == \
+        ("exact-e1", 100, 1000.0, 1234.5, {"intent": 3})
+
+
+def test_values_are_stored_type_tagged_without_pickle(tier: RedisTier, redis_url: str) -> None:
+    tier.put(entry("e1", value={"answer": 1}))
+    raw = redis.Redis.from_url(redis_url).hgetall(tier.key("tenant-a", "e1"))
+    assert raw[b"value_type"] == b"json" and raw[b"value"] == b'{"answer":1}'
+    assert raw[b"vec:text"] == tier.get("tenant-a", "e1").embeddings["text"].astype("<f4").tobytes()
+
+
+def test_scopes_are_separate_key_spaces(tier: RedisTier, redis_url: str, prefix: str) -> None:
+    tier.put(entry("same-id", scope="tenant-a", value="a", seed=1))
+    tier.put(entry("same-id", scope="tenant-b", value="b", seed=1))
+    assert tier.get("tenant-a", "same-id").value == "a"
+    assert tier.get("tenant-b", "same-id").value == "b"
+    assert tier.get("tenant-c", "same-id") is None
+    client = redis.Redis.from_url(redis_url)
+    assert sorted(client.scan_iter(f"{prefix}:{scope_tag('tenant-a')}:*")) == \
+        [tier.key("tenant-a", "same-id").encode()]
+
+
+def test_search_never_crosses_scopes(tier: RedisTier) -> None:
+    tier.put(entry("a1", scope="tenant-a", seed=5))
+    query = {"text": unit(5)}
+    assert [c.entry_id for c in tier.search("tenant-a", query, {"text": 0.9})] == ["a1"]
+    assert tier.search("tenant-b", query, {"text": 0.9}) == []
+
+
+def test_search_applies_the_floor(tier: RedisTier) -> None:
+    tier.put(entry("a1", seed=5))
+    near = unit(5) + 0.05 * unit(6)
+    near /= np.linalg.norm(near)
+    sim = float(near @ unit(5))
+    assert [c.entry_id for c in tier.search("tenant-a", {"text": near}, {"text": sim - 1e-3})] \
+        == ["a1"]
+    assert tier.search("tenant-a", {"text": near}, {"text": sim + 1e-3}) == []
+
+
+def test_a_second_client_rebuilds_its_index_from_the_server(tier: RedisTier, redis_url: str,
+                                                            prefix: str) -> None:
+    for i in range(20):
+        tier.put(entry(f"e{i}", seed=i, value=i))
+    other = RedisTier(redis_url, prefix=prefix)
+    try:
+        assert len(other) == 20 and other.usage() == (20, 2000)
+        found = other.search("tenant-a", {"text": unit(13)}, {"text": 0.99})
+        assert [c.entry_id for c in found] == ["e13"]
+        assert other.get("tenant-a", "e13").value == 13
+    finally:
+        other.close()
+
+
+def test_writes_and_deletes_by_another_client_are_seen(tier: RedisTier, redis_url: str,
+                                                       prefix: str) -> None:
+    other = RedisTier(redis_url, prefix=prefix)
+    try:
+        other.put(entry("late", seed=99, value="from other"))
+        assert [c.entry_id for c in tier.search("tenant-a", {"text": unit(99)}, {"text": 0.99})] \
+            == ["late"]
+        assert other.delete("late")
+        assert tier.get("tenant-a", "late") is None
+        assert tier.search("tenant-a", {"text": unit(99)}, {"text": 0.99}) == []
+        assert tier.usage() == (0, 0)
+    finally:
+        other.close()
+
+
+def test_capacity_in_entries_evicts_least_recently_used(redis_url: str, prefix: str) -> None:
+    tier = RedisTier(redis_url, capacity=Capacity(max_entries=3), policy="lru", prefix=prefix)
+    try:
+        for i in range(3):
+            tier.put(entry(f"e{i}", seed=i))
+        tier.get("tenant-a", "e0")
+        assert tier.put(entry("e3", seed=3)) == ["e1"]
+        assert len(tier) == 3 and tier.get("tenant-a", "e1") is None
+        assert tier.search("tenant-a", {"text": unit(1)}, {"text": 0.99}) == []
+        assert tier.evict() == "e2" and len(tier) == 2
+    finally:
+        tier.close()
+
+
+def test_capacity_in_bytes(redis_url: str, prefix: str) -> None:
+    tier = RedisTier(redis_url, capacity=Capacity(max_bytes=250), prefix=prefix)
+    try:
+        for i in range(5):
+            tier.put(entry(f"e{i}", seed=i, size=100))
+            assert tier.usage()[1] <= 250
+        assert len(tier) == 2
+    finally:
+        tier.close()
+
+
+def test_unserialisable_value_leaves_the_store_unchanged(tier: RedisTier) -> None:
+    tier.put(entry("keep", value="kept"))
+    with pytest.raises(SerializationError, match="cannot be stored"):
+        tier.put(entry("bad", value=object()))
+    assert len(tier) == 1 and tier.usage() == (1, 100)
+    assert tier.get("tenant-a", "bad") is None
+
+
+def test_failed_write_restores_the_budget(redis_url: str, prefix: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    tier = RedisTier(redis_url, capacity=Capacity(max_entries=2), prefix=prefix)
+    try:
+        tier.put(entry("e0", seed=0))
+        tier.put(entry("e1", seed=1))
+
+        def lost(*args: object, **kwargs: object) -> None:
+            raise redis.ConnectionError("connection lost (simulated)")
+
+        monkeypatch.setattr(tier, "_put_script", lost)
+        with pytest.raises(StorageError, match="write .* failed"):
+            tier.put(entry("e2", seed=2))
+        assert tier.usage() == (2, 200)
+        assert {e.entry_id for e in tier.scan()} == {"e0", "e1"}
+        assert [c.entry_id for c in tier.search("tenant-a", {"text": unit(0)}, {"text": 0.99})] \
+            == ["e0"]
+    finally:
+        tier.close()
+
+
+def test_malformed_stored_entry_is_a_storage_error(tier: RedisTier, redis_url: str) -> None:
+    tier.put(entry("e1"))
+    redis.Redis.from_url(redis_url).hset(tier.key("tenant-a", "e1"), "value_type", "pickle")
+    with pytest.raises(StorageError, match="unknown type tag 'pickle'"):
+        tier.get("tenant-a", "e1")
+
+
+def test_unreachable_server_is_a_storage_error() -> None:
+    with pytest.raises(StorageError, match="cannot reach the Redis tier"):
+        RedisTier("redis://127.0.0.1:1/0", socket_timeout=0.5)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from(["put", "delete", "get"]),
+                              st.integers(0, 5), st.sampled_from(["a", "b"])), max_size=30))
+def test_matches_a_dict_model_and_never_exceeds_capacity(redis_url: str, ops: list) -> None:
+    prefix = f"prop{next(_prefixes)}-{time.monotonic_ns()}"
+    tier = RedisTier(redis_url, capacity=Capacity(max_entries=4), prefix=prefix)
+    model: dict[tuple[str, str], int] = {}
+    try:
+        for step, (op, i, scope) in enumerate(ops):
+            eid = f"{scope}:{i}"  # ids carry their scope, as the cache's exact keys do
+            if op == "put":
+                for victim in tier.put(entry(eid, scope=scope, value=step, seed=i)):
+                    model.pop((victim.split(":")[0], victim), None)
+                model[(scope, eid)] = step
+            elif op == "delete":
+                assert tier.delete(eid) == ((scope, eid) in model)
+                model.pop((scope, eid), None)
+            else:
+                got = tier.get(scope, eid)
+                assert (got.value if got else None) == model.get((scope, eid))
+                other = "b" if scope == "a" else "a"
+                assert tier.get(other, eid) is None
+            assert len(tier) == len(model) <= 4
+    finally:
+        tier.close()
+
+
+def test_config_selects_the_redis_backend(redis_url: str, prefix: str) -> None:
+    from mmcache.config import CacheConfig
+    from mmcache.tiers import index_spec, make_store_tier
+
+    config = CacheConfig.from_dict({"l3": {"backend": "redis", "url": redis_url, "max_entries": 5,
+                                           "options": {"prefix": prefix}}})
+    tier = make_store_tier(config.l3, index_spec(config.l2))
+    try:
+        assert isinstance(tier, RedisTier) and tier.capacity == Capacity(max_entries=5)
+        tier.put(entry("e1", value="via config"))
+        assert tier.get("tenant-a", "e1").value == "via config"
+    finally:
+        tier.close()
