@@ -153,10 +153,11 @@ def simulate(trace: Trace, policy: str = "lru", cache_size: int = 134217728,
             or cache_size <= 0:
         raise ConfigError(f"cache_size must be a positive number of bytes, got {cache_size!r}")
     cache_size = int(cache_size)
+    policy_obj = make_policy(name, cache_size, **params)  # validates params
     from .policies.kernels import run_kernel
     counts = run_kernel(name, trace, cache_size, params) if use_kernel else None
     if counts is None:
-        counts = _replay_online(trace, make_policy(name, **params), cache_size)
+        counts = _replay_online(trace, policy_obj, cache_size)
     return SimResult(name, cache_size, trace.n_req, trace.n_req_byte, *counts)
 
 
@@ -179,15 +180,25 @@ def _replay_online(trace: Trace, pol: Any, cache_size: int) -> tuple[int, int]:
         size = sizes[i]
         if key in resident:
             pol.access(key, next_access=nxt[i], now=i)
-            continue
-        miss_cnt += 1
-        miss_byte += size
-        admit = pol.on_miss(key, size, next_access=nxt[i], now=i)
-        if size > cache_size or not admit:
-            continue
-        while used + size > cache_size:
-            used -= resident.pop(pol.evict())
-        pol.insert(key, size, next_access=nxt[i], now=i)
-        resident[key] = size
-        used += size
+        else:
+            miss_cnt += 1
+            miss_byte += size
+            admit = pol.on_miss(key, size, next_access=nxt[i], now=i) and size <= cache_size
+            for victim in pol.take_dropped():
+                used -= resident.pop(victim)
+            if not admit:
+                continue
+            while used + size > cache_size:
+                victim = pol.evict()
+                if victim is None:  # the incoming key itself lost (GDSF)
+                    break
+                used -= resident.pop(victim)
+                for victim in pol.take_dropped():
+                    used -= resident.pop(victim)
+            else:
+                pol.insert(key, size, next_access=nxt[i], now=i)
+                resident[key] = size
+                used += size
+        for victim in pol.take_dropped():
+            used -= resident.pop(victim)
     return miss_cnt, miss_byte

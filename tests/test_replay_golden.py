@@ -15,6 +15,15 @@ EXPECTATIONS = json.loads((DATA_DIR / "libcachesim_expectations_cloudPhysicsIO.j
 REPRODUCED = {
     "LRU": "lru",
     "FIFO": "fifo",
+    "Clock": "clock",
+    "LFU": "lfu",
+    "Sieve": "sieve",
+    "Belady": "belady",
+    "ARC": "arc",
+    "LIRS": "lirs",
+    "S3-FIFO": "s3fifo",
+    "GDSF": "gdsf",
+    "LFUDA": "lfuda",
 }
 
 

@@ -1,31 +1,51 @@
 """Eviction policies as online objects, and the one registry of them.
 
-``POLICIES`` maps a policy name to its class; ``make_policy(name, **params)``
+``POLICIES`` maps a policy name to its class; ``make_policy(name, capacity=..., **params)``
 builds one and raises :class:`mmcache.errors.UnknownPolicyError` for a name that
-is not registered.
+is not registered (and :class:`mmcache.errors.ConfigError` for bad parameters).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..errors import UnknownPolicyError
+from ..errors import ConfigError, UnknownPolicyError
+from .arc import ARC
 from .base import EvictionPolicy
+from .belady import Belady, BeladyBypass
+from .clock import Clock
 from .fifo import FIFO
+from .gdsf import GDSF
+from .lfu import LFU
+from .lfuda import LFUDA
+from .lirs import LIRS
 from .lru import LRU
+from .s3fifo import S3FIFO
+from .sieve import Sieve
 
 POLICIES: dict[str, type[EvictionPolicy]] = {cls.name: cls for cls in (
-    LRU, FIFO)}
+    LRU, FIFO, Clock, LFU, ARC, LIRS, S3FIFO, Sieve, Belady, BeladyBypass, GDSF, LFUDA)}
 
 
-def make_policy(name: str, **params: Any) -> EvictionPolicy:
-    """Build the registered policy ``name`` (case-insensitive)."""
+def make_policy(name: str, capacity: int | None = None, **params: Any) -> EvictionPolicy:
+    """Build the registered policy ``name`` (case-insensitive).
+
+    ``capacity`` (cache size in bytes) is required by policies with ``needs_capacity``
+    (ARC, LIRS, S3-FIFO) and ignored by the others.
+    """
     try:
         cls = POLICIES[name.lower()]
     except (KeyError, AttributeError):
         raise UnknownPolicyError(
             f"unknown eviction policy {name!r}; choose one of {sorted(POLICIES)}") from None
-    return cls(**params)
+    if cls.needs_capacity:
+        if capacity is None:
+            raise ConfigError(f"policy {cls.name!r} needs capacity= (the cache size in bytes)")
+        params["capacity"] = capacity
+    try:
+        return cls(**params)
+    except TypeError as exc:
+        raise ConfigError(f"bad parameters for policy {cls.name!r}: {exc}") from None
 
 
 __all__ = ["POLICIES", "EvictionPolicy", "make_policy"]

@@ -10,6 +10,13 @@ loop) owns the bytes and the capacity check. The calling sequence is::
         policy.insert(key, size); used += size
     policy.remove(key)                             # explicit delete / TTL expiry
 
+Policies whose structure depends on the cache size (ARC, LIRS, S3-FIFO) set
+``needs_capacity`` and take ``capacity`` (bytes) in their constructor. A policy that
+drops resident keys by itself while handling an access, a miss or an insert (LIRS)
+reports them through ``take_dropped()``; the caller frees their bytes. A policy that
+ranks the incoming key among the residents (GDSF) may answer ``evict()`` with None:
+the incoming key itself lost, and the caller does not insert it.
+
 ``hints`` carry optional per-request signals some policies use: ``next_access``
 (the request index of the next access to this key, -1 for none; Belady), ``now``
 (a logical or wall clock), ``cost`` (miss cost), ``entropy`` (attention entropy).
@@ -26,6 +33,8 @@ class EvictionPolicy(ABC):
 
     #: Registry name, e.g. ``"lru"``.
     name: str = ""
+    #: Whether the constructor takes ``capacity`` (the cache size in bytes).
+    needs_capacity: bool = False
 
     @abstractmethod
     def insert(self, key: Hashable, size: int, **hints: Any) -> None:
@@ -36,8 +45,11 @@ class EvictionPolicy(ABC):
         """Record a hit on resident ``key``."""
 
     @abstractmethod
-    def evict(self) -> Hashable:
-        """Choose a resident key, stop tracking it as resident and return it."""
+    def evict(self) -> Hashable | None:
+        """Choose a resident key, stop tracking it as resident and return it.
+
+        None (only after ``on_miss`` said admit): the incoming key is the victim.
+        """
 
     @abstractmethod
     def remove(self, key: Hashable) -> None:
@@ -49,6 +61,10 @@ class EvictionPolicy(ABC):
         Ghost-list policies (ARC, S3-FIFO) adapt here; the default admits everything.
         """
         return True
+
+    def take_dropped(self) -> list[Hashable]:
+        """Keys dropped outside ``evict()`` since the last call (and forget them); default none."""
+        return []
 
     @abstractmethod
     def __contains__(self, key: Hashable) -> bool: ...
