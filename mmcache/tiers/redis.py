@@ -163,6 +163,13 @@ class RedisTier(Tier):
             if raw:
                 yield _decode_entry(raw, self.url)
 
+    def ids(self) -> Iterator[str]:
+        self.refresh()
+        return iter(list(self._known))
+
+    def dims(self) -> dict[str, int]:
+        return self.index.dims()
+
     def __len__(self) -> int:
         return int(self._call("read", self._db.zcard, self._log_key))
 

@@ -228,3 +228,25 @@ def test_config_selects_the_redis_backend(redis_url: str, prefix: str) -> None:
         assert tier.get("tenant-a", "e1").value == "via config"
     finally:
         tier.close()
+
+
+def test_tiered_cache_over_a_redis_l3_shares_entries_between_caches(redis_url: str,
+                                                                   prefix: str) -> None:
+    import mmcache
+
+    config = {"l1": {"enabled": False}, "l2": {"enabled": False},
+              "l3": {"backend": "redis", "url": redis_url, "options": {"prefix": prefix}}}
+    vec = unit(3, 32)
+    writer, reader = mmcache.TieredCache(config), mmcache.TieredCache(config)
+    try:
+        writer.put(mmcache.Query(text="a red dress", embeddings={"text": vec}, scope="t-a"),
+                   {"answer": "red"})
+        near = vec + 0.1 * unit(4, 32)
+        hit = reader.get(mmcache.Query(text="a crimson dress", embeddings={"text": near},
+                                       scope="t-a"))
+        assert hit is not None and hit.value == {"answer": "red"} and hit.tier == "l3"
+        assert reader.get(mmcache.Query(text="a red dress", embeddings={"text": vec},
+                                        scope="t-b")) is None
+    finally:
+        writer.close()
+        reader.close()
