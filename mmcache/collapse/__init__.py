@@ -1,0 +1,18 @@
+"""Cold-start collapse of cross-modal attention: a small matcher, its instruments, the sweep."""
+
+from __future__ import annotations
+
+from .experiment import (SEED_COMBO, CollapseCriterion, Remedy, RunResult, TrainConfig,
+                         best_pair, collapse_step, curves_table, rank_arms, runs_table,
+                         single_remedies, summarise, sweep, train_run)
+from .instruments import (StepRecorder, adam_update_stats, attention_entropy, head_grad_norms,
+                          max_logit, modality_mass, qk_spectral_norms)
+from .model import AttentionRecord, BlockConfig, CrossModalMatcher, matching_loss
+
+__all__ = [
+    "SEED_COMBO", "AttentionRecord", "BlockConfig", "CollapseCriterion", "CrossModalMatcher",
+    "Remedy", "RunResult", "StepRecorder", "TrainConfig", "adam_update_stats",
+    "attention_entropy", "best_pair", "collapse_step", "curves_table", "head_grad_norms",
+    "matching_loss", "max_logit", "modality_mass", "qk_spectral_norms", "rank_arms",
+    "runs_table", "single_remedies", "summarise", "sweep", "train_run",
+]

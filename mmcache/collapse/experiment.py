@@ -1,0 +1,308 @@
+"""Training runs, the collapse criterion and the remedy x learning-rate sweep.
+
+A *remedy* is a set of switches (Q/K initialisation, gradient clipping, warmup,
+QK-layernorm, σReparam); an *arm* is a named remedy. :func:`train_run` trains
+one matcher with the instruments attached and returns its curves and verdicts;
+:func:`sweep` runs arms x learning rates x seeds serially on one thread.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..errors import ConfigError
+from . import data
+from .instruments import StepRecorder
+from .model import BlockConfig, CrossModalMatcher, matching_loss
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """Stabilising switches; the defaults are the baseline (PyTorch init, nothing else)."""
+
+    qk_init: str = "default"
+    clip_norm: float | None = None
+    warmup_steps: int = 0
+    qk_layernorm: bool = False
+    sigma_reparam: bool = False
+
+    def __add__(self, other: "Remedy") -> "Remedy":
+        """Both remedies at once; two different non-default initialisations conflict."""
+        merged = {}
+        for f in fields(self):
+            mine, theirs, default = getattr(self, f.name), getattr(other, f.name), f.default
+            if mine != default and theirs != default and mine != theirs:
+                raise ConfigError(f"remedies conflict on {f.name}: {mine!r} vs {theirs!r}")
+            merged[f.name] = mine if mine != default else theirs
+        return Remedy(**merged)
+
+
+def single_remedies(warmup_steps: int) -> dict[str, Remedy]:
+    """The baseline and each remedy alone, by arm name."""
+    return {
+        "baseline": Remedy(),
+        "xavier": Remedy(qk_init="xavier"),
+        "xavier_0.1": Remedy(qk_init="xavier_0.1"),
+        "clip_1.0": Remedy(clip_norm=1.0),
+        "warmup": Remedy(warmup_steps=warmup_steps),
+        "qk_layernorm": Remedy(qk_layernorm=True),
+        "sigma_reparam": Remedy(sigma_reparam=True),
+    }
+
+
+SEED_COMBO = "seed_combo (xavier_0.1+clip_1.0)"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run's budget and optimiser; ``lr`` is the peak learning rate."""
+
+    lr: float = 1e-3
+    steps: int = 300
+    batch: int = 32
+    seed: int = 0
+    d_model: int = 64
+    n_heads: int = 4
+    text_keys: bool = True
+    adam_eps: float = 1e-8
+    train_scenes: int = 2048
+    eval_scenes: int = 256
+
+
+@dataclass(frozen=True)
+class CollapseCriterion:
+    """Collapse: mean-over-heads attention entropy below ``fraction`` x its step-0 value for
+    ``patience`` consecutive steps. Vanishing gradients: the Q/K gradient norm below
+    ``grad_fraction`` x its maximum over the first ``patience`` steps, for ``patience`` steps."""
+
+    fraction: float = 0.1
+    patience: int = 20
+    grad_fraction: float = 0.01
+
+
+@dataclass
+class RunResult:
+    """Curves (``(steps, heads)`` per instrument) and end-of-run numbers of one run."""
+
+    arm: str
+    lr: float
+    seed: int
+    curves: dict[str, np.ndarray]
+    final_loss: float
+    final_acc: float
+    diverged: bool
+    collapse_step: int | None
+    grad_vanish_step: int | None
+    seconds: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def collapsed(self) -> bool:
+        return self.collapse_step is not None
+
+
+@lru_cache(maxsize=8)
+def _scene_pool(n: int, seed: int) -> data.SceneBatch:
+    return data.sample_scenes(n, np.random.default_rng(seed))
+
+
+def first_sustained_run(mask: np.ndarray, patience: int) -> int | None:
+    """First index where ``mask`` holds for ``patience`` consecutive entries, else None."""
+    count = 0
+    for i, flag in enumerate(np.asarray(mask, dtype=bool)):
+        count = count + 1 if flag else 0
+        if count >= patience:
+            return i - patience + 1
+    return None
+
+
+def collapse_step(entropy: np.ndarray, crit: CollapseCriterion) -> int | None:
+    """Step at which the run collapses by ``crit`` (``entropy`` per step, mean over heads)."""
+    entropy = np.asarray(entropy, dtype=float)
+    return first_sustained_run(entropy < crit.fraction * entropy[0], crit.patience)
+
+
+def grad_vanish_step(grad_qk: np.ndarray, crit: CollapseCriterion) -> int | None:
+    """Step at which the Q/K gradient norm (per step) has vanished by ``crit``."""
+    grad_qk = np.asarray(grad_qk, dtype=float)
+    early_peak = np.nanmax(grad_qk[: crit.patience])
+    return first_sustained_run(grad_qk < crit.grad_fraction * early_peak, crit.patience)
+
+
+def build_model(remedy: Remedy, cfg: TrainConfig) -> CrossModalMatcher:
+    """A freshly initialised matcher for scenes, seeded by ``cfg.seed``."""
+    torch.manual_seed(cfg.seed)
+    pool = _scene_pool(8, 0)
+    block = BlockConfig(vocab_size=len(data.VOCAB), patch_dim=pool.patches.shape[-1],
+                        n_patches=pool.patches.shape[1], d_model=cfg.d_model,
+                        n_heads=cfg.n_heads, text_keys=cfg.text_keys, qk_init=remedy.qk_init,
+                        qk_layernorm=remedy.qk_layernorm, sigma_reparam=remedy.sigma_reparam)
+    return CrossModalMatcher(block)
+
+
+def train_run(arm: str, remedy: Remedy, cfg: TrainConfig,
+              crit: CollapseCriterion = CollapseCriterion()) -> RunResult:
+    """Train one matcher with Adam (constant lr after any warmup), instruments on."""
+    start = time.perf_counter()
+    model = build_model(remedy, cfg)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+    warm = max(remedy.warmup_steps, 0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warm) if warm else 1.0)
+    pool = _scene_pool(cfg.train_scenes, 1000 + cfg.seed)
+    patches, tokens = torch.from_numpy(pool.patches), torch.from_numpy(pool.tokens)
+    rng = torch.Generator().manual_seed(cfg.seed)
+    recorder = StepRecorder(model, optimizer)
+    diverged = False
+    try:
+        for _ in range(cfg.steps):
+            idx = torch.randint(0, len(tokens), (cfg.batch,), generator=rng)
+            loss = matching_loss(model(patches[idx], tokens[idx]), tokens[idx])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            recorder.after_backward(loss)
+            if not math.isfinite(loss.item()):
+                diverged = True
+                recorder.after_step()
+                break
+            if remedy.clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), remedy.clip_norm)
+            optimizer.step()
+            schedule.step()
+            recorder.after_step()
+    finally:
+        recorder.close()
+    curves = recorder.arrays()
+    final_loss, final_acc = (math.nan, math.nan) if diverged else evaluate(model, cfg)
+    entropy = curves["entropy"].mean(1)
+    grad_qk = np.sqrt(curves["grad_q"] ** 2 + curves["grad_k"] ** 2).sum(1)
+    return RunResult(arm, cfg.lr, cfg.seed, curves, final_loss, final_acc, diverged,
+                     collapse_step(entropy, crit), grad_vanish_step(grad_qk, crit),
+                     time.perf_counter() - start)
+
+
+@torch.no_grad()
+def evaluate(model: CrossModalMatcher, cfg: TrainConfig) -> tuple[float, float]:
+    """Held-out matching loss and caption->image top-1 accuracy, in batches of ``cfg.batch``."""
+    model.eval()
+    pool = _scene_pool(cfg.eval_scenes, 10_000)
+    losses, hits = [], []
+    for s in range(0, cfg.eval_scenes - cfg.batch + 1, cfg.batch):
+        p = torch.from_numpy(pool.patches[s:s + cfg.batch])
+        t = torch.from_numpy(pool.tokens[s:s + cfg.batch])
+        scores = model(p, t)
+        losses.append(matching_loss(scores, t).item())
+        same = (t.unsqueeze(1) == t.unsqueeze(0)).all(-1)
+        hits.append(same[torch.arange(len(t)), scores.argmax(1)].float().mean().item())
+    model.train()
+    return float(np.mean(losses)), float(np.mean(hits))
+
+
+def sweep(arms: Mapping[str, Remedy], lrs: Sequence[float], seeds: Iterable[int],
+          base: TrainConfig, crit: CollapseCriterion = CollapseCriterion(),
+          n_jobs: int = 1) -> list[RunResult]:
+    """Every arm at every learning rate over every seed, in that order.
+
+    Each run uses one torch thread; ``n_jobs > 1`` runs them in that many
+    spawned worker processes.
+    """
+    tasks = [(arm, remedy, replace(base, lr=lr, seed=seed), crit)
+             for arm, remedy in arms.items() for lr in lrs for seed in seeds]
+    if n_jobs <= 1:
+        torch.set_num_threads(1)
+        return [train_run(*task) for task in tasks]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=torch.set_num_threads,
+                             initargs=(1,)) as pool:
+        return list(pool.map(_train_task, tasks))
+
+
+def _train_task(task: tuple[str, Remedy, TrainConfig, CollapseCriterion]) -> RunResult:
+    return train_run(*task)
+
+
+def runs_table(results: Sequence[RunResult]) -> pd.DataFrame:
+    """One row per run: arm, lr, seed, verdicts and end-of-run numbers."""
+    return pd.DataFrame([{
+        "arm": r.arm, "lr": r.lr, "seed": r.seed, "final_loss": r.final_loss,
+        "final_acc": r.final_acc, "diverged": r.diverged, "collapsed": r.collapsed,
+        "collapse_step": r.collapse_step, "grad_vanished": r.grad_vanish_step is not None,
+        "entropy_init": float(r.curves["entropy"][0].mean()),
+        "entropy_min": float(np.nanmin(r.curves["entropy"].mean(1))),
+        "entropy_final": float(r.curves["entropy"][-1].mean()),
+        "max_logit_final": float(r.curves["max_logit"][-1].max()),
+        "seconds": r.seconds,
+    } for r in results])
+
+
+def curves_table(results: Sequence[RunResult]) -> pd.DataFrame:
+    """Long table of per-step curves (head-aggregated) for plotting with seed bands."""
+    frames = []
+    for r in results:
+        c = r.curves
+        frame = {
+            "step": np.arange(len(c["loss"])), "loss": c["loss"][:, 0],
+            "entropy": c["entropy"].mean(1), "entropy_min_head": c["entropy"].min(1),
+            "max_logit": c["max_logit"].max(1), "qk_spectral": c["qk_spectral"].max(1),
+            "grad_qk": np.sqrt(c["grad_q"] ** 2 + c["grad_k"] ** 2).sum(1),
+            "grad_v": c["grad_v"].sum(1),
+            "adam_sqrtv_over_eps_q": c["adam_sqrtv_over_eps_q"].min(1),
+            "adam_update_rms_q": c["adam_update_rms_q"].mean(1),
+        }
+        frame.update({k: c[k].mean(1) for k in c if k.startswith("mass_")})
+        df = pd.DataFrame(frame)
+        df["arm"], df["lr"], df["seed"] = r.arm, r.lr, r.seed
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+def summarise(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per arm and learning rate: collapse / vanishing / divergence rates and final loss."""
+    g = runs.groupby(["arm", "lr"], sort=False)
+    return g.agg(n=("seed", "size"), collapse_rate=("collapsed", "mean"),
+                 grad_vanish_rate=("grad_vanished", "mean"), diverged_rate=("diverged", "mean"),
+                 final_loss=("final_loss", "mean"), final_loss_sd=("final_loss", "std"),
+                 final_acc=("final_acc", "mean"), entropy_init=("entropy_init", "mean"),
+                 entropy_min=("entropy_min", "mean")).reset_index()
+
+
+def rank_arms(summary: pd.DataFrame) -> pd.DataFrame:
+    """Arms ranked by collapse rate, then divergence, then final loss (diverged counts as
+    worst), each averaged over learning rates."""
+    s = summary.assign(loss_or_inf=summary["final_loss"].fillna(np.inf))
+    ranked = s.groupby("arm", sort=False).agg(collapse_rate=("collapse_rate", "mean"),
+                                              diverged_rate=("diverged_rate", "mean"),
+                                              final_loss=("loss_or_inf", "mean"))
+    return ranked.sort_values(["collapse_rate", "diverged_rate", "final_loss"]).reset_index()
+
+
+def best_pair(ranking: pd.DataFrame, singles: Mapping[str, Remedy],
+              exclude: Iterable[Remedy] = ()) -> tuple[str, str]:
+    """The compatible pair of single remedies ranked highest (by the sum of their ranks),
+    skipping the baseline and any pair equal to a remedy in ``exclude``."""
+    order = [a for a in ranking["arm"] if a in singles and a != "baseline"]
+    excluded = list(exclude)
+    candidates = []
+    for i, a in enumerate(order):
+        for j in range(i + 1, len(order)):
+            b = order[j]
+            try:
+                combo = singles[a] + singles[b]
+            except ConfigError:
+                continue
+            if combo not in excluded:
+                candidates.append((i + j, a, b))
+    if not candidates:
+        raise ConfigError("no compatible pair of remedies to combine")
+    _, a, b = min(candidates)
+    return a, b

@@ -1,0 +1,288 @@
+"""Instruments on hand-built attention maps; model switches; collapse criterion; a tiny run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmcache.collapse import (BlockConfig, CollapseCriterion, CrossModalMatcher, Remedy,
+                              StepRecorder, TrainConfig, adam_update_stats, attention_entropy,
+                              best_pair, collapse_step, head_grad_norms, matching_loss, max_logit,
+                              modality_mass, qk_spectral_norms, single_remedies, train_run)
+from mmcache.collapse import data, model as model_mod
+from mmcache.collapse.experiment import first_sustained_run, grad_vanish_step, rank_arms
+from mmcache.errors import ConfigError, InvalidInputError
+
+
+def _block(**kw) -> BlockConfig:
+    return BlockConfig(vocab_size=len(data.VOCAB), patch_dim=8 * 8 * 3, n_patches=16, **kw)
+
+
+def _batch(n: int = 6, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    b = data.sample_scenes(n, np.random.default_rng(seed))
+    return torch.from_numpy(b.patches), torch.from_numpy(b.tokens)
+
+
+# -- entropy, max logit, modality mass ----------------------------------------------------
+@pytest.mark.parametrize("n_keys", [1, 2, 16, 20, 100])
+def test_uniform_attention_has_entropy_log_n(n_keys):
+    probs = torch.full((3, 2, 5, n_keys), 1.0 / n_keys)
+    assert torch.allclose(attention_entropy(probs), torch.full((2,), math.log(n_keys)), atol=1e-4)
+
+
+def test_one_hot_attention_has_zero_entropy():
+    probs = torch.zeros(4, 3, 7, 20)
+    probs[..., 5] = 1.0
+    assert attention_entropy(probs).abs().max() < 1e-5
+
+
+def test_entropy_is_per_head_and_averaged_over_queries():
+    probs = torch.zeros(3, 3, 10)           # head 0 uniform, head 1 one-hot, head 2 half/half
+    probs[0] = 0.1
+    probs[1, :, 0] = 1.0
+    probs[2, 0] = 0.1                        # query 0 uniform, queries 1-2 one-hot
+    probs[2, 1:, 3] = 1.0
+    ent = attention_entropy(probs.unsqueeze(0))
+    assert ent[0] == pytest.approx(math.log(10), abs=1e-4)
+    assert ent[1] == pytest.approx(0.0, abs=1e-5)
+    assert ent[2] == pytest.approx(math.log(10) / 3, abs=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 6), st.integers(2, 30), st.floats(0.1, 50.0),
+       st.integers(0, 2**31 - 1))
+def test_entropy_lies_between_zero_and_log_n(heads, queries, keys, scale, seed):
+    logits = torch.randn(2, heads, queries, keys, generator=torch.Generator().manual_seed(seed))
+    ent = attention_entropy((logits * scale).softmax(-1))
+    assert ent.shape == (heads,)
+    assert (ent >= -1e-4).all() and (ent <= math.log(keys) + 1e-4).all()
+
+
+def test_max_logit_per_head():
+    logits = torch.zeros(2, 3, 4, 5)
+    logits[1, 0, 2, 3] = 7.0
+    logits[0, 2, 0, 0] = -1.0
+    logits[0, 2, 1, 1] = 2.5
+    assert max_logit(logits).tolist() == [7.0, 0.0, 2.5]
+
+
+def test_modality_mass_splits_attention_by_key_segment():
+    probs = torch.zeros(1, 2, 1, 5)
+    probs[0, 0, 0] = torch.tensor([0.1, 0.2, 0.3, 0.25, 0.15])
+    probs[0, 1, 0, 4] = 1.0
+    mass = modality_mass(probs, [("image", 3), ("text", 2)])
+    assert mass["image"].tolist() == pytest.approx([0.6, 0.0])
+    assert mass["text"].tolist() == pytest.approx([0.4, 1.0])
+    with pytest.raises(InvalidInputError, match="do not cover"):
+        modality_mass(probs, [("image", 3)])
+
+
+def test_instruments_reject_tensors_without_head_query_key_axes():
+    with pytest.raises(InvalidInputError):
+        attention_entropy(torch.ones(4, 4))
+
+
+# -- spectral norm, gradients, Adam -------------------------------------------------------
+def test_qk_spectral_norm_of_known_matrices():
+    w_q = torch.eye(4)
+    w_k = torch.diag(torch.tensor([3.0, 1.0, 2.0, 5.0]))
+    # head 0 uses rows 0-1: W_Q^0^T W_K^0 = diag(3, 1, 0, 0); head 1: diag(0, 0, 2, 5)
+    assert qk_spectral_norms(w_q, w_k, n_heads=2).tolist() == pytest.approx([3.0, 5.0])
+    assert qk_spectral_norms(w_q, w_k, n_heads=1).tolist() == pytest.approx([5.0])
+    with pytest.raises(InvalidInputError):
+        qk_spectral_norms(w_q, w_k, n_heads=3)
+
+
+def test_qk_spectral_norm_matches_numpy_svd():
+    g = torch.Generator().manual_seed(3)
+    w_q, w_k = torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)
+    expected = [np.linalg.svd((w_q[s].T @ w_k[s]).numpy(), compute_uv=False)[0]
+                for s in (slice(0, 4), slice(4, 8))]
+    assert qk_spectral_norms(w_q, w_k, 2).tolist() == pytest.approx(expected, rel=1e-5)
+
+
+def test_head_grad_norms_split_rows_by_head():
+    w = torch.zeros(4, 3, requires_grad=True)
+    assert head_grad_norms(w, [slice(0, 2), slice(2, 4)]).tolist() == [0.0, 0.0]
+    w.grad = torch.tensor([[3.0, 0, 0], [0, 4.0, 0], [0, 0, 1.0], [0, 0, 0]])
+    assert head_grad_norms(w, [slice(0, 2), slice(2, 4)]).tolist() == pytest.approx([5.0, 1.0])
+
+
+def test_adam_stats_after_one_step_compare_gradient_to_eps():
+    w = torch.nn.Parameter(torch.zeros(2, 2))
+    opt = torch.optim.Adam([w], lr=0.1, eps=1e-3)
+    slices = [slice(0, 1), slice(1, 2)]
+    assert torch.isnan(adam_update_stats(opt, w, slices)["update_rms"]).all()  # before any step
+    w.grad = torch.tensor([[2e-3, -2e-3], [1e-2, 1e-2]])
+    opt.step()
+    stats = adam_update_stats(opt, w, slices)
+    # after one step m_hat = g and sqrt(v_hat) = |g|: ratio |g|/eps, update g/(|g|+eps)
+    assert stats["sqrtv_over_eps"].tolist() == pytest.approx([2.0, 10.0], rel=1e-4)
+    assert stats["update_rms"].tolist() == pytest.approx([2 / 3, 10 / 11], rel=1e-4)
+
+
+# -- hooks: nothing when off ---------------------------------------------------------------
+def test_hooks_off_compute_and_keep_nothing(monkeypatch):
+    net = CrossModalMatcher(_block())
+    patches, tokens = _batch()
+    before = {k for k, v in vars(net).items() if isinstance(v, torch.Tensor)}
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("an attention record was built with no hook registered")
+
+    monkeypatch.setattr(model_mod, "AttentionRecord", forbidden)
+    scores = net(patches, tokens)                       # no hook: must not build a record
+    assert not net.hooked
+    assert {k for k, v in vars(net).items() if isinstance(v, torch.Tensor)} == before
+    remove = net.register_attention_hook(lambda record: None)
+    with pytest.raises(AssertionError, match="attention record"):
+        net(patches, tokens)                            # the check above can fail
+    remove()
+    assert not net.hooked
+    assert torch.equal(net(patches, tokens), scores)
+
+
+def test_recorder_does_not_change_the_forward_pass_and_stops_when_closed():
+    torch.manual_seed(0)
+    net = CrossModalMatcher(_block())
+    patches, tokens = _batch()
+    plain = net(patches, tokens)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    rec = StepRecorder(net, opt)
+    scores = net(patches, tokens)
+    assert torch.equal(scores, plain)
+    loss = matching_loss(scores, tokens)
+    loss.backward()
+    rec.after_backward(loss)
+    opt.step()
+    rec.after_step()
+    rec.close()
+    assert not net.hooked
+    net(patches, tokens)                                 # closed: no further row
+    arrays = rec.arrays()
+    assert {a.shape for k, a in arrays.items() if k != "loss"} == {(1, 4)}
+    assert arrays["mass_image"] + arrays["mass_text"] == pytest.approx(np.ones((1, 4)), abs=1e-5)
+
+
+# -- model switches ------------------------------------------------------------------------
+def test_scaled_xavier_init_bounds_qk_weights():
+    torch.manual_seed(0)
+    bound = math.sqrt(6 / (64 + 64))
+    net = CrossModalMatcher(_block(qk_init="xavier_0.1"))
+    for w in net.qk_weights():
+        assert w.abs().max() <= 0.1 * bound + 1e-7
+        assert w.abs().max() > 0.05 * bound
+    assert CrossModalMatcher(_block(qk_init="xavier")).q.weight.abs().max() > 0.5 * bound
+
+
+def test_sigma_reparam_weights_start_with_spectral_norm_gamma():
+    torch.manual_seed(0)
+    net = CrossModalMatcher(_block(sigma_reparam=True))
+    for w in net.qk_weights():
+        assert torch.linalg.matrix_norm(w, ord=2).item() == pytest.approx(1.0, rel=1e-4)
+    with torch.no_grad():
+        net.q.gamma.fill_(3.0)
+    assert torch.linalg.matrix_norm(net.qk_weights()[0], ord=2).item() == pytest.approx(3.0, rel=1e-4)
+
+
+def test_qk_layernorm_keeps_logits_bounded_under_huge_weights():
+    torch.manual_seed(0)
+    logs = []
+    net = CrossModalMatcher(_block(qk_layernorm=True))
+    with torch.no_grad():
+        net.q.weight.mul_(1e3)
+        net.k.weight.mul_(1e3)
+    net.register_attention_hook(lambda r: logs.append(max_logit(r.logits)))
+    net(*_batch())
+    assert logs[0].max() <= math.sqrt(64 // 4) + 1e-3     # |q||k|/sqrt(d_head) with unit LN gain
+
+
+def test_block_config_rejects_unknown_init_and_bad_heads():
+    with pytest.raises(ConfigError, match="qk_init"):
+        _block(qk_init="orthogonal")
+    with pytest.raises(ConfigError, match="divisible"):
+        _block(n_heads=5)
+
+
+def test_matching_loss_is_low_for_a_diagonal_and_counts_duplicate_captions():
+    tokens = torch.tensor([[0, 4, 7, 9], [1, 5, 8, 10], [0, 4, 7, 9]])
+    scores = torch.full((3, 3), -20.0)
+    scores[[0, 0, 1, 2, 2], [0, 2, 1, 0, 2]] = 20.0       # duplicates match each other
+    assert matching_loss(scores, tokens).item() == pytest.approx(math.log(2) * 2 / 3, abs=1e-4)
+
+
+# -- remedies and the collapse criterion ---------------------------------------------------
+def test_remedies_combine_and_conflicting_inits_raise():
+    r = single_remedies(warmup_steps=10)
+    combo = r["xavier_0.1"] + r["clip_1.0"]
+    assert combo == Remedy(qk_init="xavier_0.1", clip_norm=1.0)
+    with pytest.raises(ConfigError, match="qk_init"):
+        r["xavier"] + r["xavier_0.1"]
+
+
+def test_collapse_needs_patience_consecutive_steps_below_fraction():
+    crit = CollapseCriterion(fraction=0.1, patience=3)
+    assert collapse_step(np.full(10, 3.0), crit) is None
+    dip = np.array([3.0, 2.0, 0.2, 0.2, 3.0, 0.1, 0.1, 0.1, 0.1, 2.0])
+    assert collapse_step(dip, crit) == 5
+    assert collapse_step(dip[:8], crit) == 5
+    assert collapse_step(dip[:7], crit) is None
+    assert collapse_step(np.array([3.0, 0.31, 0.31, 0.31]), crit) is None   # 0.31 > 0.1 * 3
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.booleans(), max_size=40), st.integers(1, 6))
+def test_first_sustained_run_agrees_with_brute_force(mask, patience):
+    expected = next((i for i in range(len(mask) - patience + 1)
+                     if all(mask[i:i + patience])), None)
+    assert first_sustained_run(np.array(mask, dtype=bool), patience) == expected
+
+
+def test_grad_vanish_is_relative_to_the_early_peak():
+    crit = CollapseCriterion(patience=2, grad_fraction=0.01)
+    assert grad_vanish_step(np.array([1.0, 2.0, 0.5, 0.01, 0.01, 0.01]), crit) == 3
+    assert grad_vanish_step(np.array([1.0, 2.0, 0.5, 0.03, 0.01, 0.03]), crit) is None
+
+
+def test_best_pair_skips_incompatible_and_excluded_pairs():
+    singles = single_remedies(10)
+    ranking = rank_arms(__import__("pandas").DataFrame({
+        "arm": ["baseline", "xavier", "xavier_0.1", "clip_1.0", "qk_layernorm"],
+        "lr": 1.0, "collapse_rate": [1.0, 0.0, 0.0, 0.2, 0.4], "diverged_rate": 0.0,
+        "final_loss": [3.0, 1.0, 1.1, 1.0, 1.0]}))
+    assert best_pair(ranking, singles) == ("xavier", "clip_1.0")
+    seed = singles["xavier_0.1"] + singles["clip_1.0"]
+    assert best_pair(ranking, singles, exclude=[singles["xavier"] + singles["clip_1.0"], seed]) \
+        == ("xavier", "qk_layernorm")
+
+
+# -- data and a tiny training run ----------------------------------------------------------
+def test_patchify_is_row_major_and_checks_divisibility():
+    img = np.arange(4 * 4 * 1, dtype=np.float32).reshape(1, 4, 4, 1)
+    tokens = data.patchify(img, 2)
+    assert tokens.shape == (1, 4, 4)
+    assert tokens[0, 1].tolist() == [2, 3, 6, 7]
+    with pytest.raises(InvalidInputError):
+        data.patchify(img, 3)
+
+
+def test_scenes_match_their_captions():
+    batch = data.sample_scenes(5, np.random.default_rng(1))
+    assert batch.patches.shape == (5, 16, 192) and batch.tokens.shape == (5, data.CAPTION_LEN)
+    for caption, ids in zip(batch.captions, batch.tokens):
+        assert caption.split() == [data.VOCAB[i] for i in ids]
+    with pytest.raises(InvalidInputError):
+        data.sample_scenes(0, np.random.default_rng(0))
+
+
+def test_tiny_training_run_records_every_step_and_starts_near_uniform():
+    res = train_run("baseline", Remedy(), TrainConfig(lr=3e-3, steps=6, batch=8, eval_scenes=16))
+    assert res.curves["entropy"].shape == (6, 4)
+    assert res.curves["entropy"][0].mean() == pytest.approx(math.log(16 + 4), rel=0.05)
+    assert np.isfinite(res.final_loss) and 0.0 <= res.final_acc <= 1.0
+    assert not res.diverged and not res.collapsed
