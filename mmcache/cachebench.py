@@ -308,3 +308,34 @@ def _report(workload: Workload, tiers: tuple[TierSpec, ...], latency: LatencyMod
                     "tiers": [asdict(t) for t in tiers],
                     "latency_model": {**asdict(latency), "kind": "assumed constants, not measured"}},
         latencies_ms=lat_ms)
+
+
+def miss_ratio_curves(trace: Any, policies: Sequence[str], sizes: Sequence[int]):
+    """Miss ratio of every policy at every cache size on one trace, with replay timings.
+
+    Returns a pandas DataFrame with columns ``policy, cache_size, miss_cnt,
+    miss_ratio, byte_miss_ratio, seconds, req_per_s`` (``seconds`` is the wall
+    time of that one :func:`mmcache.replay.simulate` call, measured here).
+    """
+    import time
+
+    import pandas as pd
+
+    from .replay import simulate
+
+    rows = []
+    for policy in policies:
+        for size in sizes:
+            start = time.perf_counter()
+            res = simulate(trace, policy, int(size))
+            seconds = time.perf_counter() - start
+            rows.append({"policy": policy, "cache_size": int(size), "miss_cnt": res.miss_cnt,
+                         "miss_ratio": res.miss_ratio, "byte_miss_ratio": res.byte_miss_ratio,
+                         "seconds": seconds, "req_per_s": trace.n_req / seconds})
+    return pd.DataFrame(rows)
+
+
+def belady_gap(curves: Any, reference: str = "belady"):
+    """Miss-ratio gap of each policy to ``reference`` per cache size (policy × size table)."""
+    table = curves.pivot(index="policy", columns="cache_size", values="miss_ratio")
+    return table.drop(index=reference) - table.loc[reference]

@@ -1,0 +1,221 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Eviction policies and trace replay (CacheBench-MM)
+#
+# Miss-ratio curves of every registered eviction policy against Belady on three traces:
+#
+# * **cloudPhysics** — libCacheSim's 113,872-request block-I/O sample (`data/`, see `data/README.md`);
+#   LRU and FIFO must reproduce libCacheSim's own counts.
+# * **Zipf(1.0)** — `mmcache.workload.zipf_trace`, seeded, fixed 4 KiB objects.
+# * **Multimodal** — `mmcache.workload.generate`: Zipf intents asked through text / image / speech
+#   paraphrase variants, novel queries, sessions, bursts, drift. Its vectors and timing are
+#   **synthetic**; the exact-key trace is what an exact cache sees, the intent-keyed trace is the
+#   oracle semantic cache (ground-truth equivalence, zero false hits).
+#
+# Then the CacheBench-MM engine replays the multimodal stream through a GPU → CPU → NVMe hierarchy
+# with a latency model whose constants are **assumptions** (documented defaults in
+# `mmcache.cachebench`), not measurements. Replay throughput is measured in this notebook.
+
+# %% tags=["parameters"]
+SMOKE = False
+SEED = 0
+ZIPF_N_REQ = 1_000_000
+ZIPF_N_OBJ = 100_000
+MM_QUERIES = 50_000
+MM_INTENTS = 5_000
+THRESHOLDS = [0.75, 0.8, 0.85, 0.9, 0.95]
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from mmcache.cachebench import (LatencyModel, TierSpec, belady_gap, miss_ratio_curves, replay,
+                                three_tier)
+from mmcache.paths import DATA_DIR
+from mmcache.plotting import save_figure
+from mmcache.policies import POLICIES
+from mmcache.replay import read_oracle_general
+from mmcache.runbook import write_metrics
+from mmcache.workload import EMBEDDING_KIND, TIMING_KIND, generate, zipf_trace
+
+GiB = 1 << 30
+if SMOKE:
+    ZIPF_N_REQ, ZIPF_N_OBJ, MM_QUERIES, MM_INTENTS = 50_000, 5_000, 4_000, 500
+    THRESHOLDS = [0.8, 0.9]
+    POLICY_NAMES = ["lru", "fifo", "clock", "sieve", "belady"]
+    CP_SIZES = [256 << 20, GiB]
+    FRACTIONS = [0.05, 0.2]
+else:
+    POLICY_NAMES = sorted(POLICIES)
+    CP_SIZES = [k * (128 << 20) for k in range(1, 9)]
+    FRACTIONS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.4]
+print("policies:", POLICY_NAMES)
+
+# %% [markdown]
+# ## Traces
+
+# %%
+cp_path = DATA_DIR / "cloudPhysicsIO.oracleGeneral.bin"
+cloud = read_oracle_general(cp_path)
+zipf = zipf_trace(ZIPF_N_REQ, ZIPF_N_OBJ, alpha=1.0, seed=SEED)
+mm = generate(n_queries=MM_QUERIES, n_intents=MM_INTENTS, seed=SEED)
+mm_exact, mm_oracle = mm.to_trace("exact"), mm.to_trace("intent")
+
+
+def wss(trace):
+    """Working-set size in bytes: each distinct object once."""
+    _, first = np.unique(trace.obj_id, return_index=True)
+    return int(trace.obj_size[first].sum())
+
+
+traces = {"cloudPhysics": (cloud, CP_SIZES),
+          "Zipf(1.0)": (zipf, [max(4096, int(f * wss(zipf))) for f in FRACTIONS]),
+          "multimodal": (mm_exact, [max(4096, int(f * wss(mm_exact))) for f in FRACTIONS])}
+pd.DataFrame({name: {"requests": t.n_req, "objects": t.n_obj, "wss_MiB": wss(t) / 2**20}
+              for name, (t, _) in traces.items()}).T
+
+# %% [markdown]
+# ## Miss-ratio curves (every `simulate` call is timed)
+
+# %%
+curves = []
+for name, (trace, sizes) in traces.items():
+    df = miss_ratio_curves(trace, POLICY_NAMES, sizes)
+    curves.append(df.assign(trace=name, size_frac=df.cache_size / wss(trace)))
+oracle = miss_ratio_curves(mm_oracle, ["lru", "belady"], traces["multimodal"][1])
+oracle = oracle.assign(trace="multimodal", size_frac=oracle.cache_size / wss(mm_exact),
+                       policy=oracle.policy.map({"lru": "oracle-semantic lru",
+                                                 "belady": "oracle-semantic belady"}))
+curves = pd.concat(curves + [oracle], ignore_index=True)
+
+fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+for ax, (name, group) in zip(axes, curves.groupby("trace", sort=False)):
+    for policy, g in group.groupby("policy"):
+        limit = policy.startswith("belady") or policy.startswith("oracle")
+        ax.plot(g.cache_size / 2**20, g.miss_ratio, marker="o", ms=3, label=policy,
+                lw=2.2 if limit else 1.2, ls="--" if limit else "-")
+    ax.set(title=name, xlabel="cache size (MiB)", ylabel="miss ratio")
+axes[-1].legend(fontsize=7, ncol=2)
+provenance = {"data": {"cloudPhysics": f"{cp_path.name} (libCacheSim sample, data/README.md)",
+                       "Zipf": f"zipf_trace(n_req={ZIPF_N_REQ}, n_obj={ZIPF_N_OBJ}, alpha=1.0, "
+                               f"seed={SEED}), 4 KiB objects",
+                       "multimodal": mm.describe()},
+              "weights": "none (no model used)", "smoke": SMOKE}
+save_figure(fig, "06_miss_ratio_curves", provenance)
+
+# %% [markdown]
+# ## Gap to Belady (miss ratio − Belady's miss ratio; percentage points)
+
+# %%
+gaps = {name: belady_gap(curves[(curves.trace == name) & ~curves.policy.str.startswith("oracle")])
+        for name in traces}
+for name, table in gaps.items():
+    print(f"\n{name} (columns: cache size in MiB)")
+    print((100 * table.rename(columns=lambda c: round(c / 2**20, 1))).round(2).to_string())
+
+# %% [markdown]
+# ## Replay throughput (requests/s of `mmcache.replay.simulate`, measured above)
+
+# %%
+speed = curves[~curves.policy.str.startswith("oracle")].groupby(
+    ["trace", "policy"]).req_per_s.median().reset_index()
+fig, ax = plt.subplots(figsize=(9, 4))
+sns.barplot(speed, x="policy", y="req_per_s", hue="trace", ax=ax)
+ax.set(yscale="log", ylabel="requests / s (median over sizes)", xlabel="")
+ax.tick_params(axis="x", rotation=45)
+save_figure(fig, "06_replay_throughput",
+            {**provenance, "measured": "wall time of simulate() in this notebook run, one core"})
+speed.pivot(index="policy", columns="trace", values="req_per_s").round(0)
+
+# %% [markdown]
+# ## CacheBench-MM: the multimodal stream through GPU → CPU → NVMe tiers
+#
+# L1 exact (GPU), L2 semantic (CPU, cosine ≥ threshold), L3 exact (NVMe); capacity of L3 =
+# 10% of the exact-key working set (L1 and L2 add 1/16 and 1/4 of that). The exact-match
+# baseline is one CPU tier holding the hierarchy's total bytes. Latency constants are assumed defaults
+# (`LatencyModel()`, `three_tier`), never measured. The limits are Belady on exact keys and the
+# oracle semantic cache at the hierarchy's total capacity.
+
+# %%
+capacity = int(0.1 * wss(mm_exact))
+total = sum(t.capacity_bytes for t in three_tier(capacity))
+model = LatencyModel()
+reports = {"exact, one CPU tier (lru)": replay(mm, [TierSpec("cpu", total, "lru")], model)}
+for th in THRESHOLDS:
+    reports[f"3-tier lru, cos≥{th}"] = replay(mm, three_tier(capacity, threshold=th), model,
+                                                 limits=False)
+limits = reports["exact, one CPU tier (lru)"].limits
+rows = {name: {"hit_rate": r.hit_rate, "false_hit_rate": r.false_hit_rate,
+               "precision": r.hit_precision, "byte_hit_rate": r.byte_hit_rate,
+               **{f"{k}_ms": v for k, v in r.latency_ms.items()},
+               "sla_violations": r.sla_violation_rate,
+               **{f"hit_{t}": v for t, v in r.hit_rate_per_tier.items()},
+               **{f"hit_{m}": v for m, v in r.hit_rate_per_modality.items()}}
+        for name, r in reports.items()}
+bench = pd.DataFrame(rows).T
+print("limits at total capacity", limits)
+bench.round(4)
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
+sweep = bench.iloc[1:]
+ax1.plot(sweep.false_hit_rate, sweep.hit_rate - sweep.false_hit_rate, marker="o")
+for name, row in sweep.iterrows():
+    ax1.annotate(name.split(",")[-1], (row.false_hit_rate, row.hit_rate - row.false_hit_rate),
+                 fontsize=8)
+ax1.axhline(1 - limits["oracle_semantic_belady_miss_ratio"], ls="--", c="k",
+            label="oracle semantic (Belady)")
+ax1.axhline(1 - limits["oracle_semantic_miss_ratio"], ls=":", c="k",
+            label="oracle semantic (LRU)")
+ax1.axhline(1 - limits["belady_miss_ratio"], ls="-.", c="grey", label="Belady, exact keys")
+ax1.set(xlabel="false-hit rate (of all requests)", ylabel="true-hit rate", ylim=(0, 1))
+ax1.legend(fontsize=8)
+for name, r in reports.items():
+    ax2.ecdf(r.latencies_ms, label=name)
+ax2.axvline(model.sla_ms, c="k", ls="--", lw=1)
+ax2.set(xscale="log", xlabel="modelled latency (ms; assumed constants)", ylabel="CDF")
+ax2.legend(fontsize=7)
+save_figure(fig, "06_cachebench_mm", {**provenance, "embeddings": EMBEDDING_KIND,
+                                      "timing": TIMING_KIND,
+                                      "latency_model": "assumed constants (LatencyModel, "
+                                                       "three_tier defaults), not measured",
+                                      "capacity_bytes": capacity})
+
+# %%
+at = {"cloudPhysics": GiB, "Zipf(1.0)": traces["Zipf(1.0)"][1][-1],
+      "multimodal": traces["multimodal"][1][-1]}
+point = {name: curves[(curves.trace == name) & (curves.cache_size == size)]
+         .set_index("policy") for name, size in at.items()}
+write_metrics({
+    "smoke": SMOKE,
+    "policies": POLICY_NAMES,
+    "cloudphysics_1GiB_miss_cnt": point["cloudPhysics"].miss_cnt.to_dict(),
+    "miss_ratio_at_size": {name: p.miss_ratio.to_dict() for name, p in point.items()},
+    "size_at": at,
+    "belady_gap_at_size": {name: (p.miss_ratio.drop(
+        [i for i in p.index if i.startswith(("belady", "oracle"))]) - p.miss_ratio["belady"]
+    ).to_dict() for name, p in point.items()},
+    "belady_le_all_everywhere": bool(all(
+        (g.drop(index=[i for i in g.index if i.startswith("belady")]) >= -1e-12).all().all()
+        for g in gaps.values())),
+    "curves": curves.drop(columns=["seconds"]).to_dict(orient="records"),
+    "replay_req_per_s": {f"{t}/{p}": v for t, p, v in speed.itertuples(index=False)},
+    "cachebench": {name: r.as_dict() | {"provenance": None} for name, r in reports.items()},
+    "cachebench_limits": limits,
+    "data": {"multimodal_embeddings": EMBEDDING_KIND, "multimodal_timing": TIMING_KIND,
+             "latency_model": "assumed constants, not measured"},
+})

@@ -1,0 +1,68 @@
+"""Notebook 06 in smoke mode: libCacheSim-exact counts, Belady bounds, sane CacheBench-MM."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.notebook
+
+NAME = "06_eviction_replay"
+
+
+@pytest.fixture(scope="module")
+def metrics(smoke_metrics):
+    return smoke_metrics(NAME)
+
+
+def test_cloudphysics_counts_match_libcachesim(metrics):
+    counts = metrics["cloudphysics_1GiB_miss_cnt"]
+    assert counts["lru"] == 71704 and counts["fifo"] == 72140 and counts["belady"] == 48974
+
+
+def test_belady_bounds_every_policy_on_every_trace(metrics):
+    assert metrics["belady_le_all_everywhere"] is True
+    for rows in _by_trace_and_size(metrics["curves"]).values():
+        online = [r["miss_ratio"] for r in rows if not r["policy"].startswith(("belady", "orac"))]
+        belady = next(r["miss_ratio"] for r in rows if r["policy"] == "belady")
+        assert online and belady <= min(online)
+    for trace, ratios in metrics["miss_ratio_at_size"].items():
+        assert all(0.0 < r < 1.0 for r in ratios.values()), trace
+        gaps = metrics["belady_gap_at_size"][trace]
+        assert all(g >= 0 for g in gaps.values()) and max(gaps.values()) > 0.01
+
+
+def test_oracle_semantic_cache_beats_exact_belady(metrics):
+    mm = metrics["miss_ratio_at_size"]["multimodal"]
+    assert mm["oracle-semantic belady"] <= mm["oracle-semantic lru"]
+    assert mm["oracle-semantic belady"] < mm["belady"] - 0.05
+
+
+def test_replay_throughput_was_measured(metrics):
+    speed = metrics["replay_req_per_s"]
+    assert all(v > 0 for v in speed.values())
+    assert speed["cloudPhysics/lru"] > 1e6  # compiled kernel, not a Python loop
+
+
+def test_cachebench_report_is_consistent(metrics):
+    reports, limits = metrics["cachebench"], metrics["cachebench_limits"]
+    sweep = sorted((float(name.split("≥")[1]), r) for name, r in reports.items() if "≥" in name)
+    assert len(sweep) >= 2
+    (_, loose), (_, strict) = sweep[0], sweep[-1]
+    assert loose["hit_rate"] >= strict["hit_rate"]
+    assert loose["false_hit_rate"] >= strict["false_hit_rate"]
+    for r in reports.values():
+        assert sum(r["hit_rate_per_tier"].values()) == pytest.approx(r["hit_rate"])
+        assert r["latency_ms"]["p50"] <= r["latency_ms"]["p95"] <= r["latency_ms"]["p99"]
+        assert 0.0 <= r["sla_violation_rate"] <= 1.0
+        true_hits = r["hit_rate"] - r["false_hit_rate"]
+        assert true_hits <= 1 - limits["oracle_semantic_belady_miss_ratio"]
+    exact = next(r for name, r in reports.items() if name.startswith("exact"))
+    assert exact["false_hit_rate"] == 0.0
+    assert exact["hit_rate"] <= 1 - limits["belady_miss_ratio"]
+
+
+def _by_trace_and_size(rows):
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["trace"], r["cache_size"]), []).append(r)
+    return groups
