@@ -57,3 +57,7 @@ class StorageError(MMCacheError, RuntimeError):
 
 class TraceFormatError(InvalidInputError):
     """A cache trace file that does not match its declared record format."""
+
+
+class NotFittedError(MMCacheError, RuntimeError):
+    """A learned component (projection head, calibrator) used before it was fitted."""
