@@ -13,21 +13,28 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ...replay import Trace
 
-#: Registry name -> kernel module (imported, and compiled, on first use).
-KERNEL_MODULES: dict[str, str] = {
-    "lru": "lru",
-    "fifo": "fifo",
+#: Registry name -> (kernel module, fixed keyword arguments); imported on first use.
+KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
+    "lru": ("lru", {}),
+    "fifo": ("fifo", {}),
+    "clock": ("clock", {}),
+    "sieve": ("sieve", {}),
+    "arc": ("arc", {}),
+    "s3fifo": ("s3fifo", {}),
+    "lirs": ("lirs", {}),
+    "belady": ("belady", {}),
+    "belady-bypass": ("belady", {"bypass": True}),
 }
 
 
 def run_kernel(name: str, trace: "Trace", cache_size: int,
                params: dict[str, Any]) -> tuple[int, int] | None:
     """Replay with the kernel for ``name``; None when that policy has no kernel."""
-    module = KERNEL_MODULES.get(name)
-    if module is None:
+    if name not in KERNELS:
         return None
+    module, fixed = KERNELS[name]
     ids, n_obj = trace.dense_ids()
     replay = import_module(f"{__name__}.{module}").replay
     miss_cnt, miss_byte = replay(ids, trace.obj_size, trace.next_access, n_obj, cache_size,
-                                 **params)
+                                 **fixed, **params)
     return int(miss_cnt), int(miss_byte)
