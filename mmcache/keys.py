@@ -2,8 +2,9 @@
 
 Two queries share an exact key when their scope is equal and every modality has
 the same fingerprint: text after Unicode NFKC, case folding and whitespace
-collapsing; images by a 256-bit perceptual hash (``imagehash.phash``, so a
-re-encoded or slightly rescaled copy matches); audio by a Haitsma–Kalker style
+collapsing; images by a 256-bit perceptual hash (``imagehash.phash``: a losslessly
+re-encoded copy shares the key, a JPEG copy differs in a few bits and is left to
+the semantic tier); audio by a Haitsma–Kalker style
 band-energy fingerprint of the 16 kHz signal; modalities given only as
 embeddings by the bytes of the normalised vector.
 """
@@ -64,7 +65,8 @@ def decode_image(image: object) -> Image.Image:
         try:
             img = Image.open(io.BytesIO(bytes(image)))
             img.load()
-        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError,
+                ValueError) as exc:
             raise InvalidMediaError(f"image bytes cannot be decoded: {exc}") from None
         return img
     if isinstance(image, np.ndarray):

@@ -1,0 +1,135 @@
+"""Bad input: every case raises its typed error and leaves the cache exactly as it was."""
+
+from __future__ import annotations
+
+import io
+import wave
+
+import numpy as np
+import pytest
+
+import mmcache
+from mmcache.errors import (InvalidEmbeddingError, InvalidInputError, InvalidMediaError,
+                            MissingScopeError, SerializationError, StorageError,
+                            UnknownModalityError)
+from mmcache.testing import unit
+from mmcache.types import Query
+
+from cache_helpers import snapshot
+
+DIM = 16
+RNG = np.random.default_rng(3)
+GOOD = unit(RNG, DIM)
+
+
+def wav_bytes(rate: int, seconds: float = 0.5) -> bytes:
+    pcm = (np.sin(np.arange(int(rate * seconds)) * 0.05) * 10_000).astype("<i2")
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(rate)
+        w.writeframes(pcm.tobytes())
+    return buf.getvalue()
+
+
+@pytest.fixture
+def cache(tmp_path):
+    c = mmcache.TieredCache({"l3": {"backend": "sqlite", "path": str(tmp_path / "c.db")}})
+    c.put(Query(text="kept", embeddings={"text": GOOD}, scope="s"), {"v": 1})
+    c.put(Query(embeddings={"image": unit(RNG, DIM)}, scope="t"), "img")
+    yield c
+    c.close()
+
+
+BAD_QUERIES = {
+    "nan embedding": (Query(embeddings={"text": np.full(DIM, np.nan, np.float32)}, scope="s"),
+                      InvalidEmbeddingError),
+    "inf embedding": (Query(embeddings={"text": np.r_[np.inf, np.ones(DIM - 1)].astype(np.float32)},
+                            scope="s"), InvalidEmbeddingError),
+    "zero-norm embedding": (Query(embeddings={"text": np.zeros(DIM, np.float32)}, scope="s"),
+                            InvalidEmbeddingError),
+    "wrong dimension": (Query(embeddings={"text": unit(RNG, DIM + 1)}, scope="s"),
+                        InvalidEmbeddingError),
+    "wrong dtype": (Query(embeddings={"text": GOOD.astype(np.float64)}, scope="s"),
+                    InvalidEmbeddingError),
+    "2-D embedding": (Query(embeddings={"text": GOOD[None, :]}, scope="s"), InvalidEmbeddingError),
+    "list embedding": (Query(embeddings={"text": list(GOOD)}, scope="s"), InvalidEmbeddingError),
+    "empty text": (Query(text="", scope="s"), InvalidInputError),
+    "blank text": (Query(text=" \n\t ", scope="s"), InvalidInputError),
+    "non-str text": (Query(text=42, scope="s"), InvalidInputError),
+    "corrupt image bytes": (Query(image=b"\x89PNG\r\n\x1a\nnot really", scope="s"),
+                            InvalidMediaError),
+    "empty image bytes": (Query(image=b"", scope="s"), InvalidMediaError),
+    "float image array": (Query(image=np.zeros((8, 8), np.float32), scope="s"), InvalidMediaError),
+    "empty audio": (Query(audio=np.zeros(0, np.float32), scope="s"), InvalidMediaError),
+    "stereo audio array": (Query(audio=np.zeros((2, 100), np.float32), scope="s"),
+                           InvalidMediaError),
+    "int audio array": (Query(audio=np.zeros(100, np.int16), scope="s"), InvalidMediaError),
+    "nan audio": (Query(audio=np.full(100, np.nan, np.float32), scope="s"), InvalidMediaError),
+    "8 kHz WAV, rate not declared": (Query(audio=wav_bytes(8000), scope="s"), InvalidMediaError),
+    "corrupt WAV": (Query(audio=b"RIFF....WAVEjunk", scope="s"), InvalidMediaError),
+    "bad audio rate": (Query(audio=np.ones(100, np.float32), audio_rate=0, scope="s"),
+                       InvalidMediaError),
+    "unknown modality": (Query(embeddings={"smell": GOOD}, scope="s"), UnknownModalityError),
+    "missing scope": (Query(text="hello"), MissingScopeError),
+    "empty scope": (Query(text="hello", scope=""), MissingScopeError),
+    "nothing at all": (Query(scope="s"), InvalidInputError),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_QUERIES))
+def test_bad_query_on_put_and_get_changes_nothing(cache, case):
+    query, error = BAD_QUERIES[case]
+    before = snapshot(cache)
+    with pytest.raises(error):
+        cache.put(query, "value")
+    with pytest.raises(error):
+        cache.get(query)
+    assert snapshot(cache) == before
+
+
+@pytest.mark.parametrize("value", [object(), {"a": {1, 2}}, float("nan"), [1, float("inf")],
+                                   {"f": lambda: 0}])
+def test_unserialisable_values_are_rejected(cache, value):
+    before = snapshot(cache)
+    with pytest.raises(SerializationError):
+        cache.put(Query(text="new", embeddings={"text": unit(RNG, DIM)}, scope="s"), value)
+    assert snapshot(cache) == before
+
+
+def test_unserialisable_ground_truth_and_bad_ttl_are_rejected(cache):
+    before = snapshot(cache)
+    with pytest.raises(SerializationError):
+        cache.put(Query(text="new", scope="s", ground_truth=object()), "x")
+    for ttl in (0, -5, float("nan"), float("inf"), "10"):
+        with pytest.raises(InvalidInputError):
+            cache.put(Query(text="new", scope="s"), "x", ttl=ttl)
+    assert snapshot(cache) == before
+
+
+def test_failing_store_leaves_memory_tiers_unchanged(cache, monkeypatch):
+    before = snapshot(cache)
+
+    def broken(entry):
+        raise StorageError("disk full (simulated)")
+
+    monkeypatch.setattr(cache.tier("l3"), "put", broken)
+    with pytest.raises(StorageError):
+        cache.put(Query(text="new", embeddings={"text": unit(RNG, DIM)}, scope="s"), "x")
+    monkeypatch.undo()
+    assert snapshot(cache) == before
+
+
+def test_declared_non_16k_rate_is_resampled_not_rejected(cache):
+    q8k = Query(audio=wav_bytes(8000), audio_rate=8000, scope="s")
+    cache.put(q8k, "speech")
+    assert cache.get(q8k).value == "speech"
+    arr = np.sin(np.arange(4000) * 0.05).astype(np.float32)
+    cache.put(Query(audio=arr, audio_rate=8000, scope="s"), "array speech")
+    assert cache.get(Query(audio=arr, audio_rate=8000, scope="s")).value == "array speech"
+
+
+def test_errors_are_value_errors_and_name_the_problem(cache):
+    with pytest.raises(ValueError, match="dimension 17; this cache expects 16"):
+        cache.get(Query(embeddings={"text": unit(RNG, DIM + 1)}, scope="s"))
+    with pytest.raises(ValueError, match="dtype float64"):
+        cache.get(Query(embeddings={"text": GOOD.astype(np.float64)}, scope="s"))

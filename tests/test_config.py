@@ -1,0 +1,80 @@
+"""CacheConfig: dict and YAML loading, unknown keys and bad values named in the error."""
+
+from __future__ import annotations
+
+import pytest
+
+from mmcache.config import CacheConfig
+from mmcache.errors import ConfigError, UnknownPolicyError
+
+
+def test_defaults_and_round_trip():
+    cfg = CacheConfig.load(None)
+    assert cfg.l2.index == "auto" and cfg.l3.backend is None
+    assert CacheConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_yaml(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("l1: {max_entries: 5, policy: LRU}\n"
+                    "l3: {backend: sqlite, path: x.db, synchronous: full}\n"
+                    "thresholds: {rule: percentile, percentile: 90}\n"
+                    "freshness: {ttl: 300, stale_while_revalidate: 60}\n")
+    cfg = CacheConfig.load(path)
+    assert (cfg.l1.max_entries, cfg.l3.synchronous, cfg.thresholds.percentile,
+            cfg.freshness.ttl) == (5, "full", 90, 300)
+
+
+def test_unreadable_yaml_is_a_config_error(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("l1: [unclosed\n")
+    with pytest.raises(ConfigError, match="cannot read config"):
+        CacheConfig.load(path)
+    with pytest.raises(ConfigError, match="cannot read config"):
+        CacheConfig.load(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"l4": {}}, "'l4'"),
+    ({"l2": {"ef": 3}}, "'l2.ef'"),
+    ({"freshness": {"ttl_s": 3}}, "'freshness.ttl_s'"),
+    ({"l1": {"max_entries": 0}}, "l1.max_entries"),
+    ({"l1": {"max_entries": -3}}, "l1.max_entries"),
+    ({"l1": {"max_entries": 2.5}}, "l1.max_entries"),
+    ({"l2": {"max_bytes": True}}, "l2.max_bytes"),
+    ({"l2": {"max_bytes": 1 << 62}}, "l2.max_bytes"),
+    ({"dims": {"text": 512}, "l2": {"max_bytes": 1000}}, "l2.max_bytes"),
+    ({"l2": {"index": "ivf"}}, "l2.index"),
+    ({"l2": {"ef_search": 0}}, "l2.ef_search"),
+    ({"l3": {"backend": "mongo"}}, "l3.backend"),
+    ({"l3": {"backend": "sqlite"}}, "l3.path"),
+    ({"l3": {"backend": "redis"}}, "l3.url"),
+    ({"l3": {"synchronous": "sometimes"}}, "l3.synchronous"),
+    ({"thresholds": {"rule": "magic"}}, "thresholds.rule"),
+    ({"thresholds": {"delta": {"text": 0}}}, "thresholds.delta.text"),
+    ({"thresholds": {"delta": {"smell": 0.1}}}, "thresholds.delta.smell"),
+    ({"thresholds": {"percentile": 101}}, "thresholds.percentile"),
+    ({"thresholds": {"delta_min": 0.3, "delta_max": 0.2}}, "thresholds.delta_max"),
+    ({"freshness": {"ttl": -1}}, "freshness.ttl"),
+    ({"freshness": {"stale_if_error": -1}}, "freshness.stale_if_error"),
+    ({"freshness": {"bypass_tokens": "freshness:strict"}}, "freshness.bypass_tokens"),
+    ({"guard": {"error_rate": 1.5}}, "guard.error_rate"),
+    ({"dims": {"text": -4}}, "dims.text"),
+    ({"encoders": {"video": "clip"}}, "encoders.video"),
+    ({"l2": 5}, "l2"),
+])
+def test_bad_config_names_the_key(data, key):
+    with pytest.raises(ConfigError) as err:
+        CacheConfig.load(data)
+    assert key in str(err.value)
+
+
+def test_unknown_policy_is_a_config_error():
+    with pytest.raises(ConfigError, match="l2.policy"):
+        CacheConfig.load({"l2": {"policy": "random-guess"}})
+    assert issubclass(UnknownPolicyError, ConfigError)
+
+
+def test_not_a_config():
+    with pytest.raises(ConfigError, match="CacheConfig, dict or YAML path"):
+        CacheConfig.load(42)
