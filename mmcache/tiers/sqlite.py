@@ -66,6 +66,8 @@ class SQLiteTier(Tier):
         self._data_version = -1
         self._db = self._connect()
         self._load_new_rows()
+        while self.capacity.exceeded(*self.usage()):  # reopened with a smaller capacity
+            self.evict()
 
     # -- Tier protocol -------------------------------------------------------------------
     @property

@@ -1,0 +1,96 @@
+"""L3 SQLite tier: round trips, reopen rebuilds the vector index, no pickle, sharing."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+
+from mmcache.errors import StorageError
+from mmcache.testing import near, unit
+from mmcache.tiers import Capacity, SQLiteTier
+from mmcache.types import Entry
+
+DIM = 16
+
+
+def entry(i: int, rng: np.random.Generator, scope: str = "s", value=None) -> Entry:
+    return Entry(f"{scope}-{i}", scope, f"{scope}-{i}", {"i": i} if value is None else value,
+                 {"text": unit(rng, DIM), "image": unit(rng, DIM)}, 100, 5.0 + i, 50.0 + i,
+                 ground_truth=["label", i])
+
+
+def test_round_trip_and_reopen(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "l3.db"
+    tier = SQLiteTier(path)
+    entries = [entry(i, rng) for i in range(10)] + [entry(0, rng, scope="t", value=b"\x00raw")]
+    for e in entries:
+        tier.put(e)
+    tier.close()
+    tier = SQLiteTier(path)
+    assert len(tier) == 11 and tier.integrity_check() == "ok"
+    for e in entries:
+        got = tier.get(e.scope, e.entry_id)
+        assert (got.value, got.created_at, got.expires_at, got.ground_truth) == \
+            (e.value, e.created_at, e.expires_at, e.ground_truth)
+        assert all(np.array_equal(got.embeddings[m], e.embeddings[m]) for m in e.embeddings)
+        cands = tier.search(e.scope, {"text": near(rng, e.embeddings["text"], 0.97),
+                                      "image": e.embeddings["image"]}, {"text": 0.9, "image": 0.9})
+        assert [c.entry_id for c in cands] == [e.entry_id]
+    assert tier.get("t", "s-0") is None            # scope is part of the lookup
+    assert tier.dims() == {"text": DIM, "image": DIM}
+
+
+def test_values_are_tagged_json_or_bytes_never_pickle(tmp_path):
+    rng = np.random.default_rng(1)
+    tier = SQLiteTier(tmp_path / "l3.db")
+    tier.put(entry(1, rng, value={"answer": [1, 2]}))
+    tier.close()
+    db = sqlite3.connect(tmp_path / "l3.db")
+    tag, payload = db.execute("SELECT value_type, value FROM entries").fetchone()
+    assert (tag, bytes(payload)) == ("json", b'{"answer":[1,2]}')
+    blob, dim = db.execute("SELECT vector, dim FROM embeddings WHERE modality='text'").fetchone()
+    assert len(blob) == 4 * dim == 4 * DIM
+    db.execute("UPDATE entries SET value_type = 'pickle'")
+    db.commit()
+    db.close()
+    with pytest.raises(StorageError, match="unknown type tag"):
+        SQLiteTier(tmp_path / "l3.db").get("s", "s-1")
+
+
+def test_capacity_evicts_in_the_file_and_on_reopen(tmp_path):
+    rng = np.random.default_rng(2)
+    tier = SQLiteTier(tmp_path / "l3.db", Capacity(max_entries=4))
+    for i in range(7):
+        tier.put(entry(i, rng))
+    assert len(tier) == 4 and tier.usage() == (4, 400)
+    tier.close()
+    smaller = SQLiteTier(tmp_path / "l3.db", Capacity(max_entries=2))
+    assert len(smaller) == 2 and smaller.usage()[0] == 2
+    assert smaller.get("s", "s-6") is not None
+
+
+def test_shared_store_sees_other_writers(tmp_path):
+    rng = np.random.default_rng(3)
+    reader = SQLiteTier(tmp_path / "l3.db", shared=True)
+    writer = SQLiteTier(tmp_path / "l3.db", shared=True)
+    e = entry(1, rng)
+    writer.put(e)
+    assert reader.get("s", "s-1").value == {"i": 1}
+    cands = reader.search("s", {"text": e.embeddings["text"]}, {"text": 0.99})
+    assert [c.entry_id for c in cands] == ["s-1"]
+    writer.delete("s-1")
+    assert reader.get("s", "s-1") is None
+    assert reader.search("s", {"text": e.embeddings["text"]}, {"text": 0.99}) == []
+
+
+def test_bad_settings_and_unopenable_files(tmp_path):
+    from mmcache.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="synchronous"):
+        SQLiteTier(tmp_path / "x.db", synchronous="SOMETIMES")
+    (tmp_path / "junk.db").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StorageError):
+        SQLiteTier(tmp_path / "junk.db")
