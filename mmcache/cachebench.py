@@ -43,6 +43,11 @@ BANDWIDTH_GBPS: Mapping[str, float] = {
 
 MATCH_RULES = ("exact", "semantic")
 
+#: (lookup µs, bandwidth GB/s) of a TieredCache's tiers by name (assumed, as in three_tier).
+CACHE_TIER_COSTS: Mapping[str, tuple[float, float]] = {
+    "l1": (2.0, BANDWIDTH_GBPS["hbm"]), "l2": (50.0, BANDWIDTH_GBPS["pcie4_x16"]),
+    "l3": (100.0, BANDWIDTH_GBPS["nvme"])}
+
 
 @dataclass(frozen=True)
 class TierSpec:
@@ -271,7 +276,64 @@ def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel 
         hit_tier[i] = k
         false_hit[i] = entry[1] != intent[i]
         lat_ms[i] = cost_us / 1000.0 + entry[0] / (tiers[k].bandwidth_gbps * 1e6)
-    return _report(workload, tiers, latency, hit_tier, false_hit, lat_ms, limits)
+    capacity = sum(t.capacity_bytes for t in tiers) if limits else None
+    return _report(workload, [t.name for t in tiers], latency, hit_tier, false_hit, lat_ms,
+                   capacity, tiers[0].policy, {"tiers": [asdict(t) for t in tiers]})
+
+
+def replay_cache(workload: Workload, cache: Any, latency: LatencyModel | None = None, *,
+                 costs: Mapping[str, tuple[float, float]] | None = None,
+                 scope: str = "cachebench", limits: bool = True) -> Report:
+    """Replay ``workload`` through a :class:`mmcache.TieredCache` (every miss is ``put`` back).
+
+    ``costs`` maps each tier name to ``(lookup_us, bandwidth_gbps)`` (default
+    :data:`CACHE_TIER_COSTS`, assumed constants). The stored value of an intent is a
+    string of the workload's answer size that starts with the intent id, so a hit
+    tells which answer it served. Latency: an exact hit (similarity 1 on every
+    modality) pays the lookups of the tiers down to it; any other request pays
+    every tier's lookup plus the encoder, then the hit tier's transfer or the
+    model inference. Limits use the sum of the tiers' ``max_bytes`` when all are set.
+    """
+    latency = latency or LatencyModel()
+    costs = dict(CACHE_TIER_COSTS if costs is None else costs)
+    names = [t.name for t in cache.tiers]
+    missing = [n for n in names if n not in costs]
+    if missing:
+        raise ConfigError(f"no (lookup_us, bandwidth_gbps) for tiers {missing}")
+    lookups = np.cumsum([costs[n][0] for n in names])
+    n = len(workload)
+    hit_tier = np.full(n, -1, dtype=np.int16)
+    false_hit = np.zeros(n, dtype=bool)
+    lat_ms = np.zeros(n)
+    for i in range(n):
+        m, intent, size = MODALITIES[int(workload.modality[i])], int(workload.intent[i]), \
+            int(workload.size[i])
+        query = workload.query(i, scope=scope)
+        hit = cache.get(query)
+        if hit is None:
+            lat_ms[i] = lookups[-1] / 1000.0 + latency.encode_ms[m] + latency.inference_ms[m]
+            cache.put(query, _answer(intent, size))
+            continue
+        k = names.index(hit.tier)
+        exact = min(hit.similarities.values(), default=hit.similarity) >= 1.0
+        lookup_ms = (lookups[k] if exact else lookups[-1]) / 1000.0
+        lat_ms[i] = lookup_ms + (0.0 if exact else latency.encode_ms[m]) + \
+            size / (costs[hit.tier][1] * 1e6)
+        hit_tier[i] = k
+        false_hit[i] = int(str(hit.value).split(":", 1)[0]) != intent
+    budgets = [getattr(cache.config, n).max_bytes if hasattr(cache.config, n) else None
+               for n in names]
+    capacity = sum(budgets) if limits and None not in budgets else None
+    policy = getattr(cache.config, names[0]).policy if hasattr(cache.config, names[0]) \
+        else "lru"
+    return _report(workload, names, latency, hit_tier, false_hit, lat_ms, capacity, policy,
+                   {"tiered_cache_config": cache.config.to_dict(), "tier_costs": costs})
+
+
+def _answer(intent: int, size: int) -> str:
+    """A stand-in answer of ``size`` characters that names its intent (synthetic payload)."""
+    head = f"{intent}:"
+    return head + "x" * max(0, size - len(head))
 
 
 def replay_limits(workload: Workload, capacity_bytes: int, policy: str = "lru") -> dict[str, float]:
@@ -285,27 +347,24 @@ def replay_limits(workload: Workload, capacity_bytes: int, policy: str = "lru") 
                 simulate(oracle, "belady", capacity_bytes).miss_ratio}
 
 
-def _report(workload: Workload, tiers: tuple[TierSpec, ...], latency: LatencyModel,
+def _report(workload: Workload, names: Sequence[str], latency: LatencyModel,
             hit_tier: np.ndarray, false_hit: np.ndarray, lat_ms: np.ndarray,
-            limits: bool) -> Report:
-    n = hit_tier.shape[0]
+            capacity: int | None, policy: str, setup: dict[str, Any]) -> Report:
     hit = hit_tier >= 0
     per_mod = {m: float(hit[workload.modality == k].mean())
                for k, m in enumerate(MODALITIES) if (workload.modality == k).any()}
-    capacity = sum(t.capacity_bytes for t in tiers)
     return Report(
-        n_req=n, tiers=tuple(t.name for t in tiers), hit_rate=float(hit.mean()),
-        hit_rate_per_tier={t.name: float((hit_tier == k).mean()) for k, t in enumerate(tiers)},
+        n_req=int(hit.shape[0]), tiers=tuple(names), hit_rate=float(hit.mean()),
+        hit_rate_per_tier={t: float((hit_tier == k).mean()) for k, t in enumerate(names)},
         hit_rate_per_modality=per_mod, false_hit_rate=float(false_hit.mean()),
         hit_precision=float(1.0 - false_hit.sum() / hit.sum()) if hit.any() else 1.0,
         byte_hit_rate=float(workload.size[hit].sum() / workload.size.sum()),
         latency_ms={f"p{q}": float(np.percentile(lat_ms, q)) for q in (50, 95, 99)}
         | {"mean": float(lat_ms.mean())},
         sla_ms=latency.sla_ms, sla_violation_rate=float((lat_ms > latency.sla_ms).mean()),
-        limits=replay_limits(workload, capacity, tiers[0].policy) | {
-            "capacity_bytes": capacity} if limits else {},
-        provenance={"workload": workload.describe(), "embeddings": EMBEDDING_KIND,
-                    "tiers": [asdict(t) for t in tiers],
+        limits={} if capacity is None else
+        replay_limits(workload, capacity, policy) | {"capacity_bytes": capacity},
+        provenance={"workload": workload.describe(), "embeddings": EMBEDDING_KIND, **setup,
                     "latency_model": {**asdict(latency), "kind": "assumed constants, not measured"}},
         latencies_ms=lat_ms)
 

@@ -95,3 +95,31 @@ def test_bad_hierarchy_and_models_are_config_errors(stream):
         replay(stream, [TierSpec("A", 100), TierSpec("A", 200)])
     with pytest.raises(ConfigError):
         LatencyModel(inference_ms={"text": 1.0})
+
+
+def _tiered(cap: int, delta: float | None):
+    from mmcache import TieredCache
+
+    l2 = {"enabled": False} if delta is None else \
+        {"max_entries": None, "max_bytes": cap, "index": "flat"}
+    deltas = {m: delta or 0.1 for m in ("text", "image", "audio")}
+    return TieredCache({"l1": {"max_entries": None, "max_bytes": cap}, "l2": l2,
+                        "thresholds": {"rule": "static", "delta": deltas}})
+
+
+def test_replay_through_a_tiered_cache():
+    from mmcache.cachebench import replay_cache
+
+    w = generate(n_queries=600, n_intents=60, seed=2)
+    cap = int(w.size.sum() // 4)
+    with _tiered(cap, None) as cache:
+        exact = replay_cache(w, cache)
+    with _tiered(cap, 0.3) as cache:
+        loose = replay_cache(w, cache, limits=False)
+    assert exact.tiers == ("l1",) and loose.tiers == ("l1", "l2")
+    assert exact.false_hit_rate == 0.0 and 0 < exact.hit_rate <= 1 - exact.limits[
+        "belady_miss_ratio"]
+    assert loose.hit_rate > exact.hit_rate and loose.false_hit_rate > 0.0
+    assert sum(loose.hit_rate_per_tier.values()) == pytest.approx(loose.hit_rate)
+    with _tiered(cap, 0.1) as cache, pytest.raises(ConfigError, match="l2"):
+        replay_cache(w, cache, costs={"l1": (1.0, 10.0)})
