@@ -267,13 +267,17 @@ def curves_table(results: Sequence[RunResult]) -> pd.DataFrame:
 
 
 def summarise(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per arm and learning rate: collapse / vanishing / divergence rates and final loss."""
+    """Per arm and learning rate: collapse rate (with a 95% Wilson interval), vanishing and
+    divergence rates, final loss."""
     g = runs.groupby(["arm", "lr"], sort=False)
-    return g.agg(n=("seed", "size"), collapse_rate=("collapsed", "mean"),
+    out = g.agg(n=("seed", "size"), collapses=("collapsed", "sum"), collapse_rate=("collapsed", "mean"),
                  grad_vanish_rate=("grad_vanished", "mean"), diverged_rate=("diverged", "mean"),
                  final_loss=("final_loss", "mean"), final_loss_sd=("final_loss", "std"),
                  final_acc=("final_acc", "mean"), entropy_init=("entropy_init", "mean"),
                  entropy_min=("entropy_min", "mean")).reset_index()
+    ci = [wilson_interval(int(k), int(n)) for k, n in zip(out["collapses"], out["n"])]
+    out["collapse_ci_low"], out["collapse_ci_high"] = [c[0] for c in ci], [c[1] for c in ci]
+    return out
 
 
 def rank_arms(summary: pd.DataFrame) -> pd.DataFrame:
@@ -306,3 +310,37 @@ def best_pair(ranking: pd.DataFrame, singles: Mapping[str, Remedy],
         raise ConfigError("no compatible pair of remedies to combine")
     _, a, b = min(candidates)
     return a, b
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval (95% by default) of a rate ``successes / n``."""
+    if n <= 0:
+        return (math.nan, math.nan)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def remedy_effect(summary: pd.DataFrame, arm: str, baseline: str = "baseline") -> dict[str, object]:
+    """How ``arm`` compares with ``baseline`` at the learning rates both ran.
+
+    ``fewer_collapses``: collapse rate never above the baseline's and below it at
+    some rate where the baseline collapsed; ``loss_not_worse``: mean final loss
+    over those rates (a diverged run counts as infinite) not above the baseline's.
+    """
+    cols = ["lr", "collapse_rate", "final_loss"]
+    a = summary.loc[summary["arm"] == arm, cols].set_index("lr")
+    b = summary.loc[summary["arm"] == baseline, cols].set_index("lr")
+    lrs = [lr for lr in b.index if lr in a.index]
+    a, b = a.loc[lrs], b.loc[lrs]
+    collapsing = b["collapse_rate"] > 0
+    fewer = bool((a["collapse_rate"] <= b["collapse_rate"]).all()
+                 and (a["collapse_rate"] < b["collapse_rate"])[collapsing].any())
+    loss_a, loss_b = a["final_loss"].fillna(np.inf).mean(), b["final_loss"].fillna(np.inf).mean()
+    return {"fewer_collapses": fewer, "loss_not_worse": bool(loss_a <= loss_b),
+            "works": fewer and bool(loss_a <= loss_b),
+            "baseline_collapses_anywhere": bool(collapsing.any()),
+            "collapse_rate": a["collapse_rate"].tolist(),
+            "baseline_collapse_rate": b["collapse_rate"].tolist(),
+            "mean_final_loss": float(loss_a), "baseline_mean_final_loss": float(loss_b)}

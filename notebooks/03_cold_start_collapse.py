@@ -1,0 +1,327 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · Cold-start collapse of cross-modal attention
+#
+# **The claim under test** (seed 001 §2.4): early in training, text→image cross-attention
+# collapses — softmax entropy falls towards zero and gradient norms vanish (the seed's table:
+# attention-gradient L2 0.87 at step 10, 0.03 at step 50) — and Q/K weights initialised with
+# Xavier × 0.1 plus gradient clipping at max_norm 1.0 fix it. These are claims, not results.
+#
+# **Model** (`mmcache.collapse`): one multi-head cross-attention block, trained from scratch
+# (no pretrained weights). Queries are caption word embeddings; keys/values are image patch tokens
+# followed by the caption's own tokens (two key modalities, so we can see where the attention mass
+# goes). Score(caption, image) = mean over caption tokens of a bilinear read-out of the attended
+# value; loss = symmetric InfoNCE over every (caption, image) pair of a batch.
+# Optimiser: Adam (β = 0.9, 0.999, ε = 1e-8), constant learning rate.
+#
+# **Data**: rendered compositional scenes (one shape × 4 colours × 3 shapes × 4 quadrants, noisy
+# background, jittered size and position; 32 px images → 16 patch tokens of 8 × 8 px), captions
+# "red circle top left". Rendered by `mmcache.collapse.data` (numpy).
+#
+# **Instruments** (per head, per step, `mmcache.collapse.instruments`, attached by hooks that
+# compute nothing when off): attention entropy as Zhai et al. (2023) compute it (mean over queries
+# of −Σ A log(A + 1e-6)); maximum attention logit; spectral norm of W_Q^h (W_K^h)ᵀ; gradient norms
+# of the Q, K and V weights; attention mass on image vs text keys; Adam's √v̂ / ε and update RMS.
+#
+# **Collapse, defined before the sweep**: a run collapses when its mean-over-heads attention
+# entropy stays below `COLLAPSE_FRACTION` × its step-0 value for `COLLAPSE_PATIENCE` consecutive
+# steps. Gradients *vanish* when the summed Q/K gradient norm stays below 1% of its maximum over the
+# first `COLLAPSE_PATIENCE` steps for as many steps. A run *diverges* when its loss is not finite.
+
+# %% tags=["parameters"]
+SMOKE = False
+SEEDS = 5                            # seeds per arm and learning rate
+STEPS = 200                          # training steps per run
+BATCH = 32                           # scenes per batch (batch² caption-image pairs scored)
+TUNE_LRS = [1e-3, 2e-3, 4e-3, 8e-3]  # baseline learning-rate grid
+TUNE_SEEDS = 3                       # seeds 100.. (disjoint from the sweep's 0..SEEDS-1)
+LR_MULTIPLIERS = [1, 2, 4, 8]        # x the tuned baseline learning rate
+WARMUP_FRACTION = 0.1                # "short warmup": linear over the first 10% of steps
+COLLAPSE_FRACTION = 0.1
+COLLAPSE_PATIENCE = 20
+N_JOBS = 2                           # worker processes, one torch thread each
+
+# %%
+if SMOKE:
+    SEEDS, STEPS, BATCH, TUNE_SEEDS, N_JOBS = 1, 30, 16, 1, 1
+    TUNE_LRS, LR_MULTIPLIERS, COLLAPSE_PATIENCE = [2e-3, 8e-3], [1, 8], 5
+
+import math
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+import torch
+from IPython.display import Markdown, display
+
+from mmcache.collapse import (SEED_COMBO, CollapseCriterion, TrainConfig, best_pair,
+                              curves_table, rank_arms, remedy_effect, runs_table,
+                              single_remedies, summarise, sweep)
+from mmcache.collapse.data import CAPTION_LEN, DATA_ID, sample_scenes
+from mmcache.plotting import save_figure
+from mmcache.runbook import write_metrics
+
+torch.set_num_threads(1)
+T0 = time.perf_counter()
+CRIT = CollapseCriterion(fraction=COLLAPSE_FRACTION, patience=COLLAPSE_PATIENCE)
+BASE = TrainConfig(steps=STEPS, batch=BATCH)
+WARMUP_STEPS = max(1, int(WARMUP_FRACTION * STEPS))
+SINGLES = single_remedies(WARMUP_STEPS)
+PROVENANCE = {"weights": "none: every model trained from scratch in this notebook",
+              "data": DATA_ID, "model": "mmcache.collapse.CrossModalMatcher d=64, 4 heads",
+              "steps": STEPS, "batch": BATCH, "seeds": SEEDS, "smoke": SMOKE,
+              "collapse": f"entropy < {COLLAPSE_FRACTION} x step-0 for {COLLAPSE_PATIENCE} steps"}
+
+# %% [markdown]
+# ## 1 · Tune the baseline learning rate
+# Baseline only, on seeds disjoint from the sweep's; the learning rate with the lowest mean
+# held-out loss is "1×".
+
+# %%
+tune = runs_table(sweep({"baseline": SINGLES["baseline"]}, TUNE_LRS,
+                        range(100, 100 + TUNE_SEEDS), BASE, CRIT, n_jobs=N_JOBS))
+tune_summary = tune.groupby("lr").agg(final_loss=("final_loss", "mean"),
+                                      final_acc=("final_acc", "mean"),
+                                      collapse_rate=("collapsed", "mean"))
+TUNED_LR = float(tune_summary["final_loss"].fillna(np.inf).idxmin())
+LRS = [TUNED_LR * m for m in LR_MULTIPLIERS]
+MULT = dict(zip(LRS, LR_MULTIPLIERS))
+display(tune_summary)
+print(f"tuned baseline lr = {TUNED_LR:g}; sweep lrs = {LRS}")
+
+# %% [markdown]
+# ## 2 · Each remedy alone, and the seed's combination
+# Arms: the baseline (PyTorch default init), each remedy alone, and the seed's pair
+# (Xavier × 0.1 on Q/K + clipping at 1.0, applied from the first step). Every arm runs at every
+# learning rate over the same seeds (same data order and, where the arm permits, same init).
+
+# %%
+ARMS = dict(SINGLES)
+ARMS[SEED_COMBO] = SINGLES["xavier_0.1"] + SINGLES["clip_1.0"]
+results = sweep(ARMS, LRS, range(SEEDS), BASE, CRIT, n_jobs=N_JOBS)
+
+# %% [markdown]
+# ## 3 · The best pair
+# Single remedies are ranked by collapse rate, then divergence rate, then mean final loss
+# (each averaged over the learning rates); the best pair combines the compatible pair of single
+# remedies with the lowest rank sum that is not already the seed's pair. Only that pair is run
+# (no full factorial).
+
+# %%
+singles_ranking = rank_arms(summarise(runs_table(results)))
+singles_ranking = singles_ranking[singles_ranking["arm"].isin(SINGLES)].reset_index(drop=True)
+PAIR = best_pair(singles_ranking, SINGLES, exclude=[ARMS[SEED_COMBO]])
+PAIR_ARM = f"best_pair ({PAIR[0]}+{PAIR[1]})"
+ARMS[PAIR_ARM] = SINGLES[PAIR[0]] + SINGLES[PAIR[1]]
+results += sweep({PAIR_ARM: ARMS[PAIR_ARM]}, LRS, range(SEEDS), BASE, CRIT, n_jobs=N_JOBS)
+display(singles_ranking)
+print("best pair:", PAIR)
+
+# %%
+runs = runs_table(results)
+runs["lr_mult"] = runs["lr"].map(MULT)
+summary = summarise(runs)
+summary["lr_mult"] = summary["lr"].map(MULT)
+curves = curves_table(results)
+curves["lr_mult"] = curves["lr"].map(MULT)
+ranking = rank_arms(summary)
+display(summary[["arm", "lr_mult", "n", "collapse_rate", "collapse_ci_low", "collapse_ci_high",
+                 "grad_vanish_rate", "diverged_rate", "final_loss", "final_loss_sd",
+                 "final_acc", "entropy_min"]].round(3))
+
+# %% [markdown]
+# ## 4 · Curves: entropy, loss, gradient norms on one time axis
+# Lines are the mean over seeds, bands the min–max over seeds; the dashed line is the collapse
+# threshold. Under σReparam the raw Q/K/V weights are rescaled by γ/σ(W) before use, so their
+# gradient norms are not on the same scale as the other arms'.
+
+# %%
+ORDER = list(ARMS)
+
+
+def _legend_below(fig: plt.Figure, ax: plt.Axes) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    ax.get_legend().remove()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=4,
+               fontsize=9, frameon=False)
+
+
+panels = [("entropy", "attention entropy (nats, mean over heads)", False),
+          ("loss", "training loss", False),
+          ("grad_qk", "Q/K gradient norm (sum of heads)", True),
+          ("grad_v", "V gradient norm (sum of heads)", True)]
+fig, axes = plt.subplots(len(panels), len(LRS), figsize=(4.2 * len(LRS), 3.0 * len(panels)),
+                         sharex=True, sharey="row", squeeze=False)
+for row, (col, label, log) in enumerate(panels):
+    for c, lr in enumerate(LRS):
+        ax = axes[row, c]
+        sns.lineplot(data=curves[curves["lr"] == lr], x="step", y=col, hue="arm",
+                     hue_order=ORDER, errorbar=("pi", 100), ax=ax, legend=(row == 0 and c == 0),
+                     linewidth=1.2)
+        if row == 0:
+            ax.axhline(COLLAPSE_FRACTION * runs["entropy_init"].mean(), ls="--", c="k", lw=0.8)
+            ax.set_title(f"{MULT[lr]}× tuned lr ({lr:.3g})")
+        if log:
+            ax.set_yscale("log")
+        ax.set_ylabel(label if c == 0 else "")
+_legend_below(fig, axes[0, 0])
+save_figure(fig, "03_collapse_curves", {**PROVENANCE, "lrs": LRS})
+plt.show()
+
+# %% [markdown]
+# ## 5 · Collapse rate and final loss against learning rate
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
+heat = summary.pivot(index="arm", columns="lr_mult", values="collapse_rate").loc[ORDER]
+sns.heatmap(heat, annot=True, fmt=".2f", vmin=0, vmax=1, cmap="rocket_r", ax=ax1,
+            cbar_kws={"label": f"collapse rate ({SEEDS} seeds)"})
+ax1.set_xlabel("learning rate (× tuned baseline)")
+ax1.set_ylabel("")
+sns.lineplot(data=runs, x="lr_mult", y="final_loss", hue="arm", hue_order=ORDER, marker="o",
+             errorbar="sd", err_style="bars", ax=ax2)
+ax2.set_xscale("log", base=2)
+ax2.set_xlabel("learning rate (× tuned baseline)")
+ax2.set_ylabel("held-out matching loss (mean ± sd over seeds)")
+sns.move_legend(ax2, "upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+save_figure(fig, "03_collapse_rate_and_final_loss", {**PROVENANCE, "lrs": LRS})
+plt.show()
+
+# %% [markdown]
+# ## 6 · What the instruments show
+# Maximum attention logit, spectral norm of W_Q W_Kᵀ (largest head), attention mass on image keys
+# and Adam's √v̂/ε (smallest head, Q weights) for the baseline, the seed's pair and the best pair.
+
+# %%
+focus = ["baseline", SEED_COMBO, PAIR_ARM]
+inst = [("max_logit", "max attention logit", True), ("qk_spectral", "σ(W_Q^h W_K^hᵀ), max head", True),
+        ("mass_image", "attention mass on image keys", False),
+        ("adam_sqrtv_over_eps_q", "Adam √v̂/ε (Q, min head)", True)]
+fig, axes = plt.subplots(len(inst), len(LRS), figsize=(4.2 * len(LRS), 2.8 * len(inst)),
+                         sharex=True, sharey="row", squeeze=False)
+sub = curves[curves["arm"].isin(focus)]
+for row, (col, label, log) in enumerate(inst):
+    for c, lr in enumerate(LRS):
+        ax = axes[row, c]
+        sns.lineplot(data=sub[sub["lr"] == lr], x="step", y=col, hue="arm", hue_order=focus,
+                     errorbar=("pi", 100), ax=ax, legend=(row == 0 and c == 0), linewidth=1.2)
+        if log:
+            ax.set_yscale("log")
+        if row == 0:
+            ax.set_title(f"{MULT[lr]}× tuned lr")
+        ax.set_ylabel(label if c == 0 else "")
+_legend_below(fig, axes[0, 0])
+save_figure(fig, "03_collapse_instruments", {**PROVENANCE, "lrs": LRS})
+plt.show()
+
+# %% [markdown]
+# ## 7 · The seed's specific numbers, measured here
+# The seed reports the attention-gradient norm falling 0.87 → 0.03 between steps 10 and 50
+# (ratio ≈ 0.034). Here: the ratio of the summed Q/K gradient norm at step 50 to step 10, per
+# baseline run (steps clipped to the run length in smoke mode).
+
+# %%
+s10, s50 = min(10, STEPS - 1), min(50, STEPS - 1)
+base_curves = curves[curves["arm"] == "baseline"]
+grad_ratio = (base_curves[base_curves["step"] == s50].set_index(["lr_mult", "seed"])["grad_qk"]
+              / base_curves[base_curves["step"] == s10].set_index(["lr_mult", "seed"])["grad_qk"])
+grad_ratio_by_mult = grad_ratio.groupby("lr_mult").median()
+display(grad_ratio_by_mult.rename(f"median grad_qk[{s50}] / grad_qk[{s10}]").to_frame())
+
+# %% [markdown]
+# ## 8 · Verdict (computed from the tables above)
+
+# %%
+seed_eff = remedy_effect(summary, SEED_COMBO)
+effects = {arm: remedy_effect(summary, arm) for arm in ARMS if arm != "baseline"}
+best_arm = ranking.loc[ranking["arm"] != "baseline", "arm"].iloc[0]
+base_rates = summary[summary["arm"] == "baseline"].set_index("lr_mult")["collapse_rate"]
+first_collapse = next((m for m in LR_MULTIPLIERS if base_rates[m] > 0), None)
+
+
+def _rates(arm: str) -> str:
+    r = summary[summary["arm"] == arm].set_index("lr_mult")["collapse_rate"]
+    return ", ".join(f"{m}×: {r[m]:.0%}" for m in LR_MULTIPLIERS)
+
+
+lines = [
+    f"*Tuned baseline lr {TUNED_LR:g}; swept {', '.join(f'{m}×' for m in LR_MULTIPLIERS)}; "
+    f"{SEEDS} seed(s) per cell; {STEPS} steps.*",
+    "",
+    f"- **Does the baseline collapse?** Collapse rate by learning rate — {_rates('baseline')}. "
+    + (f"Collapse first appears at {first_collapse}× the tuned learning rate"
+       + (" (so also at the tuned rate)." if first_collapse == 1 else
+          "; at the tuned rate the attention sharpens but does not collapse.")
+       if first_collapse else "No baseline run collapsed at any learning rate tried."),
+    f"- **Gradient vanishing (seed: ratio ≈ 0.034 between steps 10 and 50):** median "
+    f"grad_qk[{s50}]/grad_qk[{s10}] for the baseline is "
+    + ", ".join(f"{m}×: {v:.2f}" for m, v in grad_ratio_by_mult.items())
+    + f"; gradient vanishing (by the criterion above) in "
+    f"{runs.loc[runs['arm'] == 'baseline', 'grad_vanished'].mean():.0%} of baseline runs.",
+    f"- **The seed's remedy (Xavier × 0.1 + clip 1.0)** — collapse rate {_rates(SEED_COMBO)}; "
+    f"mean final loss {seed_eff['mean_final_loss']:.3f} vs baseline "
+    f"{seed_eff['baseline_mean_final_loss']:.3f}. "
+    + ("**It works here**: fewer collapses than the baseline and no worse loss."
+       if seed_eff["works"] else
+       "**It does not work here**: " + (
+           "the baseline never collapsed, so there is nothing for it to fix"
+           if not seed_eff["baseline_collapses_anywhere"] else
+           ("it does not reduce the collapse rate" if not seed_eff["fewer_collapses"]
+            else "it reduces collapses but its final loss is worse") + "."
+       )),
+    f"  Its parts alone: Xavier × 0.1 — {_rates('xavier_0.1')}; clipping — {_rates('clip_1.0')}.",
+    f"- **Best remedy here: {best_arm}** (lowest collapse rate, then divergence, then final "
+    f"loss, averaged over learning rates) — collapse rate {_rates(best_arm)}; "
+    f"mean final loss {effects[best_arm]['mean_final_loss']:.3f}.",
+    f"- Best pair tried: {PAIR_ARM} — collapse rate {_rates(PAIR_ARM)}.",
+]
+if SMOKE:
+    lines.insert(0, "**SMOKE RUN — too few seeds and steps for any conclusion.**\n")
+display(Markdown("\n".join(lines)))
+display(ranking.round(3))
+
+# %%
+def _per_arm(col: str) -> dict:
+    return {arm: {f"{m}x": float(v) for m, v in
+                  summary[summary["arm"] == arm].set_index("lr_mult")[col].items()}
+            for arm in ARMS}
+
+
+n_keys = sample_scenes(1, np.random.default_rng(0)).patches.shape[1] + CAPTION_LEN
+write_metrics({
+    "smoke": SMOKE, "seeds": SEEDS, "steps": STEPS, "batch": BATCH,
+    "weights": PROVENANCE["weights"], "data": DATA_ID,
+    "collapse_definition": PROVENANCE["collapse"],
+    "tune_lrs": TUNE_LRS, "tuned_lr": TUNED_LR, "lr_multipliers": LR_MULTIPLIERS, "lrs": LRS,
+    "arms": list(ARMS), "best_pair": list(PAIR), "best_arm": best_arm,
+    "n_runs": len(runs),
+    "collapse_rate": _per_arm("collapse_rate"),
+    "collapse_rate_per_arm": runs.groupby("arm")["collapsed"].mean().to_dict(),
+    "grad_vanish_rate": _per_arm("grad_vanish_rate"),
+    "diverged_rate": _per_arm("diverged_rate"),
+    "final_loss": _per_arm("final_loss"),
+    "final_acc": _per_arm("final_acc"),
+    "n_keys": n_keys, "log_n_keys": math.log(n_keys),
+    "entropy_init_mean": float(runs["entropy_init"].mean()),
+    "entropy_init_by_arm": runs.groupby("arm")["entropy_init"].mean().to_dict(),
+    "baseline_grad_ratio_steps": [s10, s50],
+    "baseline_grad_ratio": {f"{m}x": float(v) for m, v in grad_ratio_by_mult.items()},
+    "seed_remedy": seed_eff,
+    "seed_remedy_works": seed_eff["works"],
+    "remedy_effects": effects,
+    "runtime_s": time.perf_counter() - T0,
+})
