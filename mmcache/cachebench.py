@@ -78,7 +78,7 @@ class TierSpec:
             raise ConfigError(f"tier {self.name}: threshold must be in (0, 1]")
         if self.lookup_us < 0 or self.bandwidth_gbps <= 0:
             raise ConfigError(f"tier {self.name}: lookup_us >= 0 and bandwidth_gbps > 0")
-        make_policy(self.policy)  # raises UnknownPolicyError early
+        make_policy(self.policy, capacity=int(self.capacity_bytes))  # raises early if unknown
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ class _Tier:
 
     def __init__(self, spec: TierSpec, dim: int) -> None:
         self.spec = spec
-        self.policy = make_policy(spec.policy)
+        self.policy = make_policy(spec.policy, capacity=spec.capacity_bytes)
         self.entries: dict[int, tuple[int, int, int, np.ndarray | None]] = {}
         self.used = 0
         self.index = [_VectorIndex(dim) for _ in MODALITIES] if spec.match == "semantic" else None
@@ -194,23 +194,34 @@ class _Tier:
         return best if sim >= self.spec.threshold else None
 
     def admit(self, key: int, entry: tuple, **hints: Any) -> None:
+        """Access a resident key, or admit it as the policy protocol says (bypass, self-drops,
+        an insert-first policy rejecting the incoming key)."""
         if key in self.entries:
             self.policy.access(key, **hints)
-            return
-        size = entry[0]
-        if not self.policy.on_miss(key, size, **hints) or size > self.spec.capacity_bytes:
-            return
-        while self.used + size > self.spec.capacity_bytes:
-            victim = self.policy.evict()
+        else:
+            size = entry[0]
+            admit = self.policy.on_miss(key, size, **hints) and size <= self.spec.capacity_bytes
+            self._drop(self.policy.take_dropped())
+            while admit and self.used + size > self.spec.capacity_bytes:
+                victim = self.policy.evict()
+                if victim is None:  # the incoming key itself lost
+                    admit = False
+                else:
+                    self._drop([victim, *self.policy.take_dropped()])
+            if admit:
+                self.policy.insert(key, size, **hints)
+                self.entries[key] = entry
+                self.used += size
+                if self.index is not None:
+                    self.index[entry[2]].add(key, entry[3])
+        self._drop(self.policy.take_dropped())
+
+    def _drop(self, victims: list) -> None:
+        for victim in victims:
             old = self.entries.pop(victim)
             self.used -= old[0]
             if self.index is not None:
                 self.index[old[2]].remove(victim)
-        self.policy.insert(key, size, **hints)
-        self.entries[key] = entry
-        self.used += size
-        if self.index is not None:
-            self.index[entry[2]].add(key, entry[3])
 
 
 class _NextUse:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from mmcache.cachebench import LatencyModel, TierSpec, replay, three_tier
 from mmcache.errors import ConfigError, UnknownPolicyError
+from mmcache.policies import POLICIES
 from mmcache.replay import simulate
 from mmcache.workload import generate
 
@@ -18,7 +19,7 @@ def stream():
     return generate(n_queries=3_000, n_intents=300, seed=11)
 
 
-@pytest.mark.parametrize("policy", ["lru", "fifo"])
+@pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_one_exact_tier_matches_simulate(stream, policy):
     cap = int(stream.size.sum() // 20)
     report = replay(stream, [TierSpec("L1", cap, policy)], limits=False)
