@@ -111,8 +111,8 @@ class LIRS(EvictionPolicy):
         if size > self.capacity:
             return False
         if key in self._s:  # non-resident HIR in S
-            while self.lirs_count + self._s[key] > self.lirs_limit:
-                self._evict_lir()
+            while self.lirs_count + self._s[key] > self.lirs_limit and self._evict_lir():
+                pass
             self._nh.pop(key, None)
             return True
         if size > self.lirs_limit or size > self.hirs_limit:
@@ -126,7 +126,8 @@ class LIRS(EvictionPolicy):
         if self._incoming in self._s:
             while self.hirs_count >= self.hirs_limit and self._q:
                 self._evict_hir()
-            self._evict_lir()
+            if not self._evict_lir() and not self._q:
+                raise RuntimeError("LIRS: nothing left to evict")
         else:
             self._evict_hir()
 
@@ -134,23 +135,30 @@ class LIRS(EvictionPolicy):
         if key in self._q:
             self.hirs_count -= self._q.pop(key)
         size = self._s[key]
-        while self.lirs_count + size > self.lirs_limit:
-            self._evict_lir()
+        while self.lirs_count + size > self.lirs_limit and self._evict_lir():
+            pass
         self._lir[key] = True
         self.lirs_count += size
 
     def _hit_hir_in_q(self, key: Hashable) -> None:
         size = self._q[key]
-        while self.lirs_count + size > self.lirs_limit:
-            self._evict_lir()
+        while self.lirs_count + size > self.lirs_limit and self._evict_lir():
+            pass
         if key in self._q:
             self._push_s(key, size, lir=False)
         else:  # pushed out of Q meanwhile: evicted
             self._push_s(key, size, lir=False, resident=False)
             self._nh[key] = size
 
-    def _evict_lir(self) -> None:
-        """Demote the LIR key at the bottom of S to Q (drop it if it cannot fit Q), then prune."""
+    def _evict_lir(self) -> bool:
+        """Demote the LIR key at the bottom of S to Q (drop it if it cannot fit Q), then prune.
+
+        S is pruned first, so its bottom is LIR (libCacheSim assumes so without checking;
+        where it is not, it corrupts its counters). False when S holds no LIR key.
+        """
+        self._prune()
+        if not self._s or not self._lir[next(iter(self._s))]:
+            return False
         key, size = next(iter(self._s.items()))
         self._pop_s(key)
         self.lirs_count -= size
@@ -162,6 +170,7 @@ class LIRS(EvictionPolicy):
         else:
             self._dropped.append(key)
         self._prune()
+        return True
 
     def _evict_hir(self) -> None:
         """Evict the oldest resident HIR key; it stays in S as non-resident."""

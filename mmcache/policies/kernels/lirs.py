@@ -48,6 +48,10 @@ def _prune(s, hs, nh, hn, in_s, lir, res, in_nh, size, st):
 
 @njit(cache=True)
 def _evict_lir(s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st, hirs_limit):
+    """Prune, then demote S's bottom LIR object to Q; False when S holds no LIR object."""
+    _prune(s, hs, nh, hn, in_s, lir, res, in_nh, size, st)
+    if hs[1] < 0 or not lir[hs[1]]:
+        return False
     k = pop_tail(s[0], s[1], hs)
     in_s[k] = False
     st[SB] -= size[k]
@@ -59,6 +63,7 @@ def _evict_lir(s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st, hirs
         in_q[k] = True
         st[HC] += size[k]
     _prune(s, hs, nh, hn, in_s, lir, res, in_nh, size, st)
+    return True
 
 
 @njit(cache=True)
@@ -103,15 +108,15 @@ def _replay(ids, sizes, cache_size, hirs_limit, s, q, nh, in_s, lir, res, in_q, 
                     unlink(q[0], q[1], hq, x)
                     in_q[x] = False
                     st[HC] -= size[x]
-                while st[LC] + size[x] > lirs_limit:
-                    _evict_lir(s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st,
-                               hirs_limit)
+                while st[LC] + size[x] > lirs_limit and _evict_lir(
+                        s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st, hirs_limit):
+                    pass
                 lir[x] = True
                 st[LC] += size[x]
             else:  # resident HIR only in Q
-                while st[LC] + size[x] > lirs_limit:
-                    _evict_lir(s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st,
-                               hirs_limit)
+                while st[LC] + size[x] > lirs_limit and _evict_lir(
+                        s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st, hirs_limit):
+                    pass
                 if in_q[x]:
                     _push_s(s, hs, in_s, lir, res, size, st, x, False, True)
                 else:  # pushed out of Q meanwhile: evicted
@@ -127,9 +132,9 @@ def _replay(ids, sizes, cache_size, hirs_limit, s, q, nh, in_s, lir, res, in_q, 
         if sz > cache_size:
             admit = False
         elif in_s[x]:  # non-resident HIR in S
-            while st[LC] + size[x] > lirs_limit:
-                _evict_lir(s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st,
-                           hirs_limit)
+            while st[LC] + size[x] > lirs_limit and _evict_lir(
+                    s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st, hirs_limit):
+                pass
             if in_nh[x]:
                 unlink(nh[0], nh[1], hn, x)
                 in_nh[x] = False
@@ -144,8 +149,9 @@ def _replay(ids, sizes, cache_size, hirs_limit, s, q, nh, in_s, lir, res, in_q, 
                 if in_s[x]:
                     while st[HC] >= hirs_limit and hq[1] >= 0:
                         _evict_hir(q, hq, nh, hn, in_q, in_s, res, in_nh, size, st)
-                    _evict_lir(s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st,
-                               hirs_limit)
+                    if not _evict_lir(s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size,
+                                      st, hirs_limit) and hq[1] < 0:
+                        raise RuntimeError("LIRS: nothing left to evict")
                 else:
                     _evict_hir(q, hq, nh, hn, in_q, in_s, res, in_nh, size, st)
             if in_s[x]:
