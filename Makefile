@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
 
-.PHONY: help setup sysdeps test smoke figures models lab bench bench-cache bench-replay clean
+.PHONY: help setup sysdeps test smoke figures models lab pair bench bench-cache bench-replay clean
 
 help:
 	@echo "make figures   regenerate every figure (full notebooks) into figures/"
@@ -20,6 +20,7 @@ help:
 	@echo "make models    train/cache the offline CLIP (data/models/)"
 	@echo "make bench     performance benchmarks (ratios against baselines run side by side)"
 	@echo "make lab       open JupyterLab on notebooks/"
+	@echo "make pair      regenerate notebooks/*.ipynb (no outputs) from their .py sources"
 
 setup: sysdeps $(STAMP)
 
@@ -59,6 +60,11 @@ figures: setup models
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+# The .py sources are what we review; the paired .ipynb carry no outputs (nbstripout's form).
+pair: setup
+	$(VENV)/bin/jupytext --to ipynb --update notebooks/[0-9][0-9]_*.py
+	$(VENV)/bin/nbstripout notebooks/[0-9][0-9]_*.ipynb
 
 bench: bench-cache bench-replay
 

@@ -27,16 +27,16 @@ def test_there_are_notebooks() -> None:
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
 def test_paired_ipynb_matches_source(source: Path) -> None:
     paired = source.with_suffix(".ipynb")
-    assert paired.exists(), f"run: jupytext --to ipynb {source}"
+    assert paired.exists(), f"run: make pair"
     assert _code(nbformat.read(paired, as_version=4).cells) == _code(jupytext.read(source).cells), \
-        f"{paired.name} is out of sync with {source.name}; run: jupytext --to ipynb {source}"
+        f"{paired.name} is out of sync with {source.name}; run: make pair"
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
 def test_ipynb_carries_no_outputs(source: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "nbstripout", "--verify",
                              str(source.with_suffix(".ipynb"))], capture_output=True, text=True)
-    assert result.returncode == 0, f"outputs committed in {source.stem}.ipynb: {result.stdout}"
+    assert result.returncode == 0, f"{source.stem}.ipynb is not in stripped form (run: make pair): {result.stdout}"
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)

