@@ -27,7 +27,7 @@ def test_there_are_notebooks() -> None:
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
 def test_paired_ipynb_matches_source(source: Path) -> None:
     paired = source.with_suffix(".ipynb")
-    assert paired.exists(), f"run: make pair"
+    assert paired.exists(), "run: make pair"
     assert _code(nbformat.read(paired, as_version=4).cells) == _code(jupytext.read(source).cells), \
         f"{paired.name} is out of sync with {source.name}; run: make pair"
 
