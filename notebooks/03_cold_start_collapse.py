@@ -26,9 +26,12 @@
 # value; loss = symmetric InfoNCE over every (caption, image) pair of a batch.
 # Optimiser: Adam (β = 0.9, 0.999, ε = 1e-8), constant learning rate.
 #
-# **Data**: rendered compositional scenes (one shape × 4 colours × 3 shapes × 4 quadrants, noisy
-# background, jittered size and position; 32 px images → 16 patch tokens of 8 × 8 px), captions
-# "red circle top left". Rendered by `mmcache.collapse.data` (numpy).
+# **Data**: the workbench's rendered compositional scenes (`mmcache.datasets.make_scenes`:
+# 5 shapes × 6 colours × 5 positions = 150 scenes, seeded jitter of position, size, colour and
+# background), rendered at 32 px → 16 patch tokens of 8 × 8 px; canonical captions
+# ("a red circle on the left", six words). Each run trains on 14 renderings per scene (its own
+# seed) and is evaluated on 2 other renderings per scene (a fixed held-out seed), in batches with
+# in-batch negatives.
 #
 # **Instruments** (per head, per step, `mmcache.collapse.instruments`, attached by hooks that
 # compute nothing when off): attention entropy as Zhai et al. (2023) compute it (mean over queries
@@ -44,10 +47,11 @@
 SMOKE = False
 SEEDS = 5                            # seeds per arm and learning rate
 STEPS = 200                          # training steps per run
-BATCH = 32                           # scenes per batch (batch² caption-image pairs scored)
+BATCH = 24                           # scenes per batch (batch² caption-image pairs scored)
 TUNE_LRS = [1e-3, 2e-3, 4e-3, 8e-3]  # baseline learning-rate grid
-TUNE_SEEDS = 3                       # seeds 100.. (disjoint from the sweep's 0..SEEDS-1)
-LR_MULTIPLIERS = [1, 2, 4, 8]        # x the tuned baseline learning rate
+TUNE_SEEDS = 2                       # seeds 100.. (disjoint from the sweep's 0..SEEDS-1)
+TUNE_TOLERANCE = 0.1                 # relative held-out loss gap still counted as "as good"
+LR_MULTIPLIERS = [1, 2, 4]           # x the tuned baseline learning rate
 WARMUP_FRACTION = 0.1                # "short warmup": linear over the first 10% of steps
 COLLAPSE_FRACTION = 0.1
 COLLAPSE_PATIENCE = 20
@@ -56,7 +60,7 @@ N_JOBS = 2                           # worker processes, one torch thread each
 # %%
 if SMOKE:
     SEEDS, STEPS, BATCH, TUNE_SEEDS, N_JOBS = 1, 30, 16, 1, 1
-    TUNE_LRS, LR_MULTIPLIERS, COLLAPSE_PATIENCE = [2e-3, 8e-3], [1, 8], 5
+    TUNE_LRS, LR_MULTIPLIERS, COLLAPSE_PATIENCE = [2e-3, 8e-3], [1, 4], 5
 
 import math
 import time
@@ -70,8 +74,8 @@ from IPython.display import Markdown, display
 
 from mmcache.collapse import (SEED_COMBO, CollapseCriterion, TrainConfig, best_pair,
                               curves_table, rank_arms, remedy_effect, runs_table,
-                              single_remedies, summarise, sweep)
-from mmcache.collapse.data import CAPTION_LEN, DATA_ID, sample_scenes
+                              single_remedies, summarise, sweep, tuned_lr)
+from mmcache.collapse.data import CAPTION_LEN, DATA_ID, N_PATCHES
 from mmcache.plotting import save_figure
 from mmcache.runbook import write_metrics
 
@@ -88,8 +92,10 @@ PROVENANCE = {"weights": "none: every model trained from scratch in this noteboo
 
 # %% [markdown]
 # ## 1 · Tune the baseline learning rate
-# Baseline only, on seeds disjoint from the sweep's; the learning rate with the lowest mean
-# held-out loss is "1×".
+# Baseline only, on seeds disjoint from the sweep's. "1×" is the **largest** grid learning rate
+# whose mean held-out loss is within `TUNE_TOLERANCE` of the best (and that never diverged): in a
+# pilot the held-out loss was nearly flat over 1e-3–8e-3, and among equally good rates one tunes
+# to the fastest. The sweep then runs 1×, 2× and 4× that rate.
 
 # %%
 tune = runs_table(sweep({"baseline": SINGLES["baseline"]}, TUNE_LRS,
@@ -97,7 +103,7 @@ tune = runs_table(sweep({"baseline": SINGLES["baseline"]}, TUNE_LRS,
 tune_summary = tune.groupby("lr").agg(final_loss=("final_loss", "mean"),
                                       final_acc=("final_acc", "mean"),
                                       collapse_rate=("collapsed", "mean"))
-TUNED_LR = float(tune_summary["final_loss"].fillna(np.inf).idxmin())
+TUNED_LR = tuned_lr(tune, TUNE_TOLERANCE)
 LRS = [TUNED_LR * m for m in LR_MULTIPLIERS]
 MULT = dict(zip(LRS, LR_MULTIPLIERS))
 display(tune_summary)
@@ -188,13 +194,14 @@ plt.show()
 # %%
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
 heat = summary.pivot(index="arm", columns="lr_mult", values="collapse_rate").loc[ORDER]
-sns.heatmap(heat, annot=True, fmt=".2f", vmin=0, vmax=1, cmap="rocket_r", ax=ax1,
-            cbar_kws={"label": f"collapse rate ({SEEDS} seeds)"})
+sns.heatmap(heat, annot=True, fmt=".2f", vmin=0, vmax=1, cmap="rocket_r", ax=ax1, cbar=False)
+ax1.set_title(f"collapse rate ({SEEDS} seeds per cell)")
 ax1.set_xlabel("learning rate (× tuned baseline)")
 ax1.set_ylabel("")
 sns.lineplot(data=runs, x="lr_mult", y="final_loss", hue="arm", hue_order=ORDER, marker="o",
              errorbar="sd", err_style="bars", ax=ax2)
 ax2.set_xscale("log", base=2)
+ax2.set_xticks(LR_MULTIPLIERS, [f"{m}×" for m in LR_MULTIPLIERS])
 ax2.set_xlabel("learning rate (× tuned baseline)")
 ax2.set_ylabel("held-out matching loss (mean ± sd over seeds)")
 sns.move_legend(ax2, "upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
@@ -301,7 +308,7 @@ def _per_arm(col: str) -> dict:
             for arm in ARMS}
 
 
-n_keys = sample_scenes(1, np.random.default_rng(0)).patches.shape[1] + CAPTION_LEN
+n_keys = N_PATCHES + CAPTION_LEN
 write_metrics({
     "smoke": SMOKE, "seeds": SEEDS, "steps": STEPS, "batch": BATCH,
     "weights": PROVENANCE["weights"], "data": DATA_ID,

@@ -13,19 +13,21 @@ from hypothesis import strategies as st
 from mmcache.collapse import (BlockConfig, CollapseCriterion, CrossModalMatcher, Remedy,
                               StepRecorder, TrainConfig, adam_update_stats, attention_entropy,
                               best_pair, collapse_step, head_grad_norms, matching_loss, max_logit,
-                              modality_mass, qk_spectral_norms, single_remedies, train_run)
+                              modality_mass, qk_spectral_norms, single_remedies, train_run,
+                              tuned_lr)
 from mmcache.collapse import data, model as model_mod
 from mmcache.collapse.experiment import first_sustained_run, grad_vanish_step, rank_arms
 from mmcache.errors import ConfigError, InvalidInputError
 
 
 def _block(**kw) -> BlockConfig:
-    return BlockConfig(vocab_size=len(data.VOCAB), patch_dim=8 * 8 * 3, n_patches=16, **kw)
+    return BlockConfig(vocab_size=len(data.VOCAB), patch_dim=data.PATCH_DIM,
+                       n_patches=data.N_PATCHES, **kw)
 
 
-def _batch(n: int = 6, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    b = data.sample_scenes(n, np.random.default_rng(seed))
-    return torch.from_numpy(b.patches), torch.from_numpy(b.tokens)
+def _batch(n: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    b = data.scene_tokens(1, 0)
+    return torch.from_numpy(b.patches[:n * 25:25]), torch.from_numpy(b.tokens[:n * 25:25])
 
 
 # -- entropy, max logit, modality mass ----------------------------------------------------
@@ -271,18 +273,35 @@ def test_patchify_is_row_major_and_checks_divisibility():
         data.patchify(img, 3)
 
 
-def test_scenes_match_their_captions():
-    batch = data.sample_scenes(5, np.random.default_rng(1))
-    assert batch.patches.shape == (5, 16, 192) and batch.tokens.shape == (5, data.CAPTION_LEN)
+def test_scene_tokens_match_their_captions_and_scenes():
+    batch = data.scene_tokens(1, 0)
+    assert batch.patches.shape == (150, data.N_PATCHES, data.PATCH_DIM)
+    assert batch.tokens.shape == (150, data.CAPTION_LEN)
+    assert 0.0 <= batch.patches.min() and batch.patches.max() <= 1.0
     for caption, ids in zip(batch.captions, batch.tokens):
         assert caption.split() == [data.VOCAB[i] for i in ids]
-    with pytest.raises(InvalidInputError):
-        data.sample_scenes(0, np.random.default_rng(0))
+    assert len({tuple(t) for t in batch.tokens}) == 150        # one caption per scene
+    with pytest.raises(InvalidInputError, match="canonical"):
+        data.tokenize("a round disc coloured red at the left side")
 
 
 def test_tiny_training_run_records_every_step_and_starts_near_uniform():
-    res = train_run("baseline", Remedy(), TrainConfig(lr=3e-3, steps=6, batch=8, eval_scenes=16))
+    res = train_run("baseline", Remedy(), TrainConfig(lr=3e-3, steps=6, batch=8,
+                                                      train_images_per_scene=1,
+                                                      eval_images_per_scene=1))
     assert res.curves["entropy"].shape == (6, 4)
-    assert res.curves["entropy"][0].mean() == pytest.approx(math.log(16 + 4), rel=0.05)
+    n_keys = data.N_PATCHES + data.CAPTION_LEN
+    assert res.curves["entropy"][0].mean() == pytest.approx(math.log(n_keys), rel=0.05)
     assert np.isfinite(res.final_loss) and 0.0 <= res.final_acc <= 1.0
     assert not res.diverged and not res.collapsed
+
+
+def test_tuned_lr_is_the_largest_rate_as_good_as_the_best_and_never_a_diverged_one():
+    import pandas as pd
+    runs = pd.DataFrame({"lr": [1e-3, 1e-3, 2e-3, 2e-3, 4e-3, 4e-3, 8e-3, 8e-3],
+                         "final_loss": [1.0, 1.0, 1.05, 1.05, 1.5, 1.5, 0.9, np.nan],
+                         "diverged": [False] * 7 + [True]})
+    assert tuned_lr(runs, tolerance=0.1) == 2e-3
+    assert tuned_lr(runs, tolerance=0.01) == 1e-3
+    with pytest.raises(ConfigError):
+        tuned_lr(runs.assign(diverged=True))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .experiment import (SEED_COMBO, CollapseCriterion, Remedy, RunResult, TrainConfig,
                          best_pair, collapse_step, curves_table, rank_arms, remedy_effect,
                          runs_table, single_remedies, summarise, sweep, train_run,
-                         wilson_interval)
+                         tuned_lr, wilson_interval)
 from .instruments import (StepRecorder, adam_update_stats, attention_entropy, head_grad_norms,
                           max_logit, modality_mass, qk_spectral_norms)
 from .model import AttentionRecord, BlockConfig, CrossModalMatcher, matching_loss
@@ -16,5 +16,5 @@ __all__ = [
     "attention_entropy", "best_pair", "collapse_step", "curves_table", "head_grad_norms",
     "matching_loss", "max_logit", "modality_mass", "qk_spectral_norms", "rank_arms",
     "remedy_effect", "runs_table", "single_remedies", "summarise", "sweep", "train_run",
-    "wilson_interval",
+    "tuned_lr", "wilson_interval",
 ]

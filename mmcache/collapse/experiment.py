@@ -13,7 +13,6 @@ import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields, replace
-from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -75,8 +74,8 @@ class TrainConfig:
     n_heads: int = 4
     text_keys: bool = True
     adam_eps: float = 1e-8
-    train_scenes: int = 2048
-    eval_scenes: int = 256
+    train_images_per_scene: int = 14  # x 150 scenes, seeded by the run's seed
+    eval_images_per_scene: int = 2   # x 150 scenes, one fixed held-out rendering seed
 
 
 @dataclass(frozen=True)
@@ -111,11 +110,6 @@ class RunResult:
         return self.collapse_step is not None
 
 
-@lru_cache(maxsize=8)
-def _scene_pool(n: int, seed: int) -> data.SceneBatch:
-    return data.sample_scenes(n, np.random.default_rng(seed))
-
-
 def first_sustained_run(mask: np.ndarray, patience: int) -> int | None:
     """First index where ``mask`` holds for ``patience`` consecutive entries, else None."""
     count = 0
@@ -142,9 +136,8 @@ def grad_vanish_step(grad_qk: np.ndarray, crit: CollapseCriterion) -> int | None
 def build_model(remedy: Remedy, cfg: TrainConfig) -> CrossModalMatcher:
     """A freshly initialised matcher for scenes, seeded by ``cfg.seed``."""
     torch.manual_seed(cfg.seed)
-    pool = _scene_pool(8, 0)
-    block = BlockConfig(vocab_size=len(data.VOCAB), patch_dim=pool.patches.shape[-1],
-                        n_patches=pool.patches.shape[1], d_model=cfg.d_model,
+    block = BlockConfig(vocab_size=len(data.VOCAB), patch_dim=data.PATCH_DIM,
+                        n_patches=data.N_PATCHES, d_model=cfg.d_model,
                         n_heads=cfg.n_heads, text_keys=cfg.text_keys, qk_init=remedy.qk_init,
                         qk_layernorm=remedy.qk_layernorm, sigma_reparam=remedy.sigma_reparam)
     return CrossModalMatcher(block)
@@ -159,7 +152,7 @@ def train_run(arm: str, remedy: Remedy, cfg: TrainConfig,
     warm = max(remedy.warmup_steps, 0)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / warm) if warm else 1.0)
-    pool = _scene_pool(cfg.train_scenes, 1000 + cfg.seed)
+    pool = data.scene_tokens(cfg.train_images_per_scene, 1000 + cfg.seed)
     patches, tokens = torch.from_numpy(pool.patches), torch.from_numpy(pool.tokens)
     rng = torch.Generator().manual_seed(cfg.seed)
     recorder = StepRecorder(model, optimizer)
@@ -193,11 +186,12 @@ def train_run(arm: str, remedy: Remedy, cfg: TrainConfig,
 
 @torch.no_grad()
 def evaluate(model: CrossModalMatcher, cfg: TrainConfig) -> tuple[float, float]:
-    """Held-out matching loss and caption->image top-1 accuracy, in batches of ``cfg.batch``."""
+    """Held-out matching loss and caption->image top-1 accuracy, in batches of ``cfg.batch``
+    (in-batch negatives; an image of the same scene counts as correct)."""
     model.eval()
-    pool = _scene_pool(cfg.eval_scenes, 10_000)
+    pool = data.scene_tokens(cfg.eval_images_per_scene, 10_000)
     losses, hits = [], []
-    for s in range(0, cfg.eval_scenes - cfg.batch + 1, cfg.batch):
+    for s in range(0, len(pool.tokens) - cfg.batch + 1, cfg.batch):
         p = torch.from_numpy(pool.patches[s:s + cfg.batch])
         t = torch.from_numpy(pool.tokens[s:s + cfg.batch])
         scores = model(p, t)
@@ -344,3 +338,13 @@ def remedy_effect(summary: pd.DataFrame, arm: str, baseline: str = "baseline") -
             "collapse_rate": a["collapse_rate"].tolist(),
             "baseline_collapse_rate": b["collapse_rate"].tolist(),
             "mean_final_loss": float(loss_a), "baseline_mean_final_loss": float(loss_b)}
+
+
+def tuned_lr(runs: pd.DataFrame, tolerance: float = 0.1) -> float:
+    """The largest learning rate whose mean held-out loss is within ``tolerance`` (relative) of
+    the best one's; a learning rate with any diverged run is never chosen."""
+    by_lr = runs.groupby("lr").agg(loss=("final_loss", "mean"), diverged=("diverged", "any"))
+    ok = by_lr[~by_lr["diverged"] & np.isfinite(by_lr["loss"])]
+    if ok.empty:
+        raise ConfigError("every learning rate in the tuning grid diverged")
+    return float(ok.index[ok["loss"] <= ok["loss"].min() * (1 + tolerance)].max())

@@ -32,8 +32,8 @@ def test_every_arm_has_a_collapse_rate_per_learning_rate(metrics):
 
 
 def test_attention_starts_near_uniform_over_all_keys(metrics):
-    assert metrics["n_keys"] == 20
-    assert metrics["log_n_keys"] == pytest.approx(math.log(20))
+    assert metrics["n_keys"] == 16 + 6                 # image patches + caption words
+    assert metrics["log_n_keys"] == pytest.approx(math.log(22))
     assert metrics["entropy_init_mean"] == pytest.approx(metrics["log_n_keys"], rel=0.15)
     for arm, ent in metrics["entropy_init_by_arm"].items():
         assert 0.8 * metrics["log_n_keys"] < ent <= metrics["log_n_keys"] + 1e-3, arm
@@ -56,7 +56,7 @@ def test_runs_trained_and_verdict_is_computed(metrics):
         for mult, loss in by_lr.items():
             diverged = metrics["diverged_rate"][arm][mult]
             assert diverged > 0 or (math.isfinite(loss) and 0.0 < loss < 10.0), (arm, mult)
-    assert metrics["final_acc"]["baseline"]["1x"] > 1 / 16     # better than chance after training
+    assert metrics["final_acc"]["baseline"]["1x"] > 2 / 16     # chance is 1/16 per batch
     assert isinstance(metrics["seed_remedy_works"], bool)
     assert metrics["seed_remedy"]["works"] == metrics["seed_remedy_works"]
-    assert metrics["weights"].startswith("none") and "rendered-scenes" in metrics["data"]
+    assert metrics["weights"].startswith("none") and "make_scenes" in metrics["data"]
