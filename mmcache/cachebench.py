@@ -348,7 +348,7 @@ def _answer(intent: int, size: int) -> str:
 
 
 def replay_limits(workload: Workload, capacity_bytes: int, policy: str = "lru") -> dict[str, float]:
-    """Belady (exact keys) and oracle-semantic (``policy`` and Belady) miss ratios at one capacity."""
+    """Miss ratios of Belady (exact keys) and the oracle semantic cache (``policy``, Belady)."""
     from .replay import simulate
 
     exact, oracle = workload.to_trace("exact"), workload.to_trace("intent")
@@ -376,7 +376,8 @@ def _report(workload: Workload, names: Sequence[str], latency: LatencyModel,
         limits={} if capacity is None else
         replay_limits(workload, capacity, policy) | {"capacity_bytes": capacity},
         provenance={"workload": workload.describe(), "embeddings": EMBEDDING_KIND, **setup,
-                    "latency_model": {**asdict(latency), "kind": "assumed constants, not measured"}},
+                    "latency_model": {**asdict(latency),
+                                      "kind": "assumed constants, not measured"}},
         latencies_ms=lat_ms)
 
 

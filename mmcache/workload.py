@@ -101,7 +101,7 @@ class WorkloadConfig:
 
 @dataclass(frozen=True)
 class ImageVariant:
-    """A photo variant: centre crop keeping ``crop`` of each side, brightness factor, output scale."""
+    """A photo variant: centre crop keeping ``crop`` of each side, brightness, output scale."""
 
     crop: float
     brightness: float

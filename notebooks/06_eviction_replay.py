@@ -16,8 +16,8 @@
 #
 # Miss-ratio curves of every registered eviction policy against Belady on three traces:
 #
-# * **cloudPhysics** — libCacheSim's 113,872-request block-I/O sample (`data/`, see `data/README.md`);
-#   LRU and FIFO must reproduce libCacheSim's own counts.
+# * **cloudPhysics** — libCacheSim's 113,872-request block-I/O sample (`data/`, see
+#   `data/README.md`); the policies libCacheSim tests reproduce its own counts exactly.
 # * **Zipf(1.0)** — `mmcache.workload.zipf_trace`, seeded, fixed 4 KiB objects.
 # * **Multimodal** — `mmcache.workload.generate`: Zipf intents asked through text / image / speech
 #   paraphrase variants, novel queries, sessions, bursts, drift. Its vectors and timing are
@@ -114,7 +114,8 @@ pd.DataFrame({"intent": [q.ground_truth for q in examples],
 pairs = mm.pair_similarities(1_000 if SMOKE else 3_000)
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 3.8))
 for kind, values in pairs.items():
-    ax1.hist(values, bins=60, density=True, histtype="step", lw=1.5, label=f"{kind} (n={len(values)})")
+    ax1.hist(values, bins=60, density=True, histtype="step", lw=1.5,
+             label=f"{kind} (n={len(values)})")
 for th in THRESHOLDS:
     ax1.axvline(th, c="grey", ls=":", lw=1)
 ax1.set(xlabel="cosine (synthetic vectors)", ylabel="density")
@@ -191,8 +192,8 @@ speed.pivot(index="policy", columns="trace", values="req_per_s").round(0)
 # 10% of the exact-key working set (L1 and L2 add 1/16 and 1/4 of that). The exact-match
 # baseline is one CPU tier holding the hierarchy's total bytes. The last row replays the same
 # stream through the real `mmcache.TieredCache` (memory L1, FAISS L2, SQLite L3) with the same
-# byte budgets; its values are stand-in strings of each answer's size that name their intent. Latency constants are assumed defaults
-# (`LatencyModel()`, `three_tier`), never measured. The limits are Belady on exact keys and the
+# byte budgets; its values are stand-in strings of each answer's size that name their intent.
+# Latency constants are assumed defaults (`LatencyModel()`, `three_tier`), never measured. The limits are Belady on exact keys and the
 # oracle semantic cache at the hierarchy's total capacity.
 
 # %%
