@@ -14,17 +14,22 @@ from .arc import ARC
 from .base import EvictionPolicy
 from .belady import Belady, BeladyBypass
 from .clock import Clock
+from .entropy_retention import EntropyRetention
 from .fifo import FIFO
 from .gdsf import GDSF
+from .hotness_freshness import HotnessFreshness
 from .lfu import LFU
 from .lfuda import LFUDA
 from .lirs import LIRS
 from .lru import LRU
+from .lruk import LRUK
 from .s3fifo import S3FIFO
 from .sieve import Sieve
+from .value_per_byte import ValuePerByte
 
 POLICIES: dict[str, type[EvictionPolicy]] = {cls.name: cls for cls in (
-    LRU, FIFO, Clock, LFU, ARC, LIRS, S3FIFO, Sieve, Belady, BeladyBypass, GDSF, LFUDA)}
+    LRU, FIFO, Clock, LFU, LRUK, ARC, LIRS, S3FIFO, Sieve, Belady, BeladyBypass, GDSF, LFUDA,
+    HotnessFreshness, EntropyRetention, ValuePerByte)}
 
 
 def make_policy(name: str, capacity: int | None = None, **params: Any) -> EvictionPolicy:
