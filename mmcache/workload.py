@@ -45,8 +45,6 @@ _TEXT_REWRITES: tuple[Callable[[str], str], ...] = (
     lambda s: f"{s} Thanks!",
     lambda s: f"Can you help me with this: {s}",
 )
-_VOICES = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-us+f3", "en-us+m3")
-_RATES = (140, 175, 210)
 
 
 @dataclass(frozen=True)
@@ -110,7 +108,8 @@ class ImageVariant:
 
 @dataclass(frozen=True)
 class SpeechVariant:
-    """A speech variant: an espeak-ng voice name and a rate in words per minute."""
+    """A speech variant: an espeak-ng voice and a rate in words per minute
+    (from :data:`mmcache.datasets.speech.VOICES` / ``RATES``)."""
 
     voice: str
     rate_wpm: int
@@ -210,23 +209,28 @@ class Workload:
                 "unrelated": sims[upper & (t[:, None] != t[None])]}
 
     def query(self, i: int, *, prompts: Sequence[str] | None = None, scope: str = "bench",
-              images: Callable[[int], np.ndarray] | None = None) -> Query:
+              images: Callable[[int], np.ndarray] | None = None,
+              speech: Callable[[int, SpeechVariant], np.ndarray] | None = None) -> Query:
         """Query ``i`` as an :class:`mmcache.types.Query` with its synthetic embedding.
 
         Text queries get a templated rewrite of ``prompts[intent % len(prompts)]``
         when ``prompts`` is given (pass one per intent id, novel ones included, for
         distinct texts); image queries get the variant of photo ``images(intent)`` when
-        ``images`` (a photo loader) is given. ``ground_truth`` is the intent id.
+        ``images`` (a photo loader) is given; audio queries get ``speech(intent,
+        speech_variant(variant))`` (16 kHz float32, e.g. espeak-ng through
+        :func:`mmcache.datasets.speech.synthesize`). ``ground_truth`` is the intent id.
         """
         m = MODALITIES[int(self.modality[i])]
         intent, variant = int(self.intent[i]), int(self.variant[i])
-        text = image = None
+        text = image = audio = None
         if m == "text" and prompts:
             text = text_variant(prompts[intent % len(prompts)], variant)
         if m == "image" and images is not None:
             image = apply_image_variant(images(intent), image_variant(variant))
-        return Query(text=text, image=image, embeddings={m: self.embedding(i)}, scope=scope,
-                     ground_truth=intent)
+        if m == "audio" and speech is not None:
+            audio = np.asarray(speech(intent, speech_variant(variant)), dtype=np.float32)
+        return Query(text=text, image=image, audio=audio, embeddings={m: self.embedding(i)},
+                     scope=scope, ground_truth=intent)
 
     def describe(self) -> dict:
         """Parameters and summary counts, for provenance sidecars and metrics."""
@@ -303,8 +307,10 @@ def image_variant(variant: int) -> ImageVariant:
 
 def speech_variant(variant: int) -> SpeechVariant:
     """The voice and speaking rate of speech variant ``variant``."""
-    return SpeechVariant(_VOICES[variant % len(_VOICES)],
-                         _RATES[(variant // len(_VOICES)) % len(_RATES)])
+    from .datasets.speech import RATES, VOICES
+
+    return SpeechVariant(VOICES[variant % len(VOICES)],
+                         RATES[(variant // len(VOICES)) % len(RATES)])
 
 
 def apply_image_variant(pixels: np.ndarray, spec: ImageVariant) -> np.ndarray:

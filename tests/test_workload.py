@@ -150,3 +150,21 @@ def test_variant_zero_is_the_original():
     assert text_variant("Hello there.", 0) == "Hello there."
     assert apply_image_variant(img, ImageVariant(0.5, 1.0, 2.0)).shape == (6, 8)
     assert speech_variant(0) != speech_variant(1)
+
+
+def test_queries_carry_real_photo_and_speech_variants():
+    from mmcache.datasets import load_skimage_photos
+    from mmcache.datasets.speech import synthesize
+
+    photos = load_skimage_photos(size=32)
+    w = generate(n_queries=300, modality_mix={"image": 0.5, "audio": 0.5}, seed=6)
+    img_i = int(np.flatnonzero((w.modality == MODALITIES.index("image")) & (w.variant > 0))[0])
+    q = w.query(img_i, images=lambda intent: photos.images[intent % len(photos)])
+    expected = apply_image_variant(photos.images[int(w.intent[img_i]) % len(photos)],
+                                   image_variant(int(w.variant[img_i])))
+    assert q.image is not None and np.array_equal(q.image, expected)
+    audio_i = int(np.flatnonzero(w.modality == MODALITIES.index("audio"))[0])
+    said = w.query(audio_i, speech=lambda intent, v: synthesize(
+        f"intent number {intent}", v.voice, v.rate_wpm).audio)
+    assert said.audio is not None and said.audio.dtype == np.float32 and said.audio.size > 8000
+    assert said.modalities() == ("audio",) and said.ground_truth == int(w.intent[audio_i])
