@@ -183,7 +183,8 @@ def _replay_online(trace: Trace, pol: Any, cache_size: int) -> tuple[int, int]:
         else:
             miss_cnt += 1
             miss_byte += size
-            admit = pol.on_miss(key, size, next_access=nxt[i], now=i) and size <= cache_size
+            admit = pol.on_miss(key, size, next_access=nxt[i], now=i, free=cache_size - used) \
+                and size <= cache_size
             for victim in pol.take_dropped():
                 used -= resident.pop(victim)
             if not admit:

@@ -68,11 +68,15 @@ class Belady(EvictionPolicy):
 
 
 class BeladyBypass(Belady):
-    """Belady that may refuse admission: a miss is not cached when it is never requested
-    again, or when its next request comes after that of every resident key."""
+    """Belady that may refuse admission (MIN proper; optimal for unit sizes): a miss is not
+    cached when it is never requested again, or when it does not fit the free space
+    (``free`` hint, bytes; 0 if absent) and its next request comes after that of every
+    resident key."""
 
     name = "belady-bypass"
 
     def on_miss(self, key: Hashable, size: int, **hints: Any) -> bool:
         nxt = int(hints.get("next_access", -1))
-        return nxt >= 0 and not nxt > self.furthest() >= 0
+        if nxt < 0:
+            return False
+        return size <= int(hints.get("free", 0)) or not nxt > self.furthest() >= 0

@@ -66,7 +66,7 @@ def _replay(ids, sizes, next_access, cache_size, bypass, resident, pri, obj_size
         if bypass:
             while n > 0 and not (resident[vals[0]] and pri[vals[0]] == keys[0]):
                 n = _heap_pop(keys, vals, n)
-            if na < 0 or (n > 0 and na > keys[0]):
+            if na < 0 or (s > cache_size - used and n > 0 and na > keys[0]):
                 continue
         if s > cache_size:
             continue
