@@ -113,6 +113,17 @@ def read_oracle_general(path: str | os.PathLike) -> Trace:
     return trace
 
 
+def write_oracle_general(trace: Trace, path: str | os.PathLike) -> None:
+    """Write ``trace`` as an ``oracleGeneral`` file (readable by libCacheSim and by
+    :func:`read_oracle_general`); times and sizes must fit in 32 bits."""
+    if trace.obj_size.max() >= 2**32 or trace.time.min() < 0 or trace.time.max() >= 2**32:
+        raise TraceFormatError("oracleGeneral stores times and sizes as 32-bit unsigned ints")
+    rec = np.empty(trace.n_req, ORACLE_GENERAL_DTYPE)
+    rec["time"], rec["obj_id"], rec["obj_size"] = trace.time, trace.obj_id, trace.obj_size
+    rec["next_access_vtime"] = np.where(trace.next_access < 0, -1, trace.next_access + 1)
+    rec.tofile(path)
+
+
 @dataclass(frozen=True)
 class SimResult:
     """Counts of one replay, as libCacheSim reports them."""

@@ -7,7 +7,9 @@ import pytest
 
 from mmcache.errors import ConfigError, TraceFormatError, UnknownPolicyError
 from mmcache.policies import POLICIES
-from mmcache.replay import ORACLE_GENERAL_DTYPE, make_trace, read_oracle_general, simulate
+from mmcache.paths import DATA_DIR
+from mmcache.replay import (ORACLE_GENERAL_DTYPE, make_trace, read_oracle_general, simulate,
+                            write_oracle_general)
 
 
 def _write(path, ids, sizes, vtime=None):
@@ -71,3 +73,9 @@ def test_oversized_objects_miss_without_evicting():
 def test_policy_names_are_case_insensitive():
     trace = make_trace([1, 2, 1], 1)
     assert simulate(trace, "LRU", 2).miss_cnt == simulate(trace, "lru", 2).miss_cnt == 2
+
+
+def test_writer_round_trips_the_shipped_trace(tmp_path):
+    source = DATA_DIR / "cloudPhysicsIO.oracleGeneral.bin"
+    write_oracle_general(read_oracle_general(source), tmp_path / "copy.bin")
+    assert (tmp_path / "copy.bin").read_bytes() == source.read_bytes()
