@@ -42,15 +42,16 @@ class ValuePerByte(EvictionPolicy):
         return n / (n + 1) * self._cost[key] / self._size[key]
 
     def insert(self, key: Hashable, size: int, **hints: Any) -> None:
+        cost = self._read_cost(hints)
         self._count[key] = 1
         self._size[key] = max(int(size), 1)
-        self._cost[key] = self._read_cost(hints)
+        self._cost[key] = cost
         self._push(key)
 
     def access(self, key: Hashable, **hints: Any) -> None:
+        cost = self._read_cost(hints) if hints.get("cost") is not None else self._cost[key]
         self._count[key] += 1
-        if hints.get("cost") is not None:
-            self._cost[key] = self._read_cost(hints)
+        self._cost[key] = cost
         self._push(key)
 
     def _read_cost(self, hints: dict[str, Any]) -> float:
