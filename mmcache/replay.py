@@ -65,10 +65,15 @@ class Trace:
 def make_trace(obj_id: Any, obj_size: Any, time: Any = None) -> Trace:
     """Build a :class:`Trace` from per-request ids and sizes; computes next accesses.
 
-    ``obj_size`` may be a scalar (every object the same size). Sizes must be >= 1.
+    ``obj_size`` may be a scalar (every object the same size). Ids must be integers
+    in [0, 2**64), sizes integers >= 1; anything else raises :class:`TraceFormatError`.
     """
-    ids = np.ascontiguousarray(obj_id, dtype=np.uint64).reshape(-1)
-    sizes = np.broadcast_to(np.asarray(obj_size, dtype=np.int64), ids.shape).copy()
+    ids, sizes = _integers(obj_id, np.uint64, "obj_id"), _integers(obj_size, np.int64, "obj_size")
+    try:
+        sizes = np.broadcast_to(sizes, ids.shape).copy()
+    except ValueError:
+        raise TraceFormatError(f"obj_size has {sizes.size} entries for {ids.size} requests") \
+            from None
     if ids.shape[0] == 0:
         raise TraceFormatError("a trace needs at least one request")
     if sizes.min() < 1:
@@ -78,6 +83,18 @@ def make_trace(obj_id: Any, obj_size: Any, time: Any = None) -> Trace:
     if times.shape != ids.shape:
         raise TraceFormatError(f"time has {times.shape[0]} entries for {ids.shape[0]} requests")
     return Trace(ids, sizes, times, _next_access(ids))
+
+
+def _integers(values: Any, dtype: type, what: str) -> np.ndarray:
+    """``values`` as a flat array of ``dtype`` if they are all integers in its range."""
+    arr = np.asarray(values)
+    if arr.ndim > 1 or not (arr.dtype.kind in "iu" or (arr.size == 0 and arr.dtype.kind == "f")):
+        raise TraceFormatError(f"{what} must be a 1-D sequence of integers, got dtype "
+                               f"{arr.dtype} and shape {arr.shape}")
+    info = np.iinfo(dtype)
+    if arr.size and (int(arr.min()) < info.min or int(arr.max()) > info.max):
+        raise TraceFormatError(f"{what} values must lie in [{info.min}, {info.max}]")
+    return np.ascontiguousarray(arr, dtype=dtype).reshape(-1)
 
 
 def _next_access(ids: np.ndarray) -> np.ndarray:
@@ -159,6 +176,9 @@ def simulate(trace: Trace, policy: str = "lru", cache_size: int = 134217728,
     forces the online object even where a compiled kernel exists.
     Raises :class:`UnknownPolicyError` or :class:`ConfigError` for bad arguments.
     """
+    if not isinstance(trace, Trace):
+        raise TraceFormatError(f"simulate() needs a Trace (see make_trace), got "
+                               f"{type(trace).__name__}")
     name = _policy_name(policy)
     if isinstance(cache_size, bool) or not isinstance(cache_size, (int, np.integer)) \
             or cache_size <= 0:

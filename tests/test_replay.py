@@ -47,9 +47,17 @@ def test_reader_rejects_missing_file(tmp_path):
         read_oracle_general(tmp_path / "nope.bin")
 
 
-def test_make_trace_rejects_zero_sizes():
+@pytest.mark.parametrize("ids, sizes", [([1, 2], [1, 0]), ([-1, 2], 1), ([1.5, 2], 1),
+                                         ([[1, 2]], 1), (["a"], 1), ([1, 2], [1, 2, 3]),
+                                         ([], 1), ([1], [np.nan])])
+def test_make_trace_rejects_malformed_input(ids, sizes):
     with pytest.raises(TraceFormatError):
-        make_trace([1, 2], [1, 0])
+        make_trace(ids, sizes)
+
+
+def test_simulate_rejects_a_non_trace():
+    with pytest.raises(TraceFormatError):
+        simulate([1, 2, 3], "lru", 10)
 
 
 def test_simulate_rejects_bad_arguments():
