@@ -207,9 +207,12 @@ def transcribe(model: Any, audios: Sequence[np.ndarray], batch_size: int = 8,
         mel = torch.stack([log_mel(clips[i]) for i in batch])
         for i, result in zip(batch, whisper.decode(model, mel, options)):
             cache[keys[i]] = result.text.strip()
-    if todo:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(cache, indent=0, sort_keys=True))
-        tmp.replace(path)
+        _write_json(path, cache)  # after every batch: an interrupted run keeps its work
     return [cache[k] for k in keys]
+
+
+def _write_json(path: Path, data: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=0, sort_keys=True))
+    tmp.replace(path)
