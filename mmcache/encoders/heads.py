@@ -173,8 +173,8 @@ class InfoNCEHead:
         xs = torch.as_tensor(self._std.fit(x)(x), dtype=torch.float32)
         ys = torch.as_tensor(normalise(y))
         lab = torch.as_tensor(np.unique(labels, return_inverse=True)[1])
-        net = _Net(x.shape[1], y.shape[1], self.hidden, self.dropout, self.temperature,
-                   self.learn_temperature)
+        net = _build_net(x.shape[1], y.shape[1], self.hidden, self.dropout, self.temperature,
+                         self.learn_temperature)
         opt = torch.optim.AdamW(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         self.losses = []
         net.train()
@@ -224,27 +224,24 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _make_net_class() -> type:
+def _build_net(d_in: int, d_out: int, hidden: int | None, dropout: float, temperature: float,
+               learn_temperature: bool) -> Any:
+    """The head as a torch module (torch is imported only when a head is trained)."""
     import torch
     from torch import nn
 
     class Net(nn.Module):
-        def __init__(self, d_in: int, d_out: int, hidden: int | None, dropout: float,
-                     temperature: float, learn_temperature: bool) -> None:
+        def __init__(self) -> None:
             super().__init__()
             self.body = nn.Linear(d_in, d_out) if hidden is None else nn.Sequential(
                 nn.Linear(d_in, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, d_out))
             scale = torch.tensor(float(np.log(1.0 / temperature)))
             self.logit_scale = nn.Parameter(scale, requires_grad=learn_temperature)
 
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return nn.functional.normalize(self.body(x), dim=-1)
 
-    return Net
-
-
-def _Net(*args: Any) -> Any:  # noqa: N802 - builds the torch module lazily (torch imports late)
-    return _make_net_class()(*args)
+    return Net()
 
 
 def _symmetric_infonce(net: Any, x: Any, y: Any, labels: Any) -> Any:
