@@ -1,0 +1,208 @@
+"""CLIP image and text embeddings via open_clip, offline.
+
+``weights`` switches between
+
+* ``"offline"`` (default): the small CLIP this workbench trains itself on
+  Fashion-MNIST (``make models``; see :mod:`.clip_train`), image tower
+  open_clip's ModifiedResNet, text tower the frozen all-MiniLM-L6-v2;
+* ``"ARCH/TAG"`` such as ``"ViT-B-32/laion2b_s34b_b79k"``: open_clip's pretrained
+  weights, used only if the checkpoint is already on this machine (or downloads
+  are enabled with ``MMCACHE_ALLOW_DOWNLOADS=1``);
+* ``"ARCH"`` with ``checkpoint="/path/to/open_clip_pytorch_model.bin"``: a local file.
+
+A missing weight raises :class:`~mmcache.errors.OfflineAssetError` saying how to
+supply it; no randomly initialised model ever stands in. ``encoder_id`` names
+the architecture and a hash of the weights.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError, InvalidMediaError, OfflineAssetError, UnknownModalityError
+from ..offline import downloads_allowed, enforce_offline
+from . import clip_train
+from .text import check_texts, file_sha256
+
+DEFAULT_WEIGHTS = "offline"
+
+
+class CLIPEncoder:
+    """One side (``"image"`` or ``"text"``) of an open_clip model: L2-normalised float32 vectors."""
+
+    def __init__(self, model, preprocess: Callable, tokenizer: Callable, modality: str,
+                 encoder_id: str, card: dict[str, Any] | None = None, batch_size: int = 256) -> None:
+        if modality not in ("image", "text"):
+            raise UnknownModalityError(f"CLIP encodes 'image' or 'text', not {modality!r}")
+        self.model = model.eval()
+        self.preprocess = preprocess
+        self.tokenizer = tokenizer
+        self.modality = modality
+        self.dim = int(model.visual.output_dim)
+        self.encoder_id = encoder_id
+        self.card = card or {}
+        self.batch_size = batch_size
+
+    def encode(self, inputs: Sequence[Any]) -> np.ndarray:
+        """``(n, dim)`` unit vectors for images (uint8 arrays, PIL images, encoded bytes) or texts."""
+        import torch
+
+        items = list(inputs) if self.modality == "image" else check_texts(inputs)
+        out = [np.zeros((0, self.dim), np.float32)]
+        with torch.inference_mode():
+            for i in range(0, len(items), self.batch_size):
+                chunk = items[i:i + self.batch_size]
+                if self.modality == "image":
+                    batch = torch.stack([self.preprocess(to_pil(x, i + j))
+                                         for j, x in enumerate(chunk)])
+                    feats = self.model.encode_image(batch)
+                else:
+                    feats = self.model.encode_text(self.tokenizer(chunk))
+                out.append(torch.nn.functional.normalize(feats, dim=-1).numpy())
+        return np.concatenate(out).astype(np.float32)
+
+
+def to_pil(item: Any, index: int = 0):
+    """A PIL image from a PIL image, encoded bytes, or an ``H×W[×3|4]`` uint8 array."""
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(item, Image.Image):
+        return item
+    if isinstance(item, (bytes, bytearray)):
+        try:
+            image = Image.open(io.BytesIO(item))
+            image.load()
+            return image
+        except (UnidentifiedImageError, OSError) as exc:
+            raise InvalidMediaError(f"image #{index}: bytes are not a decodable image") from exc
+    arr = np.asarray(item) if isinstance(item, np.ndarray) else None
+    if arr is None or arr.dtype != np.uint8 or arr.size == 0 or not (
+            arr.ndim == 2 or (arr.ndim == 3 and arr.shape[2] in (3, 4))):
+        raise InvalidMediaError(f"image #{index} must be encoded bytes, a PIL image or an "
+                                "H×W[×3|4] uint8 array; got "
+                                f"{type(item).__name__} {getattr(item, 'shape', '')}")
+    return Image.fromarray(arr)
+
+
+def offline_preprocess(image) -> Any:
+    """The offline CLIP's input: RGB, resized to 28×28, normalised, padded to 32×32.
+
+    For a 28×28 greyscale Fashion-MNIST image this equals what training fed the tower.
+    """
+    import torch
+    from PIL import Image
+
+    rgb = image.convert("RGB")
+    if rgb.size != (28, 28):
+        rgb = rgb.resize((28, 28), Image.BILINEAR)
+    x = torch.from_numpy(np.asarray(rgb).copy()).permute(2, 0, 1).float().div_(255.0)
+    x = (x - clip_train.PIXEL_MEAN) / clip_train.PIXEL_STD
+    pad = clip_train.PAD
+    return torch.nn.functional.pad(x, (pad,) * 4, value=-clip_train.PIXEL_MEAN / clip_train.PIXEL_STD)
+
+
+def load_clip_encoder(weights: str = DEFAULT_WEIGHTS, modality: str = "image",
+                      checkpoint: str | Path | None = None,
+                      model_dir: str | Path | None = None) -> CLIPEncoder:
+    """A CLIP encoder for ``modality`` with the weights the config names (see module doc).
+
+    ``model_dir`` points the ``"offline"`` weights at a folder written by
+    :func:`.clip_train.train` (default: the cached default model under ``data/models/``).
+    """
+    enforce_offline()
+    if modality not in ("image", "text"):
+        raise UnknownModalityError(f"CLIP encodes 'image' or 'text', not {modality!r}")
+    if weights == DEFAULT_WEIGHTS:
+        return _offline_encoder(modality, model_dir)
+    return _pretrained_encoder(weights, modality, checkpoint)
+
+
+def _offline_encoder(modality: str, model_dir: str | Path | None) -> CLIPEncoder:
+    import open_clip
+    from safetensors.torch import load_file
+
+    folder = Path(model_dir) if model_dir else clip_train.model_dir()
+    weights = folder / "visual.safetensors"
+    if not weights.is_file():
+        raise OfflineAssetError(
+            f"the offline CLIP is not trained yet ({weights} is missing); run `make models` "
+            "(`python -m mmcache.encoders.clip_train`, a few minutes on CPU) — mmcache never "
+            "substitutes random weights")
+    saved = json.loads((folder / "open_clip_config.json").read_text())
+    model_cfg = saved["model_cfg"]
+    model_cfg["text_cfg"]["hf_model_name"] = model_cfg["text_cfg"]["hf_tokenizer_name"] = str(
+        clip_train.minilm_path())  # the text tower where this machine installed it
+    name = clip_train.register_architecture(model_cfg)
+    model = open_clip.create_model(name, pretrained=None)
+    state = load_file(str(weights))
+    missing = model.load_state_dict(state, strict=False)
+    if missing.unexpected_keys or any(k.startswith("visual.") for k in missing.missing_keys):
+        raise OfflineAssetError(f"{weights} does not match its open_clip_config.json; "
+                                "delete the folder and run `make models` again")
+    card = json.loads((folder / "model_card.json").read_text())
+    digest = file_sha256(weights)[:12]
+    return CLIPEncoder(model, offline_preprocess, open_clip.get_tokenizer(name), modality,
+                       f"clip:{clip_train.MODEL_NAME}/{digest}/{modality}", card)
+
+
+def _pretrained_encoder(weights: str, modality: str,
+                        checkpoint: str | Path | None) -> CLIPEncoder:
+    import open_clip
+
+    arch, _, tag = weights.partition("/")
+    if arch not in open_clip.list_models():
+        raise ConfigError(f"unknown open_clip architecture {arch!r}")
+    if checkpoint is not None:
+        path = Path(checkpoint)
+        if not path.is_file():
+            raise OfflineAssetError(f"CLIP checkpoint {path} does not exist")
+        source, label = str(path), f"file-{file_sha256(path)[:12]}"
+    elif tag:
+        source, label = _local_pretrained(arch, tag), tag
+    else:
+        raise ConfigError(f"CLIP weights {weights!r}: give 'ARCH/TAG' or a checkpoint file")
+    model, _, preprocess = open_clip.create_model_and_transforms(arch, pretrained=source)
+    return CLIPEncoder(model, preprocess, open_clip.get_tokenizer(arch), modality,
+                       f"clip:{arch}/{label}/{modality}")
+
+
+def _local_pretrained(arch: str, tag: str) -> str:
+    """The local file of open_clip's pretrained ``arch/tag`` (or the tag when downloads are on)."""
+    import open_clip
+
+    cfg = open_clip.get_pretrained_cfg(arch, tag)
+    if not cfg:
+        raise ConfigError(f"open_clip has no pretrained tag {tag!r} for {arch}; known: "
+                          f"{', '.join(open_clip.list_pretrained_tags_by_model(arch))}")
+    if downloads_allowed():
+        return tag
+    found = _cached_hf_file(cfg.get("hf_hub", ""))
+    if found:
+        return found
+    raise OfflineAssetError(
+        f"pretrained CLIP weights {arch}/{tag} are not on this machine and mmcache never "
+        f"downloads at run time. Fetch the checkpoint on a connected machine (hf-hub "
+        f"{cfg.get('hf_hub') or cfg.get('url')}), copy it here and pass "
+        f"weights={arch!r}, checkpoint='/path/to/open_clip_pytorch_model.bin'; or allow "
+        "downloads with MMCACHE_ALLOW_DOWNLOADS=1. The offline default is weights='offline' "
+        "(`make models`).")
+
+
+def _cached_hf_file(hub: str) -> str | None:
+    if not hub:
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    parts = hub.rstrip("/").split("/")
+    repo = "/".join(parts[:2])
+    names = parts[2:] or ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"]
+    for name in names:
+        hit = try_to_load_from_cache(repo, name)
+        if isinstance(hit, str):
+            return hit
+    return None

