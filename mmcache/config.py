@@ -58,7 +58,7 @@ class SemanticTierConfig:
     policy: str = "lru"
     index: str = "auto"
     ann_factory: str = "HNSW32"
-    ann_min_size: int = 20_000
+    ann_min_size: int = 10_000
     ef_search: int = 64
     ef_construction: int = 64
     candidates: int = 8

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 #: Upper bounds (seconds) of the latency histogram buckets: 1 µs … 10 s, 1-2.5-5 steps.
 LATENCY_BUCKETS: tuple[float, ...] = tuple(
-    m * 10.0 ** e for e in range(-6, 1) for m in (1.0, 2.5, 5.0)) + (10.0,)
+    float(f"{m}e{e}") for e in range(-6, 1) for m in (1, 2.5, 5)) + (10.0,)
 
 
 class Histogram:

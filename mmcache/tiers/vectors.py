@@ -37,7 +37,7 @@ class IndexSpec:
 
     index: str = "auto"
     ann_factory: str = "HNSW32"
-    ann_min_size: int = 20_000
+    ann_min_size: int = 10_000
     ef_search: int = 64
     ef_construction: int = 64
     candidates: int = 8

@@ -1,0 +1,35 @@
+"""Cache metrics: counters, histograms, DataFrame and Prometheus export."""
+
+from __future__ import annotations
+
+import math
+
+from mmcache.metrics import LATENCY_BUCKETS, CacheMetrics, Histogram
+
+
+def test_histogram_buckets_and_quantiles():
+    h = Histogram()
+    for s in (2e-6, 2e-6, 3e-3, 20.0):
+        h.observe(s)
+    assert h.count == 4 and math.isclose(h.sum, 20.003004)
+    assert h.quantile(0.5) == 2.5e-6 and h.quantile(0.75) == 5e-3
+    assert h.quantile(1.0) == float("inf")
+    assert list(LATENCY_BUCKETS) == sorted(LATENCY_BUCKETS)
+
+
+def test_counters_dataframe_and_prometheus():
+    m = CacheMetrics()
+    m.hit("l2", "text+image", "fresh", correct=False)
+    m.hit("l1", "text", "stale-while-revalidate", correct=None)
+    m.misses["text"] += 3
+    m.time("get", 1e-4)
+    assert m.lookups == 5 and m.hit_ratio() == 0.4
+    df = m.to_dataframe()
+    row = df[(df.metric == "false_hits") & (df.tier == "l2")]
+    assert row["modalities"].item() == "text+image" and row["value"].item() == 1
+    assert df[df.metric == "stale_hits"]["modalities"].item() == "stale-while-revalidate"
+    text = m.to_prometheus()
+    assert 'mmcache_misses_total{modalities="text"} 3.0' in text
+    assert 'mmcache_latency_seconds_bucket{le="0.0001",stage="get"} 1.0' in text
+    m.reset()
+    assert m.lookups == 0 and math.isnan(m.hit_ratio())
