@@ -21,7 +21,7 @@ def _move_head(prev, nxt, ht, x):
         push_head(prev, nxt, ht, x)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _evict_hir(q, hq, nh, hn, in_q, in_s, res, in_nh, size, st):
     k = pop_tail(q[0], q[1], hq)
     in_q[k] = False
@@ -32,7 +32,7 @@ def _evict_hir(q, hq, nh, hn, in_q, in_s, res, in_nh, size, st):
         in_nh[k] = True
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _prune(s, hs, nh, hn, in_s, lir, res, in_nh, size, st):
     while hs[1] != hs[0]:
         k = hs[1]
@@ -46,7 +46,7 @@ def _prune(s, hs, nh, hn, in_s, lir, res, in_nh, size, st):
         st[SB] -= size[k]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _evict_lir(s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st, hirs_limit):
     """Prune, then demote S's bottom LIR object to Q; False when S holds no LIR object."""
     _prune(s, hs, nh, hn, in_s, lir, res, in_nh, size, st)
@@ -66,7 +66,7 @@ def _evict_lir(s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st, hirs
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _push_s(s, hs, in_s, lir, res, size, st, x, is_lir, resident):
     push_head(s[0], s[1], hs, x)
     in_s[x] = True
@@ -75,7 +75,7 @@ def _push_s(s, hs, in_s, lir, res, size, st, x, is_lir, resident):
     st[SB] += size[x]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _limit_stack(s, hs, nh, hn, in_s, in_nh, size, st, cache_size):
     while st[SB] > 2 * cache_size and hn[1] >= 0:
         k = pop_tail(nh[0], nh[1], hn)
