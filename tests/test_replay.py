@@ -62,8 +62,9 @@ def test_simulate_rejects_a_non_trace():
 
 def test_simulate_rejects_bad_arguments():
     trace = make_trace([1, 2, 1], 1)
-    with pytest.raises(UnknownPolicyError):
-        simulate(trace, "no-such-policy", 10)
+    for bad_policy in ("no-such-policy", ["lru"], None):
+        with pytest.raises(UnknownPolicyError):
+            simulate(trace, bad_policy, 10)
     for bad in (0, -5, 1.5, True):
         with pytest.raises(ConfigError):
             simulate(trace, "lru", bad)
