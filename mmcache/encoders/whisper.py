@@ -20,6 +20,7 @@ import json
 import math
 import re
 import struct
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -231,6 +232,12 @@ def load_whisper(device: str = "cpu", cache_dir: str | Path | None = None):
     return model.to(device).eval()
 
 
+@lru_cache(maxsize=1)
+def _shared_model():
+    """One converted model per process for every :class:`WhisperEncoder` built without one."""
+    return load_whisper()
+
+
 def _set_alignment_heads(model, config_path: Path) -> None:
     """Use the cross-attention heads CTranslate2's config names for word timestamps."""
     import torch
@@ -286,7 +293,7 @@ class WhisperEncoder:
 
     def __init__(self, layer: int = -1, layer_weights: Sequence[float] | None = None,
                  trim: bool = True, batch_size: int = 16, model=None) -> None:
-        self.model = model if model is not None else load_whisper()
+        self.model = model if model is not None else _shared_model()
         self.n_states = self.model.dims.n_audio_layer + 2
         self.dim = self.model.dims.n_audio_state
         if not -self.n_states <= layer < self.n_states:
