@@ -19,6 +19,8 @@ KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
     "fifo": ("fifo", {}),
     "clock": ("clock", {}),
     "sieve": ("sieve", {}),
+    "lfu": ("lfu", {}),
+    "gdsf": ("gdsf", {}),
     "arc": ("arc", {}),
     "s3fifo": ("s3fifo", {}),
     "lirs": ("lirs", {}),
