@@ -40,7 +40,7 @@ import numpy as np
 
 from .config import CacheConfig
 from .encoders.base import Encoder
-from .errors import ConfigError, InvalidInputError, MMCacheError, UnknownModalityError
+from .errors import ConfigError, InvalidInputError, MMCacheError
 from .guard import ExactKeyFilter
 from .inputs import PreparedQuery, prepare, unit_vector
 from .metrics import CacheMetrics
@@ -297,7 +297,7 @@ class TieredCache:
 
     def _add_encoder(self, modality: str, encoder: Encoder) -> None:
         if modality not in MODALITIES:
-            raise UnknownModalityError(f"encoder given for unknown modality {modality!r}")
+            raise ConfigError(f"encoders: unknown modality {modality!r}; known: {list(MODALITIES)}")
         if not callable(getattr(encoder, "encode", None)) or not isinstance(
                 getattr(encoder, "dim", None), int):
             raise ConfigError(f"encoders.{modality} must have encode(inputs) and an int dim")

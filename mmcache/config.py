@@ -36,6 +36,8 @@ from .types import MODALITIES
 STORE_BACKENDS = ("sqlite", "redis")
 INDEX_KINDS = ("auto", "flat")
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+#: Policies that need the future (``next_access``): replay only, never a live tier.
+ORACLE_POLICIES = ("belady", "belady-bypass")
 
 
 @dataclass
@@ -46,6 +48,7 @@ class MemoryTierConfig:
     max_entries: int | None = 10_000
     max_bytes: int | None = None
     policy: str = "lru"
+    policy_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -56,6 +59,7 @@ class SemanticTierConfig:
     max_entries: int | None = 1_000_000
     max_bytes: int | None = None
     policy: str = "lru"
+    policy_options: dict[str, Any] = field(default_factory=dict)
     index: str = "auto"
     ann_factory: str = "HNSW32"
     ann_min_size: int = 10_000
@@ -75,6 +79,7 @@ class StoreTierConfig:
     max_entries: int | None = None
     max_bytes: int | None = None
     policy: str = "lru"
+    policy_options: dict[str, Any] = field(default_factory=dict)
     synchronous: str = "NORMAL"
     shared: bool = False
     options: dict[str, Any] = field(default_factory=dict)
@@ -247,7 +252,7 @@ def _validate(cfg: CacheConfig) -> None:
         tier = getattr(cfg, name)
         _positive_or_none(tier.max_entries, f"{name}.max_entries")
         _positive_or_none(tier.max_bytes, f"{name}.max_bytes")
-        _policy(tier.policy, f"{name}.policy")
+        _policy(tier.policy, tier.policy_options, tier.max_bytes, f"{name}.policy")
     ram = _physical_memory()
     for name in ("l1", "l2"):
         tier = getattr(cfg, name)
@@ -303,6 +308,18 @@ def _validate(cfg: CacheConfig) -> None:
             raise ConfigError(f"encoders.{modality} must name an encoder")
 
 
+def tier_policy(name: str, options: Mapping[str, Any], max_bytes: int | None) -> Any:
+    """Build a tier's eviction policy; size-aware policies get the tier's ``max_bytes``."""
+    from .policies import POLICIES, make_policy
+
+    options = dict(options)
+    if getattr(POLICIES[name.lower()], "needs_capacity", False) and "capacity" not in options:
+        if max_bytes is None:
+            raise ConfigError(f"policy {name!r} needs the tier's max_bytes (its size in bytes)")
+        options["capacity"] = max_bytes
+    return make_policy(name, **options)
+
+
 def _positive_or_none(value: Any, key: str) -> None:
     if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
                                   and value > 0):
@@ -333,12 +350,19 @@ def _modality(name: str, key: str) -> None:
         raise ConfigError(f"{key}: unknown modality {name!r}; known: {list(MODALITIES)}")
 
 
-def _policy(name: Any, key: str) -> None:
+def _policy(name: Any, options: dict[str, Any], max_bytes: int | None, key: str) -> None:
     from .policies import POLICIES
 
     if not isinstance(name, str) or name.lower() not in POLICIES:
         raise ConfigError(f"{key}: unknown eviction policy {name!r}; choose one of "
                           f"{sorted(POLICIES)}")
+    if name.lower() in ORACLE_POLICIES:
+        raise ConfigError(f"{key}: {name!r} is an offline oracle (it needs future requests); "
+                          "use it in mmcache.replay.simulate, not in a live cache tier")
+    try:
+        tier_policy(name, options, max_bytes)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{key}_options {options!r} do not fit policy {name!r}: {exc}") from None
 
 
 def _physical_memory() -> int | None:

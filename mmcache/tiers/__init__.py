@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from ..config import CacheConfig, SemanticTierConfig, StoreTierConfig
 
 
+def tier_policy(name, options, max_bytes):  # noqa: D103 - re-exported below
+    from ..config import tier_policy as build
+
+    return build(name, options, max_bytes)
+
+
 def index_spec(l2: "SemanticTierConfig") -> IndexSpec:
     """The vector-index settings of a semantic tier config."""
     return IndexSpec(index=l2.index, ann_factory=l2.ann_factory, ann_min_size=l2.ann_min_size,
@@ -31,14 +37,15 @@ def index_spec(l2: "SemanticTierConfig") -> IndexSpec:
 
 def make_store_tier(l3: "StoreTierConfig", spec: IndexSpec, precheck: bool = True) -> Tier | None:
     """The persistent/remote tier ``l3`` asks for (None when ``l3.backend`` is null)."""
-    capacity = Capacity(l3.max_entries, l3.max_bytes)
     if l3.backend is None:
         return None
+    capacity = Capacity(l3.max_entries, l3.max_bytes)
+    policy = tier_policy(l3.policy, l3.policy_options, l3.max_bytes)
     if l3.backend == "sqlite":
-        return SQLiteTier(l3.path, capacity, l3.policy, spec, synchronous=l3.synchronous,
+        return SQLiteTier(l3.path, capacity, policy, spec, synchronous=l3.synchronous,
                           shared=l3.shared, precheck=precheck, **l3.options)
     module = importlib.import_module(f"{__name__}.{l3.backend}")
-    return module.RedisTier(url=l3.url, capacity=capacity, policy=l3.policy, spec=spec,
+    return module.RedisTier(url=l3.url, capacity=capacity, policy=policy, spec=spec,
                             precheck=precheck, **l3.options)
 
 
@@ -49,10 +56,13 @@ def build_tiers(config: "CacheConfig") -> list[Tier]:
     tiers: list[Tier] = []
     if config.l1.enabled:
         tiers.append(MemoryTier(Capacity(config.l1.max_entries, config.l1.max_bytes),
-                                config.l1.policy))
+                                tier_policy(config.l1.policy, config.l1.policy_options,
+                                            config.l1.max_bytes)))
     if config.l2.enabled:
         tiers.append(SemanticTier(Capacity(config.l2.max_entries, config.l2.max_bytes),
-                                  config.l2.policy, spec, precheck=precheck))
+                                  tier_policy(config.l2.policy, config.l2.policy_options,
+                                              config.l2.max_bytes),
+                                  spec, precheck=precheck))
     store = make_store_tier(config.l3, spec, precheck)
     if store is not None:
         tiers.append(store)

@@ -63,8 +63,11 @@ class Candidate:
 class Budget:
     """Capacity accounting plus an eviction policy: decides which ids must leave.
 
-    The owning tier keeps the data; the budget keeps sizes and asks the policy for
-    victims. ``admit`` returns the victims the tier must then drop.
+    The owning tier keeps the data; the budget keeps sizes and drives the policy
+    through the protocol of :mod:`mmcache.policies.base` (``on_miss``, ``evict``,
+    ``insert``, ``take_dropped``). ``admit`` returns the victims the tier must drop;
+    afterwards ``key in budget`` says whether the key itself was admitted (a policy
+    may decline it, e.g. an admission filter or GDSF ranking it lowest).
     """
 
     def __init__(self, capacity: Capacity, policy: EvictionPolicy) -> None:
@@ -73,29 +76,51 @@ class Budget:
         self.sizes: dict[str, int] = {}
         self.nbytes = 0
 
+    def __contains__(self, key: str) -> bool:
+        return key in self.sizes
+
     def admit(self, key: str, size: int) -> list[str]:
         """Account ``key`` (``size`` bytes), evicting until it fits; return the victims.
 
-        A key already resident is re-sized in place. The caller checks
-        ``capacity.admits(size)`` first.
+        A key already resident is re-admitted at its new size. The caller checks
+        ``capacity.admits(size)`` first and ``key in budget`` afterwards.
         """
-        victims: list[str] = []
         if key in self.sizes:
-            self.nbytes -= self.sizes.pop(key)
-            self.policy.remove(key)
-        while self.sizes and self.capacity.exceeded(len(self.sizes) + 1, self.nbytes + size):
-            victim = str(self.policy.evict())
-            self.nbytes -= self.sizes.pop(victim)
-            victims.append(victim)
+            self.remove(key)
+        victims: list[str] = []
+        admitted = self.policy.on_miss(key, size)
+        victims += self._dropped()
+        while admitted and self.sizes and self.capacity.exceeded(len(self.sizes) + 1,
+                                                                 self.nbytes + size):
+            victim = self.policy.evict()
+            if victim is None:           # the incoming key ranks lowest: not admitted
+                admitted = False
+                break
+            self._forget(str(victim))
+            victims.append(str(victim))
+        if admitted:
+            self.policy.insert(key, size)
+            self.sizes[key] = size
+            self.nbytes += size
+            victims += self._dropped()
+        return victims
+
+    def adopt(self, key: str, size: int) -> None:
+        """Account ``key``, already stored (e.g. loaded from a file on open), without evicting;
+        the tier enforces capacity afterwards with :meth:`pick_victim`."""
+        if key in self.sizes:
+            self.remove(key)
+        self.policy.on_miss(key, size)
         self.policy.insert(key, size)
         self.sizes[key] = size
         self.nbytes += size
-        return victims
 
-    def touch(self, key: str) -> None:
-        """Record an access to resident ``key``."""
-        if key in self.sizes:
-            self.policy.access(key)
+    def touch(self, key: str) -> list[str]:
+        """Record an access to resident ``key``; return keys the policy dropped meanwhile."""
+        if key not in self.sizes:
+            return []
+        self.policy.access(key)
+        return self._dropped()
 
     def remove(self, key: str) -> bool:
         """Forget ``key``; False when it was not resident."""
@@ -109,9 +134,22 @@ class Budget:
         """Let the policy choose one resident key, forget it and return it."""
         if not self.sizes:
             return None
-        victim = str(self.policy.evict())
-        self.nbytes -= self.sizes.pop(victim)
-        return victim
+        victim = self.policy.evict()
+        if victim is None:
+            return None
+        self._forget(str(victim))
+        return str(victim)
+
+    def _forget(self, key: str) -> None:
+        self.nbytes -= self.sizes.pop(key)
+
+    def _dropped(self) -> list[str]:
+        take = getattr(self.policy, "take_dropped", None)
+        dropped = [str(k) for k in take()] if take is not None else []
+        for key in dropped:
+            if key in self.sizes:
+                self._forget(key)
+        return dropped
 
 
 class Tier(ABC):

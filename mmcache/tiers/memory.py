@@ -29,15 +29,19 @@ class MemoryTier(Tier):
         victims = self._budget.admit(entry.entry_id, entry.size)
         for victim in victims:
             self._entries.pop(victim, None)
-        self._entries[entry.entry_id] = entry
+        if entry.entry_id in self._budget:
+            self._entries[entry.entry_id] = entry
+        else:
+            self._entries.pop(entry.entry_id, None)
         return victims
 
     def get(self, scope: str, entry_id: str) -> Entry | None:
         entry = self._entries.get(entry_id)
         if entry is None or entry.scope != scope:
             return None
-        self._budget.touch(entry_id)
-        return entry
+        for dropped in self._budget.touch(entry_id):
+            self._entries.pop(dropped, None)
+        return self._entries.get(entry_id)
 
     def delete(self, entry_id: str) -> bool:
         self._budget.remove(entry_id)

@@ -42,16 +42,18 @@ class SemanticTier(Tier):
         for victim in victims:
             self._drop(victim)
         self._drop(entry.entry_id)
-        self._entries[entry.entry_id] = entry
-        self.index.add(entry.scope, entry.entry_id, entry.embeddings)
+        if entry.entry_id in self._budget:
+            self._entries[entry.entry_id] = entry
+            self.index.add(entry.scope, entry.entry_id, entry.embeddings)
         return victims
 
     def get(self, scope: str, entry_id: str) -> Entry | None:
         entry = self._entries.get(entry_id)
         if entry is None or entry.scope != scope:
             return None
-        self._budget.touch(entry_id)
-        return entry
+        for dropped in self._budget.touch(entry_id):
+            self._drop(dropped)
+        return self._entries.get(entry_id)
 
     def search(self, scope: str, vectors: Mapping[str, np.ndarray],
                floors: Mapping[str, float], k: int = 1) -> list[Candidate]:

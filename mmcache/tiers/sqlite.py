@@ -91,15 +91,18 @@ class SQLiteTier(Tier):
                      entry.created_at, entry.expires_at, label))
                 self._db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)", vectors)
                 victims = self._budget.admit(entry.entry_id, entry.size)
+                admitted = entry.entry_id in self._budget
                 self._db.executemany("DELETE FROM entries WHERE entry_id = ?",
-                                     [(v,) for v in victims])
+                                     [(v,) for v in victims + ([] if admitted else
+                                                               [entry.entry_id])])
         except sqlite3.Error as exc:
             raise StorageError(f"L3 write to {self.path} failed: {exc}") from exc
         self._last_rowid = max(self._last_rowid, cur.lastrowid or 0)
         for victim in victims:
             self._unindex(victim)
         self._unindex(entry.entry_id)
-        self._index(entry.scope, entry.entry_id, entry.embeddings)
+        if admitted:
+            self._index(entry.scope, entry.entry_id, entry.embeddings)
         return victims
 
     def get(self, scope: str, entry_id: str) -> Entry | None:
@@ -113,8 +116,10 @@ class SQLiteTier(Tier):
             entry = self._entry(row, self._embeddings(entry_id))
         except sqlite3.Error as exc:
             raise StorageError(f"L3 read from {self.path} failed: {exc}") from exc
-        self._budget.touch(entry_id)
-        return entry
+        dropped = self._budget.touch(entry_id)
+        if dropped:
+            self._delete_rows(dropped)
+        return None if entry_id in dropped else entry
 
     def search(self, scope: str, vectors: Mapping[str, np.ndarray],
                floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
@@ -137,14 +142,8 @@ class SQLiteTier(Tier):
 
     def evict(self) -> str | None:
         victim = self._budget.pick_victim()
-        if victim is None:
-            return None
-        try:
-            with self._transaction():
-                self._db.execute("DELETE FROM entries WHERE entry_id = ?", (victim,))
-        except sqlite3.Error as exc:
-            raise StorageError(f"L3 eviction in {self.path} failed: {exc}") from exc
-        self._unindex(victim)
+        if victim is not None:
+            self._delete_rows([victim])
         return victim
 
     def scan(self) -> Iterator[Entry]:
@@ -191,6 +190,17 @@ class SQLiteTier(Tier):
             raise StorageError(f"{self.path} has schema {version}, expected {SCHEMA_VERSION}")
         return db
 
+    def _delete_rows(self, entry_ids: list[str]) -> None:
+        """Delete rows the budget already let go of, and their vectors."""
+        try:
+            with self._transaction():
+                self._db.executemany("DELETE FROM entries WHERE entry_id = ?",
+                                     [(e,) for e in entry_ids])
+        except sqlite3.Error as exc:
+            raise StorageError(f"L3 eviction in {self.path} failed: {exc}") from exc
+        for entry_id in entry_ids:
+            self._unindex(entry_id)
+
     def _transaction(self):
         return _Transaction(self._db)
 
@@ -209,10 +219,7 @@ class SQLiteTier(Tier):
                 entry_id, scope, size = row[1], row[2], row[6]
                 vectors = self._embeddings(entry_id)
                 self._unindex(entry_id)
-                self._budget.remove(entry_id)
-                self._budget.sizes[entry_id] = size  # resident already: account, no eviction
-                self._budget.nbytes += size
-                self._budget.policy.insert(entry_id, size)
+                self._budget.adopt(entry_id, size)
                 self._index(scope, entry_id, vectors)
                 self._last_rowid = max(self._last_rowid, row[0])
         except sqlite3.Error as exc:
