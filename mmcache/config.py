@@ -291,7 +291,8 @@ def _validate(cfg: CacheConfig) -> None:
     _in_range(th.delta_max, th.delta_min, 2.0, "thresholds.delta_max")
     fr = cfg.freshness
     if fr.ttl is not None and not fr.ttl > 0:
-        raise ConfigError(f"freshness.ttl must be a positive number of seconds or null, got {fr.ttl}")
+        raise ConfigError(f"freshness.ttl must be a positive number of seconds or null, "
+                          f"got {fr.ttl}")
     for key in ("stale_while_revalidate", "stale_if_error"):
         if not getattr(fr, key) >= 0:
             raise ConfigError(f"freshness.{key} must be ≥ 0 seconds, got {getattr(fr, key)}")
@@ -333,8 +334,9 @@ def _positive(value: Any, key: str) -> None:
 
 def _in_range(value: Any, low: float, high: float, key: str, low_open: bool = False,
               high_open: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
-        value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    above = value > low if low_open else value >= low
+    below = value < high if high_open else value <= high
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and above and below
     if not ok:
         raise ConfigError(f"{key} must be in {'(' if low_open else '['}{low}, {high}"
                           f"{')' if high_open else ']'}, got {value!r}")

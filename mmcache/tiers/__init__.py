@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from ..config import tier_policy
 from .base import Budget, Candidate, Capacity, Tier
 from .memory import MemoryTier
 from .semantic import SemanticTier
@@ -20,12 +21,6 @@ from .vectors import IndexSpec, SemanticIndex, VectorIndex
 
 if TYPE_CHECKING:
     from ..config import CacheConfig, SemanticTierConfig, StoreTierConfig
-
-
-def tier_policy(name, options, max_bytes):  # noqa: D103 - re-exported below
-    from ..config import tier_policy as build
-
-    return build(name, options, max_bytes)
 
 
 def index_spec(l2: "SemanticTierConfig") -> IndexSpec:

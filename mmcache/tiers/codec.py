@@ -15,9 +15,6 @@ import numpy as np
 
 from ..errors import SerializationError, StorageError
 
-VALUE_TAGS = ("str", "bytes", "json")
-
-
 def encode_value(value: Any) -> tuple[str, bytes]:
     """``(tag, payload)`` for a storable value; SerializationError otherwise."""
     if isinstance(value, str):

@@ -80,7 +80,8 @@ class SQLiteTier(Tier):
     def put(self, entry: Entry) -> list[str]:
         tag, payload = encode_value(entry.value)
         label = encode_label(entry.ground_truth)
-        vectors = [(entry.entry_id, m, len(v), vector_to_bytes(v)) for m, v in entry.embeddings.items()]
+        vectors = [(entry.entry_id, m, len(v), vector_to_bytes(v))
+                   for m, v in entry.embeddings.items()]
         try:
             with self._transaction():
                 self._db.execute("DELETE FROM entries WHERE entry_id = ?", (entry.entry_id,))

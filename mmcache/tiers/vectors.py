@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 import faiss
 import numpy as np
@@ -27,9 +27,6 @@ import numpy as np
 from ..errors import ConfigError
 from ..guard import SphericalCap
 from .base import Candidate
-
-INDEX_KINDS = ("auto", "flat")
-
 
 @dataclass(frozen=True)
 class IndexSpec:
@@ -121,7 +118,8 @@ class VectorIndex:
             self._compact()
         return True
 
-    def search(self, query: np.ndarray, floor: float, k: int) -> tuple[list[tuple[str, float]], bool]:
+    def search(self, query: np.ndarray, floor: float,
+               k: int) -> tuple[list[tuple[str, float]], bool]:
         """Live entries among the ``k`` nearest with similarity ≥ ``floor``, best first,
         and whether every entry ≥ ``floor`` is guaranteed to be in the list."""
         n = len(self._ids)
@@ -221,7 +219,7 @@ class SemanticIndex:
                 idx = self._indexes[(scope, modality)] = VectorIndex(len(vec), self.spec)
             idx.add(entry_id, vec)
 
-    def remove(self, scope: str, entry_id: str, modalities: Iterator[str] | tuple[str, ...]) -> None:
+    def remove(self, scope: str, entry_id: str, modalities: Iterable[str]) -> None:
         """Drop one entry's vectors."""
         for modality in modalities:
             idx = self._indexes.get((scope, modality))
