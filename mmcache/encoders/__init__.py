@@ -17,8 +17,10 @@ from typing import Any, Callable
 
 from ..errors import ConfigError
 from .base import Encoder, HashingTestEncoder
+from .store import EmbeddingStore
 
-__all__ = ["Encoder", "HashingTestEncoder", "ENCODER_NAMES", "get_encoder", "load_whisper"]
+__all__ = ["Encoder", "HashingTestEncoder", "EmbeddingStore", "ENCODER_NAMES", "get_encoder",
+           "load_whisper"]
 
 
 def _minilm(**kw: Any) -> Encoder:
