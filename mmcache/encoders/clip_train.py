@@ -46,7 +46,7 @@ class TrainConfig:
     layers: tuple[int, int, int, int] = (1, 1, 1, 1)  # open_clip ModifiedResNet (CLIP's RN)
     width: int = 8
     head_width: int = 16
-    steps: int = 1500
+    steps: int = 2000
     batch_size: int = 256
     lr: float = 2e-3
     weight_decay: float = 0.05
