@@ -305,8 +305,7 @@ def _validate(cfg: CacheConfig) -> None:
         _positive(dim, f"dims.{modality}")
     for modality, name in cfg.encoders.items():
         _modality(modality, f"encoders.{modality}")
-        if not name:
-            raise ConfigError(f"encoders.{modality} must name an encoder")
+        _encoder_name(name, f"encoders.{modality}")
 
 
 def tier_policy(name: str, options: Mapping[str, Any], max_bytes: int | None) -> Any:
@@ -365,6 +364,14 @@ def _policy(name: Any, options: dict[str, Any], max_bytes: int | None, key: str)
         tier_policy(name, options, max_bytes)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{key}_options {options!r} do not fit policy {name!r}: {exc}") from None
+
+
+def _encoder_name(name: str, key: str) -> None:
+    from . import encoders
+
+    known = getattr(encoders, "ENCODER_NAMES", None)
+    if not name or (known is not None and name not in known):
+        raise ConfigError(f"{key}: unknown encoder {name!r}; known: {list(known or [])}")
 
 
 def _physical_memory() -> int | None:

@@ -202,10 +202,10 @@ def test_encoders_named_in_config_resolve_lazily(monkeypatch):
         return HashingTestEncoder("text", DIM)
 
     monkeypatch.setattr(encoders, "get_encoder", get_encoder, raising=False)
-    cache = mmcache.TieredCache({"encoders": {"text": "stand-in"}})
+    cache = mmcache.TieredCache({"encoders": {"text": "hashing-test"}})
     assert made == []
     cache.put(Query(text="hello", scope="s"), "x")
-    assert made == ["stand-in"]
+    assert made == ["hashing-test"]
     assert cache.usage()["l2"][0] == 1 and cache.tier("l2").dims() == {"text": DIM}
 
 

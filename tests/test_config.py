@@ -61,6 +61,7 @@ def test_unreadable_yaml_is_a_config_error(tmp_path):
     ({"guard": {"error_rate": 1.5}}, "guard.error_rate"),
     ({"dims": {"text": -4}}, "dims.text"),
     ({"encoders": {"video": "clip"}}, "encoders.video"),
+    ({"encoders": {"text": "no-such-encoder"}}, "encoders.text"),
     ({"l2": 5}, "l2"),
 ])
 def test_bad_config_names_the_key(data, key):
