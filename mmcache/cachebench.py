@@ -200,7 +200,9 @@ class _Tier:
             self.policy.access(key, **hints)
         else:
             size = entry[0]
-            admit = self.policy.on_miss(key, size, **hints) and size <= self.spec.capacity_bytes
+            free = self.spec.capacity_bytes - self.used
+            admit = self.policy.on_miss(key, size, free=free, **hints) \
+                and size <= self.spec.capacity_bytes
             self._drop(self.policy.take_dropped())
             while admit and self.used + size > self.spec.capacity_bytes:
                 victim = self.policy.evict()

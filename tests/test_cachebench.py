@@ -21,8 +21,10 @@ def stream():
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_one_exact_tier_matches_simulate(stream, policy):
+    """The engine's counts are simulate()'s (miss cost 1.0 = simulate's default cost hint)."""
     cap = int(stream.size.sum() // 20)
-    report = replay(stream, [TierSpec("L1", cap, policy)], limits=False)
+    unit_cost = LatencyModel(inference_ms={m: 1.0 for m in ("text", "image", "audio")})
+    report = replay(stream, [TierSpec("L1", cap, policy)], unit_cost, limits=False)
     expected = simulate(stream.to_trace("exact"), policy, cap)
     assert report.hit_rate == pytest.approx(expected.hit_ratio, abs=1e-12)
     assert report.byte_hit_rate == pytest.approx(1 - expected.byte_miss_ratio, abs=1e-12)
