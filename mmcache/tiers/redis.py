@@ -105,19 +105,24 @@ class RedisTier(Tier):
         key = self.key(entry.scope, entry.entry_id)
         before = self._budget.sizes.get(entry.entry_id)
         victims = self._budget.admit(entry.entry_id, entry.size)
+        admitted = entry.entry_id in self._budget
         victim_keys = [self._known[v].key for v in victims if v in self._known]
         try:
-            seq = self._put_script(keys=[self._seq_key, self._log_key, key, *victim_keys],
-                                   args=fields)
-        except redis.RedisError as exc:
+            if admitted:
+                seq = self._put_script(keys=[self._seq_key, self._log_key, key, *victim_keys],
+                                       args=fields)
+            else:  # the policy declined the entry: only its victims (and any old version) go
+                self._remove_keys(victim_keys + [key])
+        except (redis.RedisError, StorageError) as exc:
             self._undo_admit(entry.entry_id, before, victims)
             raise StorageError(f"Redis tier write to {self.url} failed: {exc}") from exc
         for victim in victims:
             self._unindex(victim)
         self._unindex(entry.entry_id)
-        self._index(entry, key)
-        if seq == self._last_seq + 1:
-            self._last_seq = seq  # nobody else wrote in between: nothing else to load
+        if admitted:
+            self._index(entry, key)
+            if seq == self._last_seq + 1:
+                self._last_seq = seq  # nobody else wrote in between: nothing else to load
         return victims
 
     def get(self, scope: str, entry_id: str) -> Entry | None:
@@ -130,8 +135,12 @@ class RedisTier(Tier):
         if entry.scope != scope or entry.entry_id != entry_id:
             raise StorageError(f"Redis tier {self.url}: key {self.key(scope, entry_id)!r} "
                                f"holds entry {entry.entry_id!r} of another scope")
-        self._budget.touch(entry_id)
-        return entry
+        dropped = self._budget.touch(entry_id)
+        if dropped:
+            self._remove_keys([self._known[d].key for d in dropped if d in self._known])
+            for d in dropped:
+                self._unindex(d)
+        return None if entry_id in dropped else entry
 
     def search(self, scope: str, vectors: Mapping[str, np.ndarray],
                floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
@@ -204,10 +213,7 @@ class RedisTier(Tier):
     def _adopt(self, entry: Entry) -> None:
         """Account and index an entry that is already in the store (no eviction)."""
         self._unindex(entry.entry_id)
-        self._budget.remove(entry.entry_id)
-        self._budget.sizes[entry.entry_id] = entry.size
-        self._budget.nbytes += entry.size
-        self._budget.policy.insert(entry.entry_id, entry.size)
+        self._budget.adopt(entry.entry_id, entry.size)
         self._index(entry, self.key(entry.scope, entry.entry_id))
 
     def _undo_admit(self, entry_id: str, before: int | None, victims: list[str]) -> None:
@@ -217,9 +223,7 @@ class RedisTier(Tier):
         if before is not None:
             restore.append((entry_id, before))
         for key, size in restore:
-            self._budget.sizes[key] = size
-            self._budget.nbytes += size
-            self._budget.policy.insert(key, size)
+            self._budget.adopt(key, size)
 
     def _fetch(self, keys: list[bytes]) -> list[dict[bytes, bytes]]:
         pipe = self._db.pipeline(transaction=False)
@@ -228,6 +232,8 @@ class RedisTier(Tier):
         return self._call("read", pipe.execute)
 
     def _remove_keys(self, keys: list[str]) -> int:
+        if not keys:
+            return 0
         pipe = self._db.pipeline(transaction=True)
         pipe.delete(*keys)
         pipe.zrem(self._log_key, *keys)

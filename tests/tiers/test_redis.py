@@ -250,3 +250,32 @@ def test_tiered_cache_over_a_redis_l3_shares_entries_between_caches(redis_url: s
     finally:
         writer.close()
         reader.close()
+
+
+def _live_policies() -> list[str]:
+    from mmcache.config import ORACLE_POLICIES
+    from mmcache.policies import POLICIES
+
+    return sorted(set(POLICIES) - set(ORACLE_POLICIES))
+
+
+@pytest.mark.parametrize("policy", _live_policies())
+def test_every_live_policy_keeps_the_server_within_capacity(redis_url: str, policy: str) -> None:
+    from mmcache.config import tier_policy
+    from mmcache.policies import POLICIES
+
+    max_entries = None if POLICIES[policy].needs_capacity else 6
+    cap = Capacity(max_entries=max_entries, max_bytes=3000)
+    tier = RedisTier(redis_url, capacity=cap, policy=tier_policy(policy, {}, cap.max_bytes),
+                     prefix=f"pol-{policy}-{time.monotonic_ns()}")
+    rng = np.random.default_rng(0)
+    try:
+        for _ in range(150):
+            i = int(rng.integers(30))
+            if tier.get("s", f"s-{i}") is None:
+                tier.put(entry(f"s-{i}", scope="s", seed=i, size=int(rng.integers(10, 400))))
+            entries, nbytes = tier.usage()
+            assert entries <= (max_entries or entries) and nbytes <= 3000
+            assert len(tier) == entries == len(list(tier.scan()))
+    finally:
+        tier.close()
