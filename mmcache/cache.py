@@ -45,7 +45,7 @@ from .guard import ExactKeyFilter
 from .inputs import PreparedQuery, prepare, unit_vector
 from .metrics import CacheMetrics
 from .thresholds import ThresholdRule, make_threshold
-from .tiers import Tier, build_tiers
+from .tiers import Candidate, Tier, build_tiers
 from .tiers.codec import canonical_value, detached, encode_label, value_size
 from .types import MODALITIES, Entry, Hit, Query
 
@@ -179,11 +179,7 @@ class TieredCache:
 
     @property
     def metrics(self) -> CacheMetrics:
-        """Counters and latency histograms (guard skips refreshed from the tiers)."""
-        for tier in self.tiers:
-            index = getattr(tier, "index", None)
-            if index is not None and hasattr(index, "skipped"):
-                self._metrics.guard_skips[f"{tier.name}:cap"] = index.skipped
+        """Counters and latency histograms of this cache."""
         return self._metrics
 
     def usage(self) -> dict[str, tuple[int, int]]:
@@ -224,7 +220,7 @@ class TieredCache:
             if not tier.semantic:
                 continue
             start = time.perf_counter()
-            candidates = tier.search(p.scope, vectors, floors, SEARCH_K)
+            candidates = self._search(tier, p.scope, vectors, floors)
             found = None
             for cand in candidates:
                 if not self.thresholds.accepts(cand.similarities, cand.entry_id):
@@ -240,6 +236,16 @@ class TieredCache:
                 self._promote(entry, level)
                 return self._hit(entry, tier.name, freshness, sims), entry
         return None
+
+    def _search(self, tier: Tier, scope: str, vectors: Mapping[str, np.ndarray],
+                floors: Mapping[str, float]) -> list[Candidate]:
+        """``tier.search``, counting searches its spherical-cap pre-check skipped."""
+        index = getattr(tier, "index", None)
+        skipped = getattr(index, "skipped", 0)
+        candidates = tier.search(scope, vectors, floors, SEARCH_K)
+        if getattr(index, "skipped", 0) != skipped:
+            self._metrics.guard_skips[f"{tier.name}:cap"] += 1
+        return candidates
 
     def _hit(self, entry: Entry, tier: str, freshness: str,
              similarities: Mapping[str, float]) -> Hit:
