@@ -61,15 +61,19 @@ class TieredCache:
     raw input without an embedding; modalities named in ``config.encoders`` are
     resolved lazily through ``mmcache.encoders.get_encoder``. ``clock`` returns
     seconds (inject a fake one to test TTLs); ``threshold`` overrides the rule built
-    from ``config.thresholds``.
+    from ``config.thresholds``; ``on_stale(query, hit)`` is called for every
+    stale-while-revalidate answer, to start the refresh (e.g. submit it to an executor
+    that calls ``put``).
     """
 
     def __init__(self, config: CacheConfig | Mapping[str, Any] | str | Path | None = None,
                  encoders: Mapping[str, Encoder] | None = None, *,
                  clock: Callable[[], float] = time.time,
-                 threshold: ThresholdRule | None = None) -> None:
+                 threshold: ThresholdRule | None = None,
+                 on_stale: Callable[[Query, Hit], None] | None = None) -> None:
         self.config = CacheConfig.load(config)
         self._clock = clock
+        self._on_stale = on_stale
         self._dims: dict[str, int] = dict(self.config.dims)
         self._encoders: dict[str, Encoder] = {}
         for modality, encoder in (encoders or {}).items():
@@ -82,6 +86,9 @@ class TieredCache:
         self.guard = ExactKeyFilter(self.config.guard.expected_items,
                                     self.config.guard.error_rate) \
             if self.config.guard.enabled else None
+        #: Tier name -> whether every entry it holds is also in a semantic tier above it,
+        #: so its own vector search can only repeat that tier's answer and is skipped.
+        self._covered = {t.name: False for t in self.tiers}
         self._adopt_stored_entries()
         self._closed = False
 
@@ -111,10 +118,14 @@ class TieredCache:
                                     "max_bytes; nothing was stored")
         for tier in reversed(self.tiers):
             if tier in targets:
-                self._metrics.evictions[tier.name] += len(tier.put(entry))
+                victims = tier.put(entry)
+                self._metrics.evictions[tier.name] += len(victims)
                 self._metrics.puts[tier.name] += 1
+                if victims or (tier.semantic and entry.entry_id not in tier):
+                    self._uncover_below(tier)
             else:
                 tier.delete(entry.entry_id)  # an older, smaller version must not linger
+                self._uncover_below(tier)
         for modality, vec in vectors.items():
             self._dims.setdefault(modality, len(vec))
         if self.guard is not None:
@@ -147,6 +158,8 @@ class TieredCache:
         if hit.entry_id != prepared.key:  # a δ-neighbour, not an exact hit
             self.thresholds.observe(hit.similarities, hit.entry_id, correct)
         self._metrics.time("get", time.perf_counter() - start)
+        if hit.freshness == "stale-while-revalidate" and self._on_stale is not None:
+            self._on_stale(query, hit)
         return hit
 
     def invalidate(self, query: Query) -> bool:
@@ -161,6 +174,7 @@ class TieredCache:
         victim = self._tier(tier).evict()
         if victim is not None:
             self._metrics.evictions[tier] += 1
+            self._uncover_below(self._tier(tier))
         return victim
 
     def close(self) -> None:
@@ -217,7 +231,7 @@ class TieredCache:
             return None
         floors = {m: self.thresholds.floor(m) for m in vectors}
         for level, tier in enumerate(self.tiers):
-            if not tier.semantic:
+            if not tier.semantic or self._covered[tier.name]:
                 continue
             start = time.perf_counter()
             candidates = self._search(tier, p.scope, vectors, floors)
@@ -271,7 +285,16 @@ class TieredCache:
         """Back-fill ``entry`` into every tier above ``level`` that can hold it."""
         for tier in self.tiers[:level]:
             if tier.capacity.admits(entry.size):
-                self._metrics.evictions[tier.name] += len(tier.put(entry))
+                victims = tier.put(entry)
+                self._metrics.evictions[tier.name] += len(victims)
+                if victims:
+                    self._uncover_below(tier)
+
+    def _uncover_below(self, tier: Tier) -> None:
+        """Entries may have left semantic ``tier`` while staying below it: search below again."""
+        if tier.semantic:
+            for lower in self.tiers[self.tiers.index(tier) + 1:]:
+                self._covered[lower.name] = False
 
     def _purge(self, entry_id: str) -> bool:
         removed = [tier.delete(entry_id) for tier in self.tiers]
@@ -327,8 +350,12 @@ class TieredCache:
 
     # -- housekeeping --------------------------------------------------------------------
     def _adopt_stored_entries(self) -> None:
-        """Learn dims and exact keys of entries already in persistent tiers."""
+        """Learn dims and exact keys of entries already in persistent tiers; an empty
+        private tier below a semantic one starts covered by it."""
+        above_semantic = False
         for tier in self.tiers:
+            self._covered[tier.name] = above_semantic and not tier.shared and len(tier) == 0
+            above_semantic = above_semantic or tier.semantic
             for modality, dim in tier.dims().items():
                 if self._dims.setdefault(modality, dim) != dim:
                     raise ConfigError(f"tier {tier.name} holds {modality} vectors of dim {dim}, "

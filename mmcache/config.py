@@ -119,6 +119,29 @@ class FreshnessConfig:
     stale_if_error: float = 0.0
     bypass_tokens: list[str] = field(default_factory=lambda: ["freshness:strict"])
 
+    @classmethod
+    def from_header(cls, header: str) -> "FreshnessConfig":
+        """Read an ``X-Cache-Strategy`` / ``Cache-Control`` style value (seed 001 §3.3), e.g.
+        ``"stale-while-revalidate; max-age=300; stale-if-error=86400"``.
+
+        ``max-age`` becomes ``ttl``; a bare ``stale-while-revalidate`` (no ``=seconds``)
+        allows stale answers for one more ``max-age``. Unknown directives raise ConfigError.
+        """
+        values: dict[str, float | None] = {}
+        for part in filter(None, (p.strip() for p in header.replace(",", ";").split(";"))):
+            name, _, number = part.partition("=")
+            name = name.strip().lower()
+            if name not in ("max-age", "stale-while-revalidate", "stale-if-error"):
+                raise ConfigError(f"cache strategy directive {name!r} is not supported")
+            try:
+                values[name] = float(number) if number.strip() else None
+            except ValueError:
+                raise ConfigError(f"cache strategy {name} needs seconds, got {number!r}") from None
+        ttl = values.get("max-age")
+        swr = values.get("stale-while-revalidate", 0.0)
+        return cls(ttl=ttl, stale_while_revalidate=(ttl or 0.0) if swr is None else swr,
+                   stale_if_error=values.get("stale-if-error") or 0.0)
+
 
 @dataclass
 class GuardConfig:

@@ -112,6 +112,18 @@ def test_l3_hit_is_promoted_into_l1_and_l2(rng, store):
         assert cache.get(Query(embeddings={"text": near(rng, v, 0.97)}, scope="s")).tier == "l2"
 
 
+def test_l3_search_runs_only_when_l3_holds_entries_l2_lacks(rng, store):
+    cache = mmcache.TieredCache({"l2": {"max_entries": 2}, "l3": store})
+    vs = [unit(rng, DIM) for _ in range(3)]
+    cache.put(Query(embeddings={"text": vs[0]}, scope="s"), 0)
+    cache.get(Query(embeddings={"text": unit(rng, DIM)}, scope="s"))
+    assert cache.metrics.latency.get("l3.semantic") is None       # covered by L2: skipped
+    for i in (1, 2):                                               # L2 evicts entry 0
+        cache.put(Query(embeddings={"text": vs[i]}, scope="s"), i)
+    hit = cache.get(Query(embeddings={"text": near(rng, vs[0], 0.95)}, scope="s"))
+    assert hit.tier == "l3" and hit.value == 0
+
+
 def test_capacity_per_tier_is_enforced_with_lru(rng):
     cache = mmcache.TieredCache({"l1": {"max_entries": 2}, "l2": {"max_entries": 3}})
     qs = [Query(embeddings={"text": unit(rng, DIM)}, scope="s") for _ in range(5)]
@@ -169,6 +181,32 @@ def test_stale_while_revalidate_and_stale_if_error(rng):
     assert cache.get(q, origin_failed=True) is None     # past every window
     assert cache.usage()["l2"][0] == 0
     assert cache.metrics.stale_hits[("l1", "stale-while-revalidate")] == 1
+
+
+def test_stale_answers_trigger_the_revalidation_hook_and_a_put_refreshes(rng):
+    clock = FakeClock()
+    refreshed = []
+    cache = mmcache.TieredCache({"freshness": {"ttl": 10, "stale_while_revalidate": 5}},
+                                clock=clock, on_stale=lambda q, hit: refreshed.append(hit.value))
+    q = Query(text="weather in Paris", scope="s")
+    cache.put(q, "sunny")
+    clock.advance(12)
+    assert cache.get(q).freshness == "stale-while-revalidate" and refreshed == ["sunny"]
+    cache.put(q, "rain")
+    assert cache.get(q).freshness == "fresh" and cache.get(q).value == "rain"
+    assert refreshed == ["sunny"]
+
+
+def test_freshness_from_the_seed_header():
+    from mmcache.config import FreshnessConfig
+
+    fr = FreshnessConfig.from_header("stale-while-revalidate; max-age=300; stale-if-error=86400")
+    assert (fr.ttl, fr.stale_while_revalidate, fr.stale_if_error) == (300, 300, 86400)
+    assert FreshnessConfig.from_header("max-age=60, stale-while-revalidate=30").stale_while_revalidate == 30
+    with pytest.raises(ConfigError, match="no-store"):
+        FreshnessConfig.from_header("no-store")
+    with pytest.raises(ConfigError, match="max-age"):
+        FreshnessConfig.from_header("max-age=soon")
 
 
 def test_bypass_skips_the_cache(rng):
@@ -237,7 +275,8 @@ def test_guard_skips_lookups_for_guaranteed_misses(rng, store):
         cache.put(Query(embeddings={"text": near(rng, centre, 0.99)}, scope="s"), "x")
     assert cache.get(Query(embeddings={"text": near(rng, centre, 0.2)}, scope="s")) is None
     skips = cache.metrics.guard_skips
-    assert skips["l3:bloom"] == 1 and skips["l2:cap"] == 1 and skips["l3:cap"] == 1
+    assert skips["l3:bloom"] == 1 and skips["l2:cap"] == 1
+    assert skips["l3:cap"] == 0          # L2 holds all of L3: L3's search is not even run
     assert cache.get(Query(embeddings={"text": near(rng, centre, 0.995)}, scope="s")) is not None
 
 
