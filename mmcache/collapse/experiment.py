@@ -12,7 +12,7 @@ import math
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -103,7 +103,6 @@ class RunResult:
     collapse_step: int | None
     grad_vanish_step: int | None
     seconds: float
-    extra: dict[str, float] = field(default_factory=dict)
 
     @property
     def collapsed(self) -> bool:
