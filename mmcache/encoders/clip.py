@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -123,9 +124,6 @@ def load_clip_encoder(weights: str = DEFAULT_WEIGHTS, modality: str = "image",
 
 
 def _offline_encoder(modality: str, model_dir: str | Path | None) -> CLIPEncoder:
-    import open_clip
-    from safetensors.torch import load_file
-
     folder = Path(model_dir) if model_dir else clip_train.model_dir()
     weights = folder / "visual.safetensors"
     if not weights.is_file():
@@ -133,21 +131,35 @@ def _offline_encoder(modality: str, model_dir: str | Path | None) -> CLIPEncoder
             f"the offline CLIP is not trained yet ({weights} is missing); run `make models` "
             "(`python -m mmcache.encoders.clip_train`, a few minutes on CPU) — mmcache never "
             "substitutes random weights")
-    saved = json.loads((folder / "open_clip_config.json").read_text())
-    model_cfg = saved["model_cfg"]
+    model, tokenizer, digest = _offline_model(str(folder.resolve()))
+    card = json.loads((folder / "model_card.json").read_text())
+    return CLIPEncoder(model, offline_preprocess, tokenizer, modality,
+                       f"clip:{clip_train.MODEL_NAME}/{digest}/{modality}", card)
+
+
+@lru_cache(maxsize=4)
+def _offline_model(folder: str) -> tuple[Any, Callable, str]:
+    """The trained open_clip model in ``folder`` (shared by its image and text encoders)."""
+    import open_clip
+    import transformers
+    from safetensors.torch import load_file
+
+    weights = Path(folder) / "visual.safetensors"
+    model_cfg = json.loads((Path(folder) / "open_clip_config.json").read_text())["model_cfg"]
     model_cfg["text_cfg"]["hf_model_name"] = model_cfg["text_cfg"]["hf_tokenizer_name"] = str(
         clip_train.minilm_path())  # the text tower where this machine installed it
     name = clip_train.register_architecture(model_cfg)
-    model = open_clip.create_model(name, pretrained=None)
-    state = load_file(str(weights))
-    missing = model.load_state_dict(state, strict=False)
-    if missing.unexpected_keys or any(k.startswith("visual.") for k in missing.missing_keys):
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # MiniLM's unused pooler weights are expected
+    try:
+        model = open_clip.create_model(name, pretrained=None)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    result = model.load_state_dict(load_file(str(weights)), strict=False)
+    if result.unexpected_keys or any(not k.startswith("text.") for k in result.missing_keys):
         raise OfflineAssetError(f"{weights} does not match its open_clip_config.json; "
                                 "delete the folder and run `make models` again")
-    card = json.loads((folder / "model_card.json").read_text())
-    digest = file_sha256(weights)[:12]
-    return CLIPEncoder(model, offline_preprocess, open_clip.get_tokenizer(name), modality,
-                       f"clip:{clip_train.MODEL_NAME}/{digest}/{modality}", card)
+    return model.eval(), open_clip.get_tokenizer(name), file_sha256(weights)[:12]
 
 
 def _pretrained_encoder(weights: str, modality: str,

@@ -127,4 +127,4 @@ def test_shipped_default_meets_its_bar():
         pytest.skip("default offline CLIP not trained here; run `make models`")
     card = json.loads((folder / "model_card.json").read_text())
     assert card["test_text_prompted_accuracy"] >= 0.75
-    assert card["train_cpu_seconds"] <= 2 * 300
+    assert card["train_cpu_seconds"] <= 300  # one thread: ≤ 5 min on one of the 2 cores
