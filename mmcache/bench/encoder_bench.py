@@ -28,13 +28,14 @@ CHUNK = 4
 def asterisk_clips(n: int, max_seconds: float = 10.0) -> list[np.ndarray]:
     """The first ``n`` Asterisk prompts shorter than ``max_seconds``, as 16 kHz float32."""
     from scipy.io import wavfile
-    from scipy.signal import resample_poly
+
+    from ..encoders.whisper import to_model_rate
 
     clips = []
     for path in sorted(ASTERISK_DIR.glob("*.wav")):
         rate, pcm = wavfile.read(path)
         if rate == 8000 and pcm.ndim == 1 and pcm.size < max_seconds * rate:
-            clips.append(resample_poly(pcm.astype(np.float32) / 32768, 2, 1).astype(np.float32))
+            clips.append(to_model_rate(pcm.astype(np.float32) / 32768, rate))
         if len(clips) == n:
             break
     return clips

@@ -23,6 +23,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -71,17 +72,18 @@ class TrainConfig:
 
     def digest(self) -> str:
         """Content hash of this config, the training data and the text tower's weights."""
-        payload = json.dumps({"config": asdict(self), "data": _fashion_files_digest(),
-                              "text_tower": file_sha256(minilm_path() / "model.safetensors")},
-                             sort_keys=True)
+        payload = json.dumps({"config": asdict(self), **_input_digests()}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-def _fashion_files_digest() -> str:
+@lru_cache(maxsize=1)
+def _input_digests() -> dict[str, str]:
+    """sha256 of the Fashion-MNIST files and of the text tower's weights (once per process)."""
     from ..datasets.images import FASHION_DIR
 
-    return hashlib.sha256("".join(
-        file_sha256(p) for p in sorted(FASHION_DIR.glob("*-ubyte.gz"))).encode()).hexdigest()
+    data = "".join(file_sha256(p) for p in sorted(FASHION_DIR.glob("*-ubyte.gz")))
+    return {"data": hashlib.sha256(data.encode()).hexdigest(),
+            "text_tower": file_sha256(minilm_path() / "model.safetensors")}
 
 
 def model_dir(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR) -> Path:

@@ -268,6 +268,19 @@ def check_audio(audio: Any, index: int = 0) -> np.ndarray:
     return arr.astype(np.float32, copy=False)
 
 
+def to_model_rate(audio: np.ndarray, rate: int) -> np.ndarray:
+    """``audio`` sampled at ``rate`` Hz, resampled (polyphase) to Whisper's 16 kHz float32."""
+    from scipy.signal import resample_poly
+
+    if rate <= 0:
+        raise InvalidMediaError(f"sample rate must be positive, got {rate}")
+    arr = np.asarray(audio, dtype=np.float32)
+    if rate == AUDIO_SAMPLE_RATE:
+        return arr
+    g = math.gcd(int(rate), AUDIO_SAMPLE_RATE)
+    return resample_poly(arr, AUDIO_SAMPLE_RATE // g, int(rate) // g).astype(np.float32)
+
+
 def audio_frames(n_samples: int) -> int:
     """Encoder frames that hold audio for a clip of ``n_samples`` at 16 kHz."""
     return min(FULL_CONTEXT, max(1, math.ceil(n_samples / SAMPLES_PER_FRAME)))

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 from scipy.io import wavfile
-from scipy.signal import resample_poly
 
 from mmcache.encoders import whisper as W
 from mmcache.errors import InvalidMediaError, OfflineAssetError
@@ -28,7 +27,7 @@ def asterisk_clip(name: str) -> np.ndarray:
     """A recorded Asterisk prompt resampled 8 kHz → 16 kHz, float32 in [-1, 1]."""
     rate, pcm = wavfile.read(SOUNDS / f"{name}.wav")
     assert rate == 8000 and pcm.dtype == np.int16
-    return resample_poly(pcm.astype(np.float32) / 32768, 2, 1).astype(np.float32)
+    return W.to_model_rate(pcm.astype(np.float32) / 32768, rate)
 
 
 def asterisk_transcript(name: str) -> str:
@@ -155,3 +154,13 @@ def test_trimmed_context_covers_the_audio(n_samples):
     ctx = W.trimmed_context(n_samples)
     assert W.audio_frames(n_samples) <= ctx <= W.FULL_CONTEXT
     assert ctx % W.CONTEXT_STEP == 0 and ctx >= W.MIN_CONTEXT
+
+
+def test_resampling_keeps_pitch_and_duration():
+    rate = 8000
+    t = np.arange(rate) / rate
+    out = W.to_model_rate(np.sin(2 * np.pi * 440 * t).astype(np.float32), rate)
+    assert out.dtype == np.float32 and out.size == 16000
+    assert abs(np.abs(np.fft.rfft(out)).argmax() - 440) <= 1  # 1 s of audio: bins are 1 Hz
+    with pytest.raises(InvalidMediaError):
+        W.to_model_rate(out, 0)
