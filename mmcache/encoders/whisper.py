@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import InvalidMediaError, OfflineAssetError
+from ..errors import ConfigError, InvalidMediaError, OfflineAssetError
 from ..offline import missing_asset
 from ..paths import DATA_DIR
 from ..types import AUDIO_SAMPLE_RATE
@@ -310,11 +310,11 @@ class WhisperEncoder:
         self.n_states = self.model.dims.n_audio_layer + 2
         self.dim = self.model.dims.n_audio_state
         if not -self.n_states <= layer < self.n_states:
-            raise InvalidMediaError(f"layer {layer} out of range for {self.n_states} hidden states")
+            raise ConfigError(f"layer {layer} out of range for {self.n_states} hidden states")
         self.layer = layer % self.n_states
         self.layer_weights = None if layer_weights is None else np.asarray(layer_weights, np.float32)
         if self.layer_weights is not None and self.layer_weights.shape != (self.n_states,):
-            raise InvalidMediaError(f"layer_weights needs {self.n_states} values")
+            raise ConfigError(f"layer_weights needs {self.n_states} values")
         self.trim = trim
         self.batch_size = batch_size
         pooling = (f"layer={self.layer}" if self.layer_weights is None else

@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 from scipy.io import wavfile
 
 from mmcache.encoders import whisper as W
-from mmcache.errors import InvalidMediaError, OfflineAssetError
+from mmcache.errors import ConfigError, InvalidMediaError, OfflineAssetError
 
 SOUNDS = Path("/usr/share/asterisk/sounds/en")
 TRANSCRIPTS = Path("/usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz")
@@ -133,6 +133,11 @@ def test_layer_choice_and_layer_weights(model, clips):
     onehot = W.WhisperEncoder(model=model, layer_weights=np.eye(6)[2])
     np.testing.assert_allclose(onehot.encode(audio), third, atol=1e-5)
     assert onehot.encoder_id != W.WhisperEncoder(model=model, layer=2).encoder_id
+    assert W.WhisperEncoder(model=model).encode([]).shape == (0, 384)
+    with pytest.raises(ConfigError):
+        W.WhisperEncoder(model=model, layer=6)
+    with pytest.raises(ConfigError):
+        W.WhisperEncoder(model=model, layer_weights=[1.0, 0.0])
 
 
 @pytest.mark.parametrize("bad", [np.zeros(0, np.float32), np.zeros((2, 100), np.float32),
