@@ -1,11 +1,12 @@
 """Train the offline default CLIP: a small open_clip image tower, LiT-style, on Fashion-MNIST.
 
-The text tower is all-MiniLM-L6-v2, frozen (LiT: "locked-image" reversed — the
-text side is locked, only the image tower and the temperature learn). Captions
-come from Fashion-MNIST's class templates; because the text tower is frozen and
-the captions are a finite set, their embeddings are computed once. The loss is a
-symmetric InfoNCE in which every caption of an image's class counts as a
-positive (several images of one class share a batch).
+The text tower is all-MiniLM-L6-v2, frozen: LiT ("locked-image tuning") with the
+roles swapped — the pretrained text side is locked, and only the image tower and
+the temperature learn. Captions come from Fashion-MNIST's class templates;
+because the text tower is frozen and the captions are a finite set, their
+embeddings are computed once. The loss is a symmetric InfoNCE in which every
+caption of an image's class counts as a positive (several images of one class
+share a batch).
 
 ``python -m mmcache.encoders.clip_train`` (what ``make models`` runs) trains the
 default configuration once and caches it under ``data/models/<name>-<hash>/``
