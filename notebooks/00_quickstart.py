@@ -55,7 +55,7 @@ audio_encoder = TranscriptEncoder(text_encoder=text_encoder)
 encoders = {"text": text_encoder, "audio": audio_encoder}
 try:
     encoders["image"] = get_encoder("clip")
-except (OfflineAssetError, ModuleNotFoundError) as err:
+except OfflineAssetError as err:
     print(f"image semantic matching off: {err}")
 weights = {m: e.encoder_id for m, e in encoders.items()}
 weights
