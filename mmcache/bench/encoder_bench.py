@@ -6,8 +6,9 @@ baseline measured side by side in the same run:
 1. Whisper tiny.en encoder on real Asterisk prompts (< 10 s, 8 kHz → 16 kHz):
    seconds per clip with the full 30 s context ÷ with the trimmed context (the
    default), alternating in small chunks so machine load hits both alike; plus
-   how close the pooled embeddings are (cosine) and whether each trimmed
-   embedding retrieves its own full-context twin first (R@1).
+   how close the pooled embeddings are (cosine), whether each trimmed embedding
+   retrieves its own full-context twin first (R@1), and audio→transcript R@1 of
+   a ridge map to MiniLM trained on each kind of embedding (same quality?).
 2. The embedding store: first pass (MiniLM encodes every caption) ÷ second pass
    (all read from disk), on Fashion-MNIST and scene captions.
 """
@@ -22,32 +23,63 @@ from pathlib import Path
 import numpy as np
 
 ASTERISK_DIR = Path("/usr/share/asterisk/sounds/en")
+TRANSCRIPTS = Path("/usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz")
 CHUNK = 4
 
 
-def asterisk_clips(n: int, max_seconds: float = 10.0) -> list[np.ndarray]:
-    """The first ``n`` Asterisk prompts shorter than ``max_seconds``, as 16 kHz float32."""
+def asterisk_prompts(n: int, max_seconds: float = 10.0) -> tuple[list[np.ndarray], list[str]]:
+    """Up to ``n`` Asterisk prompts under ``max_seconds`` with distinct spoken transcripts.
+
+    Returns 16 kHz float32 clips and their transcripts (tone lines like "[beep]" and
+    repeated transcripts are left out).
+    """
+    import gzip
+
     from scipy.io import wavfile
 
     from ..encoders.whisper import to_model_rate
 
-    clips = []
+    transcripts: dict[str, str] = {}
+    for line in gzip.open(TRANSCRIPTS, "rt", encoding="utf-8"):
+        name, sep, text = line.partition(":")
+        if sep and not line.startswith(";") and text.strip() and "[" not in text:
+            transcripts.setdefault(name.strip(), text.strip())
+    clips, texts, seen = [], [], set()
     for path in sorted(ASTERISK_DIR.glob("*.wav")):
+        text = transcripts.get(path.stem)
+        if text is None or text.lower() in seen:
+            continue
         rate, pcm = wavfile.read(path)
         if rate == 8000 and pcm.ndim == 1 and pcm.size < max_seconds * rate:
             clips.append(to_model_rate(pcm.astype(np.float32) / 32768, rate))
+            texts.append(text)
+            seen.add(text.lower())
         if len(clips) == n:
             break
-    return clips
+    return clips, texts
+
+
+def ridge_r_at_1(audio: np.ndarray, text: np.ndarray, seeds: int = 5, lam: float = 0.1) -> float:
+    """Mean audio→transcript R@1 of a ridge map audio→text over seeded 80/20 splits."""
+    scores = []
+    for seed in range(seeds):
+        order = np.random.default_rng(seed).permutation(len(audio))
+        test, train = order[:len(audio) // 5], order[len(audio) // 5:]
+        x, y = audio[train], text[train]
+        w = np.linalg.solve(x.T @ x + lam * np.eye(x.shape[1]), x.T @ y)
+        pred = audio[test] @ w
+        scores.append(float(((pred @ text[test].T).argmax(1) == np.arange(len(test))).mean()))
+    return float(np.mean(scores))
 
 
 def whisper_context(n_clips: int) -> None:
     """Ratio 1: full-context ÷ trimmed-context encoder time per clip, and equivalence."""
+    from ..encoders import get_encoder
     from ..encoders.whisper import WhisperEncoder, load_whisper
 
     model = load_whisper()
     trimmed, full = WhisperEncoder(model=model), WhisperEncoder(model=model, trim=False)
-    clips = asterisk_clips(n_clips)
+    clips, texts = asterisk_prompts(n_clips)
     seconds = {"trimmed": 0.0, "full": 0.0}
     out: dict[str, list[np.ndarray]] = {"trimmed": [], "full": []}
     for i in range(0, len(clips), CHUNK):
@@ -65,6 +97,11 @@ def whisper_context(n_clips: int) -> None:
     print(f"RATIO whisper full/trimmed time: {seconds['full'] / seconds['trimmed']:.1f}x  "
           f"(cosine trimmed vs full: min {cos.min():.3f}, mean {cos.mean():.3f}; "
           f"twin R@1 {r1:.2f})")
+    if len(clips) >= 50:
+        text = get_encoder("minilm").encode(texts)
+        print(f"  audio→transcript R@1, ridge to MiniLM, 5 splits of {len(clips)} prompts "
+              f"(chance {5 / len(clips):.2f}): trimmed {ridge_r_at_1(a, text):.2f}, "
+              f"full {ridge_r_at_1(b, text):.2f}")
 
 
 def store_second_pass(n_texts: int) -> None:
@@ -95,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(1)
-    whisper_context(8 if args.quick else 48)
+    whisper_context(8 if args.quick else 150)
     store_second_pass(200 if args.quick else 2000)
 
 
