@@ -97,18 +97,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sets", nargs="+", default=["random", "clustered", "minilm"],
+                        choices=["random", "clustered", "minilm"], help="data sets to run")
     args = parser.parse_args(argv)
     n, n_queries, n_text = (2_000, 200, 500) if args.quick else (20_000, 1_000, 3_000)
     rng = np.random.default_rng(args.seed)
-    sets = {"random (stand-in)": lambda: random_set(n, n_queries, 384, rng),
-            "clustered (stand-in)": lambda: clustered_set(n, n_queries, 384, rng),
-            "minilm-prompts (real)": lambda: minilm_set(n_text, n_queries)}
+    sets = {"random": ("random (stand-in)", lambda: random_set(n, n_queries, 384, rng)),
+            "clustered": ("clustered (stand-in)",
+                          lambda: clustered_set(n, n_queries, 384, rng)),
+            "minilm": ("minilm-prompts (real)", lambda: minilm_set(n_text, n_queries))}
     print(f"guard on vs off; exact flat L2, SQLite L3 (synchronous=OFF), cos >= {COSINE}, "
           "faiss on one thread")
     with tempfile.TemporaryDirectory() as tmp:
-        for name, make in sets.items():
+        for key in args.sets:
+            name, make = sets[key]
             stored, queries = make()
-            r = run(stored, queries, Path(tmp))
+            workdir = Path(tmp) / key          # fresh stores per data set
+            workdir.mkdir()
+            r = run(stored, queries, workdir)
             print(f"{name:24s} n={len(stored):6d} lookups={r['lookups']} hits={r['hits']} "
                   f"cap skips={r['cap_skips_l2']} bloom skips={r['bloom_skips_l3']} "
                   f"get on={r['get_us_on']:.0f}us off={r['get_us_off']:.0f}us "
