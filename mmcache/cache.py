@@ -89,7 +89,12 @@ class TieredCache:
         #: Tier name -> whether every entry it holds is also in a semantic tier above it,
         #: so its own vector search can only repeat that tier's answer and is skipped.
         self._covered = {t.name: False for t in self.tiers}
-        self._adopt_stored_entries()
+        try:
+            self._adopt_stored_entries()
+        except BaseException:
+            for tier in self.tiers:
+                tier.close()
+            raise
         self._closed = False
 
     # -- public API ----------------------------------------------------------------------

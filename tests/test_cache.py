@@ -300,3 +300,12 @@ def test_invalidate_and_evict(rng, store):
         assert cache.invalidate(q) and cache.get(q) is None
         with pytest.raises(ConfigError):
             cache.evict("l9")
+
+
+def test_reopening_with_other_dims_is_a_config_error(rng, store):
+    with mmcache.TieredCache({"l3": store}) as cache:
+        cache.put(Query(embeddings={"text": unit(rng, DIM)}, scope="s"), "x")
+    with pytest.raises(ConfigError, match="dim 32"):
+        mmcache.TieredCache({"l3": store, "dims": {"text": 16}})
+    with mmcache.TieredCache({"l3": store}) as again:      # the file was left intact
+        assert again.usage()["l3"][0] == 1
