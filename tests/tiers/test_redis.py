@@ -230,11 +230,12 @@ def test_config_selects_the_redis_backend(redis_url: str, prefix: str) -> None:
         tier.close()
 
 
-def test_tiered_cache_over_a_redis_l3_shares_entries_between_caches(redis_url: str,
-                                                                   prefix: str) -> None:
+@pytest.mark.parametrize("memory_tiers", [False, True], ids=["l3-only", "l1-l2-l3"])
+def test_tiered_cache_over_a_redis_l3_shares_entries_between_caches(
+        redis_url: str, prefix: str, memory_tiers: bool) -> None:
     import mmcache
 
-    config = {"l1": {"enabled": False}, "l2": {"enabled": False},
+    config = {"l1": {"enabled": memory_tiers}, "l2": {"enabled": memory_tiers},
               "l3": {"backend": "redis", "url": redis_url, "options": {"prefix": prefix}}}
     vec = unit(3, 32)
     writer, reader = mmcache.TieredCache(config), mmcache.TieredCache(config)
