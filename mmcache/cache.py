@@ -3,7 +3,8 @@
 ``get(query)`` first looks for the query's exact key (scope + every modality's
 fingerprint) in each tier in order, then for a δ-neighbour in each semantic tier
 in order: an entry of the same scope whose every queried modality is within its
-own threshold (:mod:`mmcache.thresholds`). A hit below L1 is copied up
+own threshold (:mod:`mmcache.thresholds`); a modality without a vector (none
+given, no encoder) limits the query to its exact key. A hit below L1 is copied up
 (back-filled) into the tiers above it. ``put`` writes through to every tier that
 can hold the entry, the durable tier first, so a failing store leaves memory
 unchanged. Scopes are separate key spaces and separate vector indexes: entries
