@@ -48,8 +48,13 @@ def word_errors(ref: list[str], hyp: list[str]) -> int:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return W.load_whisper(cache_dir=tmp_path_factory.mktemp("models"))
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def model(cache_dir):
+    return W.load_whisper(cache_dir=cache_dir)
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +62,10 @@ def clips():
     return {name: asterisk_clip(name) for name in PROMPTS}
 
 
-def test_conversion_is_cached_as_safetensors_and_reused(model, tmp_path_factory):
-    cached = list(Path(model_dir := tmp_path_factory.getbasetemp()).rglob("whisper-tiny.en-*"))
-    assert len(cached) == 1 and cached[0].suffix == ".safetensors", model_dir
+def test_conversion_is_cached_as_safetensors_and_reused(model, cache_dir):
+    cached = list(cache_dir.iterdir())
+    assert len(cached) == 1 and cached[0].suffix == ".safetensors", cached
+    assert cached[0].name.startswith("whisper-tiny.en-")
     before = cached[0].stat().st_mtime_ns
     again = W.load_whisper(cache_dir=cached[0].parent)
     assert cached[0].stat().st_mtime_ns == before
