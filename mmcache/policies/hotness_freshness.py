@@ -53,6 +53,11 @@ class HotnessFreshness(EvictionPolicy):
         fresh = max(FRESHNESS_FLOOR, 1.0 - (now - last) / self.window)
         return self.w_hot * self._hot[key] + self.w_fresh * fresh
 
+    def on_miss(self, key: Hashable, size: int, **hints: Any) -> bool:
+        if hints.get("now") is not None:  # evictions for this miss happen "now"
+            self._now = float(hints["now"])
+        return True
+
     def insert(self, key: Hashable, size: int, **hints: Any) -> None:
         self._hot[key] = self.boost
         self._touch(key, hints)

@@ -24,6 +24,7 @@ def test_hotness_freshness_evicts_the_lowest_score(keys, window, capacity):
         if key in pol:
             pol.access(key, now=now)
             continue
+        pol.on_miss(key, 1, now=now)
         if len(pol) >= capacity:
             residents = [k for k in set(keys) if k in pol]
             scores = {k: pol.score(k, now) for k in residents}

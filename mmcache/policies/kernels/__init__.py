@@ -21,6 +21,7 @@ KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
     "sieve": ("sieve", {}),
     "lfu": ("lfu", {}),
     "gdsf": ("gdsf", {}),
+    "lfuda": ("lfuda", {}),
     "arc": ("arc", {}),
     "s3fifo": ("s3fifo", {}),
     "lirs": ("lirs", {}),
@@ -31,12 +32,12 @@ KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
 
 def run_kernel(name: str, trace: "Trace", cache_size: int,
                params: dict[str, Any]) -> tuple[int, int] | None:
-    """Replay with the kernel for ``name``; None when that policy has no kernel."""
+    """Replay with the kernel for ``name``; None when that policy has no kernel (or its
+    kernel cannot represent this replay, e.g. LFUDA counts beyond int64)."""
     if name not in KERNELS:
         return None
     module, fixed = KERNELS[name]
     ids, n_obj = trace.dense_ids()
     replay = import_module(f"{__name__}.{module}").replay
-    miss_cnt, miss_byte = replay(ids, trace.obj_size, trace.next_access, n_obj, cache_size,
-                                 **fixed, **params)
-    return int(miss_cnt), int(miss_byte)
+    counts = replay(ids, trace.obj_size, trace.next_access, n_obj, cache_size, **fixed, **params)
+    return None if counts is None else (int(counts[0]), int(counts[1]))
