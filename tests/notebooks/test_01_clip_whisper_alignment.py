@@ -46,3 +46,20 @@ def test_sweeps_are_recorded(smoke_metrics) -> None:
     sweep = m["temperature_sweep"]
     assert sum(r["learnt"] for r in sweep) == 2  # one learnt temperature per task
     assert all(0 <= r["R@1"] <= 1 for r in sweep + m["recall_vs_pairs"])
+
+
+def test_image_tasks_run_when_the_offline_clip_exists(smoke_metrics) -> None:
+    m = smoke_metrics(NAME)
+    image_tasks = {t for t in m["synthetic"] if "image" in t} | {
+        t for t in m["fashion"] if "image" in t}
+    if m["weights"]["image"] == "unavailable":
+        assert not image_tasks  # skipped, never faked
+        return
+    assert m["weights"]["image"].startswith("clip:")
+    assert image_tasks == {"synthetic scenes audio→image", "synthetic scenes text→image",
+                           "fashion audio→image"}
+    for task in image_tasks - {"fashion audio→image"}:
+        for method, row in m["synthetic"][task].items():
+            if method != "chance":
+                lo, hi = row["R@1_ci"]
+                assert lo <= row["R@1"] <= hi, (task, method)
