@@ -271,6 +271,27 @@ def _rates(arm: str) -> str:
     return ", ".join(f"{m}×: {r[m]:.0%}" for m in LR_MULTIPLIERS)
 
 
+def _pooled(eff: dict, prefix: str = "") -> str:
+    (k, n), (lo, hi) = eff[f"{prefix}pooled_collapses"], eff[f"{prefix}pooled_ci"]
+    return f"{k}/{n} (95% CI {lo:.2f}–{hi:.2f})"
+
+
+def _judge(eff: dict) -> str:
+    if not eff["baseline_collapses_anywhere"]:
+        return "nothing to judge: the baseline never collapsed"
+    p = f"one-sided Fisher p = {eff['p_fewer']:.3f}"
+    if eff["prevents"] and eff["loss_not_worse"]:
+        return f"**prevents collapse here** (none where the baseline collapsed; {p}) at no loss cost"
+    if eff["works"]:
+        sig = "" if eff["p_fewer"] < 0.05 else f", and with {SEEDS} seeds that is not significant"
+        return f"**helps only partly**: fewer collapses, not none ({p}){sig}; loss no worse"
+    if not eff["fewer_collapses"]:
+        return f"**does not reduce collapse here** ({p})"
+    return f"**reduces collapse but costs final loss** ({p})"
+
+
+hot = runs[runs["lr_mult"].isin([m for m in LR_MULTIPLIERS if base_rates[m] > 0])]
+acc_by_collapse = hot.groupby("collapsed")["final_acc"].mean()
 lines = [
     f"*Tuned baseline lr {TUNED_LR:g}; swept {', '.join(f'{m}×' for m in LR_MULTIPLIERS)}; "
     f"{SEEDS} seed(s) per cell; {STEPS} steps.*",
@@ -286,21 +307,20 @@ lines = [
     + f"; gradient vanishing (by the criterion above) in "
     f"{runs.loc[runs['arm'] == 'baseline', 'grad_vanished'].mean():.0%} of baseline runs.",
     f"- **The seed's remedy (Xavier × 0.1 + clip 1.0)** — collapse rate {_rates(SEED_COMBO)}; "
-    f"mean final loss {seed_eff['mean_final_loss']:.3f} vs baseline "
-    f"{seed_eff['baseline_mean_final_loss']:.3f}. "
-    + ("**It works here**: fewer collapses than the baseline and no worse loss."
-       if seed_eff["works"] else
-       "**It does not work here**: " + (
-           "the baseline never collapsed, so there is nothing for it to fix"
-           if not seed_eff["baseline_collapses_anywhere"] else
-           ("it does not reduce the collapse rate" if not seed_eff["fewer_collapses"]
-            else "it reduces collapses but its final loss is worse") + "."
-       )),
+    + (f"pooled where the baseline collapsed {_pooled(seed_eff)} vs baseline "
+       f"{_pooled(seed_eff, 'baseline_')}; " if seed_eff["baseline_collapses_anywhere"] else "")
+    + f"mean final loss {seed_eff['mean_final_loss']:.3f} vs baseline "
+    f"{seed_eff['baseline_mean_final_loss']:.3f}. Verdict: it {_judge(seed_eff)}.",
     f"  Its parts alone: Xavier × 0.1 — {_rates('xavier_0.1')}; clipping — {_rates('clip_1.0')}.",
     f"- **Best remedy here: {best_arm}** (lowest collapse rate, then divergence, then final "
     f"loss, averaged over learning rates) — collapse rate {_rates(best_arm)}; "
-    f"mean final loss {effects[best_arm]['mean_final_loss']:.3f}.",
-    f"- Best pair tried: {PAIR_ARM} — collapse rate {_rates(PAIR_ARM)}.",
+    f"mean final loss {effects[best_arm]['mean_final_loss']:.3f}; it {_judge(effects[best_arm])}.",
+    f"- Best pair tried: {PAIR_ARM} — collapse rate {_rates(PAIR_ARM)}; mean final loss "
+    f"{effects[PAIR_ARM]['mean_final_loss']:.3f}.",
+    "- **Is entropy collapse harmful here?** At the learning rates where the baseline collapsed, "
+    "mean held-out accuracy of collapsed runs (all arms) "
+    + " vs ".join(f"{'collapsed' if k else 'not collapsed'} {v:.2f}"
+                  for k, v in acc_by_collapse.sort_index(ascending=False).items()) + ".",
 ]
 if SMOKE:
     lines.insert(0, "**SMOKE RUN — too few seeds and steps for any conclusion.**\n")
@@ -335,6 +355,7 @@ write_metrics({
     "baseline_grad_ratio": {f"{m}x": float(v) for m, v in grad_ratio_by_mult.items()},
     "seed_remedy": seed_eff,
     "seed_remedy_works": seed_eff["works"],
+    "seed_remedy_prevents": seed_eff["prevents"],
     "remedy_effects": effects,
     "runtime_s": time.perf_counter() - T0,
 })

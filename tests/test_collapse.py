@@ -14,7 +14,7 @@ from mmcache.collapse import (BlockConfig, CollapseCriterion, CrossModalMatcher,
                               StepRecorder, TrainConfig, adam_update_stats, attention_entropy,
                               best_pair, collapse_step, head_grad_norms, matching_loss, max_logit,
                               modality_mass, qk_spectral_norms, single_remedies, train_run,
-                              tuned_lr)
+                              remedy_effect, tuned_lr)
 from mmcache.collapse import data, model as model_mod
 from mmcache.collapse.experiment import first_sustained_run, grad_vanish_step, rank_arms
 from mmcache.errors import ConfigError, InvalidInputError
@@ -305,3 +305,18 @@ def test_tuned_lr_is_the_largest_rate_as_good_as_the_best_and_never_a_diverged_o
     assert tuned_lr(runs, tolerance=0.01) == 1e-3
     with pytest.raises(ConfigError):
         tuned_lr(runs.assign(diverged=True))
+
+
+def test_remedy_effect_pools_collapses_where_the_baseline_collapsed():
+    import pandas as pd
+    summary = pd.DataFrame({
+        "arm": ["baseline"] * 3 + ["fix"] * 3 + ["half"] * 3, "lr": [1.0, 2.0, 4.0] * 3,
+        "n": 10, "collapses": [0, 8, 10, 0, 0, 0, 0, 4, 6],
+        "final_loss": [1.0, 2.0, 3.0, 1.0, 1.1, 1.2, 1.0, 1.5, 2.0]})
+    summary["collapse_rate"] = summary["collapses"] / summary["n"]
+    fix, half = remedy_effect(summary, "fix"), remedy_effect(summary, "half")
+    assert fix["prevents"] and fix["works"] and fix["pooled_collapses"] == [0, 20]
+    assert fix["baseline_pooled_collapses"] == [18, 20] and fix["p_fewer"] < 1e-6
+    assert half["works"] and not half["prevents"] and half["pooled_collapses"] == [10, 20]
+    assert 0.0 < half["pooled_ci"][0] < 0.5 < half["pooled_ci"][1] < 1.0
+    assert not remedy_effect(summary, "baseline")["fewer_collapses"]

@@ -18,6 +18,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 import torch
+from scipy.stats import fisher_exact
 
 from ..errors import ConfigError
 from . import data
@@ -319,10 +320,13 @@ def remedy_effect(summary: pd.DataFrame, arm: str, baseline: str = "baseline") -
     """How ``arm`` compares with ``baseline`` at the learning rates both ran.
 
     ``fewer_collapses``: collapse rate never above the baseline's and below it at
-    some rate where the baseline collapsed; ``loss_not_worse``: mean final loss
-    over those rates (a diverged run counts as infinite) not above the baseline's.
+    some rate where the baseline collapsed; ``prevents``: no collapse at all where
+    the baseline collapsed; ``loss_not_worse``: mean final loss over those rates (a
+    diverged run counts as infinite) not above the baseline's. Collapses are also
+    pooled over the rates where the baseline collapsed, with 95% Wilson intervals
+    and a one-sided Fisher exact test (``p_fewer``: the arm collapses less often).
     """
-    cols = ["lr", "collapse_rate", "final_loss"]
+    cols = ["lr", "collapses", "n", "collapse_rate", "final_loss"]
     a = summary.loc[summary["arm"] == arm, cols].set_index("lr")
     b = summary.loc[summary["arm"] == baseline, cols].set_index("lr")
     lrs = [lr for lr in b.index if lr in a.index]
@@ -331,11 +335,18 @@ def remedy_effect(summary: pd.DataFrame, arm: str, baseline: str = "baseline") -
     fewer = bool((a["collapse_rate"] <= b["collapse_rate"]).all()
                  and (a["collapse_rate"] < b["collapse_rate"])[collapsing].any())
     loss_a, loss_b = a["final_loss"].fillna(np.inf).mean(), b["final_loss"].fillna(np.inf).mean()
-    return {"fewer_collapses": fewer, "loss_not_worse": bool(loss_a <= loss_b),
-            "works": fewer and bool(loss_a <= loss_b),
+    ka, na = int(a["collapses"][collapsing].sum()), int(a["n"][collapsing].sum())
+    kb, nb = int(b["collapses"][collapsing].sum()), int(b["n"][collapsing].sum())
+    p_fewer = (float(fisher_exact([[ka, na - ka], [kb, nb - kb]], alternative="less").pvalue)
+               if na and nb else math.nan)
+    return {"fewer_collapses": fewer, "prevents": bool(collapsing.any() and ka == 0),
+            "loss_not_worse": bool(loss_a <= loss_b), "works": fewer and bool(loss_a <= loss_b),
             "baseline_collapses_anywhere": bool(collapsing.any()),
             "collapse_rate": a["collapse_rate"].tolist(),
             "baseline_collapse_rate": b["collapse_rate"].tolist(),
+            "pooled_collapses": [ka, na], "pooled_ci": list(wilson_interval(ka, na)),
+            "baseline_pooled_collapses": [kb, nb],
+            "baseline_pooled_ci": list(wilson_interval(kb, nb)), "p_fewer": p_fewer,
             "mean_final_loss": float(loss_a), "baseline_mean_final_loss": float(loss_b)}
 
 

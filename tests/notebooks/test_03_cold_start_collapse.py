@@ -59,4 +59,5 @@ def test_runs_trained_and_verdict_is_computed(metrics):
     assert metrics["final_acc"]["baseline"]["1x"] > 2 / 16     # chance is 1/16 per batch
     assert isinstance(metrics["seed_remedy_works"], bool)
     assert metrics["seed_remedy"]["works"] == metrics["seed_remedy_works"]
+    assert metrics["seed_remedy"]["prevents"] == metrics["seed_remedy_prevents"]
     assert metrics["weights"].startswith("none") and "make_scenes" in metrics["data"]
