@@ -278,7 +278,7 @@ def _pooled(eff: dict, prefix: str = "") -> str:
 
 def _judge(eff: dict) -> str:
     if not eff["baseline_collapses_anywhere"]:
-        return "nothing to judge: the baseline never collapsed"
+        return "cannot be judged: the baseline never collapsed"
     p = f"one-sided Fisher p = {eff['p_fewer']:.3f}"
     if eff["prevents"] and eff["loss_not_worse"]:
         return f"**prevents collapse here** (none where the baseline collapsed; {p}) at no loss cost"
@@ -317,11 +317,11 @@ lines = [
     f"mean final loss {effects[best_arm]['mean_final_loss']:.3f}; it {_judge(effects[best_arm])}.",
     f"- Best pair tried: {PAIR_ARM} — collapse rate {_rates(PAIR_ARM)}; mean final loss "
     f"{effects[PAIR_ARM]['mean_final_loss']:.3f}.",
-    "- **Is entropy collapse harmful here?** At the learning rates where the baseline collapsed, "
-    "mean held-out accuracy of collapsed runs (all arms) "
-    + " vs ".join(f"{'collapsed' if k else 'not collapsed'} {v:.2f}"
-                  for k, v in acc_by_collapse.sort_index(ascending=False).items()) + ".",
 ]
+if len(acc_by_collapse) == 2:
+    lines.append("- **Is entropy collapse harmful here?** At the learning rates where the baseline "
+                 f"collapsed, mean held-out accuracy (all arms): collapsed runs "
+                 f"{acc_by_collapse[True]:.2f}, runs that did not collapse {acc_by_collapse[False]:.2f}.")
 if SMOKE:
     lines.insert(0, "**SMOKE RUN — too few seeds and steps for any conclusion.**\n")
 display(Markdown("\n".join(lines)))
