@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
 
-.PHONY: help setup sysdeps test smoke figures models lab pair bench bench-cache bench-replay clean
+.PHONY: help setup sysdeps test smoke figures models lab pair bench bench-cache bench-replay bench-guard bench-encoders clean
 
 help:
 	@echo "make figures   regenerate every figure (full notebooks) into figures/"
@@ -66,13 +66,19 @@ pair: setup
 	$(VENV)/bin/jupytext --to ipynb --update notebooks/[0-9][0-9]_*.py
 	$(VENV)/bin/nbstripout notebooks/[0-9][0-9]_*.ipynb
 
-bench: bench-cache bench-replay
+bench: bench-cache bench-replay bench-guard bench-encoders
 
 bench-cache: setup $(BENCH_STAMP)
 	$(PY) -m mmcache.bench.cache_bench
 
 bench-replay: setup $(BENCH_STAMP)
 	$(PY) -m mmcache.bench.replay_bench
+
+bench-guard: setup
+	$(PY) -m mmcache.bench.guard_bench
+
+bench-encoders: setup
+	$(PY) -m mmcache.bench.encoder_bench
 
 clean:
 	rm -rf runs figures/*.png figures/*.pdf figures/*.json .pytest_cache
