@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
+from tqdm.auto import tqdm
 
 from .errors import InvalidInputError
 from .paths import PROJECT_ROOT, RUNS_DIR
@@ -121,10 +122,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="override a parameters-cell value, e.g. -p SEED=3")
     args = parser.parse_args(argv)
     sources = [Path(n) for n in args.notebooks] or notebook_sources()
-    for source in sources:
-        print(f"[runbook] {source.stem} ({'smoke' if args.smoke else 'full'})", flush=True)
-        out = execute(source, args.smoke, dict(args.parameter))
-        print(f"[runbook]   -> {out}", flush=True)
+    failed = []
+    for source in tqdm(sources, desc="notebooks", unit="nb", disable=len(sources) < 2):
+        tqdm.write(f"[runbook] {source.stem} ({'smoke' if args.smoke else 'full'})")
+        try:
+            out = execute(source, args.smoke, dict(args.parameter))
+        except Exception as err:  # report every failing notebook, not only the first
+            failed.append(source.stem)
+            tqdm.write(f"[runbook]   FAILED {source.stem}: {type(err).__name__}: {err}")
+        else:
+            tqdm.write(f"[runbook]   -> {out}")
+    if failed:
+        print(f"[runbook] {len(failed)} of {len(sources)} notebooks failed: {', '.join(failed)}",
+              file=sys.stderr)
+        return 1
     return 0
 
 
