@@ -128,8 +128,10 @@ class LIRS(EvictionPolicy):
                 self._evict_hir()
             if not self._evict_lir() and not self._q:
                 raise RuntimeError("LIRS: nothing left to evict")
-        else:
+        elif self._q:
             self._evict_hir()
+        elif not self._evict_lir():  # every resident key is LIR: demote one to Q first
+            raise RuntimeError("LIRS: nothing left to evict")
 
     def _hit_hir_in_s(self, key: Hashable) -> None:
         if key in self._q:

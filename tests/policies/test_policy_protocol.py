@@ -100,3 +100,24 @@ def test_belady_bypass_is_a_lower_bound_for_unit_sizes(seed, n_obj, cache):
     best = simulate(trace, "belady-bypass", cache).miss_cnt
     for name in POLICIES:
         assert best <= simulate(trace, name, cache).miss_cnt, name
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_policy_evicts_for_an_entry_limit_with_bytes_to_spare(name):
+    """Tiers also cap entry counts: evict() must yield a resident key while bytes are free."""
+    policy, resident, max_entries = make_policy(name, 10_000), set(), 5
+    for i, key in enumerate(np.random.default_rng(2).integers(0, 40, 400).tolist()):
+        hints = {"next_access": -1, "now": i, "free": 10_000, "cost": 1.0, "entropy": 0.5}
+        if key in resident:
+            policy.access(key, **hints)
+        elif policy.on_miss(key, 1, **hints):
+            resident -= set(policy.take_dropped())
+            while len(resident) >= max_entries:
+                victim = policy.evict()
+                assert victim in resident and victim not in policy
+                resident.discard(victim)
+                resident -= set(policy.take_dropped())
+            policy.insert(key, 1, **hints)
+            resident.add(key)
+        resident -= set(policy.take_dropped())
+        assert len(policy) == len(resident) <= max_entries
