@@ -2,8 +2,9 @@
 
 ``python -m mmcache.bench.cache_bench`` (``make bench-cache``) prints three ratios:
 
-1. overhead — ``TieredCache.get`` with an exact flat L2 index ÷ a raw
-   ``faiss.IndexFlatIP`` search over the same vectors (target ≤ 1.3);
+1. overhead — ``TieredCache.get`` with an exact flat L2 index ÷ a raw faiss
+   search over the same vectors (the faster of ``faiss.knn`` and
+   ``IndexFlatIP.search``; target ≤ 1.3);
 2. end to end — lookups/s of mmcache's default configuration (L1 + L2 + L3
    SQLite) ÷ GPTCache (sqlite + faiss) fed the same embeddings at the same
    effective cosine threshold (target ≥ 10), with how often each one's hit/miss
@@ -97,20 +98,27 @@ def fill(cache: TieredCache, vectors: np.ndarray) -> float:
 
 
 def bench_overhead(w: Workload, n_queries: int, passes: int) -> str:
-    """Ratio 1: mmcache get over an exact flat L2 index ÷ raw faiss search."""
+    """Ratio 1: mmcache get over an exact flat L2 index ÷ raw faiss over the same vectors.
+
+    Two raw baselines: ``faiss.knn`` (the kernel mmcache's flat index calls, the
+    faster one here) and ``IndexFlatIP.search``; the ratio is against the faster.
+    """
     raw = faiss.IndexFlatIP(w.stored.shape[1])
     raw.add(w.stored)
     cache = TieredCache({"l2": {"index": "flat"}})
     fill(cache, w.stored)
     queries = w.queries[:n_queries]
     per_query = interleaved_seconds(
-        {"raw": lambda q: raw.search(q[None, :], 1), "mmcache": lambda q: cache.get(_query(q))},
+        {"knn": lambda q: faiss.knn(q[None, :], w.stored, 1, metric=faiss.METRIC_INNER_PRODUCT),
+         "index": lambda q: raw.search(q[None, :], 1),
+         "mmcache": lambda q: cache.get(_query(q))},
         queries, passes)
     cache.close()
-    ratio = per_query["mmcache"] / per_query["raw"]
+    best = min(per_query["knn"], per_query["index"])
     return (f"[1] overhead: mmcache get (L2 exact flat) {per_query['mmcache'] * 1e3:.2f} ms/query "
-            f"vs raw faiss IndexFlatIP.search {per_query['raw'] * 1e3:.2f} ms/query "
-            f"-> ratio {ratio:.2f} (target <= 1.3; {len(queries)} queries x {passes} passes)")
+            f"vs raw faiss.knn {per_query['knn'] * 1e3:.2f} ms/query and IndexFlatIP.search "
+            f"{per_query['index'] * 1e3:.2f} ms/query -> ratio {per_query['mmcache'] / best:.2f} "
+            f"against the faster (target <= 1.3; {len(queries)} queries x {passes} passes)")
 
 
 def bench_end_to_end(w: Workload, cosine: float, workdir: Path,
