@@ -100,13 +100,13 @@ def asr_embeddings(clips, rows):
 
 # %% [markdown]
 # ## Real speech: Asterisk prompts → transcripts
-# The prompts longer than Whisper's 30 s window (3 menus) are dropped. Smoke mode keeps 20
+# The prompts longer than Whisper's 30 s window (3 menus) are dropped. Smoke mode keeps 30
 # short prompts.
 
 # %%
 prompts = load_asterisk_prompts(max_seconds=30)
 if SMOKE:
-    prompts = [c for c in prompts if c.seconds < 1.5][:20]
+    prompts = [c for c in prompts if c.seconds < 1.5][:30]
 real_audio = embed_audio(prompts)
 real_text = embed_text([c.text for c in prompts])
 real_asr, real_transcripts = asr_embeddings(prompts, list(range(len(prompts))))
