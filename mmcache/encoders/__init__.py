@@ -6,6 +6,7 @@
 * ``"clip"`` — open_clip image embeddings (``modality="text"`` for its text side);
   the offline default is the small CLIP trained by ``make models``;
 * ``"whisper"`` (alias ``"audio"``) — pooled Whisper tiny.en encoder states, 384-d;
+* ``"asr-minilm"`` — speech embedded through its Whisper transcript by MiniLM, 384-d;
 * ``"hashing-test"`` — the named test stand-in (never for reported results).
 
 Heavy libraries are imported only when an encoder is built.
@@ -38,10 +39,16 @@ def _whisper(**kw: Any) -> Encoder:
     return WhisperEncoder(**kw)
 
 
+def _asr_minilm(**kw: Any) -> Encoder:
+    from .asr import TranscriptEncoder
+    return TranscriptEncoder(**kw)
+
+
 _FACTORIES: dict[str, Callable[..., Encoder]] = {
     "minilm": _minilm, "text": _minilm,
     "clip": _clip,
     "whisper": _whisper, "audio": _whisper,
+    "asr-minilm": _asr_minilm,
     "hashing-test": HashingTestEncoder,
 }
 #: Names :func:`get_encoder` accepts.
