@@ -25,8 +25,8 @@ skip the vector search.
 
 Benchmark settings: ``{"l2": {"index": "flat"}}`` is exact flat search at every
 size; the default ``{"l2": {"index": "auto"}}`` switches each (scope, modality)
-index to ``l2.ann_factory`` (HNSW32, ``ef_search`` 64) at ``l2.ann_min_size``
-vectors. Not thread-safe: use one cache per thread or process (the SQLite store
+index to ``l2.ann_factory`` (HNSW32, ``ef_search`` 128) at ``l2.ann_min_size``
+vectors; ``make bench-cache`` measures how often its hit-or-miss decisions equal exact search. Not thread-safe: use one cache per thread or process (the SQLite store
 may be shared between processes with ``l3.shared: true``).
 """
 

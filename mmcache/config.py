@@ -6,7 +6,7 @@ key (``"l2.max_entries must be a positive integer or null, got 0"``).
 Example (YAML)::
 
     l1: {max_entries: 10000, policy: lru}
-    l2: {max_entries: 200000, index: auto, ann_factory: HNSW32, ef_search: 64}
+    l2: {max_entries: 200000, index: auto, ann_factory: HNSW32, ef_search: 128}
     l3: {backend: sqlite, path: runs/cache.db, synchronous: NORMAL}
     # l3: {backend: redis, url: "redis://127.0.0.1:6379/0"}   # remote tier instead
     thresholds: {rule: static, delta: {text: 0.1, image: 0.15}}
@@ -63,7 +63,7 @@ class SemanticTierConfig:
     index: str = "auto"
     ann_factory: str = "HNSW32"
     ann_min_size: int = 10_000
-    ef_search: int = 64
+    ef_search: int = 128
     ef_construction: int = 64
     candidates: int = 8
 

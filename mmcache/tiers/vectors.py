@@ -35,7 +35,7 @@ class IndexSpec:
     index: str = "auto"
     ann_factory: str = "HNSW32"
     ann_min_size: int = 10_000
-    ef_search: int = 64
+    ef_search: int = 128
     ef_construction: int = 64
     candidates: int = 8
     #: Compact when tombstones exceed this fraction of slots (ANN rebuilds are costly: 0.5).
