@@ -28,11 +28,10 @@ class MemoryTier(Tier):
     def put(self, entry: Entry) -> list[str]:
         victims = self._budget.admit(entry.entry_id, entry.size)
         for victim in victims:
-            self._entries.pop(victim, None)
+            self._drop(victim)
+        self._drop(entry.entry_id)
         if entry.entry_id in self._budget:
-            self._entries[entry.entry_id] = entry
-        else:
-            self._entries.pop(entry.entry_id, None)
+            self._store(entry)
         return victims
 
     def get(self, scope: str, entry_id: str) -> Entry | None:
@@ -40,17 +39,17 @@ class MemoryTier(Tier):
         if entry is None or entry.scope != scope:
             return None
         for dropped in self._budget.touch(entry_id):
-            self._entries.pop(dropped, None)
+            self._drop(dropped)
         return self._entries.get(entry_id)
 
     def delete(self, entry_id: str) -> bool:
         self._budget.remove(entry_id)
-        return self._entries.pop(entry_id, None) is not None
+        return self._drop(entry_id)
 
     def evict(self) -> str | None:
         victim = self._budget.pick_victim()
         if victim is not None:
-            self._entries.pop(victim, None)
+            self._drop(victim)
         return victim
 
     def scan(self) -> Iterator[Entry]:
@@ -64,3 +63,11 @@ class MemoryTier(Tier):
 
     def close(self) -> None:
         self._entries.clear()
+
+    def _store(self, entry: Entry) -> None:
+        """Keep an admitted entry (subclasses also index it)."""
+        self._entries[entry.entry_id] = entry
+
+    def _drop(self, entry_id: str) -> bool:
+        """Forget an entry the budget no longer holds; False if it was not here."""
+        return self._entries.pop(entry_id, None) is not None
