@@ -70,9 +70,12 @@ class Budget:
     may decline it, e.g. an admission filter or GDSF ranking it lowest).
     """
 
-    def __init__(self, capacity: Capacity, policy: EvictionPolicy) -> None:
+    def __init__(self, capacity: Capacity, policy: EvictionPolicy | str) -> None:
+        from ..config import tier_policy
+
         self.capacity = capacity
-        self.policy = policy
+        self.policy = tier_policy(policy, {}, capacity.max_bytes) if isinstance(policy, str) \
+            else policy
         self.sizes: dict[str, int] = {}
         self.nbytes = 0
 

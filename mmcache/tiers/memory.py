@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..policies import EvictionPolicy, make_policy
+from ..policies import EvictionPolicy
 from ..types import Entry
 from .base import Budget, Capacity, Tier
 
@@ -15,7 +15,7 @@ class MemoryTier(Tier):
     def __init__(self, capacity: Capacity = Capacity(), policy: EvictionPolicy | str = "lru",
                  name: str = "l1") -> None:
         self.name = name
-        self._budget = Budget(capacity, make_policy(policy) if isinstance(policy, str) else policy)
+        self._budget = Budget(capacity, policy)
         self._entries: dict[str, Entry] = {}
 
     @property

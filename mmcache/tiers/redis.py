@@ -29,7 +29,7 @@ import redis
 import xxhash
 
 from ..errors import StorageError
-from ..policies import EvictionPolicy, make_policy
+from ..policies import EvictionPolicy
 from ..types import Entry
 from .base import Budget, Candidate, Capacity, Tier
 from .codec import (decode_label, decode_value, encode_label, encode_value, vector_from_bytes,
@@ -79,7 +79,7 @@ class RedisTier(Tier):
         self.name = name
         self.url = url
         self.prefix = prefix
-        self._budget = Budget(capacity, make_policy(policy) if isinstance(policy, str) else policy)
+        self._budget = Budget(capacity, policy)
         self.index = SemanticIndex(spec, precheck=precheck)
         self._known: dict[str, _Known] = {}
         self._last_seq = 0

@@ -19,7 +19,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from ..errors import ConfigError, StorageError
-from ..policies import EvictionPolicy, make_policy
+from ..policies import EvictionPolicy
 from ..types import Entry
 from .base import Budget, Candidate, Capacity, Tier
 from .codec import (decode_label, decode_value, encode_label, encode_value, vector_from_bytes,
@@ -59,7 +59,7 @@ class SQLiteTier(Tier):
         self.path = Path(path)
         self.shared = shared
         self.synchronous = synchronous.upper()
-        self._budget = Budget(capacity, make_policy(policy) if isinstance(policy, str) else policy)
+        self._budget = Budget(capacity, policy)
         self.index = SemanticIndex(spec, precheck=precheck)
         self._scopes: dict[str, tuple[str, tuple[str, ...]]] = {}
         self._last_rowid = 0
