@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from .encoders.heads import InfoNCEHead, make_head
 from .encoders.store import content_hash
@@ -198,7 +199,8 @@ def transcribe(model: Any, audios: Sequence[np.ndarray], batch_size: int = 8,
     keys = [content_hash(c) for c in clips]
     todo = sorted({k: i for i, k in enumerate(keys) if k not in cache}.values(),
                   key=lambda i: clips[i].size)
-    for start in range(0, len(todo), batch_size):
+    for start in tqdm(range(0, len(todo), batch_size), desc="transcribing", unit="batch",
+                      disable=not todo):
         batch = todo[start:start + batch_size]
         seconds = max(clips[i].size for i in batch) / 16_000
         options = whisper.DecodingOptions(language="en", temperature=0.0, fp16=False,
