@@ -141,7 +141,6 @@ def _offline_encoder(modality: str, model_dir: str | Path | None) -> CLIPEncoder
 def _offline_model(folder: str) -> tuple[Any, Callable, str]:
     """The trained open_clip model in ``folder`` (shared by its image and text encoders)."""
     import open_clip
-    import transformers
     from safetensors.torch import load_file
 
     weights = Path(folder) / "visual.safetensors"
@@ -149,12 +148,7 @@ def _offline_model(folder: str) -> tuple[Any, Callable, str]:
     model_cfg["text_cfg"]["hf_model_name"] = model_cfg["text_cfg"]["hf_tokenizer_name"] = str(
         clip_train.minilm_path())  # the text tower where this machine installed it
     name = clip_train.register_architecture(model_cfg)
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()  # MiniLM's unused pooler weights are expected
-    try:
-        model = open_clip.create_model(name, pretrained=None)
-    finally:
-        transformers.logging.set_verbosity(verbosity)
+    model = clip_train.create_unloaded(name)
     result = model.load_state_dict(load_file(str(weights)), strict=False)
     if result.unexpected_keys or any(not k.startswith("text.") for k in result.missing_keys):
         raise OfflineAssetError(f"{weights} does not match its open_clip_config.json; "

@@ -110,11 +110,27 @@ def build_image_tower(config: TrainConfig):
     The text tower's weights are not loaded: training uses precomputed MiniLM
     caption embeddings, and only ``visual`` and ``logit_scale`` are saved.
     """
-    import open_clip
-
-    model = open_clip.create_model(register_architecture(config.open_clip_config()),
-                                   pretrained=None, pretrained_text=False)
+    model = create_unloaded(register_architecture(config.open_clip_config()),
+                            pretrained_text=False)
     return model.visual, model.logit_scale
+
+
+def create_unloaded(name: str, **kw: Any):
+    """``open_clip.create_model(name, pretrained=None)`` without its "initialized randomly"
+    and unused-pooler warnings: the caller trains the weights or loads them next."""
+    import logging
+
+    import open_clip
+    import transformers
+
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    logging.disable(logging.WARNING)
+    try:
+        return open_clip.create_model(name, pretrained=None, **kw)
+    finally:
+        logging.disable(logging.NOTSET)
+        transformers.logging.set_verbosity(verbosity)
 
 
 def register_architecture(model_cfg: dict[str, Any]) -> str:
