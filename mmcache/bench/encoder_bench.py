@@ -18,45 +18,18 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
-ASTERISK_DIR = Path("/usr/share/asterisk/sounds/en")
-TRANSCRIPTS = Path("/usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz")
 CHUNK = 4
 
 
 def asterisk_prompts(n: int, max_seconds: float = 10.0) -> tuple[list[np.ndarray], list[str]]:
-    """Up to ``n`` Asterisk prompts under ``max_seconds`` with distinct spoken transcripts.
+    """The first ``n`` Asterisk prompts under ``max_seconds`` (unique transcripts): 16 kHz clips, texts."""
+    from ..datasets import load_asterisk_prompts
 
-    Returns 16 kHz float32 clips and their transcripts (tone lines like "[beep]" and
-    repeated transcripts are left out).
-    """
-    import gzip
-
-    from scipy.io import wavfile
-
-    from ..encoders.whisper import to_model_rate
-
-    transcripts: dict[str, str] = {}
-    for line in gzip.open(TRANSCRIPTS, "rt", encoding="utf-8"):
-        name, sep, text = line.partition(":")
-        if sep and not line.startswith(";") and text.strip() and "[" not in text:
-            transcripts.setdefault(name.strip(), text.strip())
-    clips, texts, seen = [], [], set()
-    for path in sorted(ASTERISK_DIR.glob("*.wav")):
-        text = transcripts.get(path.stem)
-        if text is None or text.lower() in seen:
-            continue
-        rate, pcm = wavfile.read(path)
-        if rate == 8000 and pcm.ndim == 1 and pcm.size < max_seconds * rate:
-            clips.append(to_model_rate(pcm.astype(np.float32) / 32768, rate))
-            texts.append(text)
-            seen.add(text.lower())
-        if len(clips) == n:
-            break
-    return clips, texts
+    prompts = load_asterisk_prompts(max_seconds=max_seconds)[:n]
+    return [p.audio for p in prompts], [p.text for p in prompts]
 
 
 def ridge_r_at_1(audio: np.ndarray, text: np.ndarray, seeds: int = 5, lam: float = 0.1) -> float:

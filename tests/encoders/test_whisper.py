@@ -2,39 +2,36 @@
 
 from __future__ import annotations
 
-import gzip
 import subprocess
 import sys
-from pathlib import Path
+from functools import lru_cache
 
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
-from scipy.io import wavfile
 
+from mmcache.datasets import SpeechClip, load_asterisk_prompts
 from mmcache.encoders import whisper as W
 from mmcache.errors import ConfigError, InvalidMediaError, OfflineAssetError
 
-SOUNDS = Path("/usr/share/asterisk/sounds/en")
-TRANSCRIPTS = Path("/usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz")
 #: Real recorded prompts (one speaker, 8 kHz telephone audio) used for ASR and embeddings.
 PROMPTS = ("agent-pass", "all-circuits-busy-now", "check-number-dial-again", "auth-incorrect",
            "cannot-complete-as-dialed")
 WER_BOUND = 0.10  # word error rate over PROMPTS after Whisper's English normaliser
 
 
+@lru_cache(maxsize=1)
+def asterisk() -> dict[str, SpeechClip]:
+    """The recorded Asterisk prompts (resampled 8 kHz → 16 kHz) by prompt name."""
+    return {c.clip_id.removeprefix("asterisk/"): c for c in load_asterisk_prompts()}
+
+
 def asterisk_clip(name: str) -> np.ndarray:
-    """A recorded Asterisk prompt resampled 8 kHz → 16 kHz, float32 in [-1, 1]."""
-    rate, pcm = wavfile.read(SOUNDS / f"{name}.wav")
-    assert rate == 8000 and pcm.dtype == np.int16
-    return W.to_model_rate(pcm.astype(np.float32) / 32768, rate)
+    return asterisk()[name].audio
 
 
 def asterisk_transcript(name: str) -> str:
-    for line in gzip.open(TRANSCRIPTS, "rt", encoding="utf-8"):
-        if line.startswith(f"{name}:"):
-            return line.split(":", 1)[1].strip()
-    raise KeyError(name)
+    return asterisk()[name].text
 
 
 def word_errors(ref: list[str], hyp: list[str]) -> int:
