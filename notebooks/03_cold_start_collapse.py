@@ -66,8 +66,6 @@ import math
 import time
 
 import matplotlib.pyplot as plt
-import numpy as np
-import pandas as pd
 import seaborn as sns
 import torch
 from IPython.display import Markdown, display

@@ -186,7 +186,6 @@ def _random_crop(images: np.ndarray, max_shift: int, gen):
 
 def lit_loss(img, txt, labels, logit_scale):
     """Symmetric multi-positive InfoNCE: all same-class pairs in the batch are positives."""
-    import torch
 
     logits = logit_scale.exp() * img @ txt.T
     pos = (labels[:, None] == labels[None, :]).float()
