@@ -3,7 +3,8 @@
 ``weights`` switches between
 
 * ``"offline"`` (default): the small CLIP this workbench trains itself on
-  Fashion-MNIST (``make models``; see :mod:`.clip_train`), image tower
+  Fashion-MNIST and the training-split rendered scenes (``make models``; see
+  :mod:`.clip_train`), image tower
   open_clip's ModifiedResNet, text tower the frozen all-MiniLM-L6-v2;
 * ``"ARCH/TAG"`` such as ``"ViT-B-32/laion2b_s34b_b79k"``: open_clip's pretrained
   weights, used only if the checkpoint is already on this machine (or downloads

