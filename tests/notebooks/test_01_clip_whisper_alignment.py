@@ -63,3 +63,6 @@ def test_image_tasks_run_when_the_offline_clip_exists(smoke_metrics) -> None:
             if method != "chance":
                 lo, hi = row["R@1_ci"]
                 assert lo <= row["R@1"] <= hi, (task, method)
+    summary = m["image_summary"]  # the offline CLIP learnt the training scenes, not these
+    assert summary["text→image_zero_shot"] >= summary["text→image_chance"] + 0.2
+    assert summary["clip_card_scene_R@1"]["unseen_scenes"] > summary["clip_card_scene_R@1"]["chance"]
