@@ -2,35 +2,15 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any, Hashable
 
-from .base import EvictionPolicy
+from .lru import LRU
 
 
-class FIFO(EvictionPolicy):
-    """Evicts the key admitted earliest; hits do not change the order."""
+class FIFO(LRU):
+    """Evicts the key admitted earliest: LRU whose hits do not change the order."""
 
     name = "fifo"
 
-    def __init__(self) -> None:
-        self._order: OrderedDict[Hashable, None] = OrderedDict()
-
-    def insert(self, key: Hashable, size: int, **hints: Any) -> None:
-        self._order[key] = None
-
     def access(self, key: Hashable, **hints: Any) -> None:
         pass
-
-    def evict(self) -> Hashable:
-        key, _ = self._order.popitem(last=False)
-        return key
-
-    def remove(self, key: Hashable) -> None:
-        del self._order[key]
-
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._order
-
-    def __len__(self) -> int:
-        return len(self._order)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 #: Registry name -> (kernel module, fixed keyword arguments); imported on first use.
 KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
     "lru": ("lru", {}),
-    "fifo": ("fifo", {}),
+    "fifo": ("lru", {"promote": False}),
     "clock": ("clock", {}),
     "sieve": ("sieve", {}),
     "lfu": ("lfu", {}),

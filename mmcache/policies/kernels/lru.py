@@ -1,4 +1,4 @@
-"""LRU replay kernel."""
+"""LRU replay kernel; with ``promote=False`` (hits leave the order alone) it is FIFO."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from ._lists import new_list, new_links, pop_tail, push_head, unlink
 
 
 @njit(cache=True)
-def _replay(ids, sizes, cache_size, prev, nxt, ht, resident, obj_size):
+def _replay(ids, sizes, cache_size, promote, prev, nxt, ht, resident, obj_size):
     used = 0
     miss_cnt = 0
     miss_byte = 0
     for i in range(ids.shape[0]):
         x = ids[i]
         if resident[x]:
-            if ht[0] != x:
+            if promote and ht[0] != x:
                 unlink(prev, nxt, ht, x)
                 push_head(prev, nxt, ht, x)
             continue
@@ -37,8 +37,8 @@ def _replay(ids, sizes, cache_size, prev, nxt, ht, resident, obj_size):
 
 
 def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: int,
-           cache_size: int) -> tuple[int, int]:
-    """(miss_cnt, miss_byte) of LRU on dense ids."""
+           cache_size: int, promote: bool = True) -> tuple[int, int]:
+    """(miss_cnt, miss_byte) of LRU (FIFO when ``promote`` is False) on dense ids."""
     prev, nxt = new_links(n_obj)
-    return _replay(ids, sizes, cache_size, prev, nxt, new_list(),
+    return _replay(ids, sizes, cache_size, promote, prev, nxt, new_list(),
                    np.zeros(n_obj, np.bool_), np.zeros(n_obj, np.int64))
