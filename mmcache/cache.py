@@ -7,8 +7,11 @@ own threshold (:mod:`mmcache.thresholds`); a modality without a vector (none
 given, no encoder) limits the query to its exact key. A hit below L1 is copied up
 (back-filled) into the tiers above it. ``put`` writes through to every tier that
 can hold the entry, the durable tier first, so a failing store leaves memory
-unchanged. Scopes are separate key spaces and separate vector indexes: entries
-never match across scopes.
+unchanged. ``put_many(queries, values)`` gives the same result as one ``put`` per
+pair in order, but checks every item before storing any and writes each tier in one
+batch (one SQLite transaction, one Redis pipeline, one vector add per index).
+Scopes are separate key spaces and separate vector indexes: entries never match
+across scopes.
 
 Freshness (seed 001 §3.3): an entry expires ``ttl`` seconds after its put. For
 ``freshness.stale_while_revalidate`` seconds after expiry it is still served,
@@ -26,16 +29,21 @@ skip the vector search.
 Benchmark settings: ``{"l2": {"index": "flat"}}`` is exact flat search at every
 size; the default ``{"l2": {"index": "auto"}}`` switches each (scope, modality)
 index to ``l2.ann_factory`` (HNSW32, ``ef_search`` 128) at ``l2.ann_min_size``
-vectors; ``make bench-cache`` measures how often its hit-or-miss decisions equal exact search. Not thread-safe: use one cache per thread or process (the SQLite store
-may be shared between processes with ``l3.shared: true``).
+vectors; ``make bench-cache`` measures how often its hit-or-miss decisions equal exact search.
+
+Threads may share one cache: every public call holds the cache's lock (one call at
+a time; ``on_stale`` runs outside it). Processes each open their own cache (the
+SQLite store may be shared between processes with ``l3.shared: true``).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -73,6 +81,8 @@ class TieredCache:
                  threshold: ThresholdRule | None = None,
                  on_stale: Callable[[Query, Hit], None] | None = None) -> None:
         self.config = CacheConfig.load(config)
+        #: Held by every public call, so threads may share one cache.
+        self._lock = threading.RLock()
         self._clock = clock
         self._on_stale = on_stale
         self._dims: dict[str, int] = dict(self.config.dims)
@@ -105,44 +115,156 @@ class TieredCache:
         ``ttl`` (seconds) overrides ``config.freshness.ttl``. The entry goes to every
         tier whose capacity can hold it, evicting by each tier's policy.
         """
-        self._check_open()
-        prepared = prepare(query, self._dims)
-        stored = canonical_value(value)
-        label = query.ground_truth
-        encode_label(label)
-        lifetime = self._lifetime(ttl)
-        vectors, _ = self._vectors(prepared)
-        now = self._clock()
-        size = value_size(stored) + sum(4 * len(v) for v in vectors.values())
-        entry = Entry(entry_id=prepared.key, scope=prepared.scope, exact_key=prepared.key,
-                      value=stored, embeddings=vectors, size=size, created_at=now,
-                      expires_at=None if lifetime is None else now + lifetime,
-                      ground_truth=label)
-        targets = [t for t in self.tiers if t.capacity.admits(size)]
-        if not targets:
-            raise InvalidInputError(f"entry of {size} bytes is larger than every tier's "
-                                    "max_bytes; nothing was stored")
-        for tier in reversed(self.tiers):
-            if tier in targets:
-                victims = tier.put(entry)
-                self._metrics.evictions[tier.name] += len(victims)
-                self._metrics.puts[tier.name] += 1
-                if victims or (tier.semantic and entry.entry_id not in tier):
-                    self._uncover_below(tier)
-            else:
-                tier.delete(entry.entry_id)  # an older, smaller version must not linger
-                self._uncover_below(tier)
-        for modality, vec in vectors.items():
-            self._dims.setdefault(modality, len(vec))
-        if self.guard is not None:
-            self.guard.add(entry.entry_id)
-        return entry.entry_id
+        with self._lock:
+            self._check_open()
+            encode_times: list[float] = []
+            entry = self._entry(query, value, self._lifetime(ttl), dict(self._dims),
+                                encode_times)
+            self._record_encodes(encode_times)
+            self._write([entry])
+            return entry.entry_id
+
+    def put_many(self, queries: Sequence[Query], values: Sequence[Any], *,
+                 ttl: float | None = None) -> list[str]:
+        """Store ``values[i]`` for ``queries[i]`` as :meth:`put` for each pair in order would
+        (same ids, tiers, evictions and metrics), writing each tier in one batch.
+
+        Every item is checked first: a bad one raises its typed error naming its index,
+        and nothing is stored.
+        """
+        queries, values = list(queries), list(values)
+        if len(queries) != len(values):
+            raise InvalidInputError(f"put_many got {len(queries)} queries but "
+                                    f"{len(values)} values")
+        with self._lock:
+            self._check_open()
+            lifetime = self._lifetime(ttl)
+            dims = dict(self._dims)
+            encode_times: list[float] = []
+            entries = []
+            for i, (query, value) in enumerate(zip(queries, values)):
+                try:
+                    entries.append(self._entry(query, value, lifetime, dims, encode_times))
+                except MMCacheError as exc:
+                    raise type(exc)(f"put_many item {i}: {exc}") from exc
+            self._record_encodes(encode_times)
+            self._write(entries)
+            return [e.entry_id for e in entries]
 
     def get(self, query: Query, *, bypass: bool = False, origin_failed: bool = False) -> Hit | None:
         """The cached answer for ``query`` (exact, then δ-neighbour), or None on a miss.
 
         ``bypass`` skips the cache; ``origin_failed`` allows stale-if-error answers.
         """
+        with self._lock:
+            hit = self._lookup(query, bypass, origin_failed)
+        if hit is not None and hit.freshness == "stale-while-revalidate" and \
+                self._on_stale is not None:
+            self._on_stale(query, hit)  # outside the lock: it may hand a put to another thread
+        return hit
+
+    def invalidate(self, query: Query) -> bool:
+        """Remove the entry stored under ``query``'s exact key from every tier."""
+        with self._lock:
+            self._check_open()
+            prepared = prepare(query, self._dims)
+            return self._purge(prepared.key)
+
+    def evict(self, tier: str) -> str | None:
+        """Evict one entry from the named tier by its policy; return its id."""
+        with self._lock:
+            self._check_open()
+            victim = self._tier(tier).evict()
+            if victim is not None:
+                self._metrics.evictions[tier] += 1
+                self._uncover_below(self._tier(tier))
+            return victim
+
+    def close(self) -> None:
+        """Close every tier (files, connections); further calls raise MMCacheError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for tier in self.tiers:
+                tier.close()
+
+    def __enter__(self) -> "TieredCache":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def metrics(self) -> CacheMetrics:
+        """Counters and latency histograms of this cache."""
+        return self._metrics
+
+    def usage(self) -> dict[str, tuple[int, int]]:
+        """``(entries, bytes)`` per tier name."""
+        with self._lock:
+            return {t.name: t.usage() for t in self.tiers}
+
+    def tier(self, name: str) -> Tier:
+        """The tier called ``name`` (``"l1"``, ``"l2"``, ``"l3"``)."""
+        return self._tier(name)
+
+    # -- writing -------------------------------------------------------------------------
+    def _entry(self, query: Query, value: Any, lifetime: float | None, dims: dict[str, int],
+               encode_times: list[float]) -> Entry:
+        """The entry ``put`` would store, checked against ``dims`` (which then records its
+        vectors' dims, so later items of a batch are checked against them too)."""
+        prepared = prepare(query, dims)
+        stored = canonical_value(value)
+        encode_label(query.ground_truth)
+        vectors, _ = self._vectors(prepared, encode_times)
+        now = self._clock()
+        size = value_size(stored) + sum(4 * len(v) for v in vectors.values())
+        if not any(t.capacity.admits(size) for t in self.tiers):
+            raise InvalidInputError(f"entry of {size} bytes is larger than every tier's "
+                                    "max_bytes; nothing was stored")
+        for modality, vec in vectors.items():
+            dims.setdefault(modality, len(vec))
+        return Entry(entry_id=prepared.key, scope=prepared.scope, exact_key=prepared.key,
+                     value=stored, embeddings=vectors, size=size, created_at=now,
+                     expires_at=None if lifetime is None else now + lifetime,
+                     ground_truth=query.ground_truth)
+
+    def _write(self, entries: list[Entry]) -> None:
+        """Write checked entries through every tier, durable first, one batch per run of
+        entries a tier can hold; the result is that of one ``put`` per entry in order."""
+        for tier in reversed(self.tiers):
+            for fits, run in _runs(entries, tier):
+                if fits:
+                    victims = tier.put_many(run)
+                    self._metrics.evictions[tier.name] += len(victims)
+                    self._metrics.puts[tier.name] += len(run)
+                    if victims or self._missing(tier, run):
+                        self._uncover_below(tier)
+                else:
+                    for entry in run:
+                        tier.delete(entry.entry_id)  # an older, smaller version must not linger
+                    self._uncover_below(tier)
+        for entry in entries:
+            for modality, vec in entry.embeddings.items():
+                self._dims.setdefault(modality, len(vec))
+            if self.guard is not None:
+                self.guard.add(entry.entry_id)
+
+    def _missing(self, tier: Tier, run: list[Entry]) -> bool:
+        """Whether semantic ``tier`` lacks an entry of ``run`` (its policy declined it) while a
+        tier below is still covered by it (only then does it matter)."""
+        below = self.tiers[self.tiers.index(tier) + 1:]
+        return tier.semantic and any(self._covered[t.name] for t in below) and \
+            any(e.entry_id not in tier for e in run)
+
+    def _record_encodes(self, encode_times: list[float]) -> None:
+        """Count encoder calls made while preparing entries that are now being stored."""
+        for seconds in encode_times:
+            self._metrics.time("encode", seconds)
+
+    # -- lookup --------------------------------------------------------------------------
+    def _lookup(self, query: Query, bypass: bool, origin_failed: bool) -> Hit | None:
         self._check_open()
         start = time.perf_counter()
         prepared = prepare(query, self._dims)
@@ -164,53 +286,8 @@ class TieredCache:
         if hit.entry_id != prepared.key:  # a δ-neighbour, not an exact hit
             self.thresholds.observe(hit.similarities, hit.entry_id, correct)
         self._metrics.time("get", time.perf_counter() - start)
-        if hit.freshness == "stale-while-revalidate" and self._on_stale is not None:
-            self._on_stale(query, hit)
         return hit
 
-    def invalidate(self, query: Query) -> bool:
-        """Remove the entry stored under ``query``'s exact key from every tier."""
-        self._check_open()
-        prepared = prepare(query, self._dims)
-        return self._purge(prepared.key)
-
-    def evict(self, tier: str) -> str | None:
-        """Evict one entry from the named tier by its policy; return its id."""
-        self._check_open()
-        victim = self._tier(tier).evict()
-        if victim is not None:
-            self._metrics.evictions[tier] += 1
-            self._uncover_below(self._tier(tier))
-        return victim
-
-    def close(self) -> None:
-        """Close every tier (files, connections); further calls raise MMCacheError."""
-        if self._closed:
-            return
-        self._closed = True
-        for tier in self.tiers:
-            tier.close()
-
-    def __enter__(self) -> "TieredCache":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def metrics(self) -> CacheMetrics:
-        """Counters and latency histograms of this cache."""
-        return self._metrics
-
-    def usage(self) -> dict[str, tuple[int, int]]:
-        """``(entries, bytes)`` per tier name."""
-        return {t.name: t.usage() for t in self.tiers}
-
-    def tier(self, name: str) -> Tier:
-        """The tier called ``name`` (``"l1"``, ``"l2"``, ``"l3"``)."""
-        return self._tier(name)
-
-    # -- lookup --------------------------------------------------------------------------
     def _exact(self, p: PreparedQuery, now: float,
                origin_failed: bool) -> tuple[Hit, Entry] | None:
         maybe = self.guard is None or self.guard.might_contain(p.key)
@@ -308,9 +385,11 @@ class TieredCache:
         return any(removed)
 
     # -- inputs --------------------------------------------------------------------------
-    def _vectors(self, p: PreparedQuery) -> tuple[dict[str, np.ndarray], bool]:
+    def _vectors(self, p: PreparedQuery, encode_times: list[float] | None = None
+                 ) -> tuple[dict[str, np.ndarray], bool]:
         """Unit vectors for the query's modalities (encoding raw inputs when an encoder
-        exists) and whether every modality has one."""
+        exists) and whether every modality has one; encoding seconds go to
+        ``encode_times`` when given, else straight to the metrics."""
         vectors = dict(p.vectors)
         for modality in p.modalities:
             if modality in vectors:
@@ -322,7 +401,11 @@ class TieredCache:
             raw = np.asarray(encoder.encode([p.raw[modality]]))[0]
             vectors[modality] = unit_vector(raw.astype(np.float32, copy=False), modality,
                                             self._dims.get(modality))
-            self._metrics.time("encode", time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            if encode_times is None:
+                self._metrics.time("encode", seconds)
+            else:
+                encode_times.append(seconds)
         return vectors, len(vectors) == len(p.modalities)
 
     def _encoder(self, modality: str) -> Encoder | None:
@@ -380,6 +463,12 @@ class TieredCache:
     def _check_open(self) -> None:
         if self._closed:
             raise MMCacheError("this TieredCache is closed")
+
+
+def _runs(entries: list[Entry], tier: Tier) -> Iterator[tuple[bool, list[Entry]]]:
+    """Consecutive entries grouped by whether ``tier``'s capacity can hold them."""
+    for fits, run in itertools.groupby(entries, lambda e: tier.capacity.admits(e.size)):
+        yield fits, list(run)
 
 
 def _resolve_encoder(name: str) -> Encoder:

@@ -109,10 +109,10 @@ def test_unserialisable_ground_truth_and_bad_ttl_are_rejected(cache):
 def test_failing_store_leaves_memory_tiers_unchanged(cache, monkeypatch):
     before = snapshot(cache)
 
-    def broken(entry):
+    def broken(entries):
         raise StorageError("disk full (simulated)")
 
-    monkeypatch.setattr(cache.tier("l3"), "put", broken)
+    monkeypatch.setattr(cache.tier("l3"), "put_many", broken)
     with pytest.raises(StorageError):
         cache.put(Query(text="new", embeddings={"text": unit(RNG, DIM)}, scope="s"), "x")
     monkeypatch.undo()

@@ -5,6 +5,8 @@ exact key, which already contains the scope hash, so two scopes never share an
 id. The cache talks to tiers only through :class:`Tier`:
 
 * ``put(entry)`` stores (or replaces) an entry and returns the ids it evicted;
+  ``put_many(entries)`` does the same for many entries in order, as one ``put``
+  each would (tiers override it to write in one batch);
 * ``get(scope, entry_id)`` is the exact lookup (it counts as an access for the policy);
 * ``search(scope, vectors, floors, k)`` is the semantic lookup *within one scope*
   (tiers with ``semantic = True``); it returns :class:`Candidate` s whose every
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -133,6 +135,14 @@ class Budget:
         self.policy.remove(key)
         return True
 
+    def restore(self, keys: Iterable[str], stored: Mapping[str, int]) -> None:
+        """Undo admissions after a failed write: account each of ``keys`` again exactly
+        when ``stored`` (key -> size of what the store still holds) has it."""
+        for key in keys:
+            self.remove(key)
+            if key in stored:
+                self.adopt(key, stored[key])
+
     def pick_victim(self) -> str | None:
         """Let the policy choose one resident key, forget it and return it."""
         if not self.sizes:
@@ -153,6 +163,30 @@ class Budget:
             if key in self.sizes:
                 self._forget(key)
         return dropped
+
+
+def admit_all(budget: Budget, entries: Sequence[Entry]) -> tuple[list[str], list[Entry]]:
+    """Admit ``entries`` into ``budget`` one by one, as sequential puts would.
+
+    Returns every victim in order (ids of this batch included) and the entries to
+    store: the last version of each id that is still admitted at the end.
+    """
+    victims = [victim for e in entries for victim in budget.admit(e.entry_id, e.size)]
+    return victims, [e for e in last_versions(entries) if e.entry_id in budget]
+
+
+def last_versions(entries: Iterable[Entry]) -> list[Entry]:
+    """The last entry of each id, in the order the ids were last written."""
+    latest: dict[str, Entry] = {}
+    for entry in entries:
+        latest.pop(entry.entry_id, None)
+        latest[entry.entry_id] = entry
+    return list(latest.values())
+
+
+def gone_ids(victims: Iterable[str], entries: Iterable[Entry]) -> list[str]:
+    """Ids whose stored rows a batch replaces or evicts, each once, victims first."""
+    return list(dict.fromkeys([*victims, *(e.entry_id for e in entries)]))
 
 
 class Tier(ABC):
@@ -177,6 +211,11 @@ class Tier(ABC):
     @abstractmethod
     def put(self, entry: Entry) -> list[str]:
         """Store or replace ``entry``; return the ids evicted to make room."""
+
+    def put_many(self, entries: Sequence[Entry]) -> list[str]:
+        """Store or replace every entry in order, as one :meth:`put` each would (the
+        last of two with one id wins); return every id evicted, in order."""
+        return [victim for entry in entries for victim in self.put(entry)]
 
     @abstractmethod
     def get(self, scope: str, entry_id: str) -> Entry | None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from ..policies import EvictionPolicy
 from ..types import Entry
-from .base import Budget, Capacity, Tier
+from .base import Budget, Capacity, Tier, admit_all, gone_ids
 
 
 class MemoryTier(Tier):
@@ -26,12 +26,13 @@ class MemoryTier(Tier):
         return len(self._entries), self._budget.nbytes
 
     def put(self, entry: Entry) -> list[str]:
-        victims = self._budget.admit(entry.entry_id, entry.size)
-        for victim in victims:
-            self._drop(victim)
-        self._drop(entry.entry_id)
-        if entry.entry_id in self._budget:
-            self._store(entry)
+        return self.put_many([entry])
+
+    def put_many(self, entries: Sequence[Entry]) -> list[str]:
+        victims, kept = admit_all(self._budget, entries)
+        for entry_id in gone_ids(victims, entries):
+            self._drop(entry_id)
+        self._store(kept)
         return victims
 
     def get(self, scope: str, entry_id: str) -> Entry | None:
@@ -64,9 +65,9 @@ class MemoryTier(Tier):
     def close(self) -> None:
         self._entries.clear()
 
-    def _store(self, entry: Entry) -> None:
-        """Keep an admitted entry (subclasses also index it)."""
-        self._entries[entry.entry_id] = entry
+    def _store(self, entries: list[Entry]) -> None:
+        """Keep admitted entries, each id once (subclasses also index them)."""
+        self._entries.update((e.entry_id, e) for e in entries)
 
     def _drop(self, entry_id: str) -> bool:
         """Forget an entry the budget no longer holds; False if it was not here."""

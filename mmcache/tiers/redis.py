@@ -22,7 +22,7 @@ Capacity and eviction are accounted per client over the entries it has seen.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, NamedTuple
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import redis
@@ -31,23 +31,20 @@ import xxhash
 from ..errors import StorageError
 from ..policies import EvictionPolicy
 from ..types import Entry
-from .base import Budget, Candidate, Capacity, Tier
+from .base import Budget, Candidate, Capacity, Tier, admit_all, gone_ids
 from .codec import (decode_label, decode_value, encode_label, encode_value, vector_from_bytes,
                     vector_to_bytes)
 from .vectors import IndexSpec, SemanticIndex
 
 VECTOR_FIELD = "vec:"
 
-# KEYS: seq, log, entry key, victim keys...; ARGV: field/value pairs of the entry hash.
+# KEYS: seq, log, entry key; ARGV: field/value pairs of the entry hash. A put_many batch
+# runs one call per entry, after deleting its victims, in one MULTI/EXEC transaction.
 _PUT_SCRIPT = """
 local seq = redis.call('INCR', KEYS[1])
 redis.call('DEL', KEYS[3])
 redis.call('HSET', KEYS[3], unpack(ARGV))
 redis.call('ZADD', KEYS[2], seq, KEYS[3])
-for i = 4, #KEYS do
-  redis.call('DEL', KEYS[i])
-  redis.call('ZREM', KEYS[2], KEYS[i])
-end
 return seq
 """
 
@@ -101,28 +98,35 @@ class RedisTier(Tier):
         return len(self._budget.sizes), self._budget.nbytes
 
     def put(self, entry: Entry) -> list[str]:
-        fields = _entry_fields(entry)
-        key = self.key(entry.scope, entry.entry_id)
-        before = self._budget.sizes.get(entry.entry_id)
-        victims = self._budget.admit(entry.entry_id, entry.size)
-        admitted = entry.entry_id in self._budget
-        victim_keys = [self._known[v].key for v in victims if v in self._known]
+        return self.put_many([entry])
+
+    def put_many(self, entries: Sequence[Entry]) -> list[str]:
+        """Write ``entries`` in one MULTI/EXEC pipeline; the budget admits them one by one first."""
+        fields = {e.entry_id: _entry_fields(e) for e in entries}  # SerializationError first
+        keys = {e.entry_id: self.key(e.scope, e.entry_id) for e in entries}
+        victims, kept = admit_all(self._budget, entries)
+        gone = gone_ids(victims, entries)
+        stored = {e.entry_id for e in kept}
+        removed = [keys[g] if g in keys else self._known[g].key for g in gone
+                   if g not in stored and (g in keys or g in self._known)]
         try:
-            if admitted:
-                seq = self._put_script(keys=[self._seq_key, self._log_key, key, *victim_keys],
-                                       args=fields)
-            else:  # the policy declined the entry: only its victims (and any old version) go
-                self._remove_keys(victim_keys + [key])
-        except (redis.RedisError, StorageError) as exc:
-            self._undo_admit(entry.entry_id, before, victims)
+            pipe = self._db.pipeline(transaction=True)
+            if removed:  # victims, and entries the policy declined (any old version goes)
+                pipe.delete(*removed)
+                pipe.zrem(self._log_key, *removed)
+            for entry in kept:
+                self._put_script(keys=[self._seq_key, self._log_key, keys[entry.entry_id]],
+                                 args=fields[entry.entry_id], client=pipe)
+            seqs = pipe.execute()[2 if removed else 0:]
+        except redis.RedisError as exc:
+            self._budget.restore(gone, {g: self._known[g].size for g in gone if g in self._known})
             raise StorageError(f"Redis tier write to {self.url} failed: {exc}") from exc
-        for victim in victims:
-            self._unindex(victim)
-        self._unindex(entry.entry_id)
-        if admitted:
-            self._index(entry, key)
-            if seq == self._last_seq + 1:
-                self._last_seq = seq  # nobody else wrote in between: nothing else to load
+        for entry_id in gone:
+            self._unindex(entry_id)
+        for entry in kept:
+            self._index(entry, keys[entry.entry_id])
+        if seqs and seqs[0] == self._last_seq + 1:
+            self._last_seq = seqs[-1]  # nobody else wrote in between: nothing else to load
         return victims
 
     def get(self, scope: str, entry_id: str) -> Entry | None:
@@ -215,15 +219,6 @@ class RedisTier(Tier):
         self._unindex(entry.entry_id)
         self._budget.adopt(entry.entry_id, entry.size)
         self._index(entry, self.key(entry.scope, entry.entry_id))
-
-    def _undo_admit(self, entry_id: str, before: int | None, victims: list[str]) -> None:
-        """Put the budget's contents back as they were before a failed write."""
-        self._budget.remove(entry_id)
-        restore = [(v, self._known[v].size) for v in victims if v in self._known]
-        if before is not None:
-            restore.append((entry_id, before))
-        for key, size in restore:
-            self._budget.adopt(key, size)
 
     def _fetch(self, keys: list[bytes]) -> list[dict[bytes, bytes]]:
         pipe = self._db.pipeline(transaction=False)

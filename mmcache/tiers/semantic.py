@@ -40,9 +40,9 @@ class SemanticTier(MemoryTier):
         super().close()
         self.index = SemanticIndex(self.index.spec, self.index.precheck)
 
-    def _store(self, entry: Entry) -> None:
-        super()._store(entry)
-        self.index.add(entry.scope, entry.entry_id, entry.embeddings)
+    def _store(self, entries: list[Entry]) -> None:
+        super()._store(entries)
+        self.index.add_many((e.scope, e.entry_id, e.embeddings) for e in entries)
 
     def _drop(self, entry_id: str) -> bool:
         entry = self._entries.pop(entry_id, None)

@@ -6,22 +6,23 @@ The vector index (:class:`mmcache.tiers.vectors.SemanticIndex`) is rebuilt from
 the file on open. With ``shared=True`` (other processes write the same file)
 every lookup first loads rows committed by others (``PRAGMA data_version``).
 
-Durability: each put is one transaction. ``synchronous="NORMAL"`` (default) in
-WAL mode survives a killed process; ``"FULL"`` also survives power loss.
+Durability: each put, and each ``put_many`` batch, is one transaction.
+``synchronous="NORMAL"`` (default) in WAL mode survives a killed process;
+``"FULL"`` also survives power loss.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import ConfigError, StorageError
 from ..policies import EvictionPolicy
 from ..types import Entry
-from .base import Budget, Candidate, Capacity, Tier
+from .base import Budget, Candidate, Capacity, Tier, admit_all, gone_ids
 from .codec import (decode_label, decode_value, encode_label, encode_value, vector_from_bytes,
                     vector_to_bytes)
 from .vectors import IndexSpec, SemanticIndex
@@ -61,7 +62,8 @@ class SQLiteTier(Tier):
         self.synchronous = synchronous.upper()
         self._budget = Budget(capacity, policy)
         self.index = SemanticIndex(spec, precheck=precheck)
-        self._scopes: dict[str, tuple[str, tuple[str, ...]]] = {}
+        #: entry id -> (scope, modalities, size) of every entry held.
+        self._scopes: dict[str, tuple[str, tuple[str, ...], int]] = {}
         self._last_rowid = 0
         self._data_version = -1
         self._db = self._connect()
@@ -78,32 +80,31 @@ class SQLiteTier(Tier):
         return len(self._budget.sizes), self._budget.nbytes
 
     def put(self, entry: Entry) -> list[str]:
-        tag, payload = encode_value(entry.value)
-        label = encode_label(entry.ground_truth)
-        vectors = [(entry.entry_id, m, len(v), vector_to_bytes(v))
-                   for m, v in entry.embeddings.items()]
+        return self.put_many([entry])
+
+    def put_many(self, entries: Sequence[Entry]) -> list[str]:
+        """Store ``entries`` in one transaction; the budget admits them one by one first."""
+        rows = {e.entry_id: _row(e) for e in entries}  # SerializationError before any change
+        victims, kept = admit_all(self._budget, entries)
+        gone = gone_ids(victims, entries)
         try:
             with self._transaction():
-                self._db.execute("DELETE FROM entries WHERE entry_id = ?", (entry.entry_id,))
-                cur = self._db.execute(
+                self._db.executemany("DELETE FROM entries WHERE entry_id = ?",
+                                     [(g,) for g in gone])
+                self._db.executemany(
                     "INSERT INTO entries (entry_id, scope, exact_key, value_type, value, size, "
                     "created_at, expires_at, ground_truth) VALUES (?,?,?,?,?,?,?,?,?)",
-                    (entry.entry_id, entry.scope, entry.exact_key, tag, payload, entry.size,
-                     entry.created_at, entry.expires_at, label))
-                self._db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)", vectors)
-                victims = self._budget.admit(entry.entry_id, entry.size)
-                admitted = entry.entry_id in self._budget
-                self._db.executemany("DELETE FROM entries WHERE entry_id = ?",
-                                     [(v,) for v in victims + ([] if admitted else
-                                                               [entry.entry_id])])
+                    [rows[e.entry_id][0] for e in kept])
+                self._db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)",
+                                     [v for e in kept for v in rows[e.entry_id][1]])
+                last_rowid = self._db.execute("SELECT last_insert_rowid()").fetchone()[0]
         except sqlite3.Error as exc:
+            self._budget.restore(gone, {g: self._scopes[g][2] for g in gone if g in self._scopes})
             raise StorageError(f"L3 write to {self.path} failed: {exc}") from exc
-        self._last_rowid = max(self._last_rowid, cur.lastrowid or 0)
-        for victim in victims:
-            self._unindex(victim)
-        self._unindex(entry.entry_id)
-        if admitted:
-            self._index(entry.scope, entry.entry_id, entry.embeddings)
+        self._last_rowid = max(self._last_rowid, last_rowid or 0)
+        for entry_id in gone:
+            self._unindex(entry_id)
+        self._index([(e.scope, e.entry_id, e.embeddings, e.size) for e in kept])
         return victims
 
     def get(self, scope: str, entry_id: str) -> Entry | None:
@@ -176,7 +177,11 @@ class SQLiteTier(Tier):
     def _connect(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0)
+            # check_same_thread=False: a TieredCache shared between threads calls this tier
+            # from any of them, but only under its lock, so uses of the connection never
+            # overlap. Used on its own, a SQLiteTier still needs one thread at a time.
+            db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0,
+                                 check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(f"PRAGMA synchronous={self.synchronous}")
             db.execute("PRAGMA foreign_keys=ON")
@@ -221,7 +226,7 @@ class SQLiteTier(Tier):
                 vectors = self._embeddings(entry_id)
                 self._unindex(entry_id)
                 self._budget.adopt(entry_id, size)
-                self._index(scope, entry_id, vectors)
+                self._index([(scope, entry_id, vectors, size)])
                 self._last_rowid = max(self._last_rowid, row[0])
         except sqlite3.Error as exc:
             raise StorageError(f"L3 load from {self.path} failed: {exc}") from exc
@@ -237,9 +242,10 @@ class SQLiteTier(Tier):
                      value=decode_value(tag, payload), embeddings=embeddings, size=size,
                      created_at=created, expires_at=expires, ground_truth=decode_label(label))
 
-    def _index(self, scope: str, entry_id: str, vectors: Mapping[str, np.ndarray]) -> None:
-        self._scopes[entry_id] = (scope, tuple(vectors))
-        self.index.add(scope, entry_id, vectors)
+    def _index(self, items: list[tuple[str, str, Mapping[str, np.ndarray], int]]) -> None:
+        """Remember and index entries given as ``(scope, entry_id, vectors, size)``."""
+        self._scopes.update((eid, (scope, tuple(vecs), size)) for scope, eid, vecs, size in items)
+        self.index.add_many((scope, eid, vecs) for scope, eid, vecs, _ in items)
 
     def _unindex(self, entry_id: str) -> None:
         known = self._scopes.pop(entry_id, None)
@@ -249,6 +255,15 @@ class SQLiteTier(Tier):
     def _forget(self, entry_id: str) -> None:
         self._budget.remove(entry_id)
         self._unindex(entry_id)
+
+
+def _row(entry: Entry) -> tuple[tuple, list[tuple]]:
+    """The entry's ``entries`` row and its ``embeddings`` rows (SerializationError first)."""
+    tag, payload = encode_value(entry.value)
+    label = encode_label(entry.ground_truth)
+    return ((entry.entry_id, entry.scope, entry.exact_key, tag, payload, entry.size,
+             entry.created_at, entry.expires_at, label),
+            [(entry.entry_id, m, len(v), vector_to_bytes(v)) for m, v in entry.embeddings.items()])
 
 
 class _Transaction:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import faiss
 import numpy as np
@@ -88,23 +88,29 @@ class VectorIndex:
 
     def add(self, entry_id: str, vector: np.ndarray) -> None:
         """Store ``vector`` (unit norm, float32) for ``entry_id``, replacing any previous one."""
-        if entry_id in self._slot:
+        self.add_many([entry_id], np.asarray(vector)[None, :])
+
+    def add_many(self, entry_ids: Sequence[str], vectors: np.ndarray) -> None:
+        """Store row ``i`` of ``vectors`` (unit norm, float32) for ``entry_ids[i]`` (distinct
+        ids), replacing previous ones; the ANN index, if any, gets them in one ``add``."""
+        for entry_id in entry_ids:
             self.remove(entry_id)
-        slot = len(self._ids)
-        if slot == len(self._vecs):
-            grown = np.zeros((2 * slot, self.dim), dtype=np.float32)
-            grown[:slot] = self._vecs
-            self._vecs = grown
-        self._vecs[slot] = vector
-        self._ids.append(entry_id)
-        self._slot[entry_id] = slot
-        self.cap.include(self._vecs[slot])
+        start, count = len(self._ids), len(entry_ids)
+        if not count:
+            return
+        self._reserve(start + count)
+        rows = self._vecs[start:start + count]
+        rows[:] = vectors
+        self._ids.extend(entry_ids)
+        self._slot.update(zip(entry_ids, range(start, start + count)))
+        self._include(rows)
         if self._ann is not None:
-            self._ann.add(self._vecs[slot:slot + 1])
+            self._ann.add(rows)
         elif self._wants_ann():
             self._build_ann()
         if len(self._slot) >= self._refit_at:
-            self._refit_at *= 2
+            while len(self._slot) >= self._refit_at:
+                self._refit_at *= 2
             self.cap.refit(self._live_vectors())
 
     def remove(self, entry_id: str) -> bool:
@@ -141,6 +147,19 @@ class VectorIndex:
         found.sort(key=lambda pair: -pair[1])
         complete = kk >= n or float(scores[0][-1]) < floor
         return found, complete
+
+    def _reserve(self, slots: int) -> None:
+        """Grow the vector array (at least doubling) to hold ``slots`` slots."""
+        if slots > len(self._vecs):
+            grown = np.zeros((max(slots, 2 * len(self._vecs)), self.dim), dtype=np.float32)
+            grown[:len(self._ids)] = self._vecs[:len(self._ids)]
+            self._vecs = grown
+
+    def _include(self, rows: np.ndarray) -> None:
+        """Grow the spherical cap over ``rows``: the row farthest from its centre suffices."""
+        if self.cap.centre is None:
+            self.cap.include(rows[0])
+        self.cap.include(rows[int(np.argmin(rows @ self.cap.centre))])
 
     def _wants_ann(self) -> bool:
         return self.spec.index == "auto" and len(self._slot) >= self.spec.ann_min_size
@@ -215,11 +234,23 @@ class SemanticIndex:
 
     def add(self, scope: str, entry_id: str, vectors: Mapping[str, np.ndarray]) -> None:
         """Index every vector of one entry."""
-        for modality, vec in vectors.items():
+        self.add_many([(scope, entry_id, vectors)])
+
+    def add_many(self, items: Iterable[tuple[str, str, Mapping[str, np.ndarray]]]) -> None:
+        """Index every vector of many ``(scope, entry_id, vectors)`` entries, with one add
+        per (scope, modality) index; a later item replaces an earlier one's vector."""
+        groups: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+        for scope, entry_id, vectors in items:
+            for modality, vec in vectors.items():
+                group = groups.setdefault((scope, modality), {})
+                group.pop(entry_id, None)
+                group[entry_id] = vec
+        for (scope, modality), group in groups.items():
+            rows = np.stack(list(group.values()))
             idx = self._indexes.get((scope, modality))
             if idx is None:
-                idx = self._indexes[(scope, modality)] = VectorIndex(len(vec), self.spec)
-            idx.add(entry_id, vec)
+                idx = self._indexes[(scope, modality)] = VectorIndex(rows.shape[1], self.spec)
+            idx.add_many(list(group), rows)
 
     def remove(self, scope: str, entry_id: str, modalities: Iterable[str]) -> None:
         """Drop one entry's vectors."""

@@ -280,3 +280,55 @@ def test_every_live_policy_keeps_the_server_within_capacity(redis_url: str, poli
             assert len(tier) == entries == len(list(tier.scan()))
     finally:
         tier.close()
+
+
+def test_put_many_equals_one_put_each_and_other_clients_see_it(redis_url: str,
+                                                               prefix: str) -> None:
+    order = ["e0", "e1", "e2", "e1", "e3", "e4", "e0", "e5"]
+    batch = [entry(eid, value=f"v{i}", seed=i) for i, eid in enumerate(order)]
+    tiers = [RedisTier(redis_url, capacity=Capacity(max_entries=3), prefix=f"{prefix}-{name}")
+             for name in ("sequential", "bulk")]
+    sequential, bulk = tiers
+    try:
+        victims = [v for e in batch for v in sequential.put(e)]
+        assert bulk.put_many(batch) == victims
+        assert bulk.usage() == sequential.usage() == (3, 300)
+        assert sorted(bulk.ids()) == sorted(sequential.ids()) == ["e0", "e4", "e5"]
+        assert bulk.get("tenant-a", "e0").value == "v6"
+        other = RedisTier(redis_url, prefix=bulk.prefix)
+        assert sorted(other.ids()) == ["e0", "e4", "e5"] and len(other) == 3
+        assert [c.entry_id for c in other.search("tenant-a", {"text": unit(7)},
+                                                 {"text": 0.99})] == ["e5"]
+        other.close()
+    finally:
+        for tier in tiers:
+            tier.close()
+
+
+def test_tiered_cache_put_many_over_redis_equals_one_put_each(redis_url: str,
+                                                              prefix: str) -> None:
+    import mmcache
+
+    caches = [mmcache.TieredCache({"l1": {"max_entries": 2}, "l2": {"max_entries": 3},
+                                   "l3": {"backend": "redis", "url": redis_url, "max_entries": 4,
+                                          "options": {"prefix": f"{prefix}-{name}"}}})
+              for name in ("sequential", "bulk")]
+    sequential, bulk = caches
+    keys = [0, 1, 2, 1, 3, 4, 5, 0, 6]
+    queries = [mmcache.Query(embeddings={"text": unit(k)}, scope="t") for k in keys]
+    values = [f"v{i}" for i in range(len(keys))]
+    try:
+        ids = [sequential.put(q, v) for q, v in zip(queries, values)]
+        assert bulk.put_many(queries, values) == ids
+        for cache in caches:
+            assert cache.usage() == {"l1": (2, 2 * 66), "l2": (3, 3 * 66), "l3": (4, 4 * 66)}
+        assert {t.name: sorted(t.ids()) for t in bulk.tiers} == \
+            {t.name: sorted(t.ids()) for t in sequential.tiers}
+        answers = [[None if hit is None else (hit.value, hit.tier) for hit in map(c.get, queries)]
+                   for c in caches]
+        assert answers[0] == answers[1]
+        assert bulk.metrics.puts == sequential.metrics.puts
+        assert bulk.metrics.evictions == sequential.metrics.evictions
+    finally:
+        for cache in caches:
+            cache.close()

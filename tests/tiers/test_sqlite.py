@@ -94,3 +94,48 @@ def test_bad_settings_and_unopenable_files(tmp_path):
     (tmp_path / "junk.db").write_bytes(b"this is not a database" * 100)
     with pytest.raises(StorageError):
         SQLiteTier(tmp_path / "junk.db")
+
+
+def test_put_many_is_one_transaction_and_equals_one_put_each(tmp_path):
+    rng = np.random.default_rng(7)
+    batch = [entry(i % 6, rng, value={"v": i}) for i in range(10)]   # ids 0..3 twice
+    tiers = [SQLiteTier(tmp_path / f"{name}.db", Capacity(max_entries=4))
+             for name in ("sequential", "bulk")]
+    sequential, bulk = tiers
+    victims = [v for e in batch for v in sequential.put(e)]
+    assert bulk.put_many(batch) == victims
+    assert bulk.usage() == sequential.usage() == (4, 400)
+    assert sorted(bulk.ids()) == sorted(sequential.ids()) == ["s-0", "s-1", "s-2", "s-3"]
+    assert bulk.get("s", "s-2").value == {"v": 8}
+    for tier in tiers:
+        tier.close()
+    reopened = SQLiteTier(tmp_path / "bulk.db", Capacity(max_entries=4))
+    assert reopened.get("s", "s-3").value == {"v": 9}
+    found = reopened.search("s", {"text": batch[9].embeddings["text"]}, {"text": 0.99})
+    assert [c.entry_id for c in found] == ["s-3"]
+    reopened.close()
+
+
+def test_failed_put_many_restores_budget_file_and_index(tmp_path, monkeypatch):
+    rng = np.random.default_rng(8)
+    tier = SQLiteTier(tmp_path / "c.db", Capacity(max_entries=3))
+    kept = [entry(i, rng) for i in range(3)]
+    tier.put_many(kept)
+    before = tier.usage(), sorted(tier.ids())
+
+    class Broken:
+        def __enter__(self):
+            raise sqlite3.OperationalError("disk I/O error (simulated)")
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(tier, "_transaction", Broken)
+    with pytest.raises(StorageError, match="L3 write .* failed"):
+        tier.put_many([entry(i, rng) for i in range(1, 6)])
+    monkeypatch.undo()
+    assert (tier.usage(), sorted(tier.ids())) == before
+    assert [c.entry_id for c in tier.search("s", {"text": kept[0].embeddings["text"]},
+                                            {"text": 0.99})] == ["s-0"]
+    assert len(tier.put(entry(9, rng))) == 1 and len(tier) == 3   # the budget still evicts
+    tier.close()

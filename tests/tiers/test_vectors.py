@@ -108,3 +108,40 @@ def test_spherical_cap_precheck_never_hides_a_hit(seed, spread, floor):
         q = near(rng, centre, rng.uniform(-1, 1))
         if not cap.may_reach(q, floor):
             assert float((vectors @ q).max()) < floor
+
+
+@pytest.mark.parametrize("spec", [IndexSpec(index="flat"),
+                                  IndexSpec(ann_min_size=50, ann_factory="HNSW16")],
+                         ids=["flat", "auto-crossing-to-ann"])
+def test_add_many_stores_what_one_add_each_would(spec):
+    rng = np.random.default_rng(5)
+    data = np.stack([unit(rng, DIM) for _ in range(120)])
+    ids = [f"e{i % 90}" for i in range(120)]          # 30 ids written twice: the later wins
+    one_by_one, bulk = VectorIndex(DIM, spec), VectorIndex(DIM, spec)
+    for entry_id, vec in zip(ids[:20], data[:20]):
+        one_by_one.add(entry_id, vec)
+        bulk.add(entry_id, vec)
+    for entry_id, vec in zip(ids[20:], data[20:]):
+        one_by_one.add(entry_id, vec)
+    latest = dict(zip(ids[20:], data[20:]))
+    bulk.add_many(list(latest), np.stack(list(latest.values())))
+    assert len(bulk) == len(one_by_one) == 90 and bulk.uses_ann == one_by_one.uses_ann
+    for entry_id in latest:
+        assert np.array_equal(bulk.vector(entry_id), one_by_one.vector(entry_id))
+    for vec in data:
+        assert bulk.cap.may_reach(vec, 0.999)       # the cap still contains every vector
+        query = near(rng, vec, 0.999)
+        found, expected = bulk.search(query, 0.99, 1)[0], one_by_one.search(query, 0.99, 1)[0]
+        assert [i for i, _ in found] == [i for i, _ in expected]
+
+
+def test_semantic_index_add_many_groups_by_scope_and_modality():
+    rng = np.random.default_rng(6)
+    vecs = [unit(rng, DIM) for _ in range(4)]
+    index = SemanticIndex(IndexSpec(index="flat"))
+    index.add_many([("a", "x", {"text": vecs[0], "image": vecs[1]}), ("b", "y", {"text": vecs[2]}),
+                    ("a", "x", {"text": vecs[3]})])
+    assert len(index.index("a", "text")) == 1 and len(index.index("b", "text")) == 1
+    assert np.array_equal(index.index("a", "text").vector("x"), vecs[3])
+    assert np.array_equal(index.index("a", "image").vector("x"), vecs[1])
+    assert index.search("b", {"text": vecs[0]}, {"text": 0.9}) == []
