@@ -32,7 +32,7 @@ import numpy as np
 from .errors import ConfigError
 from .policies import make_policy
 from .types import MODALITIES
-from .workload import EMBEDDING_KIND, Workload
+from .workload import Workload
 
 #: Nominal link / device bandwidths in GB/s (assumptions, not measurements): HBM3 on-device,
 #: NVLink 4 per link as seed 000 §2.3 states it, PCIe 4.0 x16 effective, NVMe SSD read,
@@ -176,14 +176,15 @@ class _VectorIndex:
 
 
 class _Tier:
-    """A tier's resident entries (key → (size, intent, modality, vector)) under one policy."""
+    """A tier's resident entries (key → (size, intent, modality, vector)) under one policy;
+    a semantic tier keeps one vector index per modality, of that modality's ``dims``."""
 
-    def __init__(self, spec: TierSpec, dim: int) -> None:
+    def __init__(self, spec: TierSpec, dims: Sequence[int]) -> None:
         self.spec = spec
         self.policy = make_policy(spec.policy, capacity=spec.capacity_bytes)
         self.entries: dict[int, tuple[int, int, int, np.ndarray | None]] = {}
         self.used = 0
-        self.index = [_VectorIndex(dim) for _ in MODALITIES] if spec.match == "semantic" else None
+        self.index = [_VectorIndex(d) for d in dims] if spec.match == "semantic" else None
 
     def find(self, key: int, modality: int, vec: np.ndarray | None) -> int | None:
         if key in self.entries:
@@ -253,7 +254,8 @@ def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel 
     tiers = tuple(tiers)
     if not tiers or len({t.name for t in tiers}) != len(tiers):
         raise ConfigError("tiers must be a non-empty sequence with distinct names")
-    state = [_Tier(spec, workload.config.dim) for spec in tiers]
+    dims = [workload.dim(m) for m in MODALITIES]
+    state = [_Tier(spec, dims) for spec in tiers]
     keys = workload.exact_keys().astype(np.int64)
     next_use = _NextUse(keys)
     intent, modality, size = (workload.intent.tolist(), workload.modality.tolist(),
@@ -377,7 +379,8 @@ def _report(workload: Workload, names: Sequence[str], latency: LatencyModel,
         sla_ms=latency.sla_ms, sla_violation_rate=float((lat_ms > latency.sla_ms).mean()),
         limits={} if capacity is None else
         replay_limits(workload, capacity, policy) | {"capacity_bytes": capacity},
-        provenance={"workload": workload.describe(), "embeddings": EMBEDDING_KIND, **setup,
+        provenance={"workload": workload.describe(), "embeddings": workload.embedding_kinds(),
+                    **setup,
                     "latency_model": {**asdict(latency),
                                       "kind": "assumed constants, not measured"}},
         latencies_ms=lat_ms)

@@ -14,7 +14,10 @@ intents cluster in topics; two variants of one intent have cosine about
 variants of sibling intents (same topic) about ``paraphrase_cos * sibling_cos``;
 unrelated ones about 0 (± 1/sqrt(dim)). Timing
 is synthetic too (Poisson arrivals at ``qps``). Real text comes from ShareGPT
-prompts when the caller passes them (see :mod:`mmcache.datasets.prompts`).
+prompts when the caller passes them (see :mod:`mmcache.datasets.prompts`), and
+:meth:`Workload.with_text_encoder` swaps the synthetic text vectors for a real
+encoder's embeddings of exactly those texts (image and audio stay synthetic;
+:meth:`Workload.embedding_kinds` says which is which).
 
 :func:`zipf_trace` draws an object trace (ids + sizes) in the same
 :class:`mmcache.replay.Trace` layout that :func:`mmcache.replay.read_oracle_general` returns.
@@ -22,18 +25,22 @@ prompts when the caller passes them (see :mod:`mmcache.datasets.prompts`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, InvalidEmbeddingError, InvalidInputError
 from .types import MODALITIES, Query
+
+if TYPE_CHECKING:
+    from .encoders import Encoder, EmbeddingStore
 
 #: How the workload's vectors were made; print it next to results that use them.
 EMBEDDING_KIND = "synthetic (seeded random vectors with controlled paraphrase similarity)"
 #: How the workload's arrival times were made.
 TIMING_KIND = "synthetic (Poisson arrivals; bursts and sessions drawn by the generator)"
+_TEXT = MODALITIES.index("text")
 
 _TEXT_REWRITES: tuple[Callable[[str], str], ...] = (
     lambda s: s,
@@ -116,13 +123,34 @@ class SpeechVariant:
 
 
 @dataclass(frozen=True, eq=False)
+class TextEmbeddings:
+    """Real text vectors of a workload: one row per distinct query text, from one encoder.
+
+    ``rows`` maps (intent, variant) of every text query to its text's row of
+    ``vectors``; ``prompts`` are the prompts the texts were made from; ``kind``
+    says which encoder embedded which texts.
+    """
+
+    encoder_id: str
+    kind: str
+    prompts: tuple[str, ...]
+    rows: Mapping[tuple[int, int], int]
+    vectors: np.ndarray
+
+    def vector(self, intent: int, variant: int) -> np.ndarray:
+        """The unit vector of the text of (intent, variant)."""
+        return self.vectors[self.rows[(intent, variant)]]
+
+
+@dataclass(frozen=True, eq=False)
 class Workload:
     """A generated query stream, one row per query (columns are numpy arrays).
 
     ``intent`` is the ground truth (ids >= ``config.n_intents`` are novel, each
     unique); ``modality`` indexes :data:`mmcache.types.MODALITIES`; ``variant``
     is the paraphrase variant; ``size`` is the byte size of the answer (one per
-    intent); ``time`` is the synthetic arrival time in seconds.
+    intent); ``time`` is the synthetic arrival time in seconds; ``real_text``
+    holds real text vectors (see :meth:`with_text_encoder`), ``None`` for synthetic.
     """
 
     config: WorkloadConfig
@@ -134,6 +162,7 @@ class Workload:
     burst: np.ndarray
     time: np.ndarray
     size: np.ndarray
+    real_text: TextEmbeddings | None = field(default=None, repr=False)
     _vectors: dict = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
@@ -164,12 +193,59 @@ class Workload:
         ids = self.exact_keys() if key == "exact" else self.intent.astype(np.uint64)
         return make_trace(ids, self.size, np.floor(self.time).astype(np.int64))
 
-    def embedding(self, i: int) -> np.ndarray:
-        """Query ``i``'s synthetic unit vector (float32) in its own modality's space.
+    def with_text_encoder(self, encoder: Encoder, prompts: Sequence[str], *,
+                          store: EmbeddingStore | None = None,
+                          source: str = "real ShareGPT prompts") -> Workload:
+        """This stream with real text vectors: ``encoder``'s embedding of each text query's text.
 
-        Equal for queries with the same (intent, modality, variant); kept once computed.
+        A text query's text is what :meth:`query` gives it,
+        ``text_variant(prompts[intent % len(prompts)], variant)``; each distinct
+        text is encoded once (batched), through ``store`` when given. Image and
+        audio vectors stay synthetic. ``source`` names the prompts in the
+        provenance (:meth:`embedding_kinds`). Raises :class:`ConfigError` for a
+        non-text encoder, :class:`InvalidInputError` for no prompts or a blank one,
+        :class:`InvalidEmbeddingError` when the encoder returns no unit vectors of its dim.
+        """
+        if getattr(encoder, "modality", None) != "text":
+            raise ConfigError(f"with_text_encoder needs a text encoder, got modality "
+                              f"{getattr(encoder, 'modality', None)!r}")
+        prompts = _checked_prompts(prompts)
+        is_text = self.modality == _TEXT
+        pairs = sorted(set(zip(self.intent[is_text].tolist(), self.variant[is_text].tolist())))
+        texts = [text_variant(prompts[intent % len(prompts)], v) for intent, v in pairs]
+        distinct = sorted(set(texts), key=lambda t: (len(t), t))  # similar lengths pad little
+        row = {t: k for k, t in enumerate(distinct)}
+        real = TextEmbeddings(
+            encoder_id=encoder.encoder_id,
+            kind=f"{encoder.encoder_id} on {source} with templated rewrites",
+            prompts=prompts, rows={pair: row[t] for pair, t in zip(pairs, texts)},
+            vectors=_encode_texts(encoder, distinct, store))
+        return replace(self, real_text=real, _vectors=dict(self._vectors))
+
+    def embedding_kinds(self) -> dict[str, str]:
+        """How each modality's vectors were made (synthetic, or which encoder on which texts)."""
+        kinds = dict.fromkeys(MODALITIES, EMBEDDING_KIND)
+        if self.real_text is not None:
+            kinds["text"] = self.real_text.kind
+        return kinds
+
+    def dim(self, modality: str) -> int:
+        """The vector dimension of ``modality``'s queries."""
+        if modality not in MODALITIES:
+            raise ConfigError(f"unknown modality {modality!r}; known: {MODALITIES}")
+        if modality == "text" and self.real_text is not None:
+            return int(self.real_text.vectors.shape[1])
+        return self.config.dim
+
+    def embedding(self, i: int) -> np.ndarray:
+        """Query ``i``'s unit vector (float32) in its own modality's space.
+
+        Equal for queries with the same (intent, modality, variant); synthetic
+        ones are kept once computed.
         """
         m, intent, topic = int(self.modality[i]), int(self.intent[i]), int(self.topic[i])
+        if m == _TEXT and self.real_text is not None:
+            return self.real_text.vector(intent, int(self.variant[i]))
         key = (intent, m, int(self.variant[i]))
         if key not in self._vectors:
             self._vectors[key] = self._draw_embedding(m, intent, topic, key[2])
@@ -190,38 +266,57 @@ class Workload:
         return vec
 
     def embeddings(self, indices: Sequence[int] | None = None) -> np.ndarray:
-        """Stacked synthetic vectors of the given queries (all by default), float32."""
-        idx = range(len(self)) if indices is None else indices
+        """Stacked vectors of the given queries (all by default), float32.
+
+        Raises :class:`ConfigError` when their modalities have different dims.
+        """
+        idx = np.arange(len(self)) if indices is None else np.asarray(indices, dtype=np.int64)
+        dims = {self.dim(MODALITIES[k]) for k in np.unique(self.modality[idx])}
+        _check(len(dims) <= 1, f"these queries' modalities have different dims {sorted(dims)}; "
+                               "stack one modality at a time")
         return np.stack([self.embedding(int(i)) for i in idx]) if len(idx) else \
-            np.zeros((0, self.config.dim), np.float32)
+            np.zeros((0, dims.pop() if dims else self.config.dim), np.float32)
 
     def pair_similarities(self, sample: int = 2_000) -> dict[str, np.ndarray]:
         """Cosines between same-modality pairs among the first ``sample`` queries, by kind:
         ``paraphrase`` (same intent, other variant), ``sibling`` (other intent, same topic)
-        and ``unrelated`` (other topic)."""
+        and ``unrelated`` (other topic). Topics are the generator's; real text ignores them."""
         n = min(sample, len(self))
-        sims = self.embeddings(range(n)) @ self.embeddings(range(n)).T
-        i, m, v, t = (x[:n] for x in (self.intent, self.modality, self.variant, self.topic))
-        upper = np.triu(np.ones((n, n), dtype=bool), 1) & (m[:, None] == m[None])
-        same = i[:, None] == i[None]
-        return {"paraphrase": sims[upper & same & (v[:, None] != v[None])],
-                "sibling": sims[upper & ~same & (t[:, None] == t[None])],
-                "unrelated": sims[upper & (t[:, None] != t[None])]}
+        out: dict[str, list[np.ndarray]] = {"paraphrase": [], "sibling": [], "unrelated": []}
+        for k in np.unique(self.modality[:n]):
+            idx = np.flatnonzero(self.modality[:n] == k)
+            emb = self.embeddings(idx)
+            sims = emb @ emb.T
+            i, v, t = self.intent[idx], self.variant[idx], self.topic[idx]
+            upper = np.triu(np.ones((idx.size, idx.size), dtype=bool), 1)
+            same = i[:, None] == i[None]
+            out["paraphrase"].append(sims[upper & same & (v[:, None] != v[None])])
+            out["sibling"].append(sims[upper & ~same & (t[:, None] == t[None])])
+            out["unrelated"].append(sims[upper & (t[:, None] != t[None])])
+        return {kind: np.concatenate(parts) if parts else np.zeros(0, np.float32)
+                for kind, parts in out.items()}
 
     def query(self, i: int, *, prompts: Sequence[str] | None = None, scope: str = "bench",
               images: Callable[[int], np.ndarray] | None = None,
               speech: Callable[[int, SpeechVariant], np.ndarray] | None = None) -> Query:
-        """Query ``i`` as an :class:`mmcache.types.Query` with its synthetic embedding.
+        """Query ``i`` as an :class:`mmcache.types.Query` with its embedding.
 
         Text queries get a templated rewrite of ``prompts[intent % len(prompts)]``
         when ``prompts`` is given (pass one per intent id, novel ones included, for
-        distinct texts); image queries get the variant of photo ``images(intent)`` when
-        ``images`` (a photo loader) is given; audio queries get ``speech(intent,
-        speech_variant(variant))`` (16 kHz float32, e.g. espeak-ng through
-        :func:`mmcache.datasets.speech.synthesize`). ``ground_truth`` is the intent id.
+        distinct texts; a workload from :meth:`with_text_encoder` uses its own
+        prompts and raises :class:`ConfigError` for others); image queries get the
+        variant of photo ``images(intent)`` when ``images`` (a photo loader) is
+        given; audio queries get ``speech(intent, speech_variant(variant))`` (16 kHz
+        float32, e.g. espeak-ng through :func:`mmcache.datasets.speech.synthesize`).
+        ``ground_truth`` is the intent id.
         """
         m = MODALITIES[int(self.modality[i])]
         intent, variant = int(self.intent[i]), int(self.variant[i])
+        if self.real_text is not None:
+            if prompts is not None and tuple(prompts) != self.real_text.prompts:
+                raise ConfigError("this workload's text vectors embed its own prompts; "
+                                  "pass no prompts (or the same ones)")
+            prompts = self.real_text.prompts
         text = image = audio = None
         if m == "text" and prompts:
             text = text_variant(prompts[intent % len(prompts)], variant)
@@ -238,7 +333,7 @@ class Workload:
         return {"config": {**asdict(self.config), "modality_mix": dict(self.config.modality_mix)},
                 "n_queries": len(self), "n_distinct_intents": int(np.unique(self.intent).size),
                 "novel_share": float(self.novel.mean()), "per_modality": mods,
-                "embeddings": EMBEDDING_KIND, "timing": TIMING_KIND}
+                "embeddings": self.embedding_kinds(), "timing": TIMING_KIND}
 
 
 def generate(config: WorkloadConfig | None = None, **overrides) -> Workload:
@@ -325,6 +420,36 @@ def apply_image_variant(pixels: np.ndarray, spec: ImageVariant) -> np.ndarray:
     rows = np.minimum((np.arange(oh) + 0.5) * ch / oh, ch - 1).astype(int)
     cols = np.minimum((np.arange(ow) + 0.5) * cw / ow, cw - 1).astype(int)
     return np.clip(img[rows][:, cols], 0, 255).astype(np.uint8)
+
+
+def _checked_prompts(prompts: Sequence[str]) -> tuple[str, ...]:
+    """The prompts as a tuple; raises InvalidInputError for none or a blank / non-string one."""
+    if isinstance(prompts, str):
+        raise InvalidInputError("prompts must be a sequence of texts, not one string")
+    out = tuple(prompts)
+    if not out:
+        raise InvalidInputError("prompts must not be empty")
+    for k, p in enumerate(out):
+        if not isinstance(p, str) or not p.strip():
+            raise InvalidInputError(f"prompt #{k} is {p!r}; expected a non-empty string")
+    return out
+
+
+def _encode_texts(encoder: Encoder, texts: list[str],
+                  store: EmbeddingStore | None) -> np.ndarray:
+    """Read-only ``(len(texts), encoder.dim)`` unit vectors of ``texts`` (via ``store`` if any)."""
+    if not texts:
+        vectors = np.zeros((0, encoder.dim), np.float32)
+    else:
+        raw = store.encode(encoder, texts) if store is not None else encoder.encode(texts)
+        vectors = np.asarray(raw, dtype=np.float32)
+        if vectors.shape != (len(texts), encoder.dim) or not np.isfinite(vectors).all() \
+                or not np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3):
+            raise InvalidEmbeddingError(
+                f"encoder {encoder.encoder_id!r} returned shape {vectors.shape} (or values that "
+                f"are not finite unit vectors); expected ({len(texts)}, {encoder.dim}) unit rows")
+    vectors.flags.writeable = False
+    return vectors
 
 
 def _drifting_zipf(rng: np.random.Generator, cfg: WorkloadConfig) -> np.ndarray:

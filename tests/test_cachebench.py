@@ -126,3 +126,32 @@ def test_replay_through_a_tiered_cache():
     assert sum(loose.hit_rate_per_tier.values()) == pytest.approx(loose.hit_rate)
     with _tiered(cap, 0.1) as cache, pytest.raises(ConfigError, match="l2"):
         replay_cache(w, cache, costs={"l1": (1.0, 10.0)})
+
+
+
+def test_replay_with_real_text_vectors_of_another_dim():
+    from mmcache.encoders import HashingTestEncoder
+
+    stand_in = HashingTestEncoder("text", 40)  # test stand-in: equal texts, equal vectors
+    mixed = generate(n_queries=1_000, n_intents=100, modality_mix={"text": 0.6, "image": 0.4},
+                     seed=5)
+    real = mixed.with_text_encoder(stand_in, [f"prompt {k}" for k in range(mixed.intent.max() + 1)])
+    tiers = [TierSpec("L2", int(mixed.size.sum() // 5), match="semantic", threshold=0.9)]
+    report = replay(real, tiers, limits=False)  # 40-d text index, 128-d image index
+    assert report.provenance["embeddings"]["text"].startswith(stand_in.encoder_id)
+    assert report.provenance["embeddings"]["image"].startswith("synthetic")
+    assert report.hit_rate_per_modality["text"] > 0 and report.hit_rate_per_modality["image"] > 0
+
+
+def test_real_text_false_hits_come_from_intents_sharing_a_text():
+    from mmcache.encoders import HashingTestEncoder
+
+    stand_in = HashingTestEncoder("text", 40)  # test stand-in: knows no meaning, only equality
+    w = generate(n_queries=1_500, n_intents=120, modality_mix={"text": 1.0}, seed=5)
+    tiers = [TierSpec("L2", int(w.size.sum() // 5), match="semantic", threshold=0.9)]
+    own = replay(w.with_text_encoder(stand_in, [f"prompt {k}" for k in range(w.intent.max() + 1)]),
+                 tiers, limits=False)
+    shared = replay(w.with_text_encoder(stand_in, ["one prompt", "another prompt"]), tiers,
+                    limits=False)
+    assert own.false_hit_rate == 0.0 and own.hit_rate > 0.1
+    assert shared.false_hit_rate > 0.1 and shared.hit_rate > own.hit_rate

@@ -7,10 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmcache.errors import ConfigError
+from mmcache.encoders import EmbeddingStore, HashingTestEncoder
+from mmcache.errors import ConfigError, InvalidEmbeddingError, InvalidInputError
 from mmcache.types import MODALITIES
-from mmcache.workload import (ImageVariant, WorkloadConfig, apply_image_variant, generate,
-                              image_variant, speech_variant, text_variant, zipf_trace)
+from mmcache.workload import (EMBEDDING_KIND, ImageVariant, WorkloadConfig, apply_image_variant,
+                              generate, image_variant, speech_variant, text_variant, zipf_trace)
 
 
 @pytest.fixture(scope="module")
@@ -168,3 +169,122 @@ def test_queries_carry_real_photo_and_speech_variants():
         f"intent number {intent}", v.voice, v.rate_wpm).audio)
     assert said.audio is not None and said.audio.dtype == np.float32 and said.audio.size > 8000
     assert said.modalities() == ("audio",) and said.ground_truth == int(w.intent[audio_i])
+
+
+class RecordingTextStandIn(HashingTestEncoder):
+    """Test stand-in text encoder: the hashing stand-in, recording every text it encodes."""
+
+    def __init__(self, dim: int = 48) -> None:
+        super().__init__("text", dim)
+        self.seen: list[str] = []
+
+    def encode(self, inputs):
+        self.seen.extend(inputs)
+        return super().encode(inputs)
+
+
+# Unpunctuated prompts make some rewrites coincide ("as written" == "punctuation stripped"), and
+# fewer prompts than intents make intents share texts: both must share one vector.
+PROMPTS = ["what is a cache", "How do I reset my password?", "explain FAISS", "hello there"]
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    return generate(n_queries=500, n_intents=40, modality_mix={"text": 0.7, "image": 0.3}, seed=8)
+
+
+def test_real_text_vectors_are_the_encoders_vectors_of_the_query_texts(mixed):
+    encoder = RecordingTextStandIn()
+    real = mixed.with_text_encoder(encoder, PROMPTS, source="test prompts")
+    text_rows = np.flatnonzero(mixed.modality == MODALITIES.index("text"))
+    texts = [real.query(int(i)).text for i in text_rows]
+    assert texts == [text_variant(PROMPTS[int(mixed.intent[i]) % 4], int(mixed.variant[i]))
+                     for i in text_rows]
+    assert sorted(encoder.seen) == sorted(set(texts))  # each distinct text encoded once
+    vectors = {}
+    for i, text in zip(text_rows, texts):
+        vec = real.embedding(int(i))
+        assert np.array_equal(vec, vectors.setdefault(text, vec))
+        assert np.array_equal(real.query(int(i)).embeddings["text"], vec)
+    assert len(vectors) < len(set(zip(mixed.intent[text_rows], mixed.variant[text_rows])))
+    fresh = HashingTestEncoder("text", 48)
+    np.testing.assert_allclose(np.stack(list(vectors.values())),
+                               fresh.encode(list(vectors)), atol=1e-6)
+    image = int(np.flatnonzero(mixed.modality == MODALITIES.index("image"))[0])
+    assert np.array_equal(real.embedding(image), mixed.embedding(image))
+
+
+def test_provenance_names_the_encoder_and_keeps_other_modalities_synthetic(mixed):
+    encoder = RecordingTextStandIn()
+    real = mixed.with_text_encoder(encoder, PROMPTS)
+    kinds = real.embedding_kinds()
+    assert kinds["text"] == f"{encoder.encoder_id} on real ShareGPT prompts with templated rewrites"
+    assert kinds["image"] == kinds["audio"] == EMBEDDING_KIND
+    assert real.describe()["embeddings"] == kinds
+    assert real.dim("text") == 48 and real.dim("image") == mixed.config.dim == 128
+    assert mixed.real_text is None and set(mixed.embedding_kinds().values()) == {EMBEDDING_KIND}
+    assert mixed.dim("text") == 128
+
+
+def test_store_encodes_each_text_once_across_calls(mixed, tmp_path):
+    first, second = RecordingTextStandIn(), RecordingTextStandIn()
+    store = EmbeddingStore(tmp_path)
+    a = mixed.with_text_encoder(first, PROMPTS, store=store)
+    b = mixed.with_text_encoder(second, PROMPTS, store=EmbeddingStore(tmp_path))
+    assert first.seen and len(first.seen) == len(set(first.seen)) and second.seen == []
+    assert np.array_equal(a.real_text.vectors, b.real_text.vectors)
+
+
+def test_mixed_dims_stack_per_modality_only(mixed):
+    real = mixed.with_text_encoder(RecordingTextStandIn(), PROMPTS)
+    with pytest.raises(ConfigError, match="different dims"):
+        real.embeddings()
+    text_rows = np.flatnonzero(real.modality == MODALITIES.index("text"))[:20]
+    assert real.embeddings(text_rows).shape == (20, 48)
+    pairs = real.pair_similarities(300)  # within each modality, each in its own dim
+    assert np.isclose(pairs["paraphrase"], 1.0, atol=1e-5).any()  # rewrites that coincide
+
+
+class WrongDimStandIn(RecordingTextStandIn):
+    """Test stand-in that says 48-d but returns 47-d vectors."""
+
+    def encode(self, inputs):
+        return super().encode(inputs)[:, :47]
+
+
+@pytest.mark.parametrize("encoder, prompts, error", [
+    (HashingTestEncoder("image", 48), PROMPTS, ConfigError),
+    (RecordingTextStandIn(), [], InvalidInputError),
+    (RecordingTextStandIn(), ["fine", "  "], InvalidInputError),
+    (RecordingTextStandIn(), "one string", InvalidInputError),
+    (WrongDimStandIn(), PROMPTS, InvalidEmbeddingError),
+])
+def test_bad_encoder_or_prompts_raise_and_leave_the_workload_synthetic(mixed, encoder, prompts,
+                                                                       error):
+    with pytest.raises(error):
+        mixed.with_text_encoder(encoder, prompts)
+    assert mixed.real_text is None
+
+
+def test_queries_of_a_real_text_workload_refuse_other_prompts(mixed):
+    real = mixed.with_text_encoder(RecordingTextStandIn(), PROMPTS)
+    i = int(np.flatnonzero(mixed.modality == MODALITIES.index("text"))[0])
+    assert real.query(i, prompts=list(PROMPTS)).text == real.query(i).text
+    with pytest.raises(ConfigError, match="own prompts"):
+        real.query(i, prompts=["something else"])
+
+
+def test_minilm_on_sharegpt_prompts():
+    from mmcache.datasets.prompts import load_prompts
+    from mmcache.encoders import get_encoder
+
+    w = generate(n_queries=60, n_intents=20, modality_mix={"text": 1.0}, seed=1)
+    minilm = get_encoder("minilm")
+    real = w.with_text_encoder(minilm, load_prompts(int(w.intent.max()) + 1))
+    assert real.dim("text") == 384 and "minilm:all-MiniLM-L6-v2/" in real.embedding_kinds()["text"]
+    pairs = real.pair_similarities()
+    assert pairs["paraphrase"].size and pairs["unrelated"].size
+    assert np.median(pairs["paraphrase"]) > 0.8 > np.median(pairs["unrelated"]) + 0.3
+    i = int(np.flatnonzero(w.variant > 0)[0])
+    np.testing.assert_allclose(real.embedding(i), minilm.encode([real.query(i).text])[0],
+                               atol=1e-5)

@@ -64,6 +64,25 @@ def test_cachebench_report_is_consistent(metrics):
     assert exact["hit_rate"] <= 1 - limits["belady_miss_ratio"]
 
 
+def test_real_text_replay_trades_hits_for_false_hits(metrics):
+    sweep = sorted((float(th), r) for th, r in metrics["real_text"].items())
+    limits = metrics["real_text_limits"]
+    assert len(sweep) >= 3 and metrics["real_text_setup"]["n_texts"] > 100
+    (_, loose), (_, strict) = sweep[0], sweep[-1]
+    assert loose["hit_ratio"] >= strict["hit_ratio"] > 0.1
+    for (_, lower), (_, higher) in zip(sweep, sweep[1:]):
+        assert 0.0 <= higher["false_hit_share"] <= 1.0
+        assert higher["false_hit_share"] <= lower["false_hit_share"] + 0.005
+        assert higher["hit_ratio"] <= lower["hit_ratio"] + 0.005
+    assert strict["false_hit_share"] < 0.05  # MiniLM keeps distinct prompts apart at cos >= 0.95
+    for _, r in sweep:
+        assert r["true_hit_ratio"] == pytest.approx(r["hit_ratio"] - r["false_hit_rate"])
+        assert r["true_hit_ratio"] <= limits["oracle_semantic_belady_hit_ratio"]
+    assert limits["belady_hit_ratio"] <= limits["oracle_semantic_belady_hit_ratio"]
+    assert "minilm:all-MiniLM-L6-v2/" in metrics["data"]["real_text_embeddings"]
+    assert "ShareGPT" in metrics["data"]["real_text_embeddings"]
+
+
 def _by_trace_and_size(rows):
     groups: dict = {}
     for r in rows:
