@@ -10,6 +10,14 @@ contiguous array (slots; deleted slots are tombstones until compaction).
   (``ann_factory``, HNSW by default; any factory string works) and searched with
   ``ef_search``. Every ANN candidate is re-scored exactly against the stored vector.
 
+Inserts into the ANN index are lazy: a vector is stored (and counted, and covered by
+the spherical cap) at once, but reaches the ANN structure only when the index is next
+searched, in one batched ``add`` for everything added since (the switch to ANN and a
+rebuild after compaction are deferred the same way). An index that is never searched
+never pays for ANN inserts, and a stream of puts between two searches is one batch.
+Removing or replacing a vector not yet in the ANN index drops it from that backlog.
+The flat array is searched directly, so exact search has no backlog at all.
+
 Single-query search runs on one faiss/OpenMP thread (restored afterwards).
 :class:`SemanticIndex` adds scopes and the every-modality rule: a candidate must
 be within its floor on *every* queried modality for the *same* entry.
@@ -66,7 +74,9 @@ class VectorIndex:
         self._vecs = np.zeros((16, dim), dtype=np.float32)
         self._ids: list[str | None] = []
         self._slot: dict[str, int] = {}
+        #: The ANN index once the index has switched to it; holds slots ``[0, _indexed)``.
         self._ann: faiss.Index | None = None
+        self._indexed = 0
         self.cap = SphericalCap()
         self._refit_at = 64
 
@@ -81,6 +91,11 @@ class VectorIndex:
         """Whether searches currently go through the ANN index."""
         return self._ann is not None
 
+    @property
+    def pending(self) -> int:
+        """Vectors stored but not yet inserted into the ANN index (0 for exact search)."""
+        return 0 if self._ann is None else len(self._ids) - self._indexed
+
     def vector(self, entry_id: str) -> np.ndarray | None:
         """The stored vector of ``entry_id`` (a read-only view), or None."""
         slot = self._slot.get(entry_id)
@@ -92,7 +107,7 @@ class VectorIndex:
 
     def add_many(self, entry_ids: Sequence[str], vectors: np.ndarray) -> None:
         """Store row ``i`` of ``vectors`` (unit norm, float32) for ``entry_ids[i]`` (distinct
-        ids), replacing previous ones; the ANN index, if any, gets them in one ``add``."""
+        ids), replacing previous ones; an ANN index gets them at the next search."""
         for entry_id in entry_ids:
             self.remove(entry_id)
         start, count = len(self._ids), len(entry_ids)
@@ -104,10 +119,8 @@ class VectorIndex:
         self._ids.extend(entry_ids)
         self._slot.update(zip(entry_ids, range(start, start + count)))
         self._include(rows)
-        if self._ann is not None:
-            self._ann.add(rows)
-        elif self._wants_ann():
-            self._build_ann()
+        if self._ann is None and self._wants_ann():
+            self._ann = self._new_ann()
         if len(self._slot) >= self._refit_at:
             while len(self._slot) >= self._refit_at:
                 self._refit_at *= 2
@@ -118,8 +131,11 @@ class VectorIndex:
         slot = self._slot.pop(entry_id, None)
         if slot is None:
             return False
-        self._ids[slot] = None
-        self._vecs[slot] = 0.0
+        if self._ann is not None and slot >= self._indexed:
+            self._drop_pending(slot)
+        else:
+            self._ids[slot] = None
+            self._vecs[slot] = 0.0
         dead = len(self._ids) - len(self._slot)
         fraction = 0.5 if self._ann is not None else self.spec.compact_fraction
         if dead > 64 and dead > fraction * len(self._ids):
@@ -129,7 +145,9 @@ class VectorIndex:
     def search(self, query: np.ndarray, floor: float,
                k: int) -> tuple[list[tuple[str, float]], bool]:
         """Live entries among the ``k`` nearest with similarity ≥ ``floor``, best first,
-        and whether every entry ≥ ``floor`` is guaranteed to be in the list."""
+        and whether every entry ≥ ``floor`` is guaranteed to be in the list (pending
+        vectors enter the ANN index first)."""
+        self._flush()
         n = len(self._ids)
         if not self._slot:
             return [], True
@@ -147,6 +165,16 @@ class VectorIndex:
         found.sort(key=lambda pair: -pair[1])
         complete = kk >= n or float(scores[0][-1]) < floor
         return found, complete
+
+    def _drop_pending(self, slot: int) -> None:
+        """Free ``slot``, not yet in the ANN index, by moving the last slot into it."""
+        last = len(self._ids) - 1
+        moved = self._ids.pop()
+        if slot != last:
+            self._vecs[slot] = self._vecs[last]
+            self._ids[slot] = moved
+            if moved is not None:
+                self._slot[moved] = slot
 
     def _reserve(self, slots: int) -> None:
         """Grow the vector array (at least doubling) to hold ``slots`` slots."""
@@ -177,24 +205,32 @@ class VectorIndex:
         self._slot = {eid: s for s, eid in enumerate(order)}
         self.cap.refit(vecs)
         if self._ann is not None:
-            self._build_ann()
+            self._ann, self._indexed = self._new_ann(), 0  # rebuilt at the next search
 
-    def _build_ann(self) -> None:
-        if len(self._ids) != len(self._slot):
-            self._ann = None
-            self._compact()
-        n = len(self._ids)
+    def _new_ann(self) -> faiss.Index:
+        """An empty ANN index made from ``ann_factory`` (a bad string is a ConfigError)."""
         try:
             index = faiss.index_factory(self.dim, self.spec.ann_factory, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as exc:
             raise ConfigError(f"ann_factory {self.spec.ann_factory!r} is not a faiss "
                               f"factory string: {exc}") from None
         _set_index_params(index, self.spec)
-        data = self._vecs[:n]
-        if not index.is_trained:
-            index.train(data)
-        index.add(data)
-        self._ann = index
+        return index
+
+    def _flush(self) -> None:
+        """Insert the pending slots into the ANN index in one batch (training it first if
+        it needs training); an index built from scratch leaves the tombstones out."""
+        if self._ann is None:
+            return
+        if self._indexed == 0 and len(self._ids) != len(self._slot):
+            self._compact()
+        rows = self._vecs[self._indexed:len(self._ids)]
+        if not len(rows):
+            return
+        if not self._ann.is_trained:
+            self._ann.train(rows)
+        self._ann.add(rows)
+        self._indexed = len(self._ids)
 
 
 def _set_index_params(index: faiss.Index, spec: IndexSpec) -> None:

@@ -145,3 +145,122 @@ def test_semantic_index_add_many_groups_by_scope_and_modality():
     assert np.array_equal(index.index("a", "text").vector("x"), vecs[3])
     assert np.array_equal(index.index("a", "image").vector("x"), vecs[1])
     assert index.search("b", {"text": vecs[0]}, {"text": 0.9}) == []
+
+
+# -- lazy ANN inserts: vectors reach the ANN index at the next search, in one batch ----------
+HNSW = IndexSpec(ann_min_size=50, ann_factory="HNSW16")
+
+
+def found_ids(idx: VectorIndex, query: np.ndarray, floor: float = 0.999, k: int = 3) -> list[str]:
+    return [entry_id for entry_id, _ in idx.search(query, floor, k)[0]]
+
+
+def test_switch_to_ann_defers_the_build_until_a_search():
+    idx, data = filled(49, HNSW)
+    assert not idx.uses_ann and idx.pending == 0          # exact search has no backlog
+    idx.remove("e3")                                      # a tombstone from the flat days
+    idx.add("e3", data[3])
+    idx.add("e49", data[0])
+    assert idx.uses_ann and idx.pending == 51 and len(idx) == 50
+    assert "e49" in idx and np.array_equal(idx.vector("e49"), data[0])
+    assert found_ids(idx, data[5]) == ["e5"]
+    assert idx.pending == 0                               # built in one batch
+    assert sorted(found_ids(idx, data[0])) == ["e0", "e49"]   # the same vector twice
+    assert all(found_ids(idx, data[i]) == [f"e{i}"] for i in range(1, 49))
+
+
+def test_adds_after_a_search_wait_for_the_next_one():
+    idx, data = filled(60, HNSW)
+    found_ids(idx, data[0])
+    rng = np.random.default_rng(7)
+    extra = [unit(rng, DIM) for _ in range(10)]
+    idx.add_many([f"x{i}" for i in range(5)], np.stack(extra[:5]))
+    for i in range(5, 10):
+        idx.add(f"x{i}", extra[i])
+    assert idx.pending == 10 and len(idx) == 70
+    assert [found_ids(idx, v) for v in extra] == [[f"x{i}"] for i in range(10)]
+    assert idx.pending == 0
+
+
+def test_removing_a_pending_id_drops_it_from_the_backlog():
+    idx, data = filled(60, HNSW)
+    found_ids(idx, data[0])
+    rng = np.random.default_rng(8)
+    extra = [unit(rng, DIM) for _ in range(8)]
+    for i, vec in enumerate(extra):
+        idx.add(f"x{i}", vec)
+    assert idx.remove("x0") and idx.remove("x5") and idx.remove("x7")
+    assert idx.pending == 5 and len(idx) == 65 and "x5" not in idx
+    assert idx.remove("e1") and idx.pending == 5          # already indexed: a tombstone
+    assert not idx.remove("x5")
+    for i, vec in enumerate(extra):
+        assert found_ids(idx, vec) == ([] if i in (0, 5, 7) else [f"x{i}"])
+    assert found_ids(idx, data[1]) == [] and found_ids(idx, data[2]) == ["e2"]
+    assert all(np.array_equal(idx.vector(f"x{i}"), extra[i]) for i in (1, 2, 3, 4, 6))
+
+
+def test_re_adding_a_pending_id_replaces_it():
+    idx, data = filled(60, HNSW)
+    found_ids(idx, data[0])
+    rng = np.random.default_rng(9)
+    old, new = unit(rng, DIM), unit(rng, DIM)
+    idx.add("x", old)
+    idx.add("y", data[7])
+    idx.add("x", new)
+    assert idx.pending == 2 and len(idx) == 62 and np.array_equal(idx.vector("x"), new)
+    assert found_ids(idx, old) == [] and found_ids(idx, new) == ["x"]
+    assert sorted(found_ids(idx, data[7])) == ["e7", "y"]
+
+
+def test_compaction_rebuilds_the_ann_index_at_the_next_search():
+    idx, data = filled(200, HNSW)
+    found_ids(idx, data[0])
+    for i in range(150):
+        idx.remove(f"e{i}")
+    assert idx.uses_ann and idx.pending == len(idx) == 50  # compacted: the ANN waits
+    assert all(found_ids(idx, data[i]) == ([] if i < 150 else [f"e{i}"]) for i in range(200))
+    assert idx.pending == 0
+
+
+_IDS = st.integers(0, 15)
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.lists(_IDS, min_size=1, max_size=6, unique=True)),
+    st.tuples(st.just("remove"), _IDS),
+    st.tuples(st.just("search"), _IDS, st.sampled_from([-1.0, 0.0, 0.5, 0.95]),
+              st.integers(1, 4))), min_size=1, max_size=60)
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), ops=_OPS)
+def test_lazy_ann_answers_like_an_eager_flat_index(seed, ops):
+    """An exact ANN index ("Flat") with lazy inserts, switched on at 4 vectors, against the
+    flat index over the same add/remove/search sequence: the same entries every time."""
+    rng = np.random.default_rng(seed)
+    lazy = SemanticIndex(IndexSpec(index="auto", ann_factory="Flat", ann_min_size=4))
+    eager = SemanticIndex(IndexSpec(index="flat"))
+    for op in ops:
+        if op[0] == "add":
+            items = [("s", f"e{i}", {"text": unit(rng, DIM)}) for i in op[1]]
+            for index in (lazy, eager):
+                index.add_many(items)
+        elif op[0] == "remove":
+            for index in (lazy, eager):
+                index.remove("s", f"e{op[1]}", ("text",))
+        else:
+            _, near_id, floor, k = op
+            stored = eager.index("s", "text")
+            target = None if stored is None else stored.vector(f"e{near_id}")
+            query = unit(rng, DIM) if target is None else near(rng, target, 0.9)
+            got, want = (index.search("s", {"text": query}, {"text": floor}, k)
+                         for index in (lazy, eager))
+            assert [c.entry_id for c in got] == [c.entry_id for c in want]
+            assert [c.similarity for c in got] == pytest.approx([c.similarity for c in want],
+                                                                abs=1e-6)
+        a, b = lazy.index("s", "text"), eager.index("s", "text")
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert len(a) == len(b)
+            for i in range(16):
+                assert (a.vector(f"e{i}") is None) == (b.vector(f"e{i}") is None)
+                if b.vector(f"e{i}") is not None:
+                    assert np.array_equal(a.vector(f"e{i}"), b.vector(f"e{i}"))
