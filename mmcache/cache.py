@@ -31,6 +31,13 @@ size; the default ``{"l2": {"index": "auto"}}`` switches each (scope, modality)
 index to ``l2.ann_factory`` (HNSW32, ``ef_search`` 128) at ``l2.ann_min_size``
 vectors; ``make bench-cache`` measures how often its hit-or-miss decisions equal exact search.
 
+Eviction signals: ``put(q, v, hints={"cost": 2.5, "entropy": 0.2})`` gives the tiers'
+policies the entry's miss cost (e.g. seconds of inference it saves; value-per-byte keeps
+costly entries) and attention entropy (entropy-retention evicts low-entropy entries
+first). Every policy call also carries ``now``, the cache's ``clock`` (seconds), so
+hotness-freshness ages entries by time (its ``window`` is in seconds here). Persistent
+tiers store the hints, so a reopened cache ranks its entries the same way.
+
 Threads may share one cache: every public call holds the cache's lock (one call at
 a time; ``on_stale`` runs outside it). Processes each open their own cache (the
 SQLite store may be shared between processes with ``l3.shared: true``).
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 import threading
 import time
 from pathlib import Path
@@ -56,7 +64,7 @@ from .metrics import CacheMetrics
 from .thresholds import ThresholdRule, make_threshold
 from .tiers import Candidate, Tier, build_tiers
 from .tiers.codec import canonical_value, detached, encode_label, value_size
-from .types import MODALITIES, Entry, Hit, Query
+from .types import HINT_NAMES, MODALITIES, Entry, Hit, Query
 
 #: Candidates fetched per semantic tier search (stale ones are skipped).
 SEARCH_K = 4
@@ -69,7 +77,8 @@ class TieredCache:
     modality to an :class:`~mmcache.encoders.base.Encoder` used when a query carries
     raw input without an embedding; modalities named in ``config.encoders`` are
     resolved lazily through ``mmcache.encoders.get_encoder``. ``clock`` returns
-    seconds (inject a fake one to test TTLs); ``threshold`` overrides the rule built
+    seconds (inject a fake one to test TTLs; every tier's eviction policy sees it as the
+    ``now`` hint); ``threshold`` overrides the rule built
     from ``config.thresholds``; ``on_stale(query, hit)`` is called for every
     stale-while-revalidate answer, to start the refresh (e.g. submit it to an executor
     that calls ``put``).
@@ -94,6 +103,8 @@ class TieredCache:
         self.tiers: list[Tier] = build_tiers(self.config)
         if not self.tiers:
             raise ConfigError("every tier is disabled: enable l1, l2 or configure l3")
+        for tier in self.tiers:
+            tier.clock = clock
         self.guard = ExactKeyFilter(self.config.guard.expected_items,
                                     self.config.guard.error_rate) \
             if self.config.guard.enabled else None
@@ -109,25 +120,31 @@ class TieredCache:
         self._closed = False
 
     # -- public API ----------------------------------------------------------------------
-    def put(self, query: Query, value: Any, *, ttl: float | None = None) -> str:
+    def put(self, query: Query, value: Any, *, ttl: float | None = None,
+            hints: Mapping[str, float] | None = None) -> str:
         """Store ``value`` (str, bytes or JSON-able) for ``query``; return the entry id.
 
         ``ttl`` (seconds) overrides ``config.freshness.ttl``. The entry goes to every
-        tier whose capacity can hold it, evicting by each tier's policy.
+        tier whose capacity can hold it, evicting by each tier's policy. ``hints`` are
+        signals for those policies, stored with the entry: ``cost`` (the miss cost the
+        entry saves, e.g. seconds of inference; finite, > 0) and ``entropy`` (attention
+        entropy; finite, >= 0). An unknown name or a bad value raises InvalidInputError.
         """
         with self._lock:
             self._check_open()
             encode_times: list[float] = []
-            entry = self._entry(query, value, self._lifetime(ttl), dict(self._dims),
-                                encode_times)
+            entry = self._entry(query, value, self._lifetime(ttl), _checked_hints(hints),
+                                dict(self._dims), encode_times)
             self._record_encodes(encode_times)
             self._write([entry])
             return entry.entry_id
 
     def put_many(self, queries: Sequence[Query], values: Sequence[Any], *,
-                 ttl: float | None = None) -> list[str]:
-        """Store ``values[i]`` for ``queries[i]`` as :meth:`put` for each pair in order would
-        (same ids, tiers, evictions and metrics), writing each tier in one batch.
+                 ttl: float | None = None,
+                 hints: Sequence[Mapping[str, float] | None] | None = None) -> list[str]:
+        """Store ``values[i]`` for ``queries[i]`` (with ``hints[i]``, see :meth:`put`) as
+        :meth:`put` for each item in order would (same ids, tiers, evictions and
+        metrics), writing each tier in one batch.
 
         Every item is checked first: a bad one raises its typed error naming its index,
         and nothing is stored.
@@ -136,15 +153,17 @@ class TieredCache:
         if len(queries) != len(values):
             raise InvalidInputError(f"put_many got {len(queries)} queries but "
                                     f"{len(values)} values")
+        item_hints = _hints_per_item(hints, len(queries))
         with self._lock:
             self._check_open()
             lifetime = self._lifetime(ttl)
             dims = dict(self._dims)
             encode_times: list[float] = []
             entries = []
-            for i, (query, value) in enumerate(zip(queries, values)):
+            for i, (query, value, hint) in enumerate(zip(queries, values, item_hints)):
                 try:
-                    entries.append(self._entry(query, value, lifetime, dims, encode_times))
+                    entries.append(self._entry(query, value, lifetime, _checked_hints(hint),
+                                               dims, encode_times))
                 except MMCacheError as exc:
                     raise type(exc)(f"put_many item {i}: {exc}") from exc
             self._record_encodes(encode_times)
@@ -176,7 +195,7 @@ class TieredCache:
             self._check_open()
             victim = self._tier(tier).evict()
             if victim is not None:
-                self._metrics.evictions[tier] += 1
+                self._metrics.count("evictions", tier)
                 self._uncover_below(self._tier(tier))
             return victim
 
@@ -197,7 +216,13 @@ class TieredCache:
 
     @property
     def metrics(self) -> CacheMetrics:
-        """Counters and latency histograms of this cache."""
+        """Counters and latency histograms of this cache: the live object, not a copy.
+
+        It has its own lock (see :mod:`mmcache.metrics`) rather than this cache's, so a
+        thread can export (``to_dataframe``, ``to_prometheus``) or ``reset()`` it while
+        others use the cache, without waiting for their calls (a put may be encoding);
+        ``metrics.snapshot()`` is a consistent copy for reading several counters.
+        """
         return self._metrics
 
     def usage(self) -> dict[str, tuple[int, int]]:
@@ -210,8 +235,8 @@ class TieredCache:
         return self._tier(name)
 
     # -- writing -------------------------------------------------------------------------
-    def _entry(self, query: Query, value: Any, lifetime: float | None, dims: dict[str, int],
-               encode_times: list[float]) -> Entry:
+    def _entry(self, query: Query, value: Any, lifetime: float | None, hints: dict[str, float],
+               dims: dict[str, int], encode_times: list[float]) -> Entry:
         """The entry ``put`` would store, checked against ``dims`` (which then records its
         vectors' dims, so later items of a batch are checked against them too)."""
         prepared = prepare(query, dims)
@@ -228,7 +253,7 @@ class TieredCache:
         return Entry(entry_id=prepared.key, scope=prepared.scope, exact_key=prepared.key,
                      value=stored, embeddings=vectors, size=size, created_at=now,
                      expires_at=None if lifetime is None else now + lifetime,
-                     ground_truth=query.ground_truth)
+                     ground_truth=query.ground_truth, hints=hints)
 
     def _write(self, entries: list[Entry]) -> None:
         """Write checked entries through every tier, durable first, one batch per run of
@@ -237,8 +262,8 @@ class TieredCache:
             for fits, run in _runs(entries, tier):
                 if fits:
                     victims = tier.put_many(run)
-                    self._metrics.evictions[tier.name] += len(victims)
-                    self._metrics.puts[tier.name] += len(run)
+                    self._metrics.count("evictions", tier.name, len(victims))
+                    self._metrics.count("puts", tier.name, len(run))
                     if victims or self._missing(tier, run):
                         self._uncover_below(tier)
                 else:
@@ -270,13 +295,13 @@ class TieredCache:
         prepared = prepare(query, self._dims)
         modalities = "+".join(prepared.modalities)
         if bypass or self._wants_bypass(prepared.text):
-            self._metrics.bypasses[modalities] += 1
+            self._metrics.count("bypasses", modalities)
             return None
         now = self._clock()
         found = self._exact(prepared, now, origin_failed) or \
             self._semantic(prepared, now, origin_failed)
         if found is None:
-            self._metrics.misses[modalities] += 1
+            self._metrics.count("misses", modalities)
             self._metrics.time("get", time.perf_counter() - start)
             return None
         hit, entry = found
@@ -293,7 +318,7 @@ class TieredCache:
         maybe = self.guard is None or self.guard.might_contain(p.key)
         for level, tier in enumerate(self.tiers):
             if not maybe and not tier.shared:
-                self._metrics.guard_skips[f"{tier.name}:bloom"] += 1
+                self._metrics.count("guard_skips", f"{tier.name}:bloom")
                 continue
             start = time.perf_counter()
             entry = tier.get(p.scope, p.key)
@@ -341,7 +366,7 @@ class TieredCache:
         skipped = getattr(index, "skipped", 0)
         candidates = tier.search(scope, vectors, floors, SEARCH_K)
         if getattr(index, "skipped", 0) != skipped:
-            self._metrics.guard_skips[f"{tier.name}:cap"] += 1
+            self._metrics.count("guard_skips", f"{tier.name}:cap")
         return candidates
 
     def _hit(self, entry: Entry, tier: str, freshness: str,
@@ -369,7 +394,7 @@ class TieredCache:
         for tier in self.tiers[:level]:
             if tier.capacity.admits(entry.size):
                 victims = tier.put(entry)
-                self._metrics.evictions[tier.name] += len(victims)
+                self._metrics.count("evictions", tier.name, len(victims))
                 if victims:
                     self._uncover_below(tier)
 
@@ -463,6 +488,48 @@ class TieredCache:
     def _check_open(self) -> None:
         if self._closed:
             raise MMCacheError("this TieredCache is closed")
+
+
+def _checked_hints(hints: Mapping[str, float] | None) -> dict[str, float]:
+    """``hints`` as an entry stores them; InvalidInputError naming the first bad one."""
+    if hints is None:
+        return {}
+    if not isinstance(hints, Mapping):
+        raise InvalidInputError(f"hints must be a mapping of {list(HINT_NAMES)} to numbers, "
+                                f"got {type(hints).__name__}")
+    checked = {}
+    for name, value in hints.items():
+        if name not in HINT_NAMES:
+            raise InvalidInputError(f"unknown hint {name!r}; known hints: {list(HINT_NAMES)}")
+        number, positive = _real(value), name == "cost"
+        if not math.isfinite(number) or number < 0 or (positive and number == 0):
+            raise InvalidInputError(f"hint {name!r} must be a finite number "
+                                    f"{'> 0' if positive else '>= 0'}, got {value!r}")
+        checked[name] = number
+    return checked
+
+
+def _real(value: Any) -> float:
+    """``value`` as a float, or nan when it is not a real number (bools are not)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def _hints_per_item(hints: Sequence[Mapping[str, float] | None] | None,
+                    n: int) -> list[Mapping[str, float] | None]:
+    """``put_many``'s hints as one entry per item (None: no hints)."""
+    if hints is None:
+        return [None] * n
+    if isinstance(hints, (Mapping, str, bytes)) or not isinstance(hints, Sequence):
+        raise InvalidInputError("put_many hints must be a sequence of mappings, one per item, "
+                                f"got {type(hints).__name__}")
+    if len(hints) != n:
+        raise InvalidInputError(f"put_many got {n} queries but {len(hints)} hints")
+    return list(hints)
 
 
 def _runs(entries: list[Entry], tier: Tier) -> Iterator[tuple[bool, list[Entry]]]:

@@ -13,6 +13,14 @@ Example (YAML)::
     freshness: {ttl: 300, stale_while_revalidate: 60, stale_if_error: 86400}
     encoders: {text: minilm}        # resolved lazily by mmcache.encoders.get_encoder
 
+Eviction policies: each tier's ``policy`` names one of :data:`mmcache.policies.POLICIES`
+and ``policy_options`` go to its constructor. In a TieredCache the policies' ``now`` is
+the cache's clock in **seconds**, so time parameters are seconds, e.g.
+``l1: {policy: hotness-freshness, policy_options: {window: 600}}`` makes an entry's
+freshness decay over ten minutes without a hit (in trace replay the same
+``window`` counts requests). Cost- and entropy-aware policies (``value-per-byte``,
+``entropy-retention``) read the ``hints`` given to ``TieredCache.put``.
+
 L2 index choice: ``index: flat`` is exact inner-product search at every size
 ("exact flat"); ``index: auto`` (default) is exact below ``ann_min_size`` vectors
 per (scope, modality) index and ``ann_factory`` (any faiss factory string) above.
@@ -42,7 +50,8 @@ ORACLE_POLICIES = ("belady", "belady-bypass")
 
 @dataclass
 class MemoryTierConfig:
-    """L1: exact matches in process memory."""
+    """L1: exact matches in process memory. ``policy_options`` are the policy's constructor
+    parameters; time parameters (hotness-freshness ``window``) are in seconds."""
 
     enabled: bool = True
     max_entries: int | None = 10_000
@@ -53,7 +62,8 @@ class MemoryTierConfig:
 
 @dataclass
 class SemanticTierConfig:
-    """L2: in-memory entries with one FAISS index per (scope, modality)."""
+    """L2: in-memory entries with one FAISS index per (scope, modality); ``policy_options`` as
+    for L1."""
 
     enabled: bool = True
     max_entries: int | None = 1_000_000
@@ -71,7 +81,8 @@ class SemanticTierConfig:
 @dataclass
 class StoreTierConfig:
     """L3: persistent (``sqlite``, needs ``path``) or remote (``redis``, needs ``url``); off when
-    ``backend`` is null. ``options`` go to the backend's constructor unchanged."""
+    ``backend`` is null. ``options`` go to the backend's constructor unchanged;
+    ``policy_options`` as for L1."""
 
     backend: str | None = None
     path: str | None = None
@@ -332,7 +343,8 @@ def _validate(cfg: CacheConfig) -> None:
 
 
 def tier_policy(name: str, options: Mapping[str, Any], max_bytes: int | None) -> Any:
-    """Build a tier's eviction policy; size-aware policies get the tier's ``max_bytes``."""
+    """Build a tier's eviction policy from its name and ``policy_options`` (time parameters in
+    seconds of the cache's clock); size-aware policies get the tier's ``max_bytes``."""
     from .policies import POLICIES, make_policy
 
     options = dict(options)

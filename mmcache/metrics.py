@@ -5,10 +5,16 @@ Counters are plain dictionaries keyed by ``(tier, modalities)`` where
 A hit is *false* when the query carries ``ground_truth`` and the entry's stored
 ground truth differs. Export with :meth:`CacheMetrics.to_dataframe` (tidy
 pandas) or :meth:`CacheMetrics.to_prometheus` (text exposition format).
+
+Threads: a :class:`CacheMetrics` has its own lock. Its methods (counting, ``reset``,
+``snapshot``, the exports, ``hit_ratio``) hold it, so a thread may export or reset the
+metrics of a cache other threads are using; to read several counters consistently
+from such a thread, read them from :meth:`CacheMetrics.snapshot`.
 """
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable
@@ -30,6 +36,12 @@ class Histogram:
         self.sum = 0.0
         self.count = 0
 
+    def copy(self) -> "Histogram":
+        """An independent copy."""
+        other = Histogram(self.buckets)
+        other.counts, other.sum, other.count = list(self.counts), self.sum, self.count
+        return other
+
     def observe(self, seconds: float) -> None:
         """Record one duration."""
         self.counts[bisect_left(self.buckets, seconds)] += 1
@@ -46,14 +58,39 @@ class Histogram:
         return float("nan")
 
 
+#: The counters of a CacheMetrics, by attribute name.
+COUNTERS: tuple[str, ...] = ("hits", "false_hits", "judged_hits", "stale_hits", "misses",
+                             "bypasses", "puts", "evictions", "guard_skips", "errors")
+
+
 class CacheMetrics:
-    """Counters and latency histograms of one TieredCache."""
+    """Counters and latency histograms of one TieredCache (thread-safe: see the module)."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self.reset()
 
     def reset(self) -> None:
         """Zero every counter and histogram."""
+        with self._lock:
+            self._zero()
+
+    def snapshot(self) -> "CacheMetrics":
+        """An independent copy of every counter and histogram, taken at one instant."""
+        copy = CacheMetrics()
+        with self._lock:
+            for name in COUNTERS:
+                setattr(copy, name, Counter(getattr(self, name)))
+            copy.latency = {stage: hist.copy() for stage, hist in self.latency.items()}
+        return copy
+
+    def count(self, counter: str, key: Any, n: int = 1) -> None:
+        """Add ``n`` to ``key`` of the counter called ``counter`` (one of :data:`COUNTERS`)."""
+        with self._lock:
+            getattr(self, counter)[key] += n
+
+    def _zero(self) -> None:
+        """Fresh counters and histograms (the caller holds the lock or owns the object)."""
         self.hits: Counter[tuple[str, str]] = Counter()
         self.false_hits: Counter[tuple[str, str]] = Counter()
         self.judged_hits: Counter[tuple[str, str]] = Counter()
@@ -68,63 +105,74 @@ class CacheMetrics:
 
     def hit(self, tier: str, modalities: str, freshness: str, correct: bool | None) -> None:
         """Count a hit served by ``tier``."""
-        self.hits[(tier, modalities)] += 1
-        if freshness != "fresh":
-            self.stale_hits[(tier, freshness)] += 1
-        if correct is not None:
-            self.judged_hits[(tier, modalities)] += 1
-            if not correct:
-                self.false_hits[(tier, modalities)] += 1
+        with self._lock:
+            self.hits[(tier, modalities)] += 1
+            if freshness != "fresh":
+                self.stale_hits[(tier, freshness)] += 1
+            if correct is not None:
+                self.judged_hits[(tier, modalities)] += 1
+                if not correct:
+                    self.false_hits[(tier, modalities)] += 1
 
     def time(self, stage: str, seconds: float) -> None:
         """Record the duration of one stage (``"l1"``, ``"l2"``, ``"encode"``, ``"get"``, ...)."""
-        hist = self.latency.get(stage)
-        if hist is None:
-            hist = self.latency[stage] = Histogram()
-        hist.observe(seconds)
+        with self._lock:
+            hist = self.latency.get(stage)
+            if hist is None:
+                hist = self.latency[stage] = Histogram()
+            hist.observe(seconds)
 
     @property
     def lookups(self) -> int:
         """Gets answered (hits + misses; bypasses excluded)."""
-        return sum(self.hits.values()) + sum(self.misses.values())
+        with self._lock:
+            return sum(self.hits.values()) + sum(self.misses.values())
 
     def hit_ratio(self) -> float:
         """Hits ÷ lookups (nan before the first lookup)."""
-        return sum(self.hits.values()) / self.lookups if self.lookups else float("nan")
+        with self._lock:
+            hits = sum(self.hits.values())
+            lookups = hits + sum(self.misses.values())
+        return hits / lookups if lookups else float("nan")
 
     def to_dataframe(self) -> "pd.DataFrame":
         """Tidy table: one row per (metric, tier, modalities) counter and latency summary."""
-        import pandas as pd
-
-        rows: list[dict[str, Any]] = []
-        for metric, counter in (("hits", self.hits), ("false_hits", self.false_hits),
-                                ("judged_hits", self.judged_hits)):
-            rows += [{"metric": metric, "tier": t, "modalities": m, "value": v}
-                     for (t, m), v in sorted(counter.items())]
-        rows += [{"metric": "stale_hits", "tier": t, "modalities": f, "value": v}
-                 for (t, f), v in sorted(self.stale_hits.items())]
-        for metric, counter, column in (("misses", self.misses, "modalities"),
-                                        ("bypasses", self.bypasses, "modalities"),
-                                        ("puts", self.puts, "tier"),
-                                        ("evictions", self.evictions, "tier"),
-                                        ("guard_skips", self.guard_skips, "tier"),
-                                        ("errors", self.errors, "tier")):
-            rows += [{"metric": metric, column: k, "value": v} for k, v in sorted(counter.items())]
-        for stage, hist in sorted(self.latency.items()):
-            rows += [{"metric": "latency_count", "tier": stage, "value": hist.count},
-                     {"metric": "latency_mean_s", "tier": stage,
-                      "value": hist.sum / hist.count if hist.count else float("nan")},
-                     {"metric": "latency_p50_s", "tier": stage, "value": hist.quantile(0.5)},
-                     {"metric": "latency_p99_s", "tier": stage, "value": hist.quantile(0.99)}]
-        return pd.DataFrame(rows, columns=["metric", "tier", "modalities", "value"])
+        return _frame(self.snapshot())
 
     def to_prometheus(self, prefix: str = "mmcache") -> str:
         """The metrics in Prometheus text exposition format (via ``prometheus_client``)."""
         from prometheus_client import CollectorRegistry, generate_latest
 
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Collector(self, prefix))
+        registry.register(_Collector(self.snapshot(), prefix))
         return generate_latest(registry).decode()
+
+
+def _frame(snap: CacheMetrics) -> "pd.DataFrame":
+    """The tidy table of :meth:`CacheMetrics.to_dataframe` for a snapshot."""
+    import pandas as pd
+
+    rows: list[dict[str, Any]] = []
+    for metric, counter in (("hits", snap.hits), ("false_hits", snap.false_hits),
+                            ("judged_hits", snap.judged_hits)):
+        rows += [{"metric": metric, "tier": t, "modalities": m, "value": v}
+                 for (t, m), v in sorted(counter.items())]
+    rows += [{"metric": "stale_hits", "tier": t, "modalities": f, "value": v}
+             for (t, f), v in sorted(snap.stale_hits.items())]
+    for metric, counter, column in (("misses", snap.misses, "modalities"),
+                                    ("bypasses", snap.bypasses, "modalities"),
+                                    ("puts", snap.puts, "tier"),
+                                    ("evictions", snap.evictions, "tier"),
+                                    ("guard_skips", snap.guard_skips, "tier"),
+                                    ("errors", snap.errors, "tier")):
+        rows += [{"metric": metric, column: k, "value": v} for k, v in sorted(counter.items())]
+    for stage, hist in sorted(snap.latency.items()):
+        rows += [{"metric": "latency_count", "tier": stage, "value": hist.count},
+                 {"metric": "latency_mean_s", "tier": stage,
+                  "value": hist.sum / hist.count if hist.count else float("nan")},
+                 {"metric": "latency_p50_s", "tier": stage, "value": hist.quantile(0.5)},
+                 {"metric": "latency_p99_s", "tier": stage, "value": hist.quantile(0.99)}]
+    return pd.DataFrame(rows, columns=["metric", "tier", "modalities", "value"])
 
 
 class _Collector:

@@ -61,9 +61,15 @@ class Hit:
     similarities: Mapping[str, float] = field(default_factory=dict)
 
 
+#: Per-entry signals a put may give the tiers' eviction policies (``TieredCache.put(hints=)``):
+#: ``cost``, the miss cost the entry saves (e.g. seconds of inference; finite, > 0), and
+#: ``entropy``, the attention entropy of its answer (finite, >= 0).
+HINT_NAMES: tuple[str, ...] = ("cost", "entropy")
+
+
 @dataclass
 class Entry:
-    """A stored entry as the tiers keep it."""
+    """A stored entry as the tiers keep it; ``hints``: its policy signals (:data:`HINT_NAMES`)."""
 
     entry_id: str
     scope: str
@@ -74,3 +80,4 @@ class Entry:
     created_at: float
     expires_at: float | None = None
     ground_truth: Any = None
+    hints: dict[str, float] = field(default_factory=dict)

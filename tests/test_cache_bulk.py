@@ -4,7 +4,8 @@ Property: on two fresh caches fed the same history, ``put_many(batch)`` and a ``
 for each pair of the batch leave the same ids in every tier, the same usage, the
 same metrics counters and the same answers to ``get`` (each the latest value put
 for its entry), including when small capacities force evictions inside the batch,
-ids repeat and entries too large for L1 replace smaller ones. A bad item anywhere
+ids repeat, entries too large for L1 replace smaller ones and items carry policy
+hints (``cost``, ``entropy``) that the hint-aware policies rank by. A bad item anywhere
 in a batch raises its typed error naming the item's index and changes nothing.
 """
 
@@ -30,7 +31,8 @@ from cache_helpers import snapshot
 DIM = 8
 SCOPES = ("tenant-a", "tenant-b")
 KEYS = 10
-POLICIES = ("lru", "fifo", "lfu", "s3fifo", "gdsf", "arc")
+POLICIES = ("lru", "fifo", "lfu", "s3fifo", "gdsf", "arc", "value-per-byte",
+            "entropy-retention", "hotness-freshness")
 VECTORS = np.random.default_rng(0).standard_normal((KEYS, DIM)).astype(np.float32)
 VECTORS /= np.linalg.norm(VECTORS, axis=1, keepdims=True)
 
@@ -52,7 +54,8 @@ def config(policy: str, l3_path: Path | None) -> dict:
 def state(cache: mmcache.TieredCache) -> tuple:
     """What put_many must leave exactly as sequential puts do."""
     metrics = cache.metrics
-    return (cache.usage(), {t.name: sorted(t.ids()) for t in cache.tiers},
+    return (cache.usage(), {t.name: sorted((e.entry_id, sorted(e.hints.items()))
+                                           for e in t.scan()) for t in cache.tiers},
             dict(metrics.puts), dict(metrics.evictions))
 
 
@@ -66,14 +69,22 @@ def answers(cache: mmcache.TieredCache) -> list:
     return out
 
 
+hints = st.one_of(st.none(), st.fixed_dictionaries(
+    {}, optional={"cost": st.sampled_from([0.5, 1.0, 40.0]),
+                  "entropy": st.sampled_from([0.0, 0.2, 1.5])}))
 items = st.lists(st.tuples(st.integers(0, KEYS - 1), st.integers(0, len(SCOPES) - 1),
-                           st.integers(0, 160)), max_size=14)
+                           st.integers(0, 160), hints), max_size=14)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@example(policy="lru", with_l3=True, history=[(0, 0, 0)], batch=[(0, 0, 130)])  # too big for L1
-@example(policy="lru", with_l3=True, history=[(1, 0, 0), (2, 1, 50)],
-         batch=[(3, 0, 100), (1, 0, 20), (4, 1, 160), (3, 0, 0), (5, 0, 90), (1, 0, 10)])
+@example(policy="lru", with_l3=True, history=[(0, 0, 0, None)],
+         batch=[(0, 0, 130, None)])  # too big for L1
+@example(policy="lru", with_l3=True, history=[(1, 0, 0, None), (2, 1, 50, None)],
+         batch=[(3, 0, 100, None), (1, 0, 20, None), (4, 1, 160, None), (3, 0, 0, None),
+                (5, 0, 90, None), (1, 0, 10, None)])
+@example(policy="value-per-byte", with_l3=True, history=[(1, 0, 0, {"cost": 40.0})],
+         batch=[(2, 0, 10, {"cost": 0.5}), (3, 0, 10, None), (1, 0, 5, {"cost": 0.5}),
+                (4, 0, 10, {"cost": 40.0})])
 @given(policy=st.sampled_from(POLICIES), with_l3=st.booleans(), history=items, batch=items)
 def test_put_many_equals_one_put_each(policy: str, with_l3: bool, history: list,
                                       batch: list) -> None:
@@ -82,18 +93,19 @@ def test_put_many_equals_one_put_each(policy: str, with_l3: bool, history: list,
                                              else None), clock=FakeClock())
                   for name in ("sequential", "bulk")]
         sequential, bulk = caches
-        pairs = [(query(k, s), "v" * n) for k, s, n in batch]
+        pairs = [(query(k, s), "v" * n, h) for k, s, n, h in batch]
         for cache in caches:
-            for k, s, n in history:
-                cache.put(query(k, s), f"old-{k}-" + "h" * n)
-        ids = [sequential.put(q, v) for q, v in pairs]
-        assert bulk.put_many([q for q, _ in pairs], [v for _, v in pairs]) == ids
+            for k, s, n, h in history:
+                cache.put(query(k, s), f"old-{k}-" + "h" * n, hints=h)
+        ids = [sequential.put(q, v, hints=h) for q, v, h in pairs]
+        assert bulk.put_many([q for q, _, _ in pairs], [v for _, v, _ in pairs],
+                             hints=[h for _, _, h in pairs]) == ids
         assert state(bulk) == state(sequential)
         got = answers(bulk)
         assert got == answers(sequential)
         assert state(bulk) == state(sequential)
-        latest = {prepare(query(k, s), {}).key: f"old-{k}-" + "h" * n for k, s, n in history}
-        latest.update(zip(ids, (v for _, v in pairs)))
+        latest = {prepare(query(k, s), {}).key: f"old-{k}-" + "h" * n for k, s, n, _ in history}
+        latest.update(zip(ids, (v for _, v, _ in pairs)))
         assert all(hit is None or hit[0] == latest[hit[2]] for hit in got)  # never an old value
         for cache in caches:
             cache.close()

@@ -90,3 +90,33 @@ def test_threads_share_one_cache(tmp_path: Path) -> None:
     for key in present:
         assert cache.get(query(key)).value["key"] == key
     cache.close()
+
+
+def test_metrics_can_be_exported_while_threads_use_the_cache(tmp_path: Path) -> None:
+    """A scraper thread exports and snapshots the live metrics throughout the run (a smoke
+    test: without the metrics lock a race here is possible but rare)."""
+    cache = mmcache.TieredCache({"l1": {"max_entries": 12}, "l2": {"max_entries": 25,
+                                                                   "index": "flat"}})
+    done, failures = threading.Event(), []
+
+    def scrape() -> None:
+        try:
+            while not done.is_set():
+                cache.metrics.to_dataframe()
+                cache.metrics.to_prometheus()
+                snap = cache.metrics.snapshot()
+                assert sum(snap.hits.values()) <= snap.lookups
+        except Exception as exc:  # noqa: BLE001 - every failure of the scraper is the finding
+            failures.append(repr(exc))
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    try:
+        errors = run_threads(cache)
+    finally:
+        done.set()
+        scraper.join(timeout=60)
+    assert errors == [] and failures == []
+    snap = cache.metrics.snapshot()
+    assert snap.lookups == snap.latency["get"].count > 0   # every get counted once, and timed
+    cache.close()

@@ -33,3 +33,19 @@ def test_counters_dataframe_and_prometheus():
     assert 'mmcache_latency_seconds_bucket{le="0.0001",stage="get"} 1.0' in text
     m.reset()
     assert m.lookups == 0 and math.isnan(m.hit_ratio())
+
+
+def test_snapshot_is_an_independent_copy():
+    m = CacheMetrics()
+    m.hit("l1", "text", "fresh", correct=True)
+    m.count("evictions", "l2", 3)
+    m.time("get", 1e-3)
+    snap = m.snapshot()
+    m.hit("l1", "text", "fresh", correct=None)
+    m.count("evictions", "l2")
+    m.time("get", 1e-3)
+    assert snap.hits[("l1", "text")] == 1 and snap.evictions["l2"] == 3
+    assert snap.latency["get"].count == 1 and m.latency["get"].count == 2
+    assert snap.to_dataframe().equals(CacheMetrics.snapshot(snap).to_dataframe())
+    m.reset()
+    assert snap.lookups == 1 and m.lookups == 0

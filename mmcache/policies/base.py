@@ -19,7 +19,10 @@ the incoming key itself lost, and the caller does not insert it.
 
 ``hints`` carry optional per-request signals some policies use: ``next_access``
 (the request index of the next access to this key, -1 for none; Belady), ``now``
-(a logical or wall clock), ``cost`` (miss cost), ``entropy`` (attention entropy).
+(the request index in trace replay; seconds of the cache's clock in a
+:class:`~mmcache.TieredCache` tier), ``cost`` (miss cost), ``entropy`` (attention
+entropy). A TieredCache's tiers pass ``now`` on every call and the entry's ``cost`` and
+``entropy`` when its put gave them (``TieredCache.put(hints=...)``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,16 @@
 """Hotness–freshness eviction (seed 002 §3.2): score = w_h·H + w_f·F, lowest score goes.
 
 H (hotness) is updated on each hit: ``H ← H·decay + boost`` (admission counts as the
-first hit). F (freshness) is ``max(0.1, 1 − age/window)``, ``age`` = time since the
-key's last access, in the unit of the ``now`` hint (request index in replay; a
-call counter when no ``now`` is given). The seed's defaults: decay 0.98, boost 0.2,
-weights 0.6/0.4 ("balanced"; 0.3/0.7 is its "time-sensitive" mode).
+first hit; ``decay`` applies per hit, not per unit of time). F (freshness) is
+``max(0.1, 1 − age/window)``, ``age`` = time since the key's last access.
+
+``window`` and ``age`` are in the unit of the ``now`` hint: the request index in trace
+replay (``mmcache.replay``, ``mmcache.cachebench``), **seconds** of the cache's clock in a
+:class:`~mmcache.TieredCache` tier (set it there with e.g. ``{"l1": {"policy":
+"hotness-freshness", "policy_options": {"window": 600}}}``), and a count of calls when
+no ``now`` is given. Time never runs backwards: a ``now`` earlier than one already seen
+counts as that latest one. The seed's defaults: decay 0.98, boost 0.2, weights 0.6/0.4
+("balanced"; 0.3/0.7 is its "time-sensitive" mode); ``window`` 10 000.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ class HotnessFreshness(EvictionPolicy):
 
     def on_miss(self, key: Hashable, size: int, **hints: Any) -> bool:
         if hints.get("now") is not None:  # evictions for this miss happen "now"
-            self._now = float(hints["now"])
+            self._now = max(self._now, float(hints["now"]))
         return True
 
     def insert(self, key: Hashable, size: int, **hints: Any) -> None:
@@ -78,7 +84,7 @@ class HotnessFreshness(EvictionPolicy):
 
     def _tick(self, hints: dict[str, Any]) -> None:
         now = hints.get("now")
-        self._now = float(now) if now is not None else self._now + 1.0
+        self._now = max(self._now, float(now)) if now is not None else self._now + 1.0
 
     def evict(self) -> Hashable:
         self._age_out()

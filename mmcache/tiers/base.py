@@ -17,13 +17,20 @@ id. The cache talks to tiers only through :class:`Tier`:
 A tier whose store other processes write too sets ``shared = True``: the cache's
 penetration guard then never skips a lookup in it on the strength of its local
 Bloom filter.
+
+Every policy call carries hints (:mod:`mmcache.policies.base`): ``now`` from the
+tier's ``clock`` (seconds; a :class:`~mmcache.TieredCache` sets it to its own clock) on
+``put`` and ``get``, or the entry's ``created_at`` when a stored entry is adopted (on
+open, or when another client wrote it), plus the entry's own ``hints`` (``cost``,
+``entropy``).
 """
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -67,7 +74,8 @@ class Budget:
 
     The owning tier keeps the data; the budget keeps sizes and drives the policy
     through the protocol of :mod:`mmcache.policies.base` (``on_miss``, ``evict``,
-    ``insert``, ``take_dropped``). ``admit`` returns the victims the tier must drop;
+    ``insert``, ``access``, ``take_dropped``), forwarding each call's ``hints`` to the
+    policy. ``admit`` returns the victims the tier must drop;
     afterwards ``key in budget`` says whether the key itself was admitted (a policy
     may decline it, e.g. an admission filter or GDSF ranking it lowest).
     """
@@ -84,7 +92,7 @@ class Budget:
     def __contains__(self, key: str) -> bool:
         return key in self.sizes
 
-    def admit(self, key: str, size: int) -> list[str]:
+    def admit(self, key: str, size: int, **hints: Any) -> list[str]:
         """Account ``key`` (``size`` bytes), evicting until it fits; return the victims.
 
         A key already resident is re-admitted at its new size. The caller checks
@@ -93,7 +101,7 @@ class Budget:
         if key in self.sizes:
             self.remove(key)
         victims: list[str] = []
-        admitted = self.policy.on_miss(key, size)
+        admitted = self.policy.on_miss(key, size, **hints)
         victims += self._dropped()
         while admitted and self.sizes and self.capacity.exceeded(len(self.sizes) + 1,
                                                                  self.nbytes + size):
@@ -104,27 +112,27 @@ class Budget:
             self._forget(str(victim))
             victims.append(str(victim))
         if admitted:
-            self.policy.insert(key, size)
+            self.policy.insert(key, size, **hints)
             self.sizes[key] = size
             self.nbytes += size
             victims += self._dropped()
         return victims
 
-    def adopt(self, key: str, size: int) -> None:
+    def adopt(self, key: str, size: int, **hints: Any) -> None:
         """Account ``key``, already stored (e.g. loaded from a file on open), without evicting;
         the tier enforces capacity afterwards with :meth:`pick_victim`."""
         if key in self.sizes:
             self.remove(key)
-        self.policy.on_miss(key, size)
-        self.policy.insert(key, size)
+        self.policy.on_miss(key, size, **hints)
+        self.policy.insert(key, size, **hints)
         self.sizes[key] = size
         self.nbytes += size
 
-    def touch(self, key: str) -> list[str]:
+    def touch(self, key: str, **hints: Any) -> list[str]:
         """Record an access to resident ``key``; return keys the policy dropped meanwhile."""
         if key not in self.sizes:
             return []
-        self.policy.access(key)
+        self.policy.access(key, **hints)
         return self._dropped()
 
     def remove(self, key: str) -> bool:
@@ -135,13 +143,15 @@ class Budget:
         self.policy.remove(key)
         return True
 
-    def restore(self, keys: Iterable[str], stored: Mapping[str, int]) -> None:
+    def restore(self, keys: Iterable[str],
+                stored: Mapping[str, tuple[int, Mapping[str, Any]]]) -> None:
         """Undo admissions after a failed write: account each of ``keys`` again exactly
-        when ``stored`` (key -> size of what the store still holds) has it."""
+        when ``stored`` (key -> size and policy hints of what the store still holds) has it."""
         for key in keys:
             self.remove(key)
             if key in stored:
-                self.adopt(key, stored[key])
+                size, hints = stored[key]
+                self.adopt(key, size, **hints)
 
     def pick_victim(self) -> str | None:
         """Let the policy choose one resident key, forget it and return it."""
@@ -165,14 +175,21 @@ class Budget:
         return dropped
 
 
-def admit_all(budget: Budget, entries: Sequence[Entry]) -> tuple[list[str], list[Entry]]:
-    """Admit ``entries`` into ``budget`` one by one, as sequential puts would.
+def admit_all(budget: Budget, entries: Sequence[Entry],
+              now: float) -> tuple[list[str], list[Entry]]:
+    """Admit ``entries`` into ``budget`` one by one at time ``now``, as sequential puts would.
 
     Returns every victim in order (ids of this batch included) and the entries to
     store: the last version of each id that is still admitted at the end.
     """
-    victims = [victim for e in entries for victim in budget.admit(e.entry_id, e.size)]
+    victims = [victim for e in entries
+               for victim in budget.admit(e.entry_id, e.size, **policy_hints(e, now))]
     return victims, [e for e in last_versions(entries) if e.entry_id in budget]
+
+
+def policy_hints(entry: Entry, now: float) -> dict[str, Any]:
+    """The hints of a policy call about ``entry`` at time ``now``: ``now`` and its own hints."""
+    return {"now": now, **entry.hints}
 
 
 def last_versions(entries: Iterable[Entry]) -> list[Entry]:
@@ -198,6 +215,9 @@ class Tier(ABC):
     semantic: bool = False
     #: True when other processes write the same store (the local Bloom filter is incomplete).
     shared: bool = False
+    #: Seconds; stamps ``now`` on the policy calls of ``put`` and ``get``. A TieredCache sets
+    #: it to its own clock, so time-aware policies (hotness-freshness) age by that clock.
+    clock: Callable[[], float] = time.time
 
     @property
     @abstractmethod

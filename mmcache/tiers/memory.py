@@ -6,7 +6,7 @@ from typing import Iterator, Sequence
 
 from ..policies import EvictionPolicy
 from ..types import Entry
-from .base import Budget, Capacity, Tier, admit_all, gone_ids
+from .base import Budget, Capacity, Tier, admit_all, gone_ids, policy_hints
 
 
 class MemoryTier(Tier):
@@ -29,7 +29,7 @@ class MemoryTier(Tier):
         return self.put_many([entry])
 
     def put_many(self, entries: Sequence[Entry]) -> list[str]:
-        victims, kept = admit_all(self._budget, entries)
+        victims, kept = admit_all(self._budget, entries, self.clock())
         for entry_id in gone_ids(victims, entries):
             self._drop(entry_id)
         self._store(kept)
@@ -39,7 +39,7 @@ class MemoryTier(Tier):
         entry = self._entries.get(entry_id)
         if entry is None or entry.scope != scope:
             return None
-        for dropped in self._budget.touch(entry_id):
+        for dropped in self._budget.touch(entry_id, **policy_hints(entry, self.clock())):
             self._drop(dropped)
         return self._entries.get(entry_id)
 

@@ -11,17 +11,20 @@ Layout under ``prefix`` (default ``"mmcache"``), no pickle anywhere:
   own key space, so a lookup in one scope cannot reach another scope's keys.
   Fields: ``entry_id``, ``scope``, ``exact_key``, ``value_type`` + ``value``
   (type-tagged bytes, :mod:`mmcache.tiers.codec`), ``size``, ``created_at``,
-  ``expires_at``, ``ground_truth`` (JSON) and ``vec:{modality}`` (raw float32).
+  ``expires_at``, ``ground_truth`` (JSON), ``hints`` (the entry's policy hints, JSON;
+  absent in entries written before hints existed) and ``vec:{modality}`` (raw float32).
 * ``{prefix}:log`` — sorted set of entry keys scored by a write sequence number
   (``{prefix}:seq``), assigned atomically with the write by a Lua script; a
   client loads exactly the entries written after the last sequence it has seen.
 
 Entries deleted by another client are noticed when this client looks them up.
-Capacity and eviction are accounted per client over the entries it has seen.
+Capacity and eviction are accounted per client over the entries it has seen; a
+client adopts each entry it loads with its hints, so a reopened tier ranks as before.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -31,7 +34,7 @@ import xxhash
 from ..errors import StorageError
 from ..policies import EvictionPolicy
 from ..types import Entry
-from .base import Budget, Candidate, Capacity, Tier, admit_all, gone_ids
+from .base import Budget, Candidate, Capacity, Tier, admit_all, gone_ids, policy_hints
 from .codec import (decode_label, decode_value, encode_label, encode_value, vector_from_bytes,
                     vector_to_bytes)
 from .vectors import IndexSpec, SemanticIndex
@@ -56,6 +59,7 @@ class _Known(NamedTuple):
     key: str
     modalities: tuple[str, ...]
     size: int
+    hints: dict[str, float]
 
 
 def scope_tag(scope: str) -> str:
@@ -104,7 +108,8 @@ class RedisTier(Tier):
         """Write ``entries`` in one MULTI/EXEC pipeline; the budget admits them one by one first."""
         fields = {e.entry_id: _entry_fields(e) for e in entries}  # SerializationError first
         keys = {e.entry_id: self.key(e.scope, e.entry_id) for e in entries}
-        victims, kept = admit_all(self._budget, entries)
+        now = self.clock()
+        victims, kept = admit_all(self._budget, entries, now)
         gone = gone_ids(victims, entries)
         stored = {e.entry_id for e in kept}
         removed = [keys[g] if g in keys else self._known[g].key for g in gone
@@ -119,7 +124,9 @@ class RedisTier(Tier):
                                  args=fields[entry.entry_id], client=pipe)
             seqs = pipe.execute()[2 if removed else 0:]
         except redis.RedisError as exc:
-            self._budget.restore(gone, {g: self._known[g].size for g in gone if g in self._known})
+            known = {g: self._known[g] for g in gone if g in self._known}
+            self._budget.restore(gone, {g: (k.size, {"now": now, **k.hints})
+                                        for g, k in known.items()})
             raise StorageError(f"Redis tier write to {self.url} failed: {exc}") from exc
         for entry_id in gone:
             self._unindex(entry_id)
@@ -139,7 +146,7 @@ class RedisTier(Tier):
         if entry.scope != scope or entry.entry_id != entry_id:
             raise StorageError(f"Redis tier {self.url}: key {self.key(scope, entry_id)!r} "
                                f"holds entry {entry.entry_id!r} of another scope")
-        dropped = self._budget.touch(entry_id)
+        dropped = self._budget.touch(entry_id, **policy_hints(entry, self.clock()))
         if dropped:
             self._remove_keys([self._known[d].key for d in dropped if d in self._known])
             for d in dropped:
@@ -215,9 +222,10 @@ class RedisTier(Tier):
 
     # -- internals -----------------------------------------------------------------------
     def _adopt(self, entry: Entry) -> None:
-        """Account and index an entry that is already in the store (no eviction)."""
+        """Account and index an entry that is already in the store (no eviction); it counts
+        as last used at its put."""
         self._unindex(entry.entry_id)
-        self._budget.adopt(entry.entry_id, entry.size)
+        self._budget.adopt(entry.entry_id, entry.size, **policy_hints(entry, entry.created_at))
         self._index(entry, self.key(entry.scope, entry.entry_id))
 
     def _fetch(self, keys: list[bytes]) -> list[dict[bytes, bytes]]:
@@ -241,7 +249,8 @@ class RedisTier(Tier):
             raise StorageError(f"Redis tier {what} at {self.url} failed: {exc}") from exc
 
     def _index(self, entry: Entry, key: str) -> None:
-        self._known[entry.entry_id] = _Known(entry.scope, key, tuple(entry.embeddings), entry.size)
+        self._known[entry.entry_id] = _Known(entry.scope, key, tuple(entry.embeddings), entry.size,
+                                             entry.hints)
         self.index.add(entry.scope, entry.entry_id, entry.embeddings)
 
     def _unindex(self, entry_id: str) -> None:
@@ -264,6 +273,7 @@ def _entry_fields(entry: Entry) -> list[Any]:
         "created_at": repr(float(entry.created_at)),
         "expires_at": "" if entry.expires_at is None else repr(float(entry.expires_at)),
         "ground_truth": "" if label is None else label,
+        "hints": json.dumps(entry.hints, allow_nan=False),
     }
     for modality, vec in entry.embeddings.items():
         fields[VECTOR_FIELD + modality] = vector_to_bytes(vec)
@@ -283,6 +293,8 @@ def _decode_entry(raw: Mapping[bytes, bytes], url: str) -> Entry:
                      embeddings=embeddings, size=int(text["size"]),
                      created_at=float(text["created_at"]),
                      expires_at=float(expires) if expires else None,
-                     ground_truth=decode_label(label) if label else None)
-    except (KeyError, ValueError, UnicodeDecodeError) as exc:
+                     ground_truth=decode_label(label) if label else None,
+                     hints={str(k): float(v)
+                            for k, v in json.loads(text.get("hints", b"{}")).items()})
+    except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         raise StorageError(f"Redis tier {url} holds a malformed entry: {exc!r}") from None

@@ -1,7 +1,10 @@
 """L3: entries, values and embeddings in one SQLite file (WAL), with its own vector search.
 
 Values are stored type-tagged (``str``/``bytes``/``json``), embeddings as raw
-float32 bytes; no pickle anywhere, so opening a cache file never runs code.
+float32 bytes, an entry's policy hints as JSON text; no pickle anywhere, so opening a
+cache file never runs code. Reopening a file adopts every entry with its hints, so
+cost- and entropy-aware policies rank it as before (a schema-1 file gains the
+``hints`` column on open; its entries have none).
 The vector index (:class:`mmcache.tiers.vectors.SemanticIndex`) is rebuilt from
 the file on open. With ``shared=True`` (other processes write the same file)
 every lookup first loads rows committed by others (``PRAGMA data_version``).
@@ -13,36 +16,37 @@ Durability: each put, and each ``put_many`` batch, is one transaction.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import ConfigError, StorageError
 from ..policies import EvictionPolicy
 from ..types import Entry
-from .base import Budget, Candidate, Capacity, Tier, admit_all, gone_ids
+from .base import Budget, Candidate, Capacity, Tier, admit_all, gone_ids, policy_hints
 from .codec import (decode_label, decode_value, encode_label, encode_value, vector_from_bytes,
                     vector_to_bytes)
 from .vectors import IndexSpec, SemanticIndex
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
     entry_id TEXT PRIMARY KEY, scope TEXT NOT NULL, exact_key TEXT NOT NULL,
     value_type TEXT NOT NULL, value BLOB NOT NULL, size INTEGER NOT NULL,
-    created_at REAL NOT NULL, expires_at REAL, ground_truth TEXT);
+    created_at REAL NOT NULL, expires_at REAL, ground_truth TEXT, hints TEXT);
 CREATE TABLE IF NOT EXISTS embeddings (
     entry_id TEXT NOT NULL REFERENCES entries(entry_id) ON DELETE CASCADE,
     modality TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL,
     PRIMARY KEY (entry_id, modality));
 """
 _ENTRY_COLS = "rowid, entry_id, scope, exact_key, value_type, value, size, created_at, " \
-              "expires_at, ground_truth"
+              "expires_at, ground_truth, hints"
 
 
 class SQLiteTier(Tier):
@@ -62,8 +66,8 @@ class SQLiteTier(Tier):
         self.synchronous = synchronous.upper()
         self._budget = Budget(capacity, policy)
         self.index = SemanticIndex(spec, precheck=precheck)
-        #: entry id -> (scope, modalities, size) of every entry held.
-        self._scopes: dict[str, tuple[str, tuple[str, ...], int]] = {}
+        #: entry id -> (scope, modalities, size, policy hints) of every entry held.
+        self._scopes: dict[str, tuple[str, tuple[str, ...], int, dict[str, float]]] = {}
         self._last_rowid = 0
         self._data_version = -1
         self._db = self._connect()
@@ -85,7 +89,8 @@ class SQLiteTier(Tier):
     def put_many(self, entries: Sequence[Entry]) -> list[str]:
         """Store ``entries`` in one transaction; the budget admits them one by one first."""
         rows = {e.entry_id: _row(e) for e in entries}  # SerializationError before any change
-        victims, kept = admit_all(self._budget, entries)
+        now = self.clock()
+        victims, kept = admit_all(self._budget, entries, now)
         gone = gone_ids(victims, entries)
         try:
             with self._transaction():
@@ -93,18 +98,20 @@ class SQLiteTier(Tier):
                                      [(g,) for g in gone])
                 self._db.executemany(
                     "INSERT INTO entries (entry_id, scope, exact_key, value_type, value, size, "
-                    "created_at, expires_at, ground_truth) VALUES (?,?,?,?,?,?,?,?,?)",
+                    "created_at, expires_at, ground_truth, hints) VALUES (?,?,?,?,?,?,?,?,?,?)",
                     [rows[e.entry_id][0] for e in kept])
                 self._db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)",
                                      [v for e in kept for v in rows[e.entry_id][1]])
                 last_rowid = self._db.execute("SELECT last_insert_rowid()").fetchone()[0]
         except sqlite3.Error as exc:
-            self._budget.restore(gone, {g: self._scopes[g][2] for g in gone if g in self._scopes})
+            known = {g: self._scopes[g] for g in gone if g in self._scopes}
+            self._budget.restore(gone, {g: (size, {"now": now, **hints})
+                                        for g, (_, _, size, hints) in known.items()})
             raise StorageError(f"L3 write to {self.path} failed: {exc}") from exc
         self._last_rowid = max(self._last_rowid, last_rowid or 0)
         for entry_id in gone:
             self._unindex(entry_id)
-        self._index([(e.scope, e.entry_id, e.embeddings, e.size) for e in kept])
+        self._index([(e.scope, e.entry_id, e.embeddings, e.size, e.hints) for e in kept])
         return victims
 
     def get(self, scope: str, entry_id: str) -> Entry | None:
@@ -118,7 +125,7 @@ class SQLiteTier(Tier):
             entry = self._entry(row, self._embeddings(entry_id))
         except sqlite3.Error as exc:
             raise StorageError(f"L3 read from {self.path} failed: {exc}") from exc
-        dropped = self._budget.touch(entry_id)
+        dropped = self._budget.touch(entry_id, **policy_hints(entry, self.clock()))
         if dropped:
             self._delete_rows(dropped)
         return None if entry_id in dropped else entry
@@ -189,6 +196,8 @@ class SQLiteTier(Tier):
             db.executescript(_SCHEMA)
             db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
             version = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+            if version == "1":
+                version = _add_hints_column(db)
         except (sqlite3.Error, OSError) as exc:
             raise StorageError(f"cannot open L3 store {self.path}: {exc}") from exc
         if version != SCHEMA_VERSION:
@@ -222,11 +231,13 @@ class SQLiteTier(Tier):
             rows = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries WHERE rowid > ? "
                                     "ORDER BY rowid", (self._last_rowid,)).fetchall()
             for row in rows:
-                entry_id, scope, size = row[1], row[2], row[6]
+                entry_id, scope, size, created_at = row[1], row[2], row[6], row[7]
+                hints = _decode_hints(row[10], self.path)
                 vectors = self._embeddings(entry_id)
                 self._unindex(entry_id)
-                self._budget.adopt(entry_id, size)
-                self._index([(scope, entry_id, vectors, size)])
+                # an adopted entry counts as last used at its put (base.adoption_hints)
+                self._budget.adopt(entry_id, size, now=created_at, **hints)
+                self._index([(scope, entry_id, vectors, size, hints)])
                 self._last_rowid = max(self._last_rowid, row[0])
         except sqlite3.Error as exc:
             raise StorageError(f"L3 load from {self.path} failed: {exc}") from exc
@@ -237,15 +248,18 @@ class SQLiteTier(Tier):
         return {m: vector_from_bytes(blob, dim) for m, dim, blob in rows}
 
     def _entry(self, row: tuple, embeddings: dict[str, np.ndarray]) -> Entry:
-        _, entry_id, scope, exact_key, tag, payload, size, created, expires, label = row
+        _, entry_id, scope, exact_key, tag, payload, size, created, expires, label, hints = row
         return Entry(entry_id=entry_id, scope=scope, exact_key=exact_key,
                      value=decode_value(tag, payload), embeddings=embeddings, size=size,
-                     created_at=created, expires_at=expires, ground_truth=decode_label(label))
+                     created_at=created, expires_at=expires, ground_truth=decode_label(label),
+                     hints=_decode_hints(hints, self.path))
 
-    def _index(self, items: list[tuple[str, str, Mapping[str, np.ndarray], int]]) -> None:
-        """Remember and index entries given as ``(scope, entry_id, vectors, size)``."""
-        self._scopes.update((eid, (scope, tuple(vecs), size)) for scope, eid, vecs, size in items)
-        self.index.add_many((scope, eid, vecs) for scope, eid, vecs, _ in items)
+    def _index(self, items: list[tuple[str, str, Mapping[str, np.ndarray], int,
+                                       dict[str, float]]]) -> None:
+        """Remember and index entries given as ``(scope, entry_id, vectors, size, hints)``."""
+        self._scopes.update((eid, (scope, tuple(vecs), size, hints))
+                            for scope, eid, vecs, size, hints in items)
+        self.index.add_many((scope, eid, vecs) for scope, eid, vecs, _, _ in items)
 
     def _unindex(self, entry_id: str) -> None:
         known = self._scopes.pop(entry_id, None)
@@ -262,8 +276,34 @@ def _row(entry: Entry) -> tuple[tuple, list[tuple]]:
     tag, payload = encode_value(entry.value)
     label = encode_label(entry.ground_truth)
     return ((entry.entry_id, entry.scope, entry.exact_key, tag, payload, entry.size,
-             entry.created_at, entry.expires_at, label),
+             entry.created_at, entry.expires_at, label, _encode_hints(entry.hints)),
             [(entry.entry_id, m, len(v), vector_to_bytes(v)) for m, v in entry.embeddings.items()])
+
+
+def _encode_hints(hints: Mapping[str, float]) -> str | None:
+    """JSON text of an entry's policy hints (None when it has none)."""
+    return json.dumps(dict(hints), allow_nan=False) if hints else None
+
+
+def _decode_hints(text: str | None, path: Path) -> dict[str, float]:
+    """The hints stored by :func:`_encode_hints`; StorageError when they are malformed."""
+    if text is None:
+        return {}
+    try:
+        hints: Any = json.loads(text)
+        return {str(k): float(v) for k, v in hints.items()}
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise StorageError(f"{path} holds malformed policy hints {text!r}: {exc}") from None
+
+
+def _add_hints_column(db: sqlite3.Connection) -> str:
+    """Upgrade a schema-1 file to schema 2 (``entries.hints``, null for old rows)."""
+    with _Transaction(db):
+        current = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+        if current == "1":  # another process may have upgraded it meanwhile
+            db.execute("ALTER TABLE entries ADD COLUMN hints TEXT")
+            db.execute("UPDATE meta SET value = ? WHERE key='schema_version'", (SCHEMA_VERSION,))
+    return SCHEMA_VERSION
 
 
 class _Transaction:

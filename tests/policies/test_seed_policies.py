@@ -43,6 +43,17 @@ def test_hotness_freshness_follows_the_seed_update_rule():
     assert pol.score("a", now=10_000) == pytest.approx(0.6 * hot + 0.4 * 0.1)
 
 
+def test_hotness_freshness_time_never_runs_backwards():
+    """An earlier ``now`` (an entry adopted at its put time after later calls) counts as the
+    latest one seen, so the young keys stay in last-access order."""
+    pol = HotnessFreshness(window=100)
+    pol.insert("a", 1, now=200)
+    pol.insert("b", 1, now=50)
+    assert pol.score("b") == pol.score("a") == pytest.approx(0.6 * 0.2 + 0.4)
+    pol.on_miss("c", 1, now=395)  # a and b are 195 old: both at the freshness floor
+    assert pol.evict() == "a" and pol.evict() == "b"
+
+
 def test_attention_entropy_values_and_errors():
     assert attention_entropy([1.0, 0.0]) == 0.0
     assert attention_entropy(np.ones(8)) == pytest.approx(math.log(8))

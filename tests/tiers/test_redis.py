@@ -332,3 +332,32 @@ def test_tiered_cache_put_many_over_redis_equals_one_put_each(redis_url: str,
     finally:
         for cache in caches:
             cache.close()
+
+
+def test_hints_round_trip_and_old_entries_have_none(tier: RedisTier, redis_url: str) -> None:
+    tier.put(entry("e1", hints={"cost": 2.5, "entropy": 0.25}))
+    tier.put(entry("e2"))
+    redis.Redis.from_url(redis_url).hdel(tier.key("tenant-a", "e2"), "hints")  # pre-hints entry
+    assert tier.get("tenant-a", "e1").hints == {"cost": 2.5, "entropy": 0.25}
+    assert tier.get("tenant-a", "e2").hints == {}
+
+
+@pytest.mark.parametrize("policy, hint_a, hint_b", [
+    ("value-per-byte", {"cost": 100.0}, {"cost": 1.0}),
+    ("entropy-retention", {"entropy": 1.0}, {"entropy": 0.1})])
+def test_a_reopened_redis_l3_ranks_by_the_stored_hints(redis_url: str, prefix: str, policy: str,
+                                                       hint_a: dict, hint_b: dict) -> None:
+    """B ranks below A only through the hints (without them the oldest, A, would go)."""
+    import mmcache
+    from mmcache.testing import FakeClock
+
+    config = {"l1": {"enabled": False}, "l2": {"enabled": False},
+              "l3": {"backend": "redis", "url": redis_url, "max_entries": 2, "policy": policy,
+                     "options": {"prefix": prefix}}}
+    queries = [mmcache.Query(embeddings={"text": unit(seed)}, scope="t") for seed in range(3)]
+    with mmcache.TieredCache(config, clock=FakeClock()) as cache:
+        a = cache.put(queries[0], "A", hints=hint_a)
+        b = cache.put(queries[1], "B", hints=hint_b)
+    with mmcache.TieredCache(config, clock=FakeClock()) as cache:
+        c = cache.put(queries[2], "C")
+        assert sorted(cache.tier("l3").ids()) == sorted([a, c]) and b not in cache.tier("l3")

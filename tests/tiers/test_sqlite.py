@@ -139,3 +139,45 @@ def test_failed_put_many_restores_budget_file_and_index(tmp_path, monkeypatch):
                                             {"text": 0.99})] == ["s-0"]
     assert len(tier.put(entry(9, rng))) == 1 and len(tier) == 3   # the budget still evicts
     tier.close()
+
+
+SCHEMA_1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE entries (
+    entry_id TEXT PRIMARY KEY, scope TEXT NOT NULL, exact_key TEXT NOT NULL,
+    value_type TEXT NOT NULL, value BLOB NOT NULL, size INTEGER NOT NULL,
+    created_at REAL NOT NULL, expires_at REAL, ground_truth TEXT);
+CREATE TABLE embeddings (
+    entry_id TEXT NOT NULL REFERENCES entries(entry_id) ON DELETE CASCADE,
+    modality TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL,
+    PRIMARY KEY (entry_id, modality));
+INSERT INTO meta VALUES ('schema_version', '1');
+INSERT INTO entries VALUES ('s-1', 's', 's-1', 'str', X'6f6c64', 3, 1.0, NULL, NULL);
+"""
+
+
+def test_a_schema_1_file_gains_the_hints_column(tmp_path):
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(SCHEMA_1)
+    tier = SQLiteTier(path)
+    old = tier.get("s", "s-1")
+    assert (old.value, old.hints) == ("old", {})
+    rng = np.random.default_rng(9)
+    new = entry(2, rng)
+    new.hints = {"cost": 4.0}
+    tier.put(new)
+    tier.close()
+    reopened = SQLiteTier(path)
+    assert reopened.get("s", "s-2").hints == {"cost": 4.0}
+    assert reopened._db.execute("SELECT value FROM meta").fetchone()[0] == "2"
+    reopened.close()
+
+
+def test_malformed_stored_hints_are_a_storage_error(tmp_path):
+    tier = SQLiteTier(tmp_path / "l3.db")
+    tier.put(entry(1, np.random.default_rng(10)))
+    tier._db.execute("UPDATE entries SET hints = '[1, 2]'")
+    with pytest.raises(StorageError, match="malformed policy hints"):
+        tier.get("s", "s-1")
+    tier.close()
