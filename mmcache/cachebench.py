@@ -25,6 +25,7 @@ capacity.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -115,6 +116,19 @@ def three_tier(capacity_bytes: int, *, policy: str = "lru", threshold: float = 0
                      threshold, lookup_us=50.0, bandwidth_gbps=BANDWIDTH_GBPS["pcie4_x16"]),
             TierSpec("L3-nvme", int(capacity_bytes), policy, "exact",
                      lookup_us=100.0, bandwidth_gbps=BANDWIDTH_GBPS["nvme"]))
+
+
+def three_tier_cache_config(capacity_bytes: int, l3_path: str | Path, *,
+                            threshold: float = 0.85, l1_share: float = 1 / 16,
+                            l2_share: float = 1 / 4) -> dict[str, Any]:
+    """A :class:`mmcache.TieredCache` config with :func:`three_tier`'s byte budgets: memory
+    L1, exact flat FAISS L2, SQLite L3 at ``l3_path``, hit when cos >= ``threshold`` on
+    every modality."""
+    return {"l1": {"max_entries": None, "max_bytes": max(1, int(capacity_bytes * l1_share))},
+            "l2": {"max_entries": None, "max_bytes": max(1, int(capacity_bytes * l2_share)),
+                   "index": "flat"},
+            "l3": {"backend": "sqlite", "path": str(l3_path), "max_bytes": int(capacity_bytes)},
+            "thresholds": {"rule": "static", "delta": {m: 1 - threshold for m in MODALITIES}}}
 
 
 @dataclass

@@ -83,6 +83,17 @@ def test_real_text_replay_trades_hits_for_false_hits(metrics):
     assert "ShareGPT" in metrics["data"]["real_text_embeddings"]
 
 
+def test_real_text_through_the_real_tiered_cache(metrics):
+    """The same MiniLM stream through mmcache.TieredCache: hits, bounded by the oracle."""
+    real = metrics["real_text_tiered_cache"]
+    limits = metrics["real_text_limits"]
+    assert real["threshold"] == 0.85
+    assert 0.1 < real["hit_ratio"] <= 1.0
+    assert 0.0 <= real["false_hit_share"] < 0.05
+    assert real["true_hit_ratio"] <= limits["oracle_semantic_belady_hit_ratio"]
+    assert {k for k in real if k.startswith("hit_")} >= {"hit_l1", "hit_l2", "hit_l3", "hit_ratio"}
+
+
 def _by_trace_and_size(rows):
     groups: dict = {}
     for r in rows:
