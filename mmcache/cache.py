@@ -124,7 +124,8 @@ class TieredCache:
             hints: Mapping[str, float] | None = None) -> str:
         """Store ``value`` (str, bytes or JSON-able) for ``query``; return the entry id.
 
-        ``ttl`` (seconds) overrides ``config.freshness.ttl``. The entry goes to every
+        ``ttl`` (seconds) overrides ``config.freshness.ttl`` (either is scaled by the scope's
+        ``freshness.ttl_factors``). The entry goes to every
         tier whose capacity can hold it, evicting by each tier's policy. ``hints`` are
         signals for those policies, stored with the entry: ``cost`` (the miss cost the
         entry saves, e.g. seconds of inference; finite, > 0) and ``entropy`` (attention
@@ -240,6 +241,8 @@ class TieredCache:
         """The entry ``put`` would store, checked against ``dims`` (which then records its
         vectors' dims, so later items of a batch are checked against them too)."""
         prepared = prepare(query, dims)
+        if lifetime is not None:
+            lifetime *= self.config.freshness.ttl_factor(prepared.scope)
         stored = canonical_value(value)
         encode_label(query.ground_truth)
         vectors, _ = self._vectors(prepared, encode_times)

@@ -10,7 +10,8 @@ Example (YAML)::
     l3: {backend: sqlite, path: runs/cache.db, synchronous: NORMAL}
     # l3: {backend: redis, url: "redis://127.0.0.1:6379/0"}   # remote tier instead
     thresholds: {rule: static, delta: {text: 0.1, image: 0.15}}
-    freshness: {ttl: 300, stale_while_revalidate: 60, stale_if_error: 86400}
+    freshness: {ttl: 300, stale_while_revalidate: 60, stale_if_error: 86400,
+                ttl_factors: {"demo*": 0.3}}   # demo tenants' answers live 90 s
     encoders: {text: minilm}        # resolved lazily by mmcache.encoders.get_encoder
 
 Eviction policies: each tier's ``policy`` names one of :data:`mmcache.policies.POLICIES`
@@ -29,6 +30,8 @@ per (scope, modality) index and ``ann_factory`` (any faiss factory string) above
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
+import math
 import os
 import types
 import typing
@@ -123,12 +126,25 @@ class FreshnessConfig:
     ``"stale-while-revalidate"``. ``stale_if_error``: when the caller says the origin
     failed, serve it up to this long after expiry, marked ``"stale-if-error"``.
     A query whose text contains one of ``bypass_tokens`` skips the cache.
+
+    ``ttl_factors`` scale an entry's lifetime by its scope (seed 000 §3.3: the finer a
+    token's permissions, the shorter its answers live): a mapping of shell-style scope
+    patterns to factors, e.g. ``{"demo*": 0.3, "*:admin": 0.6}``; when several patterns
+    match a scope the smallest factor wins. It applies to ``ttl`` and to a ``ttl``
+    given to ``put``; entries that never expire are not affected.
     """
 
     ttl: float | None = None
     stale_while_revalidate: float = 0.0
     stale_if_error: float = 0.0
     bypass_tokens: list[str] = field(default_factory=lambda: ["freshness:strict"])
+    ttl_factors: dict[str, float] = field(default_factory=dict)
+
+    def ttl_factor(self, scope: str) -> float:
+        """The lifetime factor of ``scope``: the smallest of its matching ``ttl_factors``
+        (1.0 when none matches)."""
+        return min((f for pattern, f in self.ttl_factors.items()
+                    if fnmatch.fnmatchcase(scope, pattern)), default=1.0)
 
     @classmethod
     def from_header(cls, header: str) -> "FreshnessConfig":
@@ -332,6 +348,11 @@ def _validate(cfg: CacheConfig) -> None:
             raise ConfigError(f"freshness.{key} must be ≥ 0 seconds, got {getattr(fr, key)}")
     if any(not t for t in fr.bypass_tokens):
         raise ConfigError("freshness.bypass_tokens must not contain empty strings")
+    for pattern, factor in fr.ttl_factors.items():
+        if not pattern:
+            raise ConfigError("freshness.ttl_factors: a scope pattern must not be empty")
+        _in_range(factor, 0.0, math.inf, f"freshness.ttl_factors[{pattern!r}]", low_open=True,
+                  high_open=True)
     _positive(cfg.guard.expected_items, "guard.expected_items")
     _in_range(cfg.guard.error_rate, 0.0, 1.0, "guard.error_rate", low_open=True, high_open=True)
     for modality, dim in cfg.dims.items():
