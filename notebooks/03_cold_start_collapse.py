@@ -42,6 +42,10 @@
 # entropy stays below `COLLAPSE_FRACTION` × its step-0 value for `COLLAPSE_PATIENCE` consecutive
 # steps. Gradients *vanish* when the summed Q/K gradient norm stays below 1% of its maximum over the
 # first `COLLAPSE_PATIENCE` steps for as many steps. A run *diverges* when its loss is not finite.
+#
+# **Feature sources.** Sections 1–8 use *learned* features (word embeddings and raw patches,
+# trained from scratch). Section 9 repeats a reduced sweep on *frozen real-encoder* features:
+# MiniLM token states as queries, raw patches plus Whisper tiny.en frames of spoken captions as keys.
 
 # %% tags=["parameters"]
 SMOKE = False
@@ -56,24 +60,29 @@ WARMUP_FRACTION = 0.1                # "short warmup": linear over the first 10%
 COLLAPSE_FRACTION = 0.1
 COLLAPSE_PATIENCE = 20
 N_JOBS = 2                           # worker processes, one torch thread each
+FROZEN_LR_MULTIPLIERS = [16, 32]     # section 9: where the learned-feature baseline collapsed
+FROZEN_SEEDS = 5                     # section 9: seeds per arm and learning rate
 
 # %%
 if SMOKE:
     SEEDS, STEPS, BATCH, TUNE_SEEDS, N_JOBS = 1, 30, 16, 1, 1
     TUNE_LRS, LR_MULTIPLIERS, COLLAPSE_PATIENCE = [2e-3, 8e-3], [1, 4], 5
+    FROZEN_SEEDS = 1
 
 import math
 import time
+from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import seaborn as sns
 import torch
 from IPython.display import Markdown, display
 
-from mmcache.collapse import (SEED_COMBO, CollapseCriterion, TrainConfig, best_pair,
-                              curves_table, rank_arms, remedy_effect, runs_table,
-                              single_remedies, summarise, sweep, tuned_lr)
-from mmcache.collapse.data import CAPTION_LEN, DATA_ID, N_PATCHES
+from mmcache.collapse import (FROZEN, LEARNED, SEED_COMBO, CollapseCriterion, TrainConfig,
+                              best_pair, curves_table, frozen_features, rank_arms, remedy_effect,
+                              runs_table, single_remedies, summarise, sweep, tuned_lr)
+from mmcache.collapse.data import CAPTION_LEN, CAPTIONS, DATA_ID, N_PATCHES
+from mmcache.collapse.features import AUDIO_FRAMES, RATE, VOICE
 from mmcache.plotting import save_figure
 from mmcache.runbook import write_metrics
 
@@ -84,7 +93,8 @@ BASE = TrainConfig(steps=STEPS, batch=BATCH)
 WARMUP_STEPS = max(1, int(WARMUP_FRACTION * STEPS))
 SINGLES = single_remedies(WARMUP_STEPS)
 PROVENANCE = {"weights": "none: every model trained from scratch in this notebook",
-              "data": DATA_ID, "model": "mmcache.collapse.CrossModalMatcher d=64, 4 heads",
+              "features": LEARNED, "data": DATA_ID,
+              "model": "mmcache.collapse.CrossModalMatcher d=64, 4 heads",
               "steps": STEPS, "batch": BATCH, "seeds": SEEDS, "smoke": SMOKE,
               "collapse": f"entropy < {COLLAPSE_FRACTION} x step-0 for {COLLAPSE_PATIENCE} steps"}
 
@@ -324,17 +334,138 @@ if SMOKE:
 display(Markdown("\n".join(lines)))
 display(ranking.round(3))
 
+# %% [markdown]
+# ## 9 · Frozen real-encoder features
+# The same matcher, but its inputs come from frozen pretrained encoders instead of embeddings
+# learned from scratch (the encoders stay frozen; the linear input projections and the attention
+# block are trained):
+#
+# - **queries**: all-MiniLM-L6-v2 last-layer hidden states of each caption's six word-piece tokens
+#   (384-d, unpooled; [CLS]/[SEP] left out), through a trained linear projection;
+# - **keys/values of each candidate image**: its 16 raw 8 × 8 patches as before, **plus** 16
+#   Whisper tiny.en audio-frame tokens of its caption spoken by espeak-ng (synthetic speech, one
+#   voice): the encoder output (after its final layer norm) over the clip's frames, averaged over
+#   16 contiguous near-equal runs of frames (136–167 frames per clip, so 8–11 frames of 20 ms per
+#   run; the 0.5 s of silence padding on either side included), through a second trained projection; then the caption's own 6 tokens as before.
+#   So attention mass can split across three key groups: image, audio, text.
+#
+# Reduced sweep: the baseline, the seed's remedy, QK-layernorm and section 3's best pair, at
+# `FROZEN_LR_MULTIPLIERS` × the tuned learning rate (where the learned-feature baseline
+# collapsed), `FROZEN_SEEDS` seeds, the same steps, batch and collapse criterion. Features are
+# encoded once and cached under `data/generated/collapse_features/`.
+
 # %%
-def _per_arm(col: str) -> dict:
+T_FROZEN = time.perf_counter()
+FEATURES = frozen_features(CAPTIONS)
+FROZEN_BASE = replace(BASE, frozen_features=str(FEATURES.path))
+FROZEN_ARMS = {arm: ARMS[arm] for arm in ("baseline", SEED_COMBO, "qk_layernorm", PAIR_ARM)}
+FROZEN_LRS = [TUNED_LR * m for m in FROZEN_LR_MULTIPLIERS]
+FROZEN_MULT = dict(zip(FROZEN_LRS, FROZEN_LR_MULTIPLIERS))
+FROZEN_PROVENANCE = {
+    **PROVENANCE, "features": FROZEN, "encoders": list(FEATURES.encoders),
+    "weights": "frozen all-MiniLM-L6-v2 and Whisper tiny.en; projections and block trained here",
+    "data": f"{DATA_ID}; captions spoken by espeak-ng ({VOICE}, {RATE} wpm, synthetic), "
+            f"{AUDIO_FRAMES} pooled Whisper frames", "seeds": FROZEN_SEEDS, "lrs": FROZEN_LRS}
+frozen_results = sweep(FROZEN_ARMS, FROZEN_LRS, range(FROZEN_SEEDS), FROZEN_BASE, CRIT,
+                       n_jobs=N_JOBS)
+frozen_runs = runs_table(frozen_results)
+frozen_runs["lr_mult"] = frozen_runs["lr"].map(FROZEN_MULT)
+frozen_summary = summarise(frozen_runs)
+frozen_summary["lr_mult"] = frozen_summary["lr"].map(FROZEN_MULT)
+frozen_curves = curves_table(frozen_results)
+frozen_curves["lr_mult"] = frozen_curves["lr"].map(FROZEN_MULT)
+MASSES = ["mass_image", "mass_audio", "mass_text"]
+frozen_final_mass = (frozen_curves[frozen_curves["step"] == frozen_curves.groupby(
+    ["arm", "lr", "seed"])["step"].transform("max")].groupby("arm")[MASSES].mean())
+display(frozen_summary[["arm", "lr_mult", "n", "collapse_rate", "collapse_ci_low",
+                        "collapse_ci_high", "grad_vanish_rate", "diverged_rate", "final_loss",
+                        "final_acc", "entropy_init", "entropy_min"]].round(3))
+display(frozen_final_mass.round(3).rename(columns=lambda c: c.replace("mass_", "final mass: ")))
+
+# %%
+FROZEN_ORDER = list(FROZEN_ARMS)
+rows = [("entropy", "entropy (nats, mean of heads)"),
+        ("mass_image", "mass on image keys"),
+        ("mass_audio", "mass on audio keys")]
+fig, axes = plt.subplots(len(rows), len(FROZEN_LRS), figsize=(4.6 * len(FROZEN_LRS), 3.0 * len(rows)),
+                         sharex=True, sharey="row", squeeze=False)
+for r, (col, label) in enumerate(rows):
+    for c, lr in enumerate(FROZEN_LRS):
+        ax = axes[r, c]
+        sns.lineplot(data=frozen_curves[frozen_curves["lr"] == lr], x="step", y=col, hue="arm",
+                     hue_order=FROZEN_ORDER, errorbar=("pi", 100), ax=ax,
+                     legend=(r == 0 and c == 0), linewidth=1.2)
+        if r == 0:
+            ax.axhline(COLLAPSE_FRACTION * frozen_runs["entropy_init"].mean(), ls="--", c="k", lw=0.8)
+            ax.set_title(f"frozen features, {FROZEN_MULT[lr]}× tuned lr ({lr:.3g})")
+        ax.set_ylabel(label if c == 0 else "")
+_legend_below(fig, axes[0, 0])
+save_figure(fig, "03_frozen_features_entropy", FROZEN_PROVENANCE)
+plt.show()
+
+# %%
+frozen_effects = {arm: remedy_effect(frozen_summary, arm) for arm in FROZEN_ARMS if arm != "baseline"}
+
+
+def _frozen_rates(arm: str) -> str:
+    r = frozen_summary[frozen_summary["arm"] == arm].set_index("lr_mult")["collapse_rate"]
+    return ", ".join(f"{m}×: {r[m]:.0%}" for m in FROZEN_LR_MULTIPLIERS)
+
+
+def _same(learned: bool, frozen: bool) -> str:
+    return "**holds** on real features" if learned == frozen else "**does not hold** on real features"
+
+
+QUESTIONS = {"seed_remedy_helps": (SEED_COMBO, "fewer_collapses"),
+             "qk_layernorm_prevents": ("qk_layernorm", "prevents")}
+frozen_conclusions = {}
+for question, (arm, key) in QUESTIONS.items():
+    learned_eff, frozen_eff = effects[arm], frozen_effects[arm]
+    frozen_conclusions[question] = {
+        "learned": bool(learned_eff[key]), "frozen": bool(frozen_eff[key]),
+        "judgeable": bool(learned_eff["baseline_collapses_anywhere"]
+                          and frozen_eff["baseline_collapses_anywhere"]),
+        "holds": bool(learned_eff[key] == frozen_eff[key])}
+base_mass = frozen_final_mass.loc["baseline"]
+flines = [
+    f"*Frozen features ({FROZEN}); {FROZEN_SEEDS} seed(s) per cell; {STEPS} steps; "
+    f"learning rates {', '.join(f'{m}×' for m in FROZEN_LR_MULTIPLIERS)} the tuned {TUNED_LR:g}.*",
+    "",
+    f"- **Does the baseline collapse on real features?** Collapse rate — {_frozen_rates('baseline')} "
+    f"(learned features, section 2: {_rates('baseline')}). Final attention mass of the baseline: "
+    f"image {base_mass['mass_image']:.2f}, audio {base_mass['mass_audio']:.2f}, "
+    f"text {base_mass['mass_text']:.2f}.",
+]
+for question, (arm, key) in QUESTIONS.items():
+    c, eff = frozen_conclusions[question], frozen_effects[arm]
+    what = ("does the seed's remedy reduce collapse?" if question == "seed_remedy_helps"
+            else "does QK-layernorm prevent collapse?")
+    flines.append(
+        f"- **{arm} — {what}** Collapse rate {_frozen_rates(arm)}; mean final loss "
+        f"{eff['mean_final_loss']:.3f} vs baseline {eff['baseline_mean_final_loss']:.3f}. "
+        f"On real features it {_judge(eff)}. Learned features answered "
+        f"{'yes' if c['learned'] else 'no'}, real features {'yes' if c['frozen'] else 'no'}: "
+        f"the conclusion {_same(c['learned'], c['frozen'])}"
+        + ("." if c["judgeable"] else " (but a baseline that never collapsed cannot settle it)."))
+flines.append(f"- Best pair ({PAIR_ARM}) on real features — collapse rate {_frozen_rates(PAIR_ARM)}; "
+              f"mean final loss {frozen_effects[PAIR_ARM]['mean_final_loss']:.3f}.")
+if SMOKE:
+    flines.insert(0, "**SMOKE RUN — too few seeds and steps for any conclusion.**\n")
+FROZEN_RUNTIME_S = time.perf_counter() - T_FROZEN
+flines.append(f"- Section 9 took {FROZEN_RUNTIME_S:.0f} s (feature encoding, if not cached, included).")
+display(Markdown("\n".join(flines)))
+
+# %%
+def _per_arm(col: str, table=summary, arms=ARMS) -> dict:
     return {arm: {f"{m}x": float(v) for m, v in
-                  summary[summary["arm"] == arm].set_index("lr_mult")[col].items()}
-            for arm in ARMS}
+                  table[table["arm"] == arm].set_index("lr_mult")[col].items()}
+            for arm in arms}
 
 
 n_keys = N_PATCHES + CAPTION_LEN
 write_metrics({
     "smoke": SMOKE, "seeds": SEEDS, "steps": STEPS, "batch": BATCH,
-    "weights": PROVENANCE["weights"], "data": DATA_ID,
+    "weights": PROVENANCE["weights"], "data": DATA_ID, "features": LEARNED,
     "collapse_definition": PROVENANCE["collapse"],
     "tune_lrs": TUNE_LRS, "tuned_lr": TUNED_LR, "lr_multipliers": LR_MULTIPLIERS, "lrs": LRS,
     "arms": list(ARMS), "best_pair": list(PAIR), "best_arm": best_arm,
@@ -354,5 +485,22 @@ write_metrics({
     "seed_remedy_works": seed_eff["works"],
     "seed_remedy_prevents": seed_eff["prevents"],
     "remedy_effects": effects,
+    "frozen_features": FROZEN, "frozen_encoders": list(FEATURES.encoders),
+    "frozen_data": FROZEN_PROVENANCE["data"],
+    "frozen_lr_multipliers": FROZEN_LR_MULTIPLIERS, "frozen_lrs": FROZEN_LRS,
+    "frozen_seeds": FROZEN_SEEDS, "frozen_steps": STEPS, "frozen_arms": list(FROZEN_ARMS),
+    "frozen_n_runs": len(frozen_runs),
+    "frozen_run_features": sorted(frozen_runs["features"].unique()),
+    "frozen_n_keys": N_PATCHES + AUDIO_FRAMES + CAPTION_LEN,
+    "frozen_entropy_init_mean": float(frozen_runs["entropy_init"].mean()),
+    "frozen_collapse_rate": _per_arm("collapse_rate", frozen_summary, FROZEN_ARMS),
+    "frozen_diverged_rate": _per_arm("diverged_rate", frozen_summary, FROZEN_ARMS),
+    "frozen_final_loss": _per_arm("final_loss", frozen_summary, FROZEN_ARMS),
+    "frozen_final_acc": _per_arm("final_acc", frozen_summary, FROZEN_ARMS),
+    "frozen_final_mass": {arm: {m.removeprefix("mass_"): float(v) for m, v in row.items()}
+                          for arm, row in frozen_final_mass.iterrows()},
+    "frozen_remedy_effects": frozen_effects,
+    "frozen_conclusions": frozen_conclusions,
+    "frozen_runtime_s": FROZEN_RUNTIME_S,
     "runtime_s": time.perf_counter() - T0,
 })

@@ -15,9 +15,9 @@ from mmcache.collapse import (BlockConfig, CollapseCriterion, CrossModalMatcher,
                               best_pair, collapse_step, head_grad_norms, matching_loss, max_logit,
                               modality_mass, qk_spectral_norms, single_remedies, train_run,
                               remedy_effect, tuned_lr)
-from mmcache.collapse import data, model as model_mod
+from mmcache.collapse import FROZEN, LEARNED, data, features, frozen_features, model as model_mod
 from mmcache.collapse.experiment import first_sustained_run, grad_vanish_step, rank_arms
-from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.errors import ConfigError, InvalidEmbeddingError, InvalidInputError
 
 
 def _block(**kw) -> BlockConfig:
@@ -320,3 +320,156 @@ def test_remedy_effect_pools_collapses_where_the_baseline_collapsed():
     assert half["works"] and not half["prevents"] and half["pooled_collapses"] == [10, 20]
     assert 0.0 < half["pooled_ci"][0] < 0.5 < half["pooled_ci"][1] < 1.0
     assert not remedy_effect(summary, "baseline")["fewer_collapses"]
+
+
+# -- the learned path is unchanged by the frozen-feature option ----------------------------
+def test_learned_path_reproduces_its_numbers_from_before_frozen_features():
+    """Values recorded with the code before frozen features existed (same seeds)."""
+    patches, tokens = _batch()
+    for switches, before in [({}, 20.032684326171875), ({"sigma_reparam": True}, 17.279560089111328),
+                             ({"qk_init": "xavier_0.1", "qk_layernorm": True}, 25.797334671020508)]:
+        torch.manual_seed(0)
+        scores = CrossModalMatcher(_block(**switches))(patches, tokens)
+        assert scores.sum().item() == pytest.approx(before, rel=1e-6), switches
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        res = train_run("baseline", Remedy(), TrainConfig(lr=3e-3, steps=20, batch=8,
+                                                          train_images_per_scene=1,
+                                                          eval_images_per_scene=1))
+    finally:
+        torch.set_num_threads(threads)
+    assert res.features == LEARNED and "mass_audio" not in res.curves
+    assert res.final_loss == pytest.approx(1.9086844722429912, rel=1e-6)
+    assert res.curves["entropy"][-1].mean() == pytest.approx(3.007784605026245, rel=1e-6)
+
+
+# -- frozen real-encoder features ----------------------------------------------------------
+class RecordingStandInEncoders:
+    """A stand-in for the real encoders that records every call (seeded random states)."""
+
+    def __init__(self, n_tokens: int = 6, dim: int = 384) -> None:
+        self.calls: list[str] = []
+        self.n_tokens, self.dim = n_tokens, dim
+        self.encoder_id = "recording-stand-in"
+
+    def __call__(self):
+        self.calls.append("load")
+        return self, self
+
+    def token_states(self, inputs):
+        self.calls.append(f"text x{len(inputs)}")
+        return [np.random.default_rng(len(t)).normal(size=(self.n_tokens, self.dim)) for t in inputs]
+
+    def frame_states(self, clips, n_frames):
+        self.calls.append(f"audio x{len(clips)}")
+        return np.stack([np.full((n_frames, self.dim), c.size / 1e5) for c in clips])
+
+
+def test_frozen_features_are_encoded_once_then_read_from_the_cache(tmp_path):
+    stand_in = RecordingStandInEncoders()
+    caps = data.CAPTIONS[:3]
+    first = frozen_features(caps, encoders=stand_in, root=tmp_path)
+    assert stand_in.calls == ["load", "text x3", "audio x3"]
+    second = frozen_features(list(caps) + [caps[0]], encoders=stand_in, root=tmp_path)
+    assert stand_in.calls == ["load", "text x3", "audio x3"]       # no second encode
+    assert second.path == first.path and np.array_equal(second.audio, first.audio)
+    assert list(tmp_path.glob("*.npz")) == [first.path]
+    frozen_features(data.CAPTIONS[3:5], encoders=stand_in, root=tmp_path)
+    assert stand_in.calls[-2:] == ["text x2", "audio x2"]          # other captions: new file
+    assert len(list(tmp_path.glob("*.npz"))) == 2
+    assert first.rows([caps[2], caps[0]]).tolist() == [2, 0]
+    with pytest.raises(InvalidInputError, match="no frozen features"):
+        first.rows(["a red circle in the sky"])
+
+
+def test_frozen_features_reject_captions_of_unequal_token_length(tmp_path):
+    stand_in = RecordingStandInEncoders()
+    stand_in.token_states = lambda texts: [np.zeros((len(t.split()), 384)) for t in texts]
+    with pytest.raises(InvalidEmbeddingError, match="different lengths"):
+        frozen_features(["a red circle on the left", "a red star"], encoders=stand_in,
+                        root=tmp_path)
+    assert not list(tmp_path.glob("*.npz"))
+    with pytest.raises(InvalidInputError):
+        frozen_features([], encoders=stand_in, root=tmp_path)
+
+
+@pytest.fixture(scope="module")
+def real_features(tmp_path_factory):
+    return frozen_features(data.CAPTIONS[:4], root=tmp_path_factory.mktemp("frozen"))
+
+
+def test_real_encoder_features_have_the_documented_shapes(real_features):
+    f = real_features
+    assert f.text.shape == (4, data.CAPTION_LEN, 384)        # one MiniLM state per word piece
+    assert f.audio.shape == (4, features.AUDIO_FRAMES, 384)   # pooled Whisper tiny.en frames
+    assert f.text.dtype == f.audio.dtype == np.float32
+    assert np.isfinite(f.text).all() and np.isfinite(f.audio).all()
+    assert f.encoders[0].startswith("minilm:all-MiniLM-L6-v2/")
+    assert f.encoders[1].startswith("whisper:tiny.en/")
+    # different captions, different states; pooled frames are not all alike within a clip
+    assert not np.allclose(f.text[0], f.text[1]) and not np.allclose(f.audio[0], f.audio[1])
+    assert f.audio[0].std(0).mean() > 1e-3
+
+
+def test_minilm_token_states_do_not_depend_on_batch_padding():
+    from mmcache.encoders.text import MiniLMEncoder
+
+    enc = MiniLMEncoder(batch_size=8)
+    short, long = "a red circle on the left", "a yellow star at the bottom of a very long sentence"
+    alone, padded = enc.token_states([short]), enc.token_states([short, long])
+    assert alone[0].shape == (6, 384) and padded[1].shape[0] > 6
+    assert np.allclose(alone[0], padded[0], atol=1e-4)
+
+
+def test_modality_mass_with_three_key_groups():
+    probs = torch.zeros(2, 2, 3, 7)           # keys: 3 image, 2 audio, 2 text
+    probs[:, 0] = torch.tensor([0.1, 0.1, 0.1, 0.3, 0.2, 0.1, 0.1])
+    probs[:, 1, :, 3] = 1.0                   # head 1 on one audio key
+    probs[1, 1, 0] = 0.0
+    probs[1, 1, 0, 6] = 1.0                   # ... except one query on a text key
+    mass = modality_mass(probs, [("image", 3), ("audio", 2), ("text", 2)])
+    assert mass["image"].tolist() == pytest.approx([0.3, 0.0])
+    assert mass["audio"].tolist() == pytest.approx([0.5, 5 / 6])
+    assert mass["text"].tolist() == pytest.approx([0.2, 1 / 6])
+
+
+def _frozen_block(**kw) -> BlockConfig:
+    return _block(query_dim=384, audio_dim=384, n_audio=4, **kw)
+
+
+def test_frozen_matcher_projects_token_states_and_appends_audio_keys():
+    torch.manual_seed(0)
+    net = CrossModalMatcher(_frozen_block())
+    patches = _batch(5)[0]
+    text, audio = torch.randn(5, 6, 384), torch.randn(5, 4, 384)
+    records = []
+    net.register_attention_hook(records.append)
+    scores = net(patches, text, audio)
+    assert scores.shape == (5, 5)
+    assert records[0].segments == (("image", 16), ("audio", 4), ("text", 6))
+    assert records[0].probs.shape[-1] == 26
+    assert torch.allclose(records[0].probs.sum(-1), torch.ones(()))
+    audio2 = audio.clone()
+    audio2[2] += 1.0                          # an image's audio moves only that image's scores
+    moved = (net(patches, text, audio2) - scores).abs() > 1e-6
+    assert moved[:, 2].all() and not moved[:, [0, 1, 3, 4]].any()
+    with pytest.raises(InvalidInputError, match="audio"):
+        net(patches, text)
+    with pytest.raises(InvalidInputError, match="audio"):
+        CrossModalMatcher(_block())(*_batch(2), torch.zeros(2, 4, 384))
+    with pytest.raises(ConfigError, match="together"):
+        _block(audio_dim=384)
+
+
+def test_tiny_training_run_on_frozen_features_is_labelled_and_splits_mass_three_ways(tmp_path):
+    feats = frozen_features(data.CAPTIONS, encoders=RecordingStandInEncoders(), root=tmp_path)
+    cfg = TrainConfig(lr=3e-3, steps=5, batch=8, train_images_per_scene=1,
+                      eval_images_per_scene=1, frozen_features=str(feats.path))
+    res = train_run("baseline", Remedy(), cfg)
+    assert res.features == cfg.features == FROZEN != LEARNED
+    masses = res.curves["mass_image"] + res.curves["mass_audio"] + res.curves["mass_text"]
+    assert masses == pytest.approx(np.ones((5, 4)), abs=1e-5)
+    n_keys = data.N_PATCHES + features.AUDIO_FRAMES + data.CAPTION_LEN
+    assert res.curves["entropy"][0].mean() == pytest.approx(math.log(n_keys), rel=0.05)
+    assert np.isfinite(res.final_loss) and not res.diverged

@@ -6,12 +6,14 @@ from .experiment import (SEED_COMBO, CollapseCriterion, Remedy, RunResult, Train
                          best_pair, collapse_step, curves_table, rank_arms, remedy_effect,
                          runs_table, single_remedies, summarise, sweep, train_run,
                          tuned_lr, wilson_interval)
+from .features import FROZEN, LEARNED, FrozenFeatures, frozen_features
 from .instruments import (StepRecorder, adam_update_stats, attention_entropy, head_grad_norms,
                           max_logit, modality_mass, qk_spectral_norms)
 from .model import AttentionRecord, BlockConfig, CrossModalMatcher, matching_loss
 
 __all__ = [
-    "SEED_COMBO", "AttentionRecord", "BlockConfig", "CollapseCriterion", "CrossModalMatcher",
+    "FROZEN", "LEARNED", "SEED_COMBO", "AttentionRecord", "BlockConfig", "CollapseCriterion",
+    "CrossModalMatcher", "FrozenFeatures", "frozen_features",
     "Remedy", "RunResult", "StepRecorder", "TrainConfig", "adam_update_stats",
     "attention_entropy", "best_pair", "collapse_step", "curves_table", "head_grad_norms",
     "matching_loss", "max_logit", "modality_mass", "qk_spectral_norms", "rank_arms",

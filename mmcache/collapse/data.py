@@ -21,7 +21,8 @@ IMAGE_SIZE = 32
 PATCH = 8
 N_PATCHES = (IMAGE_SIZE // PATCH) ** 2
 PATCH_DIM = PATCH * PATCH * 3
-VOCAB: tuple[str, ...] = tuple(sorted({w for s in all_scenes() for w in s.captions()[0].split()}))
+CAPTIONS: tuple[str, ...] = tuple(s.captions()[0] for s in all_scenes())  # one per scene
+VOCAB: tuple[str, ...] = tuple(sorted({w for c in CAPTIONS for w in c.split()}))
 CAPTION_LEN = 6
 DATA_ID = (f"{SCENES_SOURCE}: mmcache.datasets.make_scenes, 150 scenes, canonical captions, "
            f"{IMAGE_SIZE} px, {PATCH} px patches")

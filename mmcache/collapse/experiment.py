@@ -22,6 +22,7 @@ from scipy.stats import fisher_exact
 
 from ..errors import ConfigError
 from . import data
+from .features import FROZEN, LEARNED, FrozenFeatures, load_features
 from .instruments import StepRecorder
 from .model import BlockConfig, CrossModalMatcher, matching_loss
 
@@ -77,6 +78,12 @@ class TrainConfig:
     adam_eps: float = 1e-8
     train_images_per_scene: int = 14  # x 150 scenes, seeded by the run's seed
     eval_images_per_scene: int = 2   # x 150 scenes, one fixed held-out rendering seed
+    frozen_features: str | None = None  # a features.frozen_features .npz; None: learned words
+
+    @property
+    def features(self) -> str:
+        """The feature source's label: :data:`~.features.LEARNED` or :data:`~.features.FROZEN`."""
+        return LEARNED if self.frozen_features is None else FROZEN
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,7 @@ class RunResult:
     collapse_step: int | None
     grad_vanish_step: int | None
     seconds: float
+    features: str = LEARNED
 
     @property
     def collapsed(self) -> bool:
@@ -136,11 +144,41 @@ def grad_vanish_step(grad_qk: np.ndarray, crit: CollapseCriterion) -> int | None
 def build_model(remedy: Remedy, cfg: TrainConfig) -> CrossModalMatcher:
     """A freshly initialised matcher for scenes, seeded by ``cfg.seed``."""
     torch.manual_seed(cfg.seed)
+    frozen = {}
+    if cfg.frozen_features is not None:
+        feats = load_features(cfg.frozen_features)
+        frozen = {"query_dim": feats.text.shape[2], "audio_dim": feats.audio.shape[2],
+                  "n_audio": feats.audio.shape[1]}
     block = BlockConfig(vocab_size=len(data.VOCAB), patch_dim=data.PATCH_DIM,
                         n_patches=data.N_PATCHES, d_model=cfg.d_model,
                         n_heads=cfg.n_heads, text_keys=cfg.text_keys, qk_init=remedy.qk_init,
-                        qk_layernorm=remedy.qk_layernorm, sigma_reparam=remedy.sigma_reparam)
+                        qk_layernorm=remedy.qk_layernorm, sigma_reparam=remedy.sigma_reparam,
+                        **frozen)
     return CrossModalMatcher(block)
+
+
+class ModelInputs:
+    """A scene pool as the matcher's inputs: learned word ids, or frozen token states and
+    audio frames looked up by caption; caption ids always (they define the loss's positives)."""
+
+    def __init__(self, pool: data.SceneBatch, cfg: TrainConfig) -> None:
+        self.patches, self.tokens = torch.from_numpy(pool.patches), torch.from_numpy(pool.tokens)
+        self.frozen: FrozenFeatures | None = None
+        if cfg.frozen_features is not None:
+            self.frozen = load_features(cfg.frozen_features)
+            self.rows = torch.from_numpy(self.frozen.rows(pool.captions))
+            self.text = torch.from_numpy(self.frozen.text)
+            self.audio = torch.from_numpy(self.frozen.audio)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __call__(self, idx: torch.Tensor | slice) -> tuple[torch.Tensor, ...]:
+        """Matcher arguments for the items ``idx``."""
+        if self.frozen is None:
+            return self.patches[idx], self.tokens[idx]
+        rows = self.rows[idx]
+        return self.patches[idx], self.text[rows], self.audio[rows]
 
 
 def train_run(arm: str, remedy: Remedy, cfg: TrainConfig,
@@ -152,15 +190,14 @@ def train_run(arm: str, remedy: Remedy, cfg: TrainConfig,
     warm = max(remedy.warmup_steps, 0)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / warm) if warm else 1.0)
-    pool = data.scene_tokens(cfg.train_images_per_scene, 1000 + cfg.seed)
-    patches, tokens = torch.from_numpy(pool.patches), torch.from_numpy(pool.tokens)
+    inputs = ModelInputs(data.scene_tokens(cfg.train_images_per_scene, 1000 + cfg.seed), cfg)
     rng = torch.Generator().manual_seed(cfg.seed)
     recorder = StepRecorder(model, optimizer)
     diverged = False
     try:
         for _ in range(cfg.steps):
-            idx = torch.randint(0, len(tokens), (cfg.batch,), generator=rng)
-            loss = matching_loss(model(patches[idx], tokens[idx]), tokens[idx])
+            idx = torch.randint(0, len(inputs), (cfg.batch,), generator=rng)
+            loss = matching_loss(model(*inputs(idx)), inputs.tokens[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             recorder.after_backward(loss)
@@ -181,7 +218,7 @@ def train_run(arm: str, remedy: Remedy, cfg: TrainConfig,
     grad_qk = np.sqrt(curves["grad_q"] ** 2 + curves["grad_k"] ** 2).sum(1)
     return RunResult(arm, cfg.lr, cfg.seed, curves, final_loss, final_acc, diverged,
                      collapse_step(entropy, crit), grad_vanish_step(grad_qk, crit),
-                     time.perf_counter() - start)
+                     time.perf_counter() - start, cfg.features)
 
 
 @torch.no_grad()
@@ -189,12 +226,11 @@ def evaluate(model: CrossModalMatcher, cfg: TrainConfig) -> tuple[float, float]:
     """Held-out matching loss and caption->image top-1 accuracy, in batches of ``cfg.batch``
     (in-batch negatives; an image of the same scene counts as correct)."""
     model.eval()
-    pool = data.scene_tokens(cfg.eval_images_per_scene, 10_000)
+    inputs = ModelInputs(data.scene_tokens(cfg.eval_images_per_scene, 10_000), cfg)
     losses, hits = [], []
-    for s in range(0, len(pool.tokens) - cfg.batch + 1, cfg.batch):
-        p = torch.from_numpy(pool.patches[s:s + cfg.batch])
-        t = torch.from_numpy(pool.tokens[s:s + cfg.batch])
-        scores = model(p, t)
+    for s in range(0, len(inputs) - cfg.batch + 1, cfg.batch):
+        t = inputs.tokens[s:s + cfg.batch]
+        scores = model(*inputs(slice(s, s + cfg.batch)))
         losses.append(matching_loss(scores, t).item())
         same = (t.unsqueeze(1) == t.unsqueeze(0)).all(-1)
         hits.append(same[torch.arange(len(t)), scores.argmax(1)].float().mean().item())
@@ -228,7 +264,7 @@ def _train_task(task: tuple[str, Remedy, TrainConfig, CollapseCriterion]) -> Run
 def runs_table(results: Sequence[RunResult]) -> pd.DataFrame:
     """One row per run: arm, lr, seed, verdicts and end-of-run numbers."""
     return pd.DataFrame([{
-        "arm": r.arm, "lr": r.lr, "seed": r.seed, "final_loss": r.final_loss,
+        "arm": r.arm, "lr": r.lr, "seed": r.seed, "features": r.features, "final_loss": r.final_loss,
         "final_acc": r.final_acc, "diverged": r.diverged, "collapsed": r.collapsed,
         "collapse_step": r.collapse_step, "grad_vanished": r.grad_vanish_step is not None,
         "entropy_init": float(r.curves["entropy"][0].mean()),

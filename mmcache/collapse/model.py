@@ -2,7 +2,10 @@
 
 Text word embeddings are the queries; keys and values are image patch tokens,
 optionally followed by the caption's own word tokens (a second key modality,
-so the attention mass can be split by modality). The matching score of a
+so the attention mass can be split by modality). With ``query_dim`` set the
+queries are instead frozen encoder token states through a trained linear
+projection, and with ``audio_dim`` set each candidate image brings audio-frame
+keys as well (projected the same way), after its patches. The matching score of a
 caption and an image is the mean over caption tokens of a bilinear read-out of
 the attended value. Remedies that change the block itself (initialisation,
 QK-layernorm, σReparam) are switches of :class:`BlockConfig`.
@@ -21,7 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InvalidInputError
 
 INITS = ("default", "xavier", "xavier_0.1")
 
@@ -39,8 +42,14 @@ class BlockConfig:
     qk_init: str = "default"  # "default" (PyTorch), "xavier", "xavier_0.1" (Xavier x 0.1)
     qk_layernorm: bool = False
     sigma_reparam: bool = False
+    query_dim: int | None = None  # frozen query token states of this dim (None: learned words)
+    audio_dim: int | None = None  # candidate audio-frame keys of this dim (None: none)
+    n_audio: int = 0              # audio-frame keys per candidate
 
     def __post_init__(self) -> None:
+        if (self.audio_dim is None) != (self.n_audio == 0):
+            raise ConfigError(f"audio_dim {self.audio_dim} and n_audio {self.n_audio} "
+                              "must be set together")
         if self.qk_init not in INITS:
             raise ConfigError(f"unknown qk_init {self.qk_init!r}; known: {INITS}")
         if self.d_model % self.n_heads:
@@ -115,7 +124,8 @@ class CrossModalMatcher(nn.Module):
         super().__init__()
         self.cfg = cfg
         d = cfg.d_model
-        self.word = nn.Embedding(cfg.vocab_size, d)
+        self.word = nn.Embedding(cfg.vocab_size, d) if cfg.query_dim is None \
+            else nn.Linear(cfg.query_dim, d)
         self.patch = nn.Linear(cfg.patch_dim, d)
         self.patch_pos = nn.Parameter(torch.randn(cfg.n_patches, d) * 0.02)
         self.word_pos = nn.Parameter(torch.randn(8, d) * 0.02)
@@ -126,6 +136,9 @@ class CrossModalMatcher(nn.Module):
         d_head = d // cfg.n_heads
         self.q_ln = nn.LayerNorm(d_head) if cfg.qk_layernorm else None
         self.k_ln = nn.LayerNorm(d_head) if cfg.qk_layernorm else None
+        if cfg.audio_dim is not None:  # created last: the other parameters' init is unchanged
+            self.audio = nn.Linear(cfg.audio_dim, d)
+            self.audio_pos = nn.Parameter(torch.randn(cfg.n_audio, d) * 0.02)
         self._hooks: dict[int, AttentionHook] = {}
         self._next_hook = 0
         self._init_qk()
@@ -165,13 +178,25 @@ class CrossModalMatcher(nn.Module):
         return _weight(self.q), _weight(self.k)
 
     # -- forward -------------------------------------------------------------------------
-    def forward(self, patches: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """Scores ``(n_captions, n_images)`` for captions ``tokens`` against images ``patches``."""
+    def forward(self, patches: torch.Tensor, tokens: torch.Tensor,
+                audio: torch.Tensor | None = None) -> torch.Tensor:
+        """Scores ``(n_captions, n_images)`` for captions ``tokens`` against images ``patches``.
+
+        ``tokens`` are word ids ``(B, Lq)``, or token states ``(B, Lq, query_dim)`` when
+        ``query_dim`` is set; ``audio`` ``(B, n_audio, audio_dim)`` goes with the images.
+        """
         cfg = self.cfg
         d_head = cfg.d_model // cfg.n_heads
         text = self.word(tokens) + self.word_pos[: tokens.shape[1]]          # (B, Lq, d)
         image = self.patch(patches) + self.patch_pos                          # (B, P, d)
-        n_i, n_j, n_p = tokens.shape[0], patches.shape[0], patches.shape[1]
+        segments: tuple[tuple[str, int], ...] = (("image", patches.shape[1]),)
+        if (audio is None) != (cfg.audio_dim is None):
+            raise InvalidInputError(f"audio given: {audio is not None}; the matcher's audio_dim "
+                                    f"is {cfg.audio_dim}")
+        if audio is not None:  # a candidate's keys: its patches, then its audio frames
+            image = torch.cat([image, self.audio(audio) + self.audio_pos], 1)
+            segments += (("audio", audio.shape[1]),)
+        n_i, n_j, n_p = tokens.shape[0], patches.shape[0], image.shape[1]
         kv_in = self.norm_kv(torch.cat([image, text], 1) if cfg.text_keys else image)
         q = self._heads(self.q(self.norm_q(text)), self.q_ln)                 # (B, H, Lq, dh)
         k = self._heads(self.k(kv_in), self.k_ln)                             # (B, H, P[+Lq], dh)
@@ -180,7 +205,6 @@ class CrossModalMatcher(nn.Module):
         # caption i attends to image j's patches: (Bi, Bj, H, Lq, P)
         logits = torch.einsum("ihqd,jhpd->ijhqp", q, k[:, :, :n_p]) * scale
         values = v[:, :, :n_p].unsqueeze(0).expand(n_i, -1, -1, -1, -1)      # (Bi, Bj, H, P, dh)
-        segments: tuple[tuple[str, int], ...] = (("image", n_p),)
         if cfg.text_keys:  # ... and to its own caption's tokens
             self_logits = torch.einsum("ihqd,ihkd->ihqk", q, k[:, :, n_p:]) * scale
             logits = torch.cat([logits, self_logits.unsqueeze(1).expand(-1, n_j, -1, -1, -1)], -1)

@@ -90,3 +90,19 @@ class MiniLMEncoder:
         mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
         return torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy()
+
+    def token_states(self, inputs: Sequence[str]) -> list[np.ndarray]:
+        """Per text, the last-layer hidden states ``(n_tokens, 384)`` float32 of its word-piece
+        tokens, unpooled ([CLS], [SEP] and padding left out)."""
+        import torch
+
+        texts = check_texts(inputs)
+        out: list[np.ndarray] = []
+        for i in range(0, len(texts), self.batch_size):
+            batch = self.tokenizer(texts[i:i + self.batch_size], padding=True, truncation=True,
+                                   max_length=MAX_TOKENS, return_tensors="pt").to(self.device)
+            with torch.inference_mode():
+                hidden = self.model(**batch).last_hidden_state.cpu().numpy()
+            lengths = batch["attention_mask"].sum(1).tolist()
+            out += [h[1:n - 1].astype(np.float32) for h, n in zip(hidden, lengths)]
+        return out

@@ -1,4 +1,5 @@
-"""Notebook 03 in smoke mode: every arm reports a collapse rate; entropy starts near log(n_keys)."""
+"""Notebook 03 in smoke mode: every arm reports a collapse rate (learned and frozen real-encoder
+features); entropy starts near log(n_keys)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,52 @@ def test_runs_trained_and_verdict_is_computed(metrics):
     assert metrics["seed_remedy"]["works"] == metrics["seed_remedy_works"]
     assert metrics["seed_remedy"]["prevents"] == metrics["seed_remedy_prevents"]
     assert metrics["weights"].startswith("none") and "make_scenes" in metrics["data"]
+
+
+FROZEN_ARMS = 4   # baseline, the seed's remedy, QK-layernorm, the best pair
+
+
+def test_frozen_feature_sweep_reports_a_rate_per_arm_and_learning_rate(metrics):
+    from mmcache.collapse import FROZEN, LEARNED
+
+    assert metrics["features"] == LEARNED
+    assert metrics["frozen_features"] == FROZEN != LEARNED
+    assert metrics["frozen_run_features"] == [FROZEN]        # every frozen run is labelled so
+    assert "MiniLM" in FROZEN and "Whisper" in FROZEN
+    assert metrics["frozen_encoders"][0].startswith("minilm:all-MiniLM-L6-v2/")
+    assert metrics["frozen_encoders"][1].startswith("whisper:tiny.en/")
+    assert "espeak-ng" in metrics["frozen_data"]
+    arms = metrics["frozen_arms"]
+    assert len(arms) == FROZEN_ARMS and arms[0] == "baseline" and "qk_layernorm" in arms
+    assert any(a.startswith("seed_combo") for a in arms) and any(a.startswith("best_pair") for a in arms)
+    assert set(arms) <= set(metrics["arms"])
+    assert metrics["frozen_lr_multipliers"] == [16, 32]
+    assert metrics["frozen_lrs"] == pytest.approx([metrics["tuned_lr"] * 16, metrics["tuned_lr"] * 32])
+    mults = {f"{m}x" for m in metrics["frozen_lr_multipliers"]}
+    assert set(metrics["frozen_collapse_rate"]) == set(arms)
+    for arm in arms:
+        rates = metrics["frozen_collapse_rate"][arm]
+        assert set(rates) == mults, arm
+        assert all(0.0 <= r <= 1.0 for r in rates.values()), arm
+    assert metrics["frozen_n_runs"] == len(arms) * len(mults) * metrics["frozen_seeds"]
+
+
+def test_frozen_attention_starts_near_uniform_over_three_key_groups(metrics):
+    assert metrics["frozen_n_keys"] == 16 + 16 + 6             # patches + audio frames + words
+    assert metrics["frozen_entropy_init_mean"] == pytest.approx(math.log(38), rel=0.15)
+    for arm, mass in metrics["frozen_final_mass"].items():
+        assert set(mass) == {"image", "audio", "text"}, arm
+        assert sum(mass.values()) == pytest.approx(1.0, abs=1e-4), arm
+
+
+def test_frozen_conclusions_compare_the_two_feature_sources(metrics):
+    conclusions = metrics["frozen_conclusions"]
+    assert set(conclusions) == {"seed_remedy_helps", "qk_layernorm_prevents"}
+    seed_arm = next(a for a in metrics["frozen_arms"] if a.startswith("seed_combo"))
+    for question, arm, key in [("seed_remedy_helps", seed_arm, "fewer_collapses"),
+                               ("qk_layernorm_prevents", "qk_layernorm", "prevents")]:
+        c = conclusions[question]
+        assert c["learned"] == metrics["remedy_effects"][arm][key]
+        assert c["frozen"] == metrics["frozen_remedy_effects"][arm][key]
+        assert c["holds"] == (c["learned"] == c["frozen"])
+    assert 0.0 < metrics["frozen_runtime_s"] < metrics["runtime_s"]
