@@ -425,7 +425,9 @@ for question, (arm, key) in QUESTIONS.items():
         "learned": bool(learned_eff[key]), "frozen": bool(frozen_eff[key]),
         "judgeable": bool(learned_eff["baseline_collapses_anywhere"]
                           and frozen_eff["baseline_collapses_anywhere"]),
-        "holds": bool(learned_eff[key] == frozen_eff[key])}
+        "holds": bool(learned_eff[key] == frozen_eff[key]),
+        "frozen_p_fewer": frozen_eff["p_fewer"],
+        "frozen_significant": bool(frozen_eff["p_fewer"] < 0.05)}
 base_mass = frozen_final_mass.loc["baseline"]
 flines = [
     f"*Frozen features ({FROZEN}); {FROZEN_SEEDS} seed(s) per cell; {STEPS} steps; "
@@ -446,7 +448,10 @@ for question, (arm, key) in QUESTIONS.items():
         f"On real features it {_judge(eff)}. Learned features answered "
         f"{'yes' if c['learned'] else 'no'}, real features {'yes' if c['frozen'] else 'no'}: "
         f"the conclusion {_same(c['learned'], c['frozen'])}"
-        + ("." if c["judgeable"] else " (but a baseline that never collapsed cannot settle it)."))
+        + ("" if c["judgeable"] else " (but a baseline that never collapsed cannot settle it)")
+        + ("." if c["frozen_significant"] or not c["judgeable"] else
+           f" — on weak evidence: the real-feature baseline collapsed in only {_pooled(eff, 'baseline_')}"
+           f" runs, so the difference is not significant (p = {c['frozen_p_fewer']:.2f})."))
 flines.append(f"- Best pair ({PAIR_ARM}) on real features — collapse rate {_frozen_rates(PAIR_ARM)}; "
               f"mean final loss {frozen_effects[PAIR_ARM]['mean_final_loss']:.3f}.")
 if SMOKE:

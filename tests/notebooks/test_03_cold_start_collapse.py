@@ -110,4 +110,6 @@ def test_frozen_conclusions_compare_the_two_feature_sources(metrics):
         assert c["learned"] == metrics["remedy_effects"][arm][key]
         assert c["frozen"] == metrics["frozen_remedy_effects"][arm][key]
         assert c["holds"] == (c["learned"] == c["frozen"])
+        p = c["frozen_p_fewer"]
+        assert math.isnan(p) or c["frozen_significant"] == (p < 0.05)
     assert 0.0 < metrics["frozen_runtime_s"] < metrics["runtime_s"]
