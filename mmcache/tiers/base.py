@@ -14,6 +14,9 @@ id. The cache talks to tiers only through :class:`Tier`:
 * ``delete(entry_id)``, ``evict()`` (one victim chosen by the tier's policy),
   ``capacity``/``usage()``, ``__len__``, ``scan()`` (all entries) and ``close()``.
 
+Tiers that account their entries in a :class:`Budget` extend :class:`BudgetedTier`,
+which answers ``capacity`` and ``usage()`` from it and makes ``put`` a batch of one.
+
 A tier whose store other processes write too sets ``shared = True``: the cache's
 penetration guard then never skips a lookup in it on the strength of its local
 Bloom filter.
@@ -278,3 +281,24 @@ class Tier(ABC):
 
     def close(self) -> None:
         """Release files, connections and memory; the default does nothing."""
+
+
+class BudgetedTier(Tier):
+    """A tier whose limits and usage are those of its :class:`Budget` (``self._budget``) and
+    whose ``put`` is a batch of one: subclasses implement :meth:`put_many`."""
+
+    _budget: Budget
+
+    @property
+    def capacity(self) -> Capacity:
+        return self._budget.capacity
+
+    def usage(self) -> tuple[int, int]:
+        return len(self._budget.sizes), self._budget.nbytes
+
+    def put(self, entry: Entry) -> list[str]:
+        return self.put_many([entry])
+
+    @abstractmethod
+    def put_many(self, entries: Sequence[Entry]) -> list[str]:
+        """Store or replace every entry in order, as one put each would; return the evicted ids."""

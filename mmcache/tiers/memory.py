@@ -6,10 +6,10 @@ from typing import Iterator, Sequence
 
 from ..policies import EvictionPolicy
 from ..types import Entry
-from .base import Budget, Capacity, Tier, admit_all, gone_ids, policy_hints
+from .base import Budget, BudgetedTier, Capacity, admit_all, gone_ids, policy_hints
 
 
-class MemoryTier(Tier):
+class MemoryTier(BudgetedTier):
     """Entries by exact key (the key already holds the scope); a policy picks victims."""
 
     def __init__(self, capacity: Capacity = Capacity(), policy: EvictionPolicy | str = "lru",
@@ -17,16 +17,6 @@ class MemoryTier(Tier):
         self.name = name
         self._budget = Budget(capacity, policy)
         self._entries: dict[str, Entry] = {}
-
-    @property
-    def capacity(self) -> Capacity:
-        return self._budget.capacity
-
-    def usage(self) -> tuple[int, int]:
-        return len(self._entries), self._budget.nbytes
-
-    def put(self, entry: Entry) -> list[str]:
-        return self.put_many([entry])
 
     def put_many(self, entries: Sequence[Entry]) -> list[str]:
         victims, kept = admit_all(self._budget, entries, self.clock())

@@ -34,7 +34,7 @@ import xxhash
 from ..errors import StorageError
 from ..policies import EvictionPolicy
 from ..types import Entry
-from .base import Budget, Candidate, Capacity, Tier, admit_all, gone_ids, policy_hints
+from .base import Budget, BudgetedTier, Candidate, Capacity, admit_all, gone_ids, policy_hints
 from .codec import (decode_label, decode_value, encode_label, encode_value, vector_from_bytes,
                     vector_to_bytes)
 from .vectors import IndexSpec, SemanticIndex
@@ -67,7 +67,7 @@ def scope_tag(scope: str) -> str:
     return xxhash.xxh3_64_hexdigest(scope.encode("utf-8", "surrogatepass"))
 
 
-class RedisTier(Tier):
+class RedisTier(BudgetedTier):
     """A shared remote tier in Redis; semantic search over a local FAISS view of it."""
 
     semantic = True
@@ -94,16 +94,6 @@ class RedisTier(Tier):
         self.refresh()
 
     # -- Tier protocol -------------------------------------------------------------------
-    @property
-    def capacity(self) -> Capacity:
-        return self._budget.capacity
-
-    def usage(self) -> tuple[int, int]:
-        return len(self._budget.sizes), self._budget.nbytes
-
-    def put(self, entry: Entry) -> list[str]:
-        return self.put_many([entry])
-
     def put_many(self, entries: Sequence[Entry]) -> list[str]:
         """Write ``entries`` in one MULTI/EXEC pipeline; the budget admits them one by one first."""
         fields = {e.entry_id: _entry_fields(e) for e in entries}  # SerializationError first

@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import ConfigError, StorageError
 from ..policies import EvictionPolicy
 from ..types import Entry
-from .base import Budget, Candidate, Capacity, Tier, admit_all, gone_ids, policy_hints
+from .base import Budget, BudgetedTier, Candidate, Capacity, admit_all, gone_ids, policy_hints
 from .codec import (decode_label, decode_value, encode_label, encode_value, vector_from_bytes,
                     vector_to_bytes)
 from .vectors import IndexSpec, SemanticIndex
@@ -49,7 +49,7 @@ _ENTRY_COLS = "rowid, entry_id, scope, exact_key, value_type, value, size, creat
               "expires_at, ground_truth, hints"
 
 
-class SQLiteTier(Tier):
+class SQLiteTier(BudgetedTier):
     """A persistent tier in one SQLite file; semantic search over its stored embeddings."""
 
     semantic = True
@@ -76,16 +76,6 @@ class SQLiteTier(Tier):
             self.evict()
 
     # -- Tier protocol -------------------------------------------------------------------
-    @property
-    def capacity(self) -> Capacity:
-        return self._budget.capacity
-
-    def usage(self) -> tuple[int, int]:
-        return len(self._budget.sizes), self._budget.nbytes
-
-    def put(self, entry: Entry) -> list[str]:
-        return self.put_many([entry])
-
     def put_many(self, entries: Sequence[Entry]) -> list[str]:
         """Store ``entries`` in one transaction; the budget admits them one by one first."""
         rows = {e.entry_id: _row(e) for e in entries}  # SerializationError before any change
