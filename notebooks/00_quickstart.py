@@ -122,6 +122,47 @@ ask("same clip, other tenant", Q(audio=stored.audio, scope="tenant-b"), "miss")
 print("last transcripts:", audio_encoder.transcripts)
 
 # %% [markdown]
+# ## Loading many answers at once, and how long they stay fresh
+# `put_many` stores a batch with one write per tier. An answer expires `ttl` seconds after its
+# put; for `stale_while_revalidate` seconds more it is still served, marked stale so that the
+# caller refreshes it; `ttl_factors` shorten lifetimes per scope (here the `demo-*` tenants'
+# answers live 30% as long). A clock moved by hand stands in for waiting.
+
+# %%
+class HandClock:
+    """Seconds that the notebook sets instead of waiting."""
+
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+clock = HandClock()
+freshness_config = {"ttl": 600, "stale_while_revalidate": 120, "ttl_factors": {"demo-*": 0.3}}
+faq = {"How do I reset my password?": "Settings → Security → Reset.",
+       "How do I change my email address?": "Settings → Account → Email.",
+       "How do I delete my account?": "Settings → Account → Delete."}
+freshness_rows = []
+with mmcache.TieredCache({"freshness": freshness_config}, encoders={"text": text_encoder},
+                         clock=clock) as timed_cache:
+    for scope in ("tenant-a", "demo-7"):
+        timed_cache.put_many([Q(text=t, scope=scope) for t in faq], list(faq.values()))
+    for minutes in (1, 4, 11, 13):
+        clock.now = 60.0 * minutes
+        for scope in ("tenant-a", "demo-7"):
+            lifetime = freshness_config["ttl"] * (0.3 if scope.startswith("demo-") else 1.0)
+            expected = "fresh" if clock.now < lifetime else "stale-while-revalidate" \
+                if clock.now < lifetime + freshness_config["stale_while_revalidate"] else "miss"
+            hit = timed_cache.get(Q(text="how can I reset my password", scope=scope))
+            freshness_rows.append({"minutes after put": minutes, "scope": scope,
+                                   "expected": expected,
+                                   "got": "miss" if hit is None else hit.freshness})
+freshness = pd.DataFrame(freshness_rows)
+freshness["as expected"] = freshness.expected == freshness.got
+freshness.pivot(index="minutes after put", columns="scope", values="got")
+
+# %% [markdown]
 # ## What came back
 
 # %%
@@ -154,6 +195,7 @@ write_metrics({
     "n_lookups": len(table),
     "n_as_expected": int(table["as expected"].sum()),
     "cases": table.to_dict(orient="records"),
+    "freshness_cases": freshness.to_dict(orient="records"),
     "image_semantic": "image" in encoders,
     "weights": weights,
 })

@@ -29,3 +29,12 @@ def test_results_name_their_weights(smoke_metrics) -> None:
     weights = smoke_metrics("00_quickstart")["weights"]
     assert weights["text"].startswith("minilm:")
     assert "whisper" in weights["audio"] and "stand-in" not in " ".join(weights.values())
+
+
+def test_freshness_follows_ttl_stale_window_and_scope_factor(smoke_metrics) -> None:
+    cases = smoke_metrics("00_quickstart")["freshness_cases"]
+    wrong = [c for c in cases if c["got"] != c["expected"]]
+    assert not wrong, wrong
+    got = {(c["minutes after put"], c["scope"]): c["got"] for c in cases}
+    assert got[(4, "tenant-a")] == "fresh" and got[(4, "demo-7")] == "stale-while-revalidate"
+    assert got[(11, "tenant-a")] == "stale-while-revalidate" and got[(13, "tenant-a")] == "miss"
