@@ -148,7 +148,8 @@ class TieredCache:
         metrics), writing each tier in one batch.
 
         Every item is checked first: a bad one raises its typed error naming its index,
-        and nothing is stored.
+        and nothing is stored. The ANN indexes that lookups search are built before it
+        returns (after single puts they are built at the next lookup).
         """
         queries, values = list(queries), list(values)
         if len(queries) != len(values):
@@ -169,6 +170,7 @@ class TieredCache:
                     raise type(exc)(f"put_many item {i}: {exc}") from exc
             self._record_encodes(encode_times)
             self._write(entries)
+            self._build_searched_indexes()
             return [e.entry_id for e in entries]
 
     def get(self, query: Query, *, bypass: bool = False, origin_failed: bool = False) -> Hit | None:
@@ -278,6 +280,14 @@ class TieredCache:
                 self._dims.setdefault(modality, len(vec))
             if self.guard is not None:
                 self.guard.add(entry.entry_id)
+
+    def _build_searched_indexes(self) -> None:
+        """Insert pending vectors into the ANN indexes of the semantic tiers lookups search, so
+        that a bulk load, not the first lookup after it, pays for building them."""
+        for tier in self.tiers:
+            index = getattr(tier, "index", None)
+            if tier.semantic and not self._covered[tier.name] and index is not None:
+                index.flush()
 
     def _missing(self, tier: Tier, run: list[Entry]) -> bool:
         """Whether semantic ``tier`` lacks an entry of ``run`` (its policy declined it) while a

@@ -43,6 +43,7 @@ from mmcache.encoders.asr import TranscriptEncoder
 from mmcache.errors import OfflineAssetError
 from mmcache.plotting import save_figure
 from mmcache.runbook import write_metrics
+from mmcache.testing import FakeClock
 
 # %% [markdown]
 # ## Encoders and the cache
@@ -129,16 +130,7 @@ print("last transcripts:", audio_encoder.transcripts)
 # answers live 30% as long). A clock moved by hand stands in for waiting.
 
 # %%
-class HandClock:
-    """Seconds that the notebook sets instead of waiting."""
-
-    now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-clock = HandClock()
+clock = FakeClock(now=0.0)
 freshness_config = {"ttl": 600, "stale_while_revalidate": 120, "ttl_factors": {"demo-*": 0.3}}
 faq = {"How do I reset my password?": "Settings → Security → Reset.",
        "How do I change my email address?": "Settings → Account → Email.",

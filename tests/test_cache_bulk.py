@@ -171,3 +171,22 @@ def test_guard_learns_every_key_of_a_batch(cache) -> None:
     ids = cache.put_many([query(6), query(7)], ["six", "seven"])
     assert all(cache.guard.might_contain(i) for i in ids)
     assert cache.get(query(7)).value == "seven"
+
+
+def test_put_many_builds_the_searched_ann_index_but_not_a_covered_one(tmp_path: Path) -> None:
+    """After a bulk load the first lookup does not pay for L2's HNSW build; L3, covered by L2,
+    keeps its vectors pending (it is never searched)."""
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((40, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    settings_ = {"l2": {"ann_min_size": 8},
+                 "l3": {"backend": "sqlite", "path": str(tmp_path / "l3.db")}}
+    with mmcache.TieredCache(settings_) as cache:
+        cache.put_many([Query(text=f"q{i}", embeddings={"text": v}, scope="s")
+                        for i, v in enumerate(vectors)], [f"a{i}" for i in range(len(vectors))])
+        scope = prepare(Query(embeddings={"text": vectors[0]}, scope="s"), {}).scope
+        l2, l3 = (cache.tier(name).index.index(scope, "text") for name in ("l2", "l3"))
+        assert l2.uses_ann and l2.pending == 0
+        assert l3.uses_ann and l3.pending == len(vectors)
+        cache.put(Query(text="one more", embeddings={"text": vectors[0]}, scope="s"), "b")
+        assert l2.pending == 1  # single puts still wait for the next lookup

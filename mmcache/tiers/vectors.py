@@ -147,7 +147,7 @@ class VectorIndex:
         """Live entries among the ``k`` nearest with similarity ≥ ``floor``, best first,
         and whether every entry ≥ ``floor`` is guaranteed to be in the list (pending
         vectors enter the ANN index first)."""
-        self._flush()
+        self.flush()
         n = len(self._ids)
         if not self._slot:
             return [], True
@@ -217,7 +217,7 @@ class VectorIndex:
         _set_index_params(index, self.spec)
         return index
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         """Insert the pending slots into the ANN index in one batch (training it first if
         it needs training); an index built from scratch leaves the tombstones out."""
         if self._ann is None:
@@ -296,6 +296,11 @@ class SemanticIndex:
                 idx.remove(entry_id)
                 if not len(idx):
                     del self._indexes[(scope, modality)]
+
+    def flush(self) -> None:
+        """Insert every pending vector into its ANN index now (else each waits for a search)."""
+        for idx in self._indexes.values():
+            idx.flush()
 
     def search(self, scope: str, vectors: Mapping[str, np.ndarray],
                floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
