@@ -79,8 +79,8 @@ import torch
 from IPython.display import Markdown, display
 
 from mmcache.collapse import (FROZEN, LEARNED, SEED_COMBO, CollapseCriterion, TrainConfig,
-                              best_pair, curves_table, frozen_features, rank_arms, remedy_effect,
-                              runs_table, single_remedies, summarise, sweep, tuned_lr)
+                              best_pair, frozen_features, rank_arms, remedy_effect, runs_table,
+                              single_remedies, summarise, sweep, sweep_tables, tuned_lr)
 from mmcache.collapse.data import CAPTION_LEN, CAPTIONS, DATA_ID, N_PATCHES
 from mmcache.collapse.features import AUDIO_FRAMES, RATE, VOICE
 from mmcache.plotting import save_figure
@@ -151,12 +151,7 @@ display(singles_ranking)
 print("best pair:", PAIR)
 
 # %%
-runs = runs_table(results)
-runs["lr_mult"] = runs["lr"].map(MULT)
-summary = summarise(runs)
-summary["lr_mult"] = summary["lr"].map(MULT)
-curves = curves_table(results)
-curves["lr_mult"] = curves["lr"].map(MULT)
+runs, summary, curves = sweep_tables(results, MULT)
 ranking = rank_arms(summary)
 display(summary[["arm", "lr_mult", "n", "collapse_rate", "collapse_ci_low", "collapse_ci_high",
                  "grad_vanish_rate", "diverged_rate", "final_loss", "final_loss_sd",
@@ -368,12 +363,7 @@ FROZEN_PROVENANCE = {
             f"{AUDIO_FRAMES} pooled Whisper frames", "seeds": FROZEN_SEEDS, "lrs": FROZEN_LRS}
 frozen_results = sweep(FROZEN_ARMS, FROZEN_LRS, range(FROZEN_SEEDS), FROZEN_BASE, CRIT,
                        n_jobs=N_JOBS)
-frozen_runs = runs_table(frozen_results)
-frozen_runs["lr_mult"] = frozen_runs["lr"].map(FROZEN_MULT)
-frozen_summary = summarise(frozen_runs)
-frozen_summary["lr_mult"] = frozen_summary["lr"].map(FROZEN_MULT)
-frozen_curves = curves_table(frozen_results)
-frozen_curves["lr_mult"] = frozen_curves["lr"].map(FROZEN_MULT)
+frozen_runs, frozen_summary, frozen_curves = sweep_tables(frozen_results, FROZEN_MULT)
 MASSES = ["mass_image", "mass_audio", "mass_text"]
 frozen_final_mass = (frozen_curves[frozen_curves["step"] == frozen_curves.groupby(
     ["arm", "lr", "seed"])["step"].transform("max")].groupby("arm")[MASSES].mean())

@@ -14,7 +14,7 @@ from mmcache.collapse import (BlockConfig, CollapseCriterion, CrossModalMatcher,
                               StepRecorder, TrainConfig, adam_update_stats, attention_entropy,
                               best_pair, collapse_step, head_grad_norms, matching_loss, max_logit,
                               modality_mass, qk_spectral_norms, single_remedies, train_run,
-                              remedy_effect, tuned_lr)
+                              remedy_effect, sweep_tables, tuned_lr)
 from mmcache.collapse import FROZEN, LEARNED, data, features, frozen_features, model as model_mod
 from mmcache.collapse.experiment import first_sustained_run, grad_vanish_step, rank_arms
 from mmcache.errors import ConfigError, InvalidEmbeddingError, InvalidInputError
@@ -294,6 +294,17 @@ def test_tiny_training_run_records_every_step_and_starts_near_uniform():
     assert res.curves["entropy"][0].mean() == pytest.approx(math.log(n_keys), rel=0.05)
     assert np.isfinite(res.final_loss) and 0.0 <= res.final_acc <= 1.0
     assert not res.diverged and not res.collapsed
+
+
+def test_sweep_tables_label_every_table_with_its_lr_multiple():
+    cfg = TrainConfig(lr=3e-3, steps=3, batch=8, train_images_per_scene=1,
+                      eval_images_per_scene=1)
+    results = [train_run("baseline", Remedy(), cfg)]
+    runs, summary, curves = sweep_tables(results, {3e-3: 3.0})
+    assert len(runs) == len(summary) == 1 and len(curves) == 3
+    for table in (runs, summary, curves):
+        assert (table["lr_mult"] == 3.0).all()
+    assert summary["collapse_rate"].iloc[0] == float(runs["collapsed"].iloc[0])
 
 
 def test_tuned_lr_is_the_largest_rate_as_good_as_the_best_and_never_a_diverged_one():

@@ -310,6 +310,18 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def sweep_tables(results: Sequence[RunResult], lr_mult: Mapping[float, float]
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """:func:`runs_table`, :func:`summarise` and :func:`curves_table` of one sweep, each with
+    an ``lr_mult`` column (``lr_mult[lr]``: the rate as a multiple of the tuned one)."""
+    runs = runs_table(results)
+    summary = summarise(runs)
+    curves = curves_table(results)
+    for table in (runs, summary, curves):
+        table["lr_mult"] = table["lr"].map(lr_mult)
+    return runs, summary, curves
+
+
 def rank_arms(summary: pd.DataFrame) -> pd.DataFrame:
     """Arms ranked by collapse rate, then divergence, then final loss (diverged counts as
     worst), each averaged over learning rates."""
