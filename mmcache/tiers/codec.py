@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -87,3 +87,14 @@ def encode_label(label: Any) -> str | None:
 def decode_label(text: str | None) -> Any:
     """The label stored by :func:`encode_label`."""
     return None if text is None else json.loads(text)
+
+
+def encode_hints(hints: Mapping[str, float]) -> str | None:
+    """JSON text of an entry's policy hints (None when it has none)."""
+    return json.dumps(dict(hints), allow_nan=False) if hints else None
+
+
+def decode_hints(text: str | bytes | None) -> dict[str, float]:
+    """The hints stored by :func:`encode_hints` (none for None); ValueError, TypeError or
+    AttributeError when the text is malformed."""
+    return {} if text is None else {str(k): float(v) for k, v in json.loads(text).items()}

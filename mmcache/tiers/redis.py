@@ -12,7 +12,7 @@ Layout under ``prefix`` (default ``"mmcache"``), no pickle anywhere:
   Fields: ``entry_id``, ``scope``, ``exact_key``, ``value_type`` + ``value``
   (type-tagged bytes, :mod:`mmcache.tiers.codec`), ``size``, ``created_at``,
   ``expires_at``, ``ground_truth`` (JSON), ``hints`` (the entry's policy hints, JSON;
-  absent in entries written before hints existed) and ``vec:{modality}`` (raw float32).
+  empty when it has none, absent in entries written before hints existed) and ``vec:{modality}`` (raw float32).
 * ``{prefix}:log`` — sorted set of entry keys scored by a write sequence number
   (``{prefix}:seq``), assigned atomically with the write by a Lua script; a
   client loads exactly the entries written after the last sequence it has seen.
@@ -24,7 +24,6 @@ client adopts each entry it loads with its hints, so a reopened tier ranks as be
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -35,8 +34,8 @@ from ..errors import StorageError
 from ..policies import EvictionPolicy
 from ..types import Entry
 from .base import Budget, BudgetedTier, Candidate, Capacity, admit_all, gone_ids, policy_hints
-from .codec import (decode_label, decode_value, encode_label, encode_value, vector_from_bytes,
-                    vector_to_bytes)
+from .codec import (decode_hints, decode_label, decode_value, encode_hints, encode_label,
+                    encode_value, vector_from_bytes, vector_to_bytes)
 from .vectors import IndexSpec, SemanticIndex
 
 VECTOR_FIELD = "vec:"
@@ -263,7 +262,7 @@ def _entry_fields(entry: Entry) -> list[Any]:
         "created_at": repr(float(entry.created_at)),
         "expires_at": "" if entry.expires_at is None else repr(float(entry.expires_at)),
         "ground_truth": "" if label is None else label,
-        "hints": json.dumps(entry.hints, allow_nan=False),
+        "hints": encode_hints(entry.hints) or "",
     }
     for modality, vec in entry.embeddings.items():
         fields[VECTOR_FIELD + modality] = vector_to_bytes(vec)
@@ -284,7 +283,6 @@ def _decode_entry(raw: Mapping[bytes, bytes], url: str) -> Entry:
                      created_at=float(text["created_at"]),
                      expires_at=float(expires) if expires else None,
                      ground_truth=decode_label(label) if label else None,
-                     hints={str(k): float(v)
-                            for k, v in json.loads(text.get("hints", b"{}")).items()})
+                     hints=decode_hints(text.get("hints") or None))
     except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         raise StorageError(f"Redis tier {url} holds a malformed entry: {exc!r}") from None

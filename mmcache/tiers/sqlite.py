@@ -16,10 +16,9 @@ Durability: each put, and each ``put_many`` batch, is one transaction.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -27,8 +26,8 @@ from ..errors import ConfigError, StorageError
 from ..policies import EvictionPolicy
 from ..types import Entry
 from .base import Budget, BudgetedTier, Candidate, Capacity, admit_all, gone_ids, policy_hints
-from .codec import (decode_label, decode_value, encode_label, encode_value, vector_from_bytes,
-                    vector_to_bytes)
+from .codec import (decode_hints, decode_label, decode_value, encode_hints, encode_label,
+                    encode_value, vector_from_bytes, vector_to_bytes)
 from .vectors import IndexSpec, SemanticIndex
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -225,7 +224,7 @@ class SQLiteTier(BudgetedTier):
                 hints = _decode_hints(row[10], self.path)
                 vectors = self._embeddings(entry_id)
                 self._unindex(entry_id)
-                # an adopted entry counts as last used at its put (base.adoption_hints)
+                # an adopted entry counts as last used at its put
                 self._budget.adopt(entry_id, size, now=created_at, **hints)
                 self._index([(scope, entry_id, vectors, size, hints)])
                 self._last_rowid = max(self._last_rowid, row[0])
@@ -266,22 +265,14 @@ def _row(entry: Entry) -> tuple[tuple, list[tuple]]:
     tag, payload = encode_value(entry.value)
     label = encode_label(entry.ground_truth)
     return ((entry.entry_id, entry.scope, entry.exact_key, tag, payload, entry.size,
-             entry.created_at, entry.expires_at, label, _encode_hints(entry.hints)),
+             entry.created_at, entry.expires_at, label, encode_hints(entry.hints)),
             [(entry.entry_id, m, len(v), vector_to_bytes(v)) for m, v in entry.embeddings.items()])
 
 
-def _encode_hints(hints: Mapping[str, float]) -> str | None:
-    """JSON text of an entry's policy hints (None when it has none)."""
-    return json.dumps(dict(hints), allow_nan=False) if hints else None
-
-
 def _decode_hints(text: str | None, path: Path) -> dict[str, float]:
-    """The hints stored by :func:`_encode_hints`; StorageError when they are malformed."""
-    if text is None:
-        return {}
+    """The hints stored by :func:`encode_hints`; StorageError when they are malformed."""
     try:
-        hints: Any = json.loads(text)
-        return {str(k): float(v) for k, v in hints.items()}
+        return decode_hints(text)
     except (ValueError, TypeError, AttributeError) as exc:
         raise StorageError(f"{path} holds malformed policy hints {text!r}: {exc}") from None
 
