@@ -124,10 +124,11 @@ def three_tier_cache_config(capacity_bytes: int, l3_path: str | Path, *,
     """A :class:`mmcache.TieredCache` config with :func:`three_tier`'s byte budgets: memory
     L1, exact flat FAISS L2, SQLite L3 at ``l3_path``, hit when cos >= ``threshold`` on
     every modality."""
-    return {"l1": {"max_entries": None, "max_bytes": max(1, int(capacity_bytes * l1_share))},
-            "l2": {"max_entries": None, "max_bytes": max(1, int(capacity_bytes * l2_share)),
-                   "index": "flat"},
-            "l3": {"backend": "sqlite", "path": str(l3_path), "max_bytes": int(capacity_bytes)},
+    l1, l2, l3 = (t.capacity_bytes for t in three_tier(capacity_bytes, threshold=threshold,
+                                                        l1_share=l1_share, l2_share=l2_share))
+    return {"l1": {"max_entries": None, "max_bytes": l1},
+            "l2": {"max_entries": None, "max_bytes": l2, "index": "flat"},
+            "l3": {"backend": "sqlite", "path": str(l3_path), "max_bytes": l3},
             "thresholds": {"rule": "static", "delta": {m: 1 - threshold for m in MODALITIES}}}
 
 
