@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from ..errors import InvalidInputError
 from ..offline import enforce_offline, missing_asset
+
+if TYPE_CHECKING:
+    import torch
 
 MINILM_DIM = 384
 MAX_TOKENS = 256  # the model card's max_seq_length
@@ -83,26 +86,28 @@ class MiniLMEncoder:
     def _encode_batch(self, texts: list[str]) -> np.ndarray:
         import torch
 
+        hidden, attention = self._hidden(texts)
+        mask = attention.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy()
+
+    def _hidden(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Last-layer hidden states ``(n, tokens, 384)`` of one padded batch, and its
+        attention mask ``(n, tokens)``."""
+        import torch
+
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=MAX_TOKENS,
                                return_tensors="pt").to(self.device)
         with torch.inference_mode():
-            hidden = self.model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy()
+            return self.model(**batch).last_hidden_state, batch["attention_mask"]
 
     def token_states(self, inputs: Sequence[str]) -> list[np.ndarray]:
         """Per text, the last-layer hidden states ``(n_tokens, 384)`` float32 of its word-piece
         tokens, unpooled ([CLS], [SEP] and padding left out)."""
-        import torch
-
         texts = check_texts(inputs)
         out: list[np.ndarray] = []
         for i in range(0, len(texts), self.batch_size):
-            batch = self.tokenizer(texts[i:i + self.batch_size], padding=True, truncation=True,
-                                   max_length=MAX_TOKENS, return_tensors="pt").to(self.device)
-            with torch.inference_mode():
-                hidden = self.model(**batch).last_hidden_state.cpu().numpy()
-            lengths = batch["attention_mask"].sum(1).tolist()
-            out += [h[1:n - 1].astype(np.float32) for h, n in zip(hidden, lengths)]
+            hidden, attention = self._hidden(texts[i:i + self.batch_size])
+            lengths = attention.sum(1).tolist()
+            out += [h[1:n - 1].astype(np.float32) for h, n in zip(hidden.cpu().numpy(), lengths)]
         return out
