@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+from ..encoders.store import save_npz
 from ..errors import InvalidEmbeddingError, InvalidInputError
 from ..paths import DATA_DIR
 
@@ -198,8 +197,5 @@ def _encode(captions: tuple[str, ...], text_encoder: TokenEncoder,
 def _write(path: Path, captions: tuple[str, ...], text: np.ndarray, audio: np.ndarray,
            text_id: str, audio_id: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "wb") as fh:
-        np.savez(fh, captions=np.asarray(captions, dtype=str), text=text, audio=audio,
-                 encoders=np.asarray([text_id, audio_id], dtype=str))
-    os.replace(tmp, path)
+    save_npz(path, captions=np.asarray(captions, dtype=str), text=text, audio=audio,
+             encoders=np.asarray([text_id, audio_id], dtype=str))

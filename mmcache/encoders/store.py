@@ -99,10 +99,8 @@ class EmbeddingStore:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "encoder.json").write_text(json.dumps({"encoder_id": encoder_id}))
         name = hashlib.sha256("".join(keys).encode()).hexdigest()[:20] + ".npz"
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, keys=np.array([k.encode() for k in keys], dtype="S64"), vectors=vectors)
-        os.replace(tmp, folder / name)
+        save_npz(folder / name, keys=np.array([k.encode() for k in keys], dtype="S64"),
+                 vectors=vectors)
         index = self._index[encoder_id]
         for row, key in enumerate(keys):
             index[key] = (folder / name, row)
@@ -120,3 +118,12 @@ class EmbeddingStore:
             dst, src = zip(*pairs)
             out[list(dst)] = vectors[list(src)]
         return out
+
+
+def save_npz(path: Path, **arrays: np.ndarray) -> None:
+    """Write ``arrays`` to the ``.npz`` file ``path`` atomically (a reader never sees half a
+    file; the folder must exist)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as fh:
+        np.savez(fh, **arrays)
+    os.replace(tmp, path)
