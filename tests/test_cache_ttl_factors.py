@@ -6,16 +6,7 @@ import pytest
 from mmcache import Query, TieredCache
 from mmcache.config import CacheConfig
 from mmcache.errors import ConfigError
-
-
-class Clock:
-    """A settable fake clock (seconds)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from mmcache.testing import FakeClock
 
 
 def _query(scope: str) -> Query:
@@ -26,7 +17,7 @@ def _query(scope: str) -> Query:
 
 @pytest.fixture
 def cache_and_clock():
-    clock = Clock()
+    clock = FakeClock()
     cache = TieredCache({"freshness": {"ttl": 100, "ttl_factors": {"demo*": 0.3, "*admin": 0.6,
                                                                   "demo-admin": 0.9}}},
                         clock=clock)
@@ -61,7 +52,7 @@ def test_put_many_scales_each_item_by_its_own_scope(cache_and_clock):
 
 
 def test_entries_without_ttl_never_expire():
-    clock = Clock()
+    clock = FakeClock()
     with TieredCache({"freshness": {"ttl_factors": {"*": 0.5}}}, clock=clock) as cache:
         cache.put(_query("demo-1"), "answer")
         clock.now += 1e9
