@@ -201,13 +201,16 @@ class _Tier:
         self.used = 0
         self.index = [_VectorIndex(d) for d in dims] if spec.match == "semantic" else None
 
-    def find(self, key: int, modality: int, vec: np.ndarray | None) -> int | None:
+    def find(self, key: int, modality: int, vec: np.ndarray | None,
+             offset: float = 0.0) -> int | None:
+        """The resident key that answers ``key`` (exact, or semantic at cosine >= the
+        tier's threshold - ``offset``), or None."""
         if key in self.entries:
             return key
         if self.index is None:
             return None
         best, sim = self.index[modality].best(vec)
-        return best if sim >= self.spec.threshold else None
+        return best if sim >= self.spec.threshold - offset else None
 
     def admit(self, key: int, entry: tuple, **hints: Any) -> None:
         """Access a resident key, or admit it as the policy protocol says (bypass, self-drops,
@@ -257,6 +260,75 @@ class _NextUse:
         return int(pos[j]) if j < pos.shape[0] else -1
 
 
+class Replayer:
+    """A replay in progress: tier state that persists while requests are served one at a time.
+
+    :func:`replay` is one uninterrupted run of it; a caller that changes settings
+    between requests (e.g. :mod:`mmcache.scheduler` between windows) serves them
+    itself. ``serve(i, offsets, admit)`` lowers semantic tiers' cosine threshold by
+    ``offsets[modality]`` (a δ offset) for this request and, on a miss, stores the
+    answer only when ``admit``.
+    """
+
+    def __init__(self, workload: Workload, tiers: Sequence[TierSpec],
+                 latency: LatencyModel | None = None) -> None:
+        self.latency = latency or LatencyModel()
+        self.specs = tuple(tiers)
+        if not self.specs or len({t.name for t in self.specs}) != len(self.specs):
+            raise ConfigError("tiers must be a non-empty sequence with distinct names")
+        self.workload = workload
+        self.state = [_Tier(spec, [workload.dim(m) for m in MODALITIES]) for spec in self.specs]
+        self.keys = workload.exact_keys().astype(np.int64)
+        self.next_use = _NextUse(self.keys)
+        self.intent, self.modality, self.size = (workload.intent.tolist(),
+                                                 workload.modality.tolist(),
+                                                 workload.size.tolist())
+        n = len(workload)
+        self.hit_tier = np.full(n, -1, dtype=np.int16)
+        self.false_hit = np.zeros(n, dtype=bool)
+        self.lat_ms = np.zeros(n)
+        self._encode = [self.latency.encode_ms[m] for m in MODALITIES]
+        self._infer = [self.latency.inference_ms[m] for m in MODALITIES]
+
+    def serve(self, i: int, offsets: Mapping[str, float] | None = None,
+              admit: bool = True) -> None:
+        """Serve request ``i``: record its hit tier, false hit and latency."""
+        key, m = int(self.keys[i]), self.modality[i]
+        offset = (offsets or {}).get(MODALITIES[m], 0.0)
+        vec, cost_us, found = None, 0.0, None
+        for k, tier in enumerate(self.state):
+            cost_us += tier.spec.lookup_us
+            if tier.index is not None and vec is None:
+                vec = self.workload.embedding(i)
+                cost_us += 1000.0 * self._encode[m]
+            found = tier.find(key, m, vec, offset)
+            if found is not None:
+                break
+        infer = self._infer[m]
+        if found is None:
+            if admit:
+                entry = (self.size[i], self.intent[i], m, vec)  # vec is set when a tier is semantic
+                hints = {"next_access": self.next_use.after(key, i), "now": i, "cost": infer}
+                for tier in self.state:
+                    tier.admit(key, entry, **hints)
+            self.lat_ms[i] = cost_us / 1000.0 + infer
+            return
+        entry = self.state[k].entries[found]
+        hints = {"next_access": self.next_use.after(found, i), "now": i, "cost": infer}
+        for tier in self.state[:k + 1]:
+            tier.admit(found, entry, **hints)
+        self.hit_tier[i] = k
+        self.false_hit[i] = entry[1] != self.intent[i]
+        self.lat_ms[i] = cost_us / 1000.0 + entry[0] / (self.specs[k].bandwidth_gbps * 1e6)
+
+    def report(self, *, limits: bool = True) -> Report:
+        """The :class:`Report` of every request (serve them all first)."""
+        capacity = sum(t.capacity_bytes for t in self.specs) if limits else None
+        return _report(self.workload, [t.name for t in self.specs], self.latency,
+                       self.hit_tier, self.false_hit, self.lat_ms, capacity,
+                       self.specs[0].policy, {"tiers": [asdict(t) for t in self.specs]})
+
+
 def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel | None = None,
            *, limits: bool = True) -> Report:
     """Replay ``workload`` through ``tiers`` (top first); returns the :class:`Report`.
@@ -265,50 +337,10 @@ def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel 
     that compute them once). Raises :class:`ConfigError` for an empty or
     duplicate-named hierarchy.
     """
-    latency = latency or LatencyModel()
-    tiers = tuple(tiers)
-    if not tiers or len({t.name for t in tiers}) != len(tiers):
-        raise ConfigError("tiers must be a non-empty sequence with distinct names")
-    dims = [workload.dim(m) for m in MODALITIES]
-    state = [_Tier(spec, dims) for spec in tiers]
-    keys = workload.exact_keys().astype(np.int64)
-    next_use = _NextUse(keys)
-    intent, modality, size = (workload.intent.tolist(), workload.modality.tolist(),
-                              workload.size.tolist())
-    n = len(workload)
-    hit_tier = np.full(n, -1, dtype=np.int16)
-    false_hit = np.zeros(n, dtype=bool)
-    lat_ms = np.zeros(n)
-    encode = [latency.encode_ms[m] for m in MODALITIES]
-    infer = [latency.inference_ms[m] for m in MODALITIES]
-    for i in range(n):
-        key, m = int(keys[i]), modality[i]
-        vec, cost_us, found = None, 0.0, None
-        for k, tier in enumerate(state):
-            cost_us += tier.spec.lookup_us
-            if tier.index is not None and vec is None:
-                vec = workload.embedding(i)
-                cost_us += 1000.0 * encode[m]
-            found = tier.find(key, m, vec)
-            if found is not None:
-                break
-        if found is None:
-            entry = (size[i], intent[i], m, vec)  # vec is set whenever a tier is semantic
-            hints = {"next_access": next_use.after(key, i), "now": i, "cost": infer[m]}
-            for tier in state:
-                tier.admit(key, entry, **hints)
-            lat_ms[i] = cost_us / 1000.0 + infer[m]
-            continue
-        entry = state[k].entries[found]
-        hints = {"next_access": next_use.after(found, i), "now": i, "cost": infer[m]}
-        for tier in state[:k + 1]:
-            tier.admit(found, entry, **hints)
-        hit_tier[i] = k
-        false_hit[i] = entry[1] != intent[i]
-        lat_ms[i] = cost_us / 1000.0 + entry[0] / (tiers[k].bandwidth_gbps * 1e6)
-    capacity = sum(t.capacity_bytes for t in tiers) if limits else None
-    return _report(workload, [t.name for t in tiers], latency, hit_tier, false_hit, lat_ms,
-                   capacity, tiers[0].policy, {"tiers": [asdict(t) for t in tiers]})
+    replayer = Replayer(workload, tiers, latency)
+    for i in range(len(workload)):
+        replayer.serve(i)
+    return replayer.report(limits=limits)
 
 
 def replay_cache(workload: Workload, cache: Any, latency: LatencyModel | None = None, *,
