@@ -94,6 +94,9 @@ class TieredCache:
         self._lock = threading.RLock()
         self._clock = clock
         self._on_stale = on_stale
+        #: Called with every get's answer, inside the lock, before it returns (e.g. by
+        #: :meth:`mmcache.scheduler.Scheduler.attach` to adjust the cache between windows).
+        self.after_get: Callable[[Hit | None], None] | None = None
         self._dims: dict[str, int] = dict(self.config.dims)
         self._encoders: dict[str, Encoder] = {}
         for modality, encoder in (encoders or {}).items():
@@ -180,6 +183,8 @@ class TieredCache:
         """
         with self._lock:
             hit = self._lookup(query, bypass, origin_failed)
+            if self.after_get is not None:
+                self.after_get(hit)
         if hit is not None and hit.freshness == "stale-while-revalidate" and \
                 self._on_stale is not None:
             self._on_stale(query, hit)  # outside the lock: it may hand a put to another thread
