@@ -67,6 +67,18 @@ def test_pid_settles_without_leaving_the_band_once_inside():
     assert lams.min() >= 0.0
 
 
+def test_pid_derivative_acts_on_the_measurement_with_the_violation_sign():
+    d_only = make_controller("PID", 0.5, kp=0.0, ki=0.0, kd=1.0)
+    assert d_only.update(0.5) == 0.0  # no previous measurement: no derivative
+    assert d_only.update(0.4) == pytest.approx(0.1)  # hit rate falling: violation rising
+    assert d_only.update(0.6) == 0.0  # rising: negative, clamped at 0
+    d_only.target = 0.9  # a new target gives no derivative kick
+    assert d_only.update(0.6) == 0.0
+    at_most = make_controller("PID", 0.02, kp=0.0, ki=0.0, kd=1.0, at_least=False)
+    at_most.update(0.01)
+    assert at_most.update(0.05) == pytest.approx(0.04)  # error rate rising
+
+
 def test_anti_windup_bounds_lambda_and_pid_recovers_after_a_long_infeasible_stretch():
     def infeasible_then_reachable(controller):
         plant = FirstOrderPlant(ceiling=0.85)  # target 0.92 unreachable
