@@ -148,7 +148,12 @@ class PIDController(Controller):
     ``e`` is the violation; the integral ``I ← clip(I + ki·e, 0, lam_max)`` is clamped, so a
     long infeasible stretch cannot wind it up beyond ``lam_max`` (anti-windup); ``D`` is the
     change of the measurement since the last window, signed as the violation's (derivative
-    on the measurement, so a change of target gives no kick).
+    on the measurement, so a change of target gives no kick). After an infeasible stretch
+    λ needs about ``(lam_max − λ*) / (ki · overshoot)`` windows to come back to the λ* the
+    target needs, so set ``lam_max`` to a small multiple of the λ at which the decision
+    stops changing. The default gains come from a grid search (kp 0.05–0.5, ki 0.01–0.2,
+    kd 0–2) on :class:`FirstOrderPlant`'s defaults, where the derivative changes little;
+    a real cache needs its own (λ's scale follows ``Scheduler.latency_scale_ms``).
     """
 
     name = "PID"
@@ -324,11 +329,12 @@ class Scheduler:
         return int(np.argmin([self.lagrangian(e) for e in self.estimates]))
 
     def replay(self, workload: "Workload", tiers: Sequence["TierSpec"], *, window: int = 100,
-               latency: "LatencyModel | None" = None, seed: int = 0) -> "Report":
+               latency: "LatencyModel | None" = None, seed: int = 0,
+               limits: bool = False) -> "Report":
         """Replay ``workload`` through CacheBench-MM ``tiers``, ``window`` requests at a time,
         with this scheduler's levers; returns the whole run's Report (windows: :attr:`history`).
 
-        ``seed`` seeds the admission draws.
+        ``seed`` seeds the admission draws; ``limits=True`` adds the Belady / oracle limits.
         """
         from .cachebench import Replayer
 
@@ -347,7 +353,7 @@ class Scheduler:
                 error_rate=float(replayer.false_hit[done].mean()),
                 mean_latency_ms=float(lat.mean()),
                 p99_latency_ms=float(np.percentile(lat, 99))))
-        return replayer.report(limits=False)
+        return replayer.report(limits=limits)
 
     def attach(self, cache: "TieredCache", *, window: int = 100, miss_cost_ms: float = 0.0,
                seed: int = 0) -> "CacheAdapter":
@@ -528,13 +534,12 @@ def demonstrate(target: float = 0.92, windows: int = 300,
                 params: Mapping[str, Mapping[str, Any]] | None = None
                 ) -> dict[str, dict[str, float]]:
     """The four registered controllers on a fresh ``plant()`` each: :func:`control_metrics`
-    of their hit rates. ``params`` overrides a controller's parameters by name (the I
-    controller's horizon defaults to ``windows``)."""
-    params = {"fixed": {"lam": 1.0}, "I": {"horizon": windows}, "PI": {}, "PID": {},
-              **(params or {})}
-    return {name: control_metrics(run_plant(make_controller(name, target, **params[name]),
-                                            plant(), windows)[0], target)
-            for name in ("fixed", "I", "PI", "PID")}
+    of their hit rates. ``params`` overrides a controller's parameters by name (defaults:
+    the fixed λ is 1, the I controller's horizon is ``windows``, PI and PID their own)."""
+    defaults = {"fixed": {"lam": 1.0}, "I": {"horizon": windows}, "PI": {}, "PID": {}}
+    return {name: control_metrics(run_plant(
+        make_controller(name, target, **{**given, **(params or {}).get(name, {})}),
+        plant(), windows)[0], target) for name, given in defaults.items()}
 
 
 # -- helpers -------------------------------------------------------------------------------
