@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -265,9 +265,10 @@ class Replayer:
 
     :func:`replay` is one uninterrupted run of it; a caller that changes settings
     between requests (e.g. :mod:`mmcache.scheduler` between windows) serves them
-    itself. ``serve(i, offsets, admit)`` lowers semantic tiers' cosine threshold by
-    ``offsets[modality]`` (a δ offset) for this request and, on a miss, stores the
-    answer only when ``admit``.
+    itself. ``serve(i, offsets, admit, skip)`` lowers semantic tiers' cosine threshold by
+    ``offsets[modality]`` (a δ offset) for this request, does not consult the tiers named
+    in ``skip`` (nor pay their lookup), and on a miss stores the answer (in every tier)
+    only when ``admit``.
     """
 
     def __init__(self, workload: Workload, tiers: Sequence[TierSpec],
@@ -291,12 +292,14 @@ class Replayer:
         self._infer = [self.latency.inference_ms[m] for m in MODALITIES]
 
     def serve(self, i: int, offsets: Mapping[str, float] | None = None,
-              admit: bool = True) -> None:
+              admit: bool = True, skip: Collection[str] = ()) -> None:
         """Serve request ``i``: record its hit tier, false hit and latency."""
         key, m = int(self.keys[i]), self.modality[i]
         offset = (offsets or {}).get(MODALITIES[m], 0.0)
         vec, cost_us, found = None, 0.0, None
         for k, tier in enumerate(self.state):
+            if tier.spec.name in skip:
+                continue
             cost_us += tier.spec.lookup_us
             if tier.index is not None and vec is None:
                 vec = self.workload.embedding(i)
@@ -307,7 +310,9 @@ class Replayer:
         infer = self._infer[m]
         if found is None:
             if admit:
-                entry = (self.size[i], self.intent[i], m, vec)  # vec is set when a tier is semantic
+                if vec is None and any(t.index is not None for t in self.state):
+                    vec = self.workload.embedding(i)  # a skipped semantic tier still stores it
+                entry = (self.size[i], self.intent[i], m, vec)
                 hints = {"next_access": self.next_use.after(key, i), "now": i, "cost": infer}
                 for tier in self.state:
                     tier.admit(key, entry, **hints)

@@ -22,11 +22,11 @@ a finite set is exact and needs no model. The price: the chosen hit rate is piec
 constant in λ, so for a target between two settings the choice alternates between them
 (their time average meets the target); a finer grid of settings narrows that.
 
-Levers (what the cache has today): a δ offset per modality (added to the threshold
-rule's δ: the cosine a semantic hit needs is lowered by it) and admission (the
-probability that a miss is stored). Which tiers are probed is not a lever yet: it
-needs a hook in the cache's lookup loop, and its trade-off (lookup cost against hits)
-appears with a load-dependent latency model.
+Levers: a δ offset per modality (added to the threshold rule's δ: the cosine a semantic
+hit needs is lowered by it), admission (the probability that a miss is stored) and, in
+replay only, tiers not probed (``skip``: no lookup cost, no hits from them). A live
+TieredCache has no per-get tier switch yet (it needs a hook in its lookup loop), so
+:meth:`Scheduler.attach` refuses settings that skip tiers.
 
 Where it runs, with the same :class:`Scheduler`: :meth:`Scheduler.replay` replays a
 CacheBench-MM workload window by window (:class:`mmcache.cachebench.Replayer`), and
@@ -208,10 +208,12 @@ def make_controller(name: str, target: float, **params: Any) -> Controller:
 @dataclass(frozen=True, eq=False)
 class Levers:
     """One setting of the cache's levers: δ offsets per modality (added to the rule's δ,
-    so positive loosens) and the probability ``admit`` that a miss is stored."""
+    so positive loosens), the probability ``admit`` that a miss is stored, and the names
+    of tiers not probed (``skip``; replay only)."""
 
     delta_offset: Mapping[str, float] = field(default_factory=dict)
     admit: float = 1.0
+    skip: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         unknown = set(self.delta_offset) - set(MODALITIES)
@@ -223,7 +225,10 @@ class Levers:
                 raise ConfigError(f"delta_offset[{modality!r}] must be in (-1, 1), got {offset}")
         if not 0.0 <= _finite(self.admit, "admit", ConfigError) <= 1.0:
             raise ConfigError(f"admit is a probability in [0, 1], got {self.admit}")
+        if isinstance(self.skip, str) or not all(isinstance(t, str) for t in self.skip):
+            raise ConfigError(f"skip is a collection of tier names, got {self.skip!r}")
         object.__setattr__(self, "delta_offset", dict(self.delta_offset))
+        object.__setattr__(self, "skip", frozenset(self.skip))
 
 
 @dataclass(frozen=True)
@@ -340,12 +345,17 @@ class Scheduler:
 
         window = _window(window)
         replayer = Replayer(workload, tiers, latency)
+        names = {spec.name for spec in replayer.specs}
+        unknown = set().union(*(s.skip for s in self.settings)) - names
+        if unknown:
+            raise ConfigError(f"settings skip tiers {sorted(unknown)} that the replay does not "
+                              f"have; its tiers: {sorted(names)}")
         rng = np.random.default_rng(seed)
         n = len(workload)
         for start in range(0, n, window):
             levers = self.levers
             for i in range(start, min(n, start + window)):
-                replayer.serve(i, levers.delta_offset, _admits(rng, levers))
+                replayer.serve(i, levers.delta_offset, _admits(rng, levers), levers.skip)
             done = slice(start, min(n, start + window))
             lat = replayer.lat_ms[done]
             self.observe(WindowStats(
@@ -410,6 +420,9 @@ class CacheAdapter:
                  miss_cost_ms: float, seed: int) -> None:
         self.window = _window(window)
         self.miss_cost_ms = _non_negative(miss_cost_ms, "miss_cost_ms")
+        if any(s.skip for s in scheduler.settings):
+            raise ConfigError("a live TieredCache cannot skip tiers per get yet; use settings "
+                              "without skip (replay supports it)")
         if cache.after_get is not None:
             raise ConfigError("this cache already has an after_get hook (another scheduler?); "
                               "detach it first")

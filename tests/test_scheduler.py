@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmcache
-from mmcache.cachebench import TierSpec, replay
+from mmcache.cachebench import LatencyModel, TierSpec, replay
 from mmcache.errors import ConfigError, InvalidInputError
 from mmcache.scheduler import (CONTROLLERS, Controller, FirstOrderPlant, IController, Levers,
                                OffsetThreshold, Scheduler, WindowStats, control_metrics,
@@ -206,7 +206,8 @@ def test_bad_scheduler_config_is_a_config_error(bad, match):
 @pytest.mark.parametrize("bad, match", [({"delta_offset": {"video": 0.1}}, "unknown modalit"),
                                         ({"delta_offset": {"text": 1.5}}, r"\(-1, 1\)"),
                                         ({"delta_offset": {"text": math.nan}}, "finite"),
-                                        ({"admit": 1.2}, "probability")])
+                                        ({"admit": 1.2}, "probability"),
+                                        ({"skip": "l3"}, "tier names")])
 def test_bad_levers_are_a_config_error(bad, match):
     with pytest.raises(ConfigError, match=match):
         Levers(**bad)
@@ -251,6 +252,21 @@ def test_a_replay_levers_are_applied_per_request(stream):
     assert nothing_stored.hit_rate == 0.0
 
 
+def test_a_replay_skips_the_tiers_a_setting_does_not_probe(stream):
+    tiers = [TierSpec("L1", int(stream.size.sum() // 20), lookup_us=2.0),
+             TierSpec("L2", int(stream.size.sum() // 3), match="semantic", threshold=0.85,
+                      lookup_us=50.0)]
+    probed = Scheduler([Levers()], {}).replay(stream, tiers)
+    skipped = Scheduler([Levers(skip={"L2"})], {}).replay(stream, tiers)
+    assert probed.hit_rate_per_tier["L2"] > 0.1 and skipped.hit_rate_per_tier["L2"] == 0.0
+    assert skipped.hit_rate < probed.hit_rate
+    inference = np.array([LatencyModel().inference_ms[MODALITIES[m]] for m in stream.modality])
+    misses = skipped.latencies_ms > 100
+    assert skipped.latencies_ms[misses] == pytest.approx(0.002 + inference[misses])  # no encode
+    with pytest.raises(ConfigError, match=r"\['L3'\].*\['L1', 'L2'\]"):
+        Scheduler([Levers(skip={"L3"})], {}).replay(stream, tiers)
+
+
 def test_live_levers_are_applied_and_detach_restores_the_rule(stream):
     offset = {m: 0.05 for m in MODALITIES}
     with mmcache.TieredCache(_config(0.1)) as plain:
@@ -263,6 +279,8 @@ def test_live_levers_are_applied_and_detach_restores_the_rule(stream):
         assert np.array_equal(_drive(cache, adapter, stream), expected)
         assert isinstance(cache.thresholds, OffsetThreshold)
         assert cache.thresholds.deltas() == pytest.approx({m: 0.1 for m in MODALITIES})
+        with pytest.raises(ConfigError, match="skip tiers"):
+            Scheduler([Levers(skip={"l3"})], {}).attach(cache)
         with pytest.raises(ConfigError, match="after_get"):
             Scheduler([Levers()], {}).attach(cache)
         adapter.detach()
