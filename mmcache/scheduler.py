@@ -356,13 +356,7 @@ class Scheduler:
             levers = self.levers
             for i in range(start, min(n, start + window)):
                 replayer.serve(i, levers.delta_offset, _admits(rng, levers), levers.skip)
-            done = slice(start, min(n, start + window))
-            lat = replayer.lat_ms[done]
-            self.observe(WindowStats(
-                requests=int(lat.shape[0]), hit_rate=float((replayer.hit_tier[done] >= 0).mean()),
-                error_rate=float(replayer.false_hit[done].mean()),
-                mean_latency_ms=float(lat.mean()),
-                p99_latency_ms=float(np.percentile(lat, 99))))
+            self.observe(_replayed_window(replayer, slice(start, min(n, start + window))))
         return replayer.report(limits=limits)
 
     def attach(self, cache: "TieredCache", *, window: int = 100, miss_cost_ms: float = 0.0,
@@ -372,8 +366,21 @@ class Scheduler:
         return CacheAdapter(self, cache, window=window, miss_cost_ms=miss_cost_ms, seed=seed)
 
 
+def _replayed_window(replayer: Any, done: slice) -> WindowStats:
+    """What the requests ``done`` of a :class:`mmcache.cachebench.Replayer` measured."""
+    lat = replayer.lat_ms[done]
+    return WindowStats(requests=int(lat.shape[0]),
+                       hit_rate=float((replayer.hit_tier[done] >= 0).mean()),
+                       error_rate=float(replayer.false_hit[done].mean()),
+                       mean_latency_ms=float(lat.mean()),
+                       p99_latency_ms=float(np.percentile(lat, 99)))
+
+
 class OffsetThreshold(ThresholdRule):
-    """A threshold rule with per-modality δ offsets added to another rule's δ."""
+    """A threshold rule with per-modality δ offsets added to another rule's δ.
+
+    Anything else (e.g. a rule's own feedback method) is the inner rule's.
+    """
 
     name = "offset"
 
@@ -399,9 +406,12 @@ class OffsetThreshold(ThresholdRule):
         self.inner.forget(entry_id)
 
     def deltas(self) -> dict[str, float]:
-        inner = self.inner.deltas()
-        return {m: inner.get(m, 0.0) + self.offsets.get(m, 0.0)
-                for m in set(inner) | set(self.offsets)}
+        return {m: 1.0 - self.floor(m) for m in set(self.inner.deltas()) | set(self.offsets)}
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (e.g. while unpickling)
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
 
 class CacheAdapter:

@@ -15,6 +15,7 @@ from mmcache.errors import ConfigError, InvalidInputError
 from mmcache.scheduler import (CONTROLLERS, Controller, FirstOrderPlant, IController, Levers,
                                OffsetThreshold, Scheduler, WindowStats, control_metrics,
                                cosine_lr, demonstrate, make_controller, run_plant)
+from mmcache.thresholds import DEFAULT_DELTA, StaticThreshold
 from mmcache.types import MODALITIES
 from mmcache.workload import generate
 
@@ -211,6 +212,16 @@ def test_bad_scheduler_config_is_a_config_error(bad, match):
 def test_bad_levers_are_a_config_error(bad, match):
     with pytest.raises(ConfigError, match=match):
         Levers(**bad)
+
+
+def test_offset_threshold_adds_offsets_to_the_inner_rules_delta():
+    inner = StaticThreshold({"text": 0.1})
+    rule = OffsetThreshold(inner)
+    rule.offsets = {"text": -0.02, "image": 0.05}
+    assert rule.deltas() == pytest.approx({"text": 0.08, "image": DEFAULT_DELTA + 0.05})
+    assert not rule.accepts({"text": 0.915}) and rule.accepts({"text": 0.925})
+    assert rule.floor("image") == pytest.approx(1 - DEFAULT_DELTA - 0.05)
+    assert rule.delta is inner.delta  # anything else is the inner rule's
 
 
 # -- where it runs: CacheBench-MM replay and a live TieredCache -----------------------------
