@@ -248,13 +248,15 @@ class Scheduler:
 
     ``settings``: the declared finite set; ``constraints``: metric name (a key of
     :data:`METRICS`) → its controller; ``latency_scale_ms`` divides latency in the
-    Lagrangian (λ is in units of that latency per unit of violation); ``smoothing`` is
+    Lagrangian (λ is in units of that latency per unit of violation; the default puts
+    latency in seconds), so it sets the λ a trade-off needs, and with it the gains and
+    ``lam_max`` a controller needs; ``smoothing`` is
     the weight of the newest window in a setting's moving averages; ``explore`` the
     share of windows that use a random setting; ``seed`` seeds that choice.
     """
 
     def __init__(self, settings: Sequence[Levers], constraints: Mapping[str, Controller], *,
-                 latency_scale_ms: float = 100.0, smoothing: float = 0.3,
+                 latency_scale_ms: float = 1000.0, smoothing: float = 0.3,
                  explore: float = 0.05, seed: int = 0) -> None:
         self.settings = list(settings)
         if not self.settings or not all(isinstance(s, Levers) for s in self.settings):

@@ -153,7 +153,7 @@ def test_scheduler_tries_every_setting_then_minimises_the_lagrangian():
     # loose: more hits but slower (a trade-off); λ fixed so the argmin is known
     for lam, expected in ((0.0, 0), (10.0, 1)):
         s = Scheduler([tight, loose], {"hit_rate": make_controller("fixed", TARGET, lam=lam)},
-                      explore=0.0)
+                      latency_scale_ms=100.0, explore=0.0)
         assert s.observe(_stats(0.80, 50.0)) is loose  # untried settings first
         for _ in range(3):
             s.observe(_stats(0.95, 80.0) if s.choice == 1 else _stats(0.80, 50.0))
