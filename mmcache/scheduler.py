@@ -471,7 +471,10 @@ class CacheAdapter:
 
 def window_stats(before: CacheMetrics, after: CacheMetrics,
                  miss_cost_ms: float = 0.0) -> WindowStats:
-    """The window between two metrics snapshots of one cache (see :class:`CacheAdapter`)."""
+    """The window between two metrics snapshots of one cache (see :class:`CacheAdapter`);
+    when the metrics were reset in between, the window is what ``after`` counted."""
+    if _lookups(after) < _lookups(before):
+        before = CacheMetrics()
     hits = sum(after.hits.values()) - sum(before.hits.values())
     misses = sum(after.misses.values()) - sum(before.misses.values())
     false = sum(after.false_hits.values()) - sum(before.false_hits.values())
@@ -483,6 +486,10 @@ def window_stats(before: CacheMetrics, after: CacheMetrics,
     return WindowStats(requests=lookups, hit_rate=hits / lookups, error_rate=false / lookups,
                        mean_latency_ms=mean_get_ms + miss_cost_ms * misses / lookups,
                        p99_latency_ms=1000.0 * gets.quantile(0.99) if gets.count else 0.0)
+
+
+def _lookups(metrics: CacheMetrics) -> int:
+    return sum(metrics.hits.values()) + sum(metrics.misses.values())
 
 
 def _histogram_delta(before: Histogram | None, after: Histogram | None) -> Histogram:

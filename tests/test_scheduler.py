@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 import mmcache
 from mmcache.cachebench import LatencyModel, TierSpec, replay
 from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.metrics import CacheMetrics
 from mmcache.scheduler import (CONTROLLERS, Controller, FirstOrderPlant, IController, Levers,
                                OffsetThreshold, Scheduler, WindowStats, control_metrics,
-                               cosine_lr, demonstrate, make_controller, run_plant)
+                               cosine_lr, demonstrate, make_controller, run_plant,
+                               window_stats)
 from mmcache.thresholds import DEFAULT_DELTA, StaticThreshold
 from mmcache.types import MODALITIES
 from mmcache.workload import generate
@@ -212,6 +214,27 @@ def test_bad_scheduler_config_is_a_config_error(bad, match):
 def test_bad_levers_are_a_config_error(bad, match):
     with pytest.raises(ConfigError, match=match):
         Levers(**bad)
+
+
+def test_window_stats_are_the_difference_of_two_snapshots_or_all_after_a_reset():
+    before, after = CacheMetrics(), CacheMetrics()
+    for metrics, hits, misses in ((before, 10, 0), (after, 13, 1)):
+        for _ in range(hits):
+            metrics.hit("l1", "text", "fresh", None)
+            metrics.time("get", 0.001)
+        for _ in range(misses):
+            metrics.count("misses", "text")
+            metrics.time("get", 0.001)
+    after.hit("l2", "text", "fresh", False)
+    after.time("get", 0.001)
+    stats = window_stats(before, after, miss_cost_ms=100.0)
+    assert (stats.requests, stats.hit_rate, stats.error_rate) == (5, 0.8, 0.2)
+    assert stats.mean_latency_ms == pytest.approx(1.0 + 100.0 * 0.2)
+    after.reset()
+    after.count("misses", "text")
+    after.time("get", 0.002)
+    stats = window_stats(before, after)
+    assert (stats.requests, stats.hit_rate, stats.mean_latency_ms) == (1, 0.0, pytest.approx(2.0))
 
 
 def test_offset_threshold_adds_offsets_to_the_inner_rules_delta():
