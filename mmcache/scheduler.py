@@ -15,7 +15,9 @@ The decision: the :class:`Scheduler` picks, per window, one setting from a decla
 finite set of :class:`Levers` — the one minimising L under per-setting estimates
 (exponential moving averages of the windows served with it). Settings never served
 are tried first, in order; afterwards a share ``explore`` of windows uses a random
-setting, so estimates of unused settings follow a changing workload. Why a finite set
+setting, so estimates of unused settings follow a changing workload (an estimate also
+carries the cache's state when it was measured: in a cold cache the settings tried
+first look worse until they are used again). Why a finite set
 with learned estimates: how a δ offset or an admission rate moves hit rate and latency
 depends on the workload, so no fixed mapping λ → lever is honest, while the argmin over
 a finite set is exact and needs no model. The price: the chosen hit rate is piecewise
