@@ -95,10 +95,10 @@ def vector_key(unit_vector: np.ndarray) -> str:
     return xxhash.xxh3_128_hexdigest(np.ascontiguousarray(unit_vector, np.float32).tobytes())
 
 
-def exact_key(scope: str, fingerprints: Mapping[str, str]) -> str:
+def exact_key(scope: str, hashes: Mapping[str, str]) -> str:
     """The exact key of a whole query: scope plus every modality's content hash."""
     return _hash_parts(*(part.encode("utf-8", "surrogatepass") for part in (
-        KEY_VERSION, scope, *(f"{m}={fingerprints[m]}" for m in sorted(fingerprints)))))
+        KEY_VERSION, scope, *(f"{m}={hashes[m]}" for m in sorted(hashes)))))
 
 
 def _hash_parts(*parts: bytes) -> str:

@@ -1,4 +1,4 @@
-"""Exact fingerprints: what must and must not share a key."""
+"""Exact keys: what must and must not share a key."""
 
 from __future__ import annotations
 
