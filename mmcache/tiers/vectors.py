@@ -301,9 +301,8 @@ class SemanticIndex:
 
     def remove(self, scope: str, entry_id: str, modalities: Iterable[str]) -> None:
         """Drop one entry's vectors; ``modalities`` is the set it was indexed under."""
-        modalities = tuple(modalities)
         kind = frozenset(modalities)
-        for modality in modalities:
+        for modality in kind:
             key = (scope, kind, modality)
             idx = self._indexes.get(key)
             if idx is not None:
