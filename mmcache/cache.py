@@ -1,10 +1,13 @@
 """``TieredCache``: the lookup path over L1 exact → L2 semantic → L3 persistent/remote.
 
-``get(query)`` first looks for the query's exact key (scope + every modality's
-fingerprint) in each tier in order, then for a δ-neighbour in each semantic tier
-in order: an entry of the same scope whose every queried modality is within its
-own threshold (:mod:`mmcache.thresholds`); a modality without a vector (none
-given, no encoder) limits the query to its exact key. A hit below L1 is copied up
+``get(query)`` first looks for the query's exact key (scope + a content hash of every
+modality, :mod:`mmcache.keys`) in each tier in order, then for a δ-neighbour in each
+semantic tier in order: an entry of the same scope with the same set of modalities
+whose every modality is within its own threshold (:mod:`mmcache.thresholds`). A hit
+needs the same modalities on both sides: a text-only query never gets a text + image
+answer, nor the reverse. A modality without a vector (none given, no encoder) limits
+the query to its exact key, and an entry put without a vector for every modality is
+stored for exact lookups only. A hit below L1 is copied up
 (back-filled) into the tiers above it. ``put`` writes through to every tier that
 can hold the entry, the durable tier first, so a failing store leaves memory
 unchanged. ``put_many(queries, values)`` gives the same result as one ``put`` per
@@ -27,8 +30,8 @@ only this process writes; a spherical-cap bound lets a guaranteed semantic miss
 skip the vector search.
 
 Benchmark settings: ``{"l2": {"index": "flat"}}`` is exact flat search at every
-size; the default ``{"l2": {"index": "auto"}}`` switches each (scope, modality)
-index to ``l2.ann_factory`` (HNSW32, ``ef_search`` 128) at ``l2.ann_min_size``
+size; the default ``{"l2": {"index": "auto"}}`` switches each (scope, modality set,
+modality) index to ``l2.ann_factory`` (HNSW32, ``ef_search`` 128) at ``l2.ann_min_size``
 vectors; ``make bench-cache`` measures how often its hit-or-miss decisions equal exact search.
 
 Eviction signals: ``put(q, v, hints={"cost": 2.5, "entropy": 0.2})`` gives the tiers'
@@ -252,7 +255,9 @@ class TieredCache:
             lifetime *= self.config.freshness.ttl_factor(prepared.scope)
         stored = canonical_value(value)
         encode_label(query.ground_truth)
-        vectors, _ = self._vectors(prepared, encode_times)
+        vectors, complete = self._vectors(prepared, encode_times)
+        if not complete:  # indexed under fewer modalities, it would answer other queries
+            vectors = {}
         now = self._clock()
         size = value_size(stored) + sum(4 * len(v) for v in vectors.values())
         if not any(t.capacity.admits(size) for t in self.tiers):

@@ -1,4 +1,4 @@
-"""Vector search for the semantic tiers: one index per (scope, modality).
+"""Vector search for the semantic tiers: one index per (scope, modality set, modality).
 
 Each :class:`VectorIndex` keeps its L2-normalised float32 vectors in one
 contiguous array (slots; deleted slots are tombstones until compaction).
@@ -19,8 +19,11 @@ Removing or replacing a vector not yet in the ANN index drops it from that backl
 The flat array is searched directly, so exact search has no backlog at all.
 
 Single-query search runs on one faiss/OpenMP thread (restored afterwards).
-:class:`SemanticIndex` adds scopes and the every-modality rule: a candidate must
-be within its floor on *every* queried modality for the *same* entry.
+:class:`SemanticIndex` adds scopes, modality sets and the every-modality rule. An
+entry is indexed under the set of modalities it has vectors for, and a query only
+ever searches the entries whose set equals its own: a text-only query never sees a
+text + image entry, nor the reverse. A candidate must be within its floor on
+*every* modality of that set for the *same* entry.
 """
 
 from __future__ import annotations
@@ -246,56 +249,66 @@ def _set_index_params(index: faiss.Index, spec: IndexSpec) -> None:
 
 
 class SemanticIndex:
-    """Per-scope, per-modality vector indexes and the every-modality δ-neighbour search."""
+    """Vector indexes per (scope, modality set, modality) and the every-modality δ-neighbour
+    search over the entries whose modality set equals the query's."""
 
     def __init__(self, spec: IndexSpec, precheck: bool = True) -> None:
         self.spec = spec
         self.precheck = precheck
-        self._indexes: dict[tuple[str, str], VectorIndex] = {}
+        self._indexes: dict[tuple[str, frozenset[str], str], VectorIndex] = {}
         #: Searches skipped because a spherical-cap bound proved a miss.
         self.skipped = 0
 
     def dims(self) -> dict[str, int]:
         """Embedding dimension per modality over every scope."""
-        return {m: idx.dim for (_, m), idx in self._indexes.items()}
+        return {m: idx.dim for (_, _, m), idx in self._indexes.items()}
 
     @property
     def uses_ann(self) -> bool:
         """Whether any index currently searches through its ANN structure."""
         return any(idx.uses_ann for idx in self._indexes.values())
 
-    def index(self, scope: str, modality: str) -> VectorIndex | None:
-        """The index of ``modality`` in ``scope`` (None when it holds nothing yet)."""
-        return self._indexes.get((scope, modality))
+    def index(self, scope: str, modality: str,
+              modalities: Iterable[str] | None = None) -> VectorIndex | None:
+        """The index of ``modality`` over the entries of ``scope`` whose modality set is
+        ``modalities`` (default: ``modality`` alone); None when it holds nothing yet."""
+        kind = frozenset((modality,) if modalities is None else modalities)
+        return self._indexes.get((scope, kind, modality))
 
     def add(self, scope: str, entry_id: str, vectors: Mapping[str, np.ndarray]) -> None:
-        """Index every vector of one entry."""
+        """Index every vector of one entry, under the set of its vectors' modalities."""
         self.add_many([(scope, entry_id, vectors)])
 
     def add_many(self, items: Iterable[tuple[str, str, Mapping[str, np.ndarray]]]) -> None:
         """Index every vector of many ``(scope, entry_id, vectors)`` entries, with one add
-        per (scope, modality) index; a later item replaces an earlier one's vector."""
-        groups: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+        per index; a later item of the same entry replaces an earlier one. An entry indexed
+        before with another modality set must be removed first."""
+        latest: dict[tuple[str, str], Mapping[str, np.ndarray]] = {}
         for scope, entry_id, vectors in items:
+            latest.pop((scope, entry_id), None)
+            latest[(scope, entry_id)] = vectors
+        groups: dict[tuple[str, frozenset[str], str], dict[str, np.ndarray]] = {}
+        for (scope, entry_id), vectors in latest.items():
+            kind = frozenset(vectors)
             for modality, vec in vectors.items():
-                group = groups.setdefault((scope, modality), {})
-                group.pop(entry_id, None)
-                group[entry_id] = vec
-        for (scope, modality), group in groups.items():
+                groups.setdefault((scope, kind, modality), {})[entry_id] = vec
+        for key, group in groups.items():
             rows = np.stack(list(group.values()))
-            idx = self._indexes.get((scope, modality))
+            idx = self._indexes.get(key)
             if idx is None:
-                idx = self._indexes[(scope, modality)] = VectorIndex(rows.shape[1], self.spec)
+                idx = self._indexes[key] = VectorIndex(rows.shape[1], self.spec)
             idx.add_many(list(group), rows)
 
     def remove(self, scope: str, entry_id: str, modalities: Iterable[str]) -> None:
-        """Drop one entry's vectors."""
-        for modality in modalities:
-            idx = self._indexes.get((scope, modality))
+        """Drop one entry's vectors; ``modalities`` is the set it was indexed under."""
+        kind = frozenset(modalities)
+        for modality in kind:
+            key = (scope, kind, modality)
+            idx = self._indexes.get(key)
             if idx is not None:
                 idx.remove(entry_id)
                 if not len(idx):
-                    del self._indexes[(scope, modality)]
+                    del self._indexes[key]
 
     def flush(self) -> None:
         """Insert every pending vector into its ANN index now (else each waits for a search)."""
@@ -304,8 +317,10 @@ class SemanticIndex:
 
     def search(self, scope: str, vectors: Mapping[str, np.ndarray],
                floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
-        """Entries of ``scope`` at least ``floors[m]`` similar on every modality, best first."""
-        indexes = {m: self._indexes.get((scope, m)) for m in vectors}
+        """Entries of ``scope`` with exactly the modalities of ``vectors``, at least
+        ``floors[m]`` similar on every one of them, best first."""
+        kind = frozenset(vectors)
+        indexes = {m: self._indexes.get((scope, kind, m)) for m in vectors}
         if not vectors or any(idx is None or idx.dim != len(vectors[m])
                               for m, idx in indexes.items()):
             return []

@@ -135,16 +135,50 @@ def test_add_many_stores_what_one_add_each_would(spec):
         assert [i for i, _ in found] == [i for i, _ in expected]
 
 
-def test_semantic_index_add_many_groups_by_scope_and_modality():
+def test_semantic_index_add_many_groups_by_scope_modality_set_and_modality():
     rng = np.random.default_rng(6)
-    vecs = [unit(rng, DIM) for _ in range(4)]
+    vecs = [unit(rng, DIM) for _ in range(6)]
     index = SemanticIndex(IndexSpec(index="flat"))
     index.add_many([("a", "x", {"text": vecs[0], "image": vecs[1]}), ("b", "y", {"text": vecs[2]}),
-                    ("a", "x", {"text": vecs[3]})])
+                    ("a", "z", {"text": vecs[4], "image": vecs[5]}), ("a", "x", {"text": vecs[3]})])
     assert len(index.index("a", "text")) == 1 and len(index.index("b", "text")) == 1
-    assert np.array_equal(index.index("a", "text").vector("x"), vecs[3])
-    assert np.array_equal(index.index("a", "image").vector("x"), vecs[1])
+    assert np.array_equal(index.index("a", "text").vector("x"), vecs[3])  # the later item wins
+    both = ("text", "image")
+    assert index.index("a", "image") is None and len(index.index("a", "image", both)) == 1
+    assert np.array_equal(index.index("a", "image", both).vector("z"), vecs[5])
+    assert index.index("a", "text", both).vector("x") is None
     assert index.search("b", {"text": vecs[0]}, {"text": 0.9}) == []
+    index.remove("a", "z", both)
+    assert index.index("a", "text", both) is None and index.dims() == {"text": DIM}
+
+
+_SETS = [("text",), ("image",), ("text", "image"), ("text", "image", "audio")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1),
+       entries=st.lists(st.tuples(st.sampled_from(_SETS), st.integers(0, 1)), min_size=1,
+                        max_size=30),
+       removed=st.sets(st.integers(0, 29)),
+       query=st.tuples(st.sampled_from(_SETS), st.integers(0, 1)))
+def test_semantic_search_sees_only_entries_with_the_query_modality_set(seed, entries, removed,
+                                                                       query):
+    """Entries and the query draw each modality's vector from two fixed ones: an entry is a
+    hit exactly when it has the query's modality set and the same draws (similarity 1)."""
+    rng = np.random.default_rng(seed)
+    pool = {m: [unit(rng, DIM), unit(rng, DIM)] for m in ("text", "image", "audio")}
+    index = SemanticIndex(IndexSpec(index="flat"))
+    index.add_many([("s", f"e{i}", {m: pool[m][pick] for m in mods})
+                    for i, (mods, pick) in enumerate(entries)])
+    for i in removed & set(range(len(entries))):
+        index.remove("s", f"e{i}", entries[i][0])
+    mods, pick = query
+    found = index.search("s", {m: pool[m][pick] for m in mods}, {m: 0.9 for m in mods},
+                         k=len(entries))
+    expected = {f"e{i}" for i, entry in enumerate(entries) if i not in removed
+                and entry == (mods, pick)}
+    assert {c.entry_id for c in found} == expected
+    assert all(set(c.similarities) == set(mods) for c in found)
 
 
 # -- lazy ANN inserts: vectors reach the ANN index at the next search, in one batch ----------
