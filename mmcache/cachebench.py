@@ -11,9 +11,17 @@ writes the answer through to every tier (as LMCache does).
 Latency of one request = lookup cost of every tier consulted + the encoder cost
 (once, when a semantic tier is consulted) + on a hit, ``size / bandwidth`` of the
 hit tier, or on a miss the model-inference cost of the query's modality. Write
-back is off the critical path. Every constant of :class:`LatencyModel`,
-:data:`BANDWIDTH_GBPS` and :func:`three_tier` is an **assumed nominal value**
-(spec-sheet order of magnitude), a parameter to vary, never a measurement.
+back is off the critical path.
+
+Freshness: ``replay(..., ttl_s=τ)`` gives every answer a TTL of τ seconds of workload
+time from the moment the model produced it (a copy promoted up a tier keeps that
+moment). A lookup that matches an expired entry drops it from the tier and searches
+on, so the request misses unless a fresh entry matches; the miss writes a fresh
+answer through. ``ttl_s=None`` (the default) never expires anything.
+
+Every constant of :class:`LatencyModel`, :data:`BANDWIDTH_GBPS` and :func:`three_tier`
+is an **assumed nominal value** (spec-sheet order of magnitude), a parameter to vary,
+never a measurement.
 
 Every :class:`Report` also carries the limits on the same stream: Belady's miss
 ratio on the exact-key trace, and the *oracle semantic cache* (ground-truth
@@ -191,7 +199,8 @@ class _VectorIndex:
 
 
 class _Tier:
-    """A tier's resident entries (key → (size, intent, modality, vector)) under one policy;
+    """A tier's resident entries (key → (size, intent, modality, vector, produced-at seconds))
+    under one policy;
     a semantic tier keeps one vector index per modality, of that modality's ``dims``."""
 
     def __init__(self, spec: TierSpec, dims: Sequence[int]) -> None:
@@ -201,7 +210,18 @@ class _Tier:
         self.used = 0
         self.index = [_VectorIndex(d) for d in dims] if spec.match == "semantic" else None
 
-    def find(self, key: int, modality: int, vec: np.ndarray | None) -> int | None:
+    def find(self, key: int, modality: int, vec: np.ndarray | None,
+             fresh_after: float = -np.inf) -> int | None:
+        """The resident key this request matches, dropping expired matches (produced before
+        ``fresh_after``) until a fresh one matches or none does."""
+        found = self._match(key, modality, vec)
+        while found is not None and self.entries[found][4] < fresh_after:
+            self.policy.remove(found)
+            self._drop([found])
+            found = self._match(key, modality, vec)
+        return found
+
+    def _match(self, key: int, modality: int, vec: np.ndarray | None) -> int | None:
         if key in self.entries:
             return key
         if self.index is None:
@@ -258,23 +278,27 @@ class _NextUse:
 
 
 def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel | None = None,
-           *, limits: bool = True) -> Report:
+           *, limits: bool = True, ttl_s: float | None = None) -> Report:
     """Replay ``workload`` through ``tiers`` (top first); returns the :class:`Report`.
 
     ``limits=False`` skips the Belady / oracle-semantic replays (used by sweeps
-    that compute them once). Raises :class:`ConfigError` for an empty or
-    duplicate-named hierarchy.
+    that compute them once); ``ttl_s`` is every answer's TTL in workload seconds
+    (None: no expiry; limits ignore it). Raises :class:`ConfigError` for an empty or
+    duplicate-named hierarchy, or a TTL that is not positive.
     """
     latency = latency or LatencyModel()
     tiers = tuple(tiers)
     if not tiers or len({t.name for t in tiers}) != len(tiers):
         raise ConfigError("tiers must be a non-empty sequence with distinct names")
+    if ttl_s is not None and not ttl_s > 0:
+        raise ConfigError(f"ttl_s must be a positive number of seconds or None, got {ttl_s!r}")
+    ttl = np.inf if ttl_s is None else float(ttl_s)
     dims = [workload.dim(m) for m in MODALITIES]
     state = [_Tier(spec, dims) for spec in tiers]
     keys = workload.exact_keys().astype(np.int64)
     next_use = _NextUse(keys)
-    intent, modality, size = (workload.intent.tolist(), workload.modality.tolist(),
-                              workload.size.tolist())
+    intent, modality, size, now_s = (workload.intent.tolist(), workload.modality.tolist(),
+                                     workload.size.tolist(), workload.time.tolist())
     n = len(workload)
     hit_tier = np.full(n, -1, dtype=np.int16)
     false_hit = np.zeros(n, dtype=bool)
@@ -289,11 +313,11 @@ def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel 
             if tier.index is not None and vec is None:
                 vec = workload.embedding(i)
                 cost_us += 1000.0 * encode[m]
-            found = tier.find(key, m, vec)
+            found = tier.find(key, m, vec, now_s[i] - ttl)
             if found is not None:
                 break
         if found is None:
-            entry = (size[i], intent[i], m, vec)  # vec is set whenever a tier is semantic
+            entry = (size[i], intent[i], m, vec, now_s[i])  # vec set whenever a tier is semantic
             hints = {"next_access": next_use.after(key, i), "now": i, "cost": infer[m]}
             for tier in state:
                 tier.admit(key, entry, **hints)
@@ -308,7 +332,8 @@ def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel 
         lat_ms[i] = cost_us / 1000.0 + entry[0] / (tiers[k].bandwidth_gbps * 1e6)
     capacity = sum(t.capacity_bytes for t in tiers) if limits else None
     return _report(workload, [t.name for t in tiers], latency, hit_tier, false_hit, lat_ms,
-                   capacity, tiers[0].policy, {"tiers": [asdict(t) for t in tiers]})
+                   capacity, tiers[0].policy,
+                   {"tiers": [asdict(t) for t in tiers], "ttl_s": ttl_s})
 
 
 def replay_cache(workload: Workload, cache: Any, latency: LatencyModel | None = None, *,
