@@ -208,7 +208,8 @@ def check_status(status: str, point: str) -> None:
     """Raise :class:`SolverError` unless a solve's ``status`` is ``optimal``."""
     if status != cp.OPTIMAL:
         raise SolverError(f"the solver returned status {status!r} at {point}, not optimal: "
-                          "an infeasible ε-bound (below the domain), or a badly scaled model")
+                          "an infeasible ε-bound (below the domain), an ε-bound that pins a variable to "
+                          "the domain's edge (within ~1e-8), or a badly scaled model")
 
 
 def simplex_weights(n_points: int, n_objectives: int = len(OBJECTIVES), *,
