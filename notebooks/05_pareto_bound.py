@@ -37,12 +37,12 @@
 # %% tags=["parameters"]
 SMOKE = False
 SEED = 0
-N_QUERIES = 8_000
-N_INTENTS = 2_000
+N_QUERIES = 6_000
+N_INTENTS = 1_500
 POLICY_NAMES = ["lru", "fifo", "sieve", "s3fifo"]
 THRESHOLDS = [0.8, 0.9]
-CAPACITY_FRACTIONS = [0.02, 0.05, 0.1, 0.2, 0.4, 0.8]
-TTLS_S = [0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0]
+CAPACITY_FRACTIONS = [0.02, 0.05, 0.1, 0.2, 0.5]
+TTLS_S = [0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0]
 N_SWEEP = 100
 
 # %%
@@ -296,7 +296,8 @@ save_figure(fig, "05_capacity_latency_consistency_surface", provenance)
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 4))
-sns.stripplot(measured, x="policy", y="excess", hue="threshold", dodge=True, size=3, ax=ax)
+sns.stripplot(measured.assign(threshold=measured.threshold.map("cos≥{}".format)), x="policy",
+              y="excess", hue="threshold", dodge=True, size=3, palette="colorblind", ax=ax)
 ax.yaxis.set_major_formatter(plt.matplotlib.ticker.PercentFormatter(1.0))
 ax.set(xlabel="", ylabel="latency above the bound")
 save_figure(fig, "05_distance_to_bound", provenance)
@@ -305,13 +306,19 @@ measured.groupby("policy").excess.describe()[["min", "50%", "max"]]
 # %%
 seed_fit = fits["seed_form"]
 unsupported = int((~support_mask).sum())
+ttl_gain = best.pivot(index="capacity_mib", columns="consistency", values="latency_ms")
+ttl_gain = ttl_gain[ttl_gain.columns.max()] - ttl_gain[ttl_gain.columns.min()]
 display(Markdown(
     f"**Observed (synthetic stream, v1 assumed-constant latencies).** The seed's form "
     f"(`γ = 0`) fits with R² = {seed_fit.r2:.3f} (relative RMSE {seed_fit.relative_rmse:.1%})"
     f"{' and pins ' + ', '.join(seed_fit.at_bound) + ' at 0' if seed_fit.at_bound else ''}; "
     f"with the consistency cost `γ·I²` R² = {fit.r2:.3f} (relative RMSE "
-    f"{fit.relative_rmse:.1%}). The bound is that fit scaled by {envelope_factor:.3f}, so no "
-    f"measured configuration beats it ({len(beats_bound)} below). The normalised hypervolume "
+    f"{fit.relative_rmse:.1%}). Both forms are separable in C and I, but the measured TTL "
+    f"effect is not: going from the longest to the shortest TTL costs {ttl_gain.iloc[0]:.0f} ms "
+    f"at the smallest capacity and {ttl_gain.iloc[-1]:.0f} ms at the largest (best "
+    f"configuration each). That interaction is the misfit, and it is why the bound, the fit "
+    f"scaled by {envelope_factor:.3f} so that no measured configuration beats it "
+    f"({len(beats_bound)} below), sits far under most of them. The normalised hypervolume "
     f"gap ranges from {min(gap.values()):.3f} ({min(gap, key=gap.get)}) to "
     f"{max(gap.values()):.3f} ({max(gap, key=gap.get)}); on each policy's own grid of "
     f"configurations it is {min(gap_same_grid.values()):.3f}–{max(gap_same_grid.values()):.3f}, "
@@ -320,7 +327,8 @@ display(Markdown(
     f"hull: a weighted-sum sweep over them would never find "
     f"{'those' if unsupported else 'any missing point'} (weighted sums recover only the convex "
     f"hull); the ε-constraint front does not have that limit. The 100-point weighted-sum sweep "
-    f"took {sweep_seconds_100:.3f} s after compilation."))
+    f"took {sweep_seconds_100:.3f} s after compilation. The latency objective does not price "
+    f"false hits: the looser threshold buys its lower latency with them (table at the top)."))
 
 # %%
 write_metrics({
