@@ -322,7 +322,7 @@ display(Markdown(
     f"{fit.relative_rmse:.1%}). Both forms are separable in C and I, but the measured TTL "
     f"effect is not: going from the longest to the shortest TTL costs {ttl_gain.iloc[0]:.0f} ms "
     f"at the smallest capacity and {ttl_gain.iloc[-1]:.0f} ms at the largest (best "
-    f"configuration each); that interaction is most of the misfit. The bound is the fit scaled "
+    f"configuration each), an interaction no separable model can follow. The bound is the fit scaled "
     f"by {envelope_factor:.3f}, so that no measured configuration beats it "
     f"({len(beats_bound)} below). The normalised hypervolume "
     f"gap ranges from {min(gap.values()):.3f} ({min(gap, key=gap.get)}) to "
