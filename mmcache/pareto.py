@@ -65,7 +65,7 @@ class CapacityLatencyModel:
         terms = [("L0·exp(α/C)", "L0", self.l0, self.l0 > 0,
                   "needs L0 > 0 (a positive base latency; the problem is built on log L0)"),
                  ("L0·exp(α/C)", "α", self.alpha, self.alpha >= 0,
-                  "is concave in C where C > −α/2 for α < 0 (more capacity would raise latency)"),
+                  "is concave in C where C > −α/2 for α < 0 (capacity would raise latency)"),
                  ("β·(1 − I)²", "β", self.beta, self.beta >= 0, "is concave for β < 0"),
                  ("γ·I²", "γ", self.gamma, self.gamma >= 0, "is concave for γ < 0")]
         for term, name, value, ok, why in terms:
@@ -208,8 +208,8 @@ def check_status(status: str, point: str) -> None:
     """Raise :class:`SolverError` unless a solve's ``status`` is ``optimal``."""
     if status != cp.OPTIMAL:
         raise SolverError(f"the solver returned status {status!r} at {point}, not optimal: "
-                          "an infeasible ε-bound (below the domain), an ε-bound that pins a variable to "
-                          "the domain's edge (within ~1e-8), or a badly scaled model")
+                          "an infeasible ε-bound (below the domain), an ε-bound that pins a "
+                          "variable to the domain's edge (within ~1e-8), or a badly scaled model")
 
 
 def simplex_weights(n_points: int, n_objectives: int = len(OBJECTIVES), *,

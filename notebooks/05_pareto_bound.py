@@ -111,11 +111,10 @@ measured.groupby(["policy", "threshold"])[["latency_ms", "hit_rate", "false_hit_
 #
 # Least squares on relative residuals (`scipy.optimize.least_squares`, `L0 > 0`, `α, β, γ ≥ 0`
 # as bounds) to the best measured latency of each (capacity, consistency) pair over policies and
-# thresholds. Two forms: the seed's (`γ = 0`) and one with the consistency cost
-# `γ·I²` that the seed's prose names ("consistency ↑ ⇒ synchronisation overhead surges") but its
-# formula lacks: with `β ≥ 0` alone, latency can only *fall* as `I` rises, the opposite of what
-# a TTL does. Convexity conditions: **L0 > 0, α, β, γ ≥ 0, C > 0** (checked again when the
-# problem is built).
+# thresholds. Two forms: the seed's (`γ = 0`) and one with the consistency cost `γ·I²` that the
+# seed's prose names ("consistency ↑ ⇒ synchronisation overhead surges") but its formula lacks:
+# with `β ≥ 0` alone, latency can only *fall* as `I` rises, the opposite of what a TTL does.
+# Convexity conditions: **L0 > 0, α, β, γ ≥ 0, C > 0** (checked again when the problem is built).
 
 # %%
 best = measured.groupby(["capacity_mib", "consistency"], as_index=False).latency_ms.min()
@@ -322,8 +321,8 @@ display(Markdown(
     f"{fit.relative_rmse:.1%}). Both forms are separable in C and I, but the measured TTL "
     f"effect is not: going from the longest to the shortest TTL costs {ttl_gain.iloc[0]:.0f} ms "
     f"at the smallest capacity and {ttl_gain.iloc[-1]:.0f} ms at the largest (best "
-    f"configuration each), an interaction no separable model can follow. The bound is the fit scaled "
-    f"by {envelope_factor:.3f}, so that no measured configuration beats it "
+    f"configuration each), an interaction no separable model can follow. The bound is the fit "
+    f"scaled by {envelope_factor:.3f}, so that no measured configuration beats it "
     f"({len(beats_bound)} below). The normalised hypervolume "
     f"gap ranges from {min(gap.values()):.3f} ({min(gap, key=gap.get)}) to "
     f"{max(gap.values()):.3f} ({max(gap, key=gap.get)}); on each policy's own grid of "
