@@ -114,7 +114,8 @@ measured.groupby(["policy", "threshold"])[["latency_ms", "hit_rate", "false_hit_
 # thresholds. Two forms: the seed's (`γ = 0`) and one with the consistency cost `γ·I²` that the
 # seed's prose names ("consistency ↑ ⇒ synchronisation overhead surges") but its formula lacks:
 # with `β ≥ 0` alone, latency can only *fall* as `I` rises, the opposite of what a TTL does.
-# Convexity conditions: **L0 > 0, α, β, γ ≥ 0, C > 0** (checked again when the problem is built).
+# Convexity conditions: **L0 > 0, α, β, γ ≥ 0, C > 0** (checked again when the problem is
+# built).
 
 # %%
 best = measured.groupby(["capacity_mib", "consistency"], as_index=False).latency_ms.min()
