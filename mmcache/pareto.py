@@ -147,9 +147,6 @@ class ParetoBound:
                                     box)
         self._constrained = cp.Problem(cp.Minimize(t),
                                        box + [c <= self._eps[0], 1 - i <= self._eps[1]])
-        for problem in (self._weighted, self._constrained):
-            if not problem.is_dcp(dpp=True):  # the Parameter signs above guarantee it
-                raise ConvexityError("the Pareto problem is not DCP/DPP as built")
         self.set_model(model)
 
     def set_model(self, model: CapacityLatencyModel) -> None:

@@ -117,6 +117,10 @@ def test_seed_form_without_consistency_cost_has_no_consistency_trade_off() -> No
 
 # --- convexity and solver status -----------------------------------------------------------
 
+def test_both_problems_are_dpp_so_they_compile_once(bound: ParetoBound) -> None:
+    assert bound._weighted.is_dcp(dpp=True) and bound._constrained.is_dcp(dpp=True)
+
+
 @pytest.mark.parametrize("params, term", [
     ({"alpha": -1.0}, "α/C"), ({"beta": -0.5}, "β·(1 − I)²"), ({"gamma": -2.0}, "γ·I²"),
     ({"l0": 0.0}, "L0")])
