@@ -11,9 +11,17 @@ writes the answer through to every tier (as LMCache does).
 Latency of one request = lookup cost of every tier consulted + the encoder cost
 (once, when a semantic tier is consulted) + on a hit, ``size / bandwidth`` of the
 hit tier, or on a miss the model-inference cost of the query's modality. Write
-back is off the critical path. Every constant of :class:`LatencyModel`,
-:data:`BANDWIDTH_GBPS` and :func:`three_tier` is an **assumed nominal value**
-(spec-sheet order of magnitude), a parameter to vary, never a measurement.
+back is off the critical path.
+
+Freshness: ``replay(..., ttl_s=τ)`` gives every answer a TTL of τ seconds of workload
+time from the moment the model produced it (a copy promoted up a tier keeps that
+moment). A lookup that matches an expired entry drops it from the tier and searches
+on, so the request misses unless a fresh entry matches; the miss writes a fresh
+answer through. ``ttl_s=None`` (the default) never expires anything.
+
+Every constant of :class:`LatencyModel`, :data:`BANDWIDTH_GBPS` and :func:`three_tier`
+is an **assumed nominal value** (spec-sheet order of magnitude), a parameter to vary,
+never a measurement.
 
 Every :class:`Report` also carries the limits on the same stream: Belady's miss
 ratio on the exact-key trace, and the *oracle semantic cache* (ground-truth
@@ -191,7 +199,8 @@ class _VectorIndex:
 
 
 class _Tier:
-    """A tier's resident entries (key → (size, intent, modality, vector)) under one policy;
+    """A tier's resident entries (key → (size, intent, modality, vector, produced-at seconds))
+    under one policy;
     a semantic tier keeps one vector index per modality, of that modality's ``dims``."""
 
     def __init__(self, spec: TierSpec, dims: Sequence[int]) -> None:
@@ -202,9 +211,19 @@ class _Tier:
         self.index = [_VectorIndex(d) for d in dims] if spec.match == "semantic" else None
 
     def find(self, key: int, modality: int, vec: np.ndarray | None,
-             offset: float = 0.0) -> int | None:
-        """The resident key that answers ``key`` (exact, or semantic at cosine >= the
-        tier's threshold - ``offset``), or None."""
+             offset: float = 0.0, fresh_after: float = -np.inf) -> int | None:
+        """The resident key this request matches (exact, or semantic at cosine >= the tier's
+        threshold - ``offset``), dropping expired matches (produced before ``fresh_after``)
+        until a fresh one matches or none does."""
+        found = self._match(key, modality, vec, offset)
+        while found is not None and self.entries[found][4] < fresh_after:
+            self.policy.remove(found)
+            self._drop([found])
+            found = self._match(key, modality, vec, offset)
+        return found
+
+    def _match(self, key: int, modality: int, vec: np.ndarray | None,
+               offset: float) -> int | None:
         if key in self.entries:
             return key
         if self.index is None:
@@ -268,15 +287,20 @@ class Replayer:
     itself. ``serve(i, offsets, admit, skip)`` lowers semantic tiers' cosine threshold by
     ``offsets[modality]`` (a δ offset) for this request, does not consult the tiers named
     in ``skip`` (nor pay their lookup), and on a miss stores the answer (in every tier)
-    only when ``admit``.
+    only when ``admit``. ``ttl_s``: every answer's TTL in workload seconds (None: no expiry).
     """
 
     def __init__(self, workload: Workload, tiers: Sequence[TierSpec],
-                 latency: LatencyModel | None = None) -> None:
+                 latency: LatencyModel | None = None, *, ttl_s: float | None = None) -> None:
         self.latency = latency or LatencyModel()
         self.specs = tuple(tiers)
         if not self.specs or len({t.name for t in self.specs}) != len(self.specs):
             raise ConfigError("tiers must be a non-empty sequence with distinct names")
+        if ttl_s is not None and not ttl_s > 0:
+            raise ConfigError(f"ttl_s must be a positive number of seconds or None, got {ttl_s!r}")
+        self.ttl_s = ttl_s
+        self._ttl = np.inf if ttl_s is None else float(ttl_s)
+        self.now_s = workload.time.tolist()
         self.workload = workload
         self.state = [_Tier(spec, [workload.dim(m) for m in MODALITIES]) for spec in self.specs]
         self.keys = workload.exact_keys().astype(np.int64)
@@ -304,7 +328,7 @@ class Replayer:
             if tier.index is not None and vec is None:
                 vec = self.workload.embedding(i)
                 cost_us += 1000.0 * self._encode[m]
-            found = tier.find(key, m, vec, offset)
+            found = tier.find(key, m, vec, offset, self.now_s[i] - self._ttl)
             if found is not None:
                 break
         infer = self._infer[m]
@@ -312,7 +336,7 @@ class Replayer:
             if admit:
                 if vec is None and any(t.index is not None for t in self.state):
                     vec = self.workload.embedding(i)  # a skipped semantic tier still stores it
-                entry = (self.size[i], self.intent[i], m, vec)
+                entry = (self.size[i], self.intent[i], m, vec, self.now_s[i])
                 hints = {"next_access": self.next_use.after(key, i), "now": i, "cost": infer}
                 for tier in self.state:
                     tier.admit(key, entry, **hints)
@@ -331,18 +355,20 @@ class Replayer:
         capacity = sum(t.capacity_bytes for t in self.specs) if limits else None
         return _report(self.workload, [t.name for t in self.specs], self.latency,
                        self.hit_tier, self.false_hit, self.lat_ms, capacity,
-                       self.specs[0].policy, {"tiers": [asdict(t) for t in self.specs]})
+                       self.specs[0].policy,
+                       {"tiers": [asdict(t) for t in self.specs], "ttl_s": self.ttl_s})
 
 
 def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel | None = None,
-           *, limits: bool = True) -> Report:
+           *, limits: bool = True, ttl_s: float | None = None) -> Report:
     """Replay ``workload`` through ``tiers`` (top first); returns the :class:`Report`.
 
     ``limits=False`` skips the Belady / oracle-semantic replays (used by sweeps
-    that compute them once). Raises :class:`ConfigError` for an empty or
-    duplicate-named hierarchy.
+    that compute them once); ``ttl_s`` is every answer's TTL in workload seconds
+    (None: no expiry; limits ignore it). Raises :class:`ConfigError` for an empty or
+    duplicate-named hierarchy, or a TTL that is not positive.
     """
-    replayer = Replayer(workload, tiers, latency)
+    replayer = Replayer(workload, tiers, latency, ttl_s=ttl_s)
     for i in range(len(workload)):
         replayer.serve(i)
     return replayer.report(limits=limits)
