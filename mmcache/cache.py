@@ -149,7 +149,8 @@ class TieredCache:
 
         Every item is checked first: a bad one raises its typed error naming its index,
         and nothing is stored. The ANN indexes that lookups search are built before it
-        returns (after single puts they are built at the next lookup).
+        returns (single puts leave up to ``max_backlog`` vectors per index outside them,
+        searched exactly; see :mod:`mmcache.tiers.vectors`).
         """
         queries, values = list(queries), list(values)
         if len(queries) != len(values):

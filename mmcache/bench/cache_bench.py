@@ -9,8 +9,8 @@
    SQLite) ÷ GPTCache (sqlite + faiss) fed the same embeddings at the same
    effective cosine threshold (target ≥ 10), with how often each one's hit/miss
    decision agrees with an exact search, and the load time of one ``put`` per
-   entry ÷ one ``put_many`` into an identical cache (each up to its first lookup,
-   which pays for the ANN inserts the puts deferred);
+   entry ÷ one ``put_many`` into an identical cache (each up to and including its
+   first lookup);
 3. put throughput into an L3-only mmcache (SQLite WAL, ``synchronous`` stated)
    ÷ GPTCache's put.
 
@@ -108,7 +108,7 @@ def fill_bulk(cache: TieredCache, vectors: np.ndarray) -> float:
 
 def first_lookup(cache: TieredCache, vec: np.ndarray) -> float:
     """Seconds of one lookup near ``vec`` (turned slightly: not an exact hit), the first
-    search after a load, which inserts what the puts left pending into the ANN index."""
+    search after a load."""
     t0 = time.perf_counter()
     cache.get(_query(_unit(vec + 0.1 * np.roll(vec, 1))))
     return time.perf_counter() - t0
@@ -194,7 +194,7 @@ def bench_end_to_end(w: Workload, cosine: float, workdir: Path,
         f"hits); hit recall (same entry as exact): mmcache {mm[1]:.2%}, GPTCache {gp[1]:.2%}; "
         f"false hits: mmcache {mm[2]}, GPTCache {gp[2]}",
         f"    load {n} entries: mmcache {load_mm + index_mm:.1f} s (one put each {load_mm:.1f} s, "
-        f"then the first lookup {index_mm:.1f} s: ANN inserts wait for a search), GPTCache "
+        f"then the first lookup {index_mm:.1f} s), GPTCache "
         f"{load_gpt:.1f} s (bulk import_data)",
         f"    bulk load {n} entries into an identical mmcache, up to its first lookup: put_many "
         f"(builds the searched ANN index before returning) "
