@@ -193,8 +193,8 @@ def test_put_many_builds_the_searched_ann_index_but_not_a_covered_one(tmp_path: 
 
 
 def test_a_lookup_after_many_single_puts_inserts_nothing_into_the_ann_index() -> None:
-    """Single puts leave at most ``max_backlog`` vectors outside the ANN index (the put that
-    overflows inserts them); a lookup only searches, so it never pays for a build."""
+    """Single puts leave at most ``max_backlog`` vectors outside the ANN index (a put past it
+    inserts the oldest); a lookup only searches, so it never pays for a build."""
     rng = np.random.default_rng(2)
     vectors = rng.standard_normal((1100, DIM)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)

@@ -14,9 +14,10 @@ Inserts into the ANN index are batched behind a bounded backlog: a vector is sto
 counted, and covered by the spherical cap) at once, and slots not yet in the ANN index are
 searched exactly beside it (``faiss.knn`` over that contiguous tail of the array), so a
 search never builds the ANN structure and costs one ANN search plus a scan of at most
-``max_backlog`` vectors. The add (or compacting remove) that takes the backlog past
-``max_backlog`` inserts all of it in one batched ``add`` (the switch to ANN and a rebuild
-after compaction are such overflows, paid by that call); ``flush()`` inserts it on demand.
+``max_backlog`` vectors. An add (or compacting remove) that takes the backlog past
+``max_backlog`` inserts its oldest vectors beyond that bound (one per add once the
+backlog is full, so puts stay smooth; the switch to ANN and a rebuild after compaction
+insert all but ``max_backlog`` at once, paid by that call); ``flush()`` inserts all of it.
 Removing or replacing a vector not yet in the ANN index drops it from that backlog.
 The flat array is searched directly, so exact search has no backlog at all.
 
@@ -53,8 +54,8 @@ class IndexSpec:
     candidates: int = _L2.candidates
     #: Compact when tombstones exceed this fraction of slots (ANN rebuilds are costly: 0.5).
     compact_fraction: float = 0.25
-    #: Most vectors searched exactly beside the ANN index before an add inserts them all
-    #: (a scan of 1024 x 512 floats is ~0.1 ms; one batch insert amortises HNSW's setup).
+    #: Most vectors kept out of the ANN index, searched exactly beside it (a scan of
+    #: 1024 x 512 floats is ~0.1 ms); adds past it insert the oldest into the ANN index.
     max_backlog: int = 1024
 
 
@@ -228,24 +229,29 @@ class VectorIndex:
         return index
 
     def _drain_overflow(self) -> None:
-        """Insert the backlog into the ANN index once it holds more than ``max_backlog``."""
-        if self.pending > self.spec.max_backlog:
-            self.flush()
+        """Insert the oldest pending slots beyond ``max_backlog`` into the ANN index."""
+        self._insert(keep=self.spec.max_backlog)
 
     def flush(self) -> None:
-        """Insert the pending slots into the ANN index in one batch (training it first if
-        it needs training); an index built from scratch leaves the tombstones out."""
-        if self._ann is None:
+        """Insert every pending slot into the ANN index now."""
+        self._insert(keep=0)
+
+    def _insert(self, keep: int) -> None:
+        """Insert the pending slots, oldest first, into the ANN index, leaving the newest
+        ``keep`` pending (training the index first if it needs training); an index built
+        from scratch leaves the tombstones out."""
+        if self._ann is None or self.pending <= keep:
             return
         if self._indexed == 0 and len(self._ids) != len(self._slot):
             self._compact()
-        rows = self._vecs[self._indexed:len(self._ids)]
-        if not len(rows):
+        end = len(self._ids) - keep
+        if end <= self._indexed:
             return
+        rows = self._vecs[self._indexed:end]
         if not self._ann.is_trained:
             self._ann.train(rows)
         self._ann.add(rows)
-        self._indexed = len(self._ids)
+        self._indexed = end
 
 
 def _nearest(search: Callable[[int], tuple[np.ndarray, np.ndarray]], size: int,

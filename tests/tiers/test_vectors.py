@@ -174,20 +174,29 @@ def test_switch_to_ann_keeps_a_small_backlog_exact_and_searches_never_build_it()
     assert ann_state(idx) == (0, 51)                      # searching built nothing
 
 
-def test_the_add_that_overflows_the_backlog_inserts_it_in_one_batch():
+def test_adds_past_the_bound_insert_the_oldest_pending_vectors():
     idx, data = filled(64, HNSW)
-    assert ann_state(idx) == (0, 65 - 1)                  # 64 pending: at the bound, not past it
+    assert ann_state(idx) == (0, 64)                      # at the bound, not past it
     rng = np.random.default_rng(7)
     extra = [unit(rng, DIM) for _ in range(10)]
     idx.add("x0", extra[0])
-    assert ann_state(idx) == (65, 0)                      # the tombstone-free build of all 65
+    assert ann_state(idx) == (1, 64)                      # one past the bound: one inserted
     idx.add_many([f"x{i}" for i in range(1, 5)], np.stack(extra[1:5]))
     for i in range(5, 10):
         idx.add(f"x{i}", extra[i])
-    assert ann_state(idx) == (65, 9) and len(idx) == 74
+    assert ann_state(idx) == (10, 64) and len(idx) == 74
     assert [found_ids(idx, v) for v in extra] == [[f"x{i}"] for i in range(10)]
     assert all(found_ids(idx, data[i]) == [f"e{i}"] for i in range(64))
-    assert ann_state(idx) == (65, 9)
+    assert ann_state(idx) == (10, 64)
+
+
+def test_switching_to_ann_past_the_bound_inserts_all_but_the_bound_at_once():
+    idx, data = filled(49, IndexSpec(ann_min_size=50, ann_factory="HNSW16", max_backlog=20))
+    assert ann_state(idx) == (0, 0)
+    idx.add("e49", data[0])
+    assert ann_state(idx) == (30, 20)
+    assert sorted(found_ids(idx, data[0])) == ["e0", "e49"]
+    assert all(found_ids(idx, data[i]) == [f"e{i}"] for i in range(1, 49))
 
 
 def test_many_single_adds_never_leave_a_search_to_insert_anything():
@@ -204,8 +213,9 @@ def test_many_single_adds_never_leave_a_search_to_insert_anything():
 
 
 def overflowed(spec: IndexSpec = HNSW) -> tuple[VectorIndex, np.ndarray]:
-    """An index whose first 65 vectors are in the ANN structure and whose backlog is empty."""
+    """An index whose 65 vectors are all in the ANN structure (``flush``: none pending)."""
     idx, data = filled(65, spec)
+    idx.flush()
     assert ann_state(idx) == (65, 0)
     return idx, data
 
@@ -239,11 +249,13 @@ def test_re_adding_a_pending_id_replaces_it():
 
 
 def test_compaction_rebuilds_the_ann_index_in_the_remove_that_overflows_the_backlog():
-    idx, data = filled(300, HNSW)                          # 260 in the ANN index, 40 pending
+    idx, data = filled(300, HNSW)                          # 236 in the ANN index, 64 pending
+    assert ann_state(idx) == (236, 64)
     for i in range(151):                                   # the 151st tombstone compacts
         idx.remove(f"e{i}")
-    assert idx.uses_ann and ann_state(idx) == (149, 0) and len(idx) == 149  # rebuilt at once
-    small, small_data = filled(129, HNSW)                  # 65 in the ANN index, 64 pending
+    assert idx.uses_ann and ann_state(idx) == (85, 64) and len(idx) == 149  # rebuilt at once
+    small, small_data = filled(129, HNSW)
+    assert ann_state(small) == (65, 64)
     for i in range(65):
         small.remove(f"e{i}")
     assert ann_state(small) == (0, 64)                     # compacted: 64 fit in the backlog
