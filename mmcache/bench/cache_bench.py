@@ -275,10 +275,11 @@ def bench_fill_latency(dim: int, n: int, n_gets: int, cosine: float, seed: int,
     settings = {"thresholds": {"delta": {"text": 1 - cosine}},
                 "l2": {} if ann_min_size is None else {"ann_min_size": ann_min_size}}
     caches = {"backlog": TieredCache(settings), "baseline": TieredCache(settings)}
-    l2 = caches["baseline"].tier("l2").index
+    baseline = caches["baseline"].tier("l2").index
     scope = prepare(_query(stored[0]), {}).scope
-    l2._indexes[(scope, "text")] = _SearchInsertsBacklog(dim, replace(l2.spec,
-                                                                     max_backlog=n + 1))
+    baseline._indexes[(scope, "text")] = _SearchInsertsBacklog(
+        dim, replace(baseline.spec, max_backlog=n + 1))
+    searched = caches["backlog"].tier("l2").index
     get_s = {name: np.zeros(len(schedule)) for name in (*caches, "raw")}
     put_s = {name: np.zeros(n) for name in caches}
     hits = {name: np.zeros(len(schedule), dtype=bool) for name in caches}
@@ -295,13 +296,13 @@ def bench_fill_latency(dim: int, n: int, n_gets: int, cosine: float, seed: int,
             hit = cache.get(_query(q))
             get_s[name][g] = time.perf_counter() - t0
             hits[name][g] = hit is not None
-        get_s["raw"][g] = _raw_search_seconds(caches["backlog"].tier("l2").index.index(scope, "text"), q)
+        get_s["raw"][g] = _raw_search_seconds(searched.index(scope, "text"), q)
     for cache in caches.values():
         cache.close()
     should_hit = _prefix_max_similarity(stored, queries, schedule) >= cosine
     agree = {name: float((hits[name] == should_hit).mean()) for name in caches}
-    pct = {name: np.percentile(get_s[name], [50, 99, 99.9]).tolist() + [get_s[name].max()]
-           for name in get_s}
+    pct = {name: _tail(get_s[name], [50, 99, 99.9]) for name in get_s}
+    put_pct = {name: _tail(put_s[name], [50, 99.9]) for name in put_s}
     p999 = pct["backlog"][2]
     return [
         f"[4] get latency while filling: {n} single puts ({dim}-d) with {len(schedule)} gets "
@@ -314,10 +315,8 @@ def bench_fill_latency(dim: int, n: int, n_gets: int, cosine: float, seed: int,
         f"    decisions agreeing with exact search over the entries put so far (cos >= "
         f"{cosine}): backlog {agree['backlog']:.2%}, baseline {agree['baseline']:.2%} "
         f"({int(should_hit.sum())} exact hits); put p50/p99.9/max ms: backlog "
-        f"{_ms(np.percentile(put_s['backlog'], [50, 99.9]).tolist() + [put_s['backlog'].max()])}"
-        f", baseline "
-        f"{_ms(np.percentile(put_s['baseline'], [50, 99.9]).tolist() + [put_s['baseline'].max()])}"
-        f"; total put + get s: backlog {put_s['backlog'].sum() + get_s['backlog'].sum():.1f}, "
+        f"{_ms(put_pct['backlog'])}, baseline {_ms(put_pct['baseline'])}; total put + get s: "
+        f"backlog {put_s['backlog'].sum() + get_s['backlog'].sum():.1f}, "
         f"baseline {put_s['baseline'].sum() + get_s['baseline'].sum():.1f}",
     ]
 
@@ -355,6 +354,11 @@ def _prefix_max_similarity(stored: np.ndarray, queries: np.ndarray,
         sims[np.arange(sims.shape[1])[None, :] >= upto[:, None]] = -np.inf
         best[start:start + chunk] = sims.max(axis=1)
     return best
+
+
+def _tail(seconds: np.ndarray, percentiles: Sequence[float]) -> list[float]:
+    """The given percentiles of ``seconds``, then its maximum."""
+    return np.percentile(seconds, percentiles).tolist() + [float(seconds.max())]
 
 
 def _ms(seconds: Sequence[float]) -> str:
