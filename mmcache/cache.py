@@ -41,9 +41,15 @@ first). Every policy call also carries ``now``, the cache's ``clock`` (seconds),
 hotness-freshness ages entries by time (its ``window`` is in seconds here). Persistent
 tiers store the hints, so a reopened cache ranks its entries the same way.
 
-Threads may share one cache: every public call holds the cache's lock (one call at
-a time; ``on_stale`` runs outside it). Processes each open their own cache (the
-SQLite store may be shared between processes with ``l3.shared: true``).
+Threads may share one cache: every public call holds the cache's lock while it reads or
+changes the tiers (one at a time), but checks its query and runs encoders before taking
+it, so a slow encoder stalls only its own call; a dimension another thread fixed
+meanwhile is checked again under the lock (the call then fails and changes nothing).
+``get`` encodes only after an exact miss, between two holds of the lock. ``on_stale``
+runs outside it and is single-flight: it is called once per stale entry until that entry
+is put again or ``REFRESH_TIMEOUT`` seconds of the cache's clock pass (then the next stale
+answer calls it again). Processes each open their own cache (the SQLite store may be
+shared between processes with ``l3.shared: true``).
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ import numpy as np
 
 from .config import CacheConfig
 from .encoders.base import Encoder
-from .errors import ConfigError, InvalidInputError, MMCacheError
+from .errors import ConfigError, InvalidEmbeddingError, InvalidInputError, MMCacheError
 from .guard import ExactKeyFilter
 from .inputs import PreparedQuery, prepare, unit_vector
 from .metrics import CacheMetrics
@@ -71,6 +77,8 @@ from .types import HINT_NAMES, MODALITIES, Entry, Hit, Query
 
 #: Candidates fetched per semantic tier search (stale ones are skipped).
 SEARCH_K = 4
+#: Seconds (cache clock) after an ``on_stale`` call before a still-stale entry gets another.
+REFRESH_TIMEOUT = 30.0
 
 
 class TieredCache:
@@ -82,9 +90,10 @@ class TieredCache:
     resolved lazily through ``mmcache.encoders.get_encoder``. ``clock`` returns
     seconds (inject a fake one to test TTLs; every tier's eviction policy sees it as the
     ``now`` hint); ``threshold`` overrides the rule built
-    from ``config.thresholds``; ``on_stale(query, hit)`` is called for every
+    from ``config.thresholds``; ``on_stale(query, hit)`` is called for a
     stale-while-revalidate answer, to start the refresh (e.g. submit it to an executor
-    that calls ``put``).
+    that calls ``put``): once per entry until it is put again or ``REFRESH_TIMEOUT``
+    seconds pass.
     """
 
     def __init__(self, config: CacheConfig | Mapping[str, Any] | str | Path | None = None,
@@ -95,11 +104,15 @@ class TieredCache:
         self.config = CacheConfig.load(config)
         #: Held by every public call, so threads may share one cache.
         self._lock = threading.RLock()
+        #: Held while an encoder named in the config is loaded (outside ``_lock``).
+        self._loading = threading.Lock()
         self._clock = clock
         self._on_stale = on_stale
         #: Called with every get's answer, inside the lock, before it returns (e.g. by
         #: :meth:`mmcache.scheduler.Scheduler.attach` to adjust the cache between windows).
         self.after_get: Callable[[Hit | None], None] | None = None
+        #: Entry id -> when (cache clock) its pending ``on_stale`` refresh times out.
+        self._refreshing: dict[str, float] = {}
         self._dims: dict[str, int] = dict(self.config.dims)
         self._encoders: dict[str, Encoder] = {}
         for modality, encoder in (encoders or {}).items():
@@ -137,11 +150,13 @@ class TieredCache:
         entry saves, e.g. seconds of inference; finite, > 0) and ``entropy`` (attention
         entropy; finite, >= 0). An unknown name or a bad value raises InvalidInputError.
         """
+        self._check_open()
+        encode_times: list[float] = []
+        entry = self._entry(query, value, self._lifetime(ttl), _checked_hints(hints),
+                            self._dims_now(), encode_times)  # encoders run outside the lock
         with self._lock:
             self._check_open()
-            encode_times: list[float] = []
-            entry = self._entry(query, value, self._lifetime(ttl), _checked_hints(hints),
-                                dict(self._dims), encode_times)
+            self._check_dims([entry.embeddings])
             self._record_encodes(encode_times)
             self._write([entry])
             return entry.entry_id
@@ -155,25 +170,28 @@ class TieredCache:
 
         Every item is checked first: a bad one raises its typed error naming its index,
         and nothing is stored. The ANN indexes that lookups search are built before it
-        returns (after single puts they are built at the next lookup).
+        returns (single puts leave up to ``max_backlog`` vectors per index outside them,
+        searched exactly; see :mod:`mmcache.tiers.vectors`).
         """
         queries, values = list(queries), list(values)
         if len(queries) != len(values):
             raise InvalidInputError(f"put_many got {len(queries)} queries but "
                                     f"{len(values)} values")
         item_hints = _hints_per_item(hints, len(queries))
+        self._check_open()
+        lifetime = self._lifetime(ttl)
+        dims = self._dims_now()
+        encode_times: list[float] = []
+        entries = []
+        for i, (query, value, hint) in enumerate(zip(queries, values, item_hints)):
+            try:  # encoders run outside the lock
+                entries.append(self._entry(query, value, lifetime, _checked_hints(hint),
+                                           dims, encode_times))
+            except MMCacheError as exc:
+                raise type(exc)(f"put_many item {i}: {exc}") from exc
         with self._lock:
             self._check_open()
-            lifetime = self._lifetime(ttl)
-            dims = dict(self._dims)
-            encode_times: list[float] = []
-            entries = []
-            for i, (query, value, hint) in enumerate(zip(queries, values, item_hints)):
-                try:
-                    entries.append(self._entry(query, value, lifetime, _checked_hints(hint),
-                                               dims, encode_times))
-                except MMCacheError as exc:
-                    raise type(exc)(f"put_many item {i}: {exc}") from exc
+            self._check_dims([e.embeddings for e in entries])
             self._record_encodes(encode_times)
             self._write(entries)
             self._build_searched_indexes()
@@ -184,12 +202,11 @@ class TieredCache:
 
         ``bypass`` skips the cache; ``origin_failed`` allows stale-if-error answers.
         """
-        with self._lock:
-            hit = self._lookup(query, bypass, origin_failed)
-            if self.after_get is not None:
+        hit, refresh = self._lookup(query, bypass, origin_failed)
+        if self.after_get is not None:
+            with self._lock:
                 self.after_get(hit)
-        if hit is not None and hit.freshness == "stale-while-revalidate" and \
-                self._on_stale is not None:
+        if refresh:
             self._on_stale(query, hit)  # outside the lock: it may hand a put to another thread
         return hit
 
@@ -255,7 +272,7 @@ class TieredCache:
             lifetime *= self.config.freshness.ttl_factor(prepared.scope)
         stored = canonical_value(value)
         encode_label(query.ground_truth)
-        vectors, complete = self._vectors(prepared, encode_times)
+        vectors, complete = self._vectors(prepared, dims, encode_times)
         if not complete:  # indexed under fewer modalities, it would answer other queries
             vectors = {}
         now = self._clock()
@@ -290,6 +307,7 @@ class TieredCache:
                 self._dims.setdefault(modality, len(vec))
             if self.guard is not None:
                 self.guard.add(entry.entry_id)
+            self._refreshing.pop(entry.entry_id, None)
 
     def _build_searched_indexes(self) -> None:
         """Insert pending vectors into the ANN indexes of the semantic tiers lookups search, so
@@ -312,29 +330,66 @@ class TieredCache:
             self._metrics.time("encode", seconds)
 
     # -- lookup --------------------------------------------------------------------------
-    def _lookup(self, query: Query, bypass: bool, origin_failed: bool) -> Hit | None:
+    def _lookup(self, query: Query, bypass: bool,
+                origin_failed: bool) -> tuple[Hit | None, bool]:
+        """The answer to ``query`` and whether to call ``on_stale`` for it: the exact tiers
+        under the lock, then (after a miss) the query's encoders outside it, then the
+        semantic tiers under it again."""
         self._check_open()
         start = time.perf_counter()
-        prepared = prepare(query, self._dims)
-        modalities = "+".join(prepared.modalities)
-        if bypass or self._wants_bypass(prepared.text):
-            self._metrics.count("bypasses", modalities)
-            return None
-        now = self._clock()
-        found = self._exact(prepared, now, origin_failed) or \
-            self._semantic(prepared, now, origin_failed)
+        dims = self._dims_now()
+        prepared = prepare(query, dims)
+        unencoded = [m for m in prepared.modalities if m not in prepared.vectors]
+        encodable = all(m in self._encoders or m in self.config.encoders for m in unencoded)
+        with self._lock:
+            self._check_open()
+            self._check_dims([prepared.vectors])
+            if bypass or self._wants_bypass(prepared.text):
+                self._metrics.count("bypasses", "+".join(prepared.modalities))
+                return None, False
+            now = self._clock()
+            found = self._exact(prepared, now, origin_failed)
+            if found is None and not unencoded:  # every vector given: search at once
+                found = self._semantic(prepared, prepared.vectors, now, origin_failed)
+            if found is not None or not unencoded or not encodable:
+                return self._answer(query, prepared, found, start)
+        vectors, _ = self._vectors(prepared, dims)
+        with self._lock:
+            self._check_open()
+            self._check_dims([vectors])
+            found = self._semantic(prepared, vectors, self._clock(), origin_failed)
+            return self._answer(query, prepared, found, start)
+
+    def _answer(self, query: Query, p: PreparedQuery, found: tuple[Hit, Entry] | None,
+                start: float) -> tuple[Hit | None, bool]:
+        """Count the outcome of a lookup (and let the threshold rule observe a δ-neighbour
+        hit); return the hit and whether this call is the one to start its refresh."""
+        modalities = "+".join(p.modalities)
         if found is None:
             self._metrics.count("misses", modalities)
             self._metrics.time("get", time.perf_counter() - start)
-            return None
+            return None, False
         hit, entry = found
         correct = None if query.ground_truth is None or entry.ground_truth is None \
             else query.ground_truth == entry.ground_truth
         self._metrics.hit(hit.tier, modalities, hit.freshness, correct)
-        if hit.entry_id != prepared.key:  # a δ-neighbour, not an exact hit
+        if hit.entry_id != p.key:  # a δ-neighbour, not an exact hit
             self.thresholds.observe(hit.similarities, hit.entry_id, correct)
         self._metrics.time("get", time.perf_counter() - start)
-        return hit
+        return hit, hit.freshness == "stale-while-revalidate" and self._claims_refresh(hit)
+
+    def _claims_refresh(self, hit: Hit) -> bool:
+        """Whether ``on_stale`` should be called for ``hit``'s entry now: not while an earlier
+        call's refresh is pending (until the entry is put again or REFRESH_TIMEOUT passes)."""
+        if self._on_stale is None:
+            return False
+        now = self._clock()
+        if self._refreshing.get(hit.entry_id, -math.inf) > now:
+            return False
+        if len(self._refreshing) >= 1024:  # forget refreshes that timed out
+            self._refreshing = {k: t for k, t in self._refreshing.items() if t > now}
+        self._refreshing[hit.entry_id] = now + REFRESH_TIMEOUT
+        return True
 
     def _exact(self, p: PreparedQuery, now: float,
                origin_failed: bool) -> tuple[Hit, Entry] | None:
@@ -355,10 +410,9 @@ class TieredCache:
             return self._hit(entry, tier.name, freshness, {m: 1.0 for m in p.modalities}), entry
         return None
 
-    def _semantic(self, p: PreparedQuery, now: float,
+    def _semantic(self, p: PreparedQuery, vectors: Mapping[str, np.ndarray], now: float,
                   origin_failed: bool) -> tuple[Hit, Entry] | None:
-        vectors, complete = self._vectors(p)
-        if not complete:
+        if len(vectors) != len(p.modalities):
             return None
         floors = {m: self.thresholds.floor(m) for m in vectors}
         for level, tier in enumerate(self.tiers):
@@ -430,14 +484,16 @@ class TieredCache:
     def _purge(self, entry_id: str) -> bool:
         removed = [tier.delete(entry_id) for tier in self.tiers]
         self.thresholds.forget(entry_id)
+        self._refreshing.pop(entry_id, None)
         return any(removed)
 
     # -- inputs --------------------------------------------------------------------------
-    def _vectors(self, p: PreparedQuery, encode_times: list[float] | None = None
-                 ) -> tuple[dict[str, np.ndarray], bool]:
+    def _vectors(self, p: PreparedQuery, dims: Mapping[str, int],
+                 encode_times: list[float] | None = None) -> tuple[dict[str, np.ndarray], bool]:
         """Unit vectors for the query's modalities (encoding raw inputs when an encoder
-        exists) and whether every modality has one; encoding seconds go to
-        ``encode_times`` when given, else straight to the metrics."""
+        exists; checked against ``dims``) and whether every modality has one; encoding
+        seconds go to ``encode_times`` when given, else straight to the metrics. Callers
+        run it outside the lock and check the dims again under it (``_check_dims``)."""
         vectors = dict(p.vectors)
         for modality in p.modalities:
             if modality in vectors:
@@ -448,7 +504,7 @@ class TieredCache:
             start = time.perf_counter()
             raw = np.asarray(encoder.encode([p.raw[modality]]))[0]
             vectors[modality] = unit_vector(raw.astype(np.float32, copy=False), modality,
-                                            self._dims.get(modality))
+                                            dims.get(modality))
             seconds = time.perf_counter() - start
             if encode_times is None:
                 self._metrics.time("encode", seconds)
@@ -456,9 +512,32 @@ class TieredCache:
                 encode_times.append(seconds)
         return vectors, len(vectors) == len(p.modalities)
 
+    def _dims_now(self) -> dict[str, int]:
+        """A copy of the embedding dimension per modality, to check inputs outside the lock."""
+        with self._lock:
+            return dict(self._dims)
+
+    def _check_dims(self, vector_sets: Sequence[Mapping[str, np.ndarray]]) -> None:
+        """Under the lock: InvalidEmbeddingError if a vector's dimension differs from the one
+        this cache expects now (another thread may have fixed it since the check outside the
+        lock); vector sets earlier in the sequence fix dims for later ones, as a batch does."""
+        dims = dict(self._dims)
+        for vectors in vector_sets:
+            for modality, vec in vectors.items():
+                expected = dims.setdefault(modality, len(vec))
+                if expected != len(vec):
+                    raise InvalidEmbeddingError(f"{modality} embedding has dimension "
+                                                f"{len(vec)}; this cache expects {expected}")
+
     def _encoder(self, modality: str) -> Encoder | None:
+        """The encoder of ``modality``, loading one named in the config on first use (outside
+        the cache's lock, so loading a model stalls only the calls that need it)."""
         if modality not in self._encoders and modality in self.config.encoders:
-            self._add_encoder(modality, _resolve_encoder(self.config.encoders[modality]))
+            with self._loading:
+                if modality not in self._encoders:
+                    encoder = _resolve_encoder(self.config.encoders[modality])
+                    with self._lock:
+                        self._add_encoder(modality, encoder)
         return self._encoders.get(modality)
 
     def _add_encoder(self, modality: str, encoder: Encoder) -> None:

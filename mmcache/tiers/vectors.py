@@ -10,11 +10,14 @@ contiguous array (slots; deleted slots are tombstones until compaction).
   (``ann_factory``, HNSW by default; any factory string works) and searched with
   ``ef_search``. Every ANN candidate is re-scored exactly against the stored vector.
 
-Inserts into the ANN index are lazy: a vector is stored (and counted, and covered by
-the spherical cap) at once, but reaches the ANN structure only when the index is next
-searched, in one batched ``add`` for everything added since (the switch to ANN and a
-rebuild after compaction are deferred the same way). An index that is never searched
-never pays for ANN inserts, and a stream of puts between two searches is one batch.
+Inserts into the ANN index are batched behind a bounded backlog: a vector is stored (and
+counted, and covered by the spherical cap) at once, and slots not yet in the ANN index are
+searched exactly beside it (``faiss.knn`` over that contiguous tail of the array), so a
+search never builds the ANN structure and costs one ANN search plus a scan of at most
+``max_backlog`` vectors. An add (or compacting remove) that takes the backlog past
+``max_backlog`` inserts its oldest vectors beyond that bound (one per add once the
+backlog is full, so puts stay smooth; the switch to ANN and a rebuild after compaction
+insert all but ``max_backlog`` at once, paid by that call); ``flush()`` inserts all of it.
 Removing or replacing a vector not yet in the ANN index drops it from that backlog.
 The flat array is searched directly, so exact search has no backlog at all.
 
@@ -28,9 +31,10 @@ text + image entry, nor the reverse. A candidate must be within its floor on
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import faiss
 import numpy as np
@@ -53,6 +57,9 @@ class IndexSpec:
     candidates: int = _L2.candidates
     #: Compact when tombstones exceed this fraction of slots (ANN rebuilds are costly: 0.5).
     compact_fraction: float = 0.25
+    #: Most vectors kept out of the ANN index, searched exactly beside it (a scan of
+    #: 1024 x 512 floats is ~0.1 ms); adds past it insert the oldest into the ANN index.
+    max_backlog: int = 1024
 
 
 @contextmanager
@@ -110,7 +117,7 @@ class VectorIndex:
 
     def add_many(self, entry_ids: Sequence[str], vectors: np.ndarray) -> None:
         """Store row ``i`` of ``vectors`` (unit norm, float32) for ``entry_ids[i]`` (distinct
-        ids), replacing previous ones; an ANN index gets them at the next search."""
+        ids), replacing previous ones; an ANN index gets them when the backlog overflows."""
         for entry_id in entry_ids:
             self.remove(entry_id)
         start, count = len(self._ids), len(entry_ids)
@@ -128,6 +135,7 @@ class VectorIndex:
             while len(self._slot) >= self._refit_at:
                 self._refit_at *= 2
             self.cap.refit(self._live_vectors())
+        self._drain_overflow()
 
     def remove(self, entry_id: str) -> bool:
         """Forget ``entry_id``'s vector; False when it had none."""
@@ -143,31 +151,34 @@ class VectorIndex:
         fraction = 0.5 if self._ann is not None else self.spec.compact_fraction
         if dead > 64 and dead > fraction * len(self._ids):
             self._compact()
+            self._drain_overflow()
         return True
 
     def search(self, query: np.ndarray, floor: float,
                k: int) -> tuple[list[tuple[str, float]], bool]:
         """Live entries among the ``k`` nearest with similarity ≥ ``floor``, best first,
-        and whether every entry ≥ ``floor`` is guaranteed to be in the list (pending
-        vectors enter the ANN index first)."""
-        self.flush()
-        n = len(self._ids)
+        and whether every entry ≥ ``floor`` is guaranteed to be in the list (the ANN index
+        and, exactly, the backlog beside it are searched; neither is changed)."""
         if not self._slot:
             return [], True
-        kk = min(k, n)
+        n, start = len(self._ids), self._indexed
+        row = query[None, :]
         with one_faiss_thread():
-            if self._ann is not None:
-                scores, labels = self._ann.search(query[None, :], kk)
-            else:
-                scores, labels = faiss.knn(query[None, :], self._vecs[:n], kk,
-                                      metric=faiss.METRIC_INNER_PRODUCT)
-        slots = labels[0][labels[0] >= 0]
+            indexed, indexed_bound = _nearest(lambda kk: self._ann.search(row, kk), start, k)
+            backlog = self._vecs[start:n]
+            tail, tail_bound = _nearest(
+                lambda kk: faiss.knn(row, backlog, kk, metric=faiss.METRIC_INNER_PRODUCT),
+                n - start, k)
+        slots = np.concatenate([indexed, tail + start])
         sims = self._vecs[slots] @ query
-        found = [(self._ids[s], float(x)) for s, x in zip(slots, sims)
-                 if x >= floor and self._ids[s] is not None]
+        # Tombstones may fill one part's k labels, so a live vector that part left out can beat
+        # the other part's weaker ones: keep a vector only above the other part's bound.
+        other_bound = np.repeat([tail_bound, indexed_bound], [len(indexed), len(tail)])
+        found = [(self._ids[s], float(x)) for s, x, b in zip(slots, sims, other_bound)
+                 if x >= floor and x >= b and self._ids[s] is not None]
         found.sort(key=lambda pair: -pair[1])
-        complete = kk >= n or float(scores[0][-1]) < floor
-        return found, complete
+        complete = max(indexed_bound, tail_bound) < floor and len(found) <= k
+        return found[:k], complete
 
     def _drop_pending(self, slot: int) -> None:
         """Free ``slot``, not yet in the ANN index, by moving the last slot into it."""
@@ -208,7 +219,7 @@ class VectorIndex:
         self._slot = {eid: s for s, eid in enumerate(order)}
         self.cap.refit(vecs)
         if self._ann is not None:
-            self._ann, self._indexed = self._new_ann(), 0  # rebuilt at the next search
+            self._ann, self._indexed = self._new_ann(), 0  # rebuilt when the backlog overflows
 
     def _new_ann(self) -> faiss.Index:
         """An empty ANN index made from ``ann_factory`` (a bad string is a ConfigError)."""
@@ -220,20 +231,41 @@ class VectorIndex:
         _set_index_params(index, self.spec)
         return index
 
+    def _drain_overflow(self) -> None:
+        """Insert the oldest pending slots beyond ``max_backlog`` into the ANN index."""
+        self._insert(keep=self.spec.max_backlog)
+
     def flush(self) -> None:
-        """Insert the pending slots into the ANN index in one batch (training it first if
-        it needs training); an index built from scratch leaves the tombstones out."""
-        if self._ann is None:
+        """Insert every pending slot into the ANN index now."""
+        self._insert(keep=0)
+
+    def _insert(self, keep: int) -> None:
+        """Insert the pending slots, oldest first, into the ANN index, leaving the newest
+        ``keep`` pending (training the index first if it needs training); an index built
+        from scratch leaves the tombstones out."""
+        if self._ann is None or self.pending <= keep:
             return
         if self._indexed == 0 and len(self._ids) != len(self._slot):
             self._compact()
-        rows = self._vecs[self._indexed:len(self._ids)]
-        if not len(rows):
+        end = len(self._ids) - keep
+        if end <= self._indexed:
             return
+        rows = self._vecs[self._indexed:end]
         if not self._ann.is_trained:
             self._ann.train(rows)
         self._ann.add(rows)
-        self._indexed = len(self._ids)
+        self._indexed = end
+
+
+def _nearest(search: Callable[[int], tuple[np.ndarray, np.ndarray]], size: int,
+             k: int) -> tuple[np.ndarray, float]:
+    """Labels from ``search(kk)`` (scores and labels of the ``kk`` nearest of ``size``
+    vectors) and a bound: every vector scoring above it is among those labels."""
+    if size == 0:
+        return np.zeros(0, dtype=np.int64), -math.inf
+    kk = min(k, size)
+    scores, labels = search(kk)
+    return labels[0][labels[0] >= 0], -math.inf if kk >= size else float(scores[0][-1])
 
 
 def _set_index_params(index: faiss.Index, spec: IndexSpec) -> None:
@@ -311,7 +343,7 @@ class SemanticIndex:
                     del self._indexes[key]
 
     def flush(self) -> None:
-        """Insert every pending vector into its ANN index now (else each waits for a search)."""
+        """Insert every pending vector into its ANN index now (else each waits in its backlog)."""
         for idx in self._indexes.values():
             idx.flush()
 
