@@ -55,14 +55,15 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from .build import build_tiers, make_encoder, make_threshold
 from .config import CacheConfig
 from .encoders.base import Encoder
 from .errors import ConfigError, InvalidInputError, MMCacheError
 from .guard import ExactKeyFilter
 from .inputs import PreparedQuery, prepare, unit_vector
 from .metrics import CacheMetrics
-from .thresholds import ThresholdRule, make_threshold
-from .tiers import Candidate, Tier, build_tiers
+from .thresholds import ThresholdRule
+from .tiers import Candidate, Tier
 from .tiers.codec import canonical_value, detached, encode_label, value_size
 from .types import HINT_NAMES, MODALITIES, Entry, Hit, Query
 
@@ -448,7 +449,7 @@ class TieredCache:
 
     def _encoder(self, modality: str) -> Encoder | None:
         if modality not in self._encoders and modality in self.config.encoders:
-            self._add_encoder(modality, _resolve_encoder(self.config.encoders[modality]))
+            self._add_encoder(modality, make_encoder(self.config.encoders[modality]))
         return self._encoders.get(modality)
 
     def _add_encoder(self, modality: str, encoder: Encoder) -> None:
@@ -549,14 +550,3 @@ def _runs(entries: list[Entry], tier: Tier) -> Iterator[tuple[bool, list[Entry]]
     """Consecutive entries grouped by whether ``tier``'s capacity can hold them."""
     for fits, run in itertools.groupby(entries, lambda e: tier.capacity.admits(e.size)):
         yield fits, list(run)
-
-
-def _resolve_encoder(name: str) -> Encoder:
-    """The encoder called ``name`` from ``mmcache.encoders.get_encoder``."""
-    from . import encoders
-
-    factory = getattr(encoders, "get_encoder", None)
-    if factory is None:
-        raise ConfigError(f"config names encoder {name!r} but mmcache.encoders has no "
-                          "get_encoder(); pass encoders={modality: Encoder} instead")
-    return factory(name)

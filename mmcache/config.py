@@ -42,6 +42,8 @@ from typing import Any, Mapping
 import yaml
 
 from .errors import ConfigError
+from .policies import POLICIES, make_policy
+from .thresholds import RULES
 from .types import MODALITIES
 
 STORE_BACKENDS = ("sqlite", "redis")
@@ -328,8 +330,6 @@ def _validate(cfg: CacheConfig) -> None:
             raise ConfigError("l3.url is required when l3.backend is 'redis'")
     _choice(l3.synchronous.upper(), SYNCHRONOUS, "l3.synchronous")
     th = cfg.thresholds
-    from .thresholds import RULES
-
     _choice(th.rule, tuple(RULES), "thresholds.rule")
     for modality, delta in th.delta.items():
         _modality(modality, f"thresholds.delta.{modality}")
@@ -361,19 +361,6 @@ def _validate(cfg: CacheConfig) -> None:
     for modality, name in cfg.encoders.items():
         _modality(modality, f"encoders.{modality}")
         _encoder_name(name, f"encoders.{modality}")
-
-
-def tier_policy(name: str, options: Mapping[str, Any], max_bytes: int | None) -> Any:
-    """Build a tier's eviction policy from its name and ``policy_options`` (time parameters in
-    seconds of the cache's clock); size-aware policies get the tier's ``max_bytes``."""
-    from .policies import POLICIES, make_policy
-
-    options = dict(options)
-    if getattr(POLICIES[name.lower()], "needs_capacity", False) and "capacity" not in options:
-        if max_bytes is None:
-            raise ConfigError(f"policy {name!r} needs the tier's max_bytes (its size in bytes)")
-        options["capacity"] = max_bytes
-    return make_policy(name, **options)
 
 
 def _positive_or_none(value: Any, key: str) -> None:
@@ -408,16 +395,17 @@ def _modality(name: str, key: str) -> None:
 
 
 def _policy(name: Any, options: dict[str, Any], max_bytes: int | None, key: str) -> None:
-    from .policies import POLICIES
-
     if not isinstance(name, str) or name.lower() not in POLICIES:
         raise ConfigError(f"{key}: unknown eviction policy {name!r}; choose one of "
                           f"{sorted(POLICIES)}")
     if name.lower() in ORACLE_POLICIES:
         raise ConfigError(f"{key}: {name!r} is an offline oracle (it needs future requests); "
                           "use it in mmcache.replay.simulate, not in a live cache tier")
+    if POLICIES[name.lower()].needs_capacity and max_bytes is None and "capacity" not in options:
+        tier = key.rsplit(".", 1)[0]
+        raise ConfigError(f"{key} {name!r} needs {tier}.max_bytes (the tier's size in bytes)")
     try:
-        tier_policy(name, options, max_bytes)
+        make_policy(name, **{"capacity": max_bytes, **options})
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{key}_options {options!r} do not fit policy {name!r}: {exc}") from None
 

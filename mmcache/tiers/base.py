@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..policies import EvictionPolicy
+from ..policies import EvictionPolicy, make_policy
 from ..types import Entry
 
 
@@ -84,11 +84,9 @@ class Budget:
     """
 
     def __init__(self, capacity: Capacity, policy: EvictionPolicy | str) -> None:
-        from ..config import tier_policy
-
         self.capacity = capacity
-        self.policy = tier_policy(policy, {}, capacity.max_bytes) if isinstance(policy, str) \
-            else policy
+        self.policy = make_policy(policy, capacity=capacity.max_bytes) \
+            if isinstance(policy, str) else policy
         self.sizes: dict[str, int] = {}
         self.nbytes = 0
 

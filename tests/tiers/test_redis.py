@@ -217,7 +217,7 @@ def test_matches_a_dict_model_and_never_exceeds_capacity(redis_url: str, ops: li
 
 def test_config_selects_the_redis_backend(redis_url: str, prefix: str) -> None:
     from mmcache.config import CacheConfig
-    from mmcache.tiers import index_spec, make_store_tier
+    from mmcache.build import index_spec, make_store_tier
 
     config = CacheConfig.from_dict({"l3": {"backend": "redis", "url": redis_url, "max_entries": 5,
                                            "options": {"prefix": prefix}}})
@@ -262,7 +262,7 @@ def _live_policies() -> list[str]:
 
 @pytest.mark.parametrize("policy", _live_policies())
 def test_every_live_policy_keeps_the_server_within_capacity(redis_url: str, policy: str) -> None:
-    from mmcache.config import tier_policy
+    from mmcache.build import tier_policy
     from mmcache.policies import POLICIES
 
     max_entries = None if POLICIES[policy].needs_capacity else 6
