@@ -33,6 +33,7 @@ import dataclasses
 import fnmatch
 import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ INDEX_KINDS = ("auto", "flat")
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 #: Policies that need the future (``next_access``): replay only, never a live tier.
 ORACLE_POLICIES = ("belady", "belady-bypass")
+#: Embedding dimensions ``l2.ann_factory`` is tried at when ``dims`` names none.
+PROBE_DIMS = (384, 512, 768, 1024)
 
 
 @dataclass
@@ -358,6 +361,8 @@ def _validate(cfg: CacheConfig) -> None:
     for modality, dim in cfg.dims.items():
         _modality(modality, f"dims.{modality}")
         _positive(dim, f"dims.{modality}")
+    if l2.index == "auto":
+        _ann_factory(l2.ann_factory, cfg.dims)
     for modality, name in cfg.encoders.items():
         _modality(modality, f"encoders.{modality}")
         _encoder_name(name, f"encoders.{modality}")
@@ -408,6 +413,25 @@ def _policy(name: Any, options: dict[str, Any], max_bytes: int | None, key: str)
         make_policy(name, **{"capacity": max_bytes, **options})
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{key}_options {options!r} do not fit policy {name!r}: {exc}") from None
+
+
+def _ann_factory(factory: str, dims: Mapping[str, int]) -> None:
+    """ConfigError unless faiss builds ``factory`` at every dimension of ``dims`` (at one of
+    :data:`PROBE_DIMS` when ``dims`` is empty), so a bad string fails here, not at the put
+    that first fills an index to ``ann_min_size``."""
+    import faiss  # here, not at the top: reading a config never needs faiss otherwise
+
+    errors = {}
+    for dim in sorted(set(dims.values())) or PROBE_DIMS:
+        try:
+            faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as exc:
+            errors[dim] = re.sub(r"^Error in .*? at \S+:\d+: ", "", str(exc))
+    if errors and (dims or len(errors) == len(PROBE_DIMS)):
+        dim, error = next(iter(errors.items()))
+        raise ConfigError(f"l2.ann_factory {factory!r} is not a faiss factory string for "
+                          f"{dim}-d vectors: {error}; use one such as 'HNSW32' or set "
+                          "l2.index: flat")
 
 
 def _encoder_name(name: str, key: str) -> None:

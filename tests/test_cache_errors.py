@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import mmcache
-from mmcache.errors import (InvalidEmbeddingError, InvalidInputError, InvalidMediaError,
-                            MissingScopeError, SerializationError, StorageError,
-                            UnknownModalityError)
+from mmcache.errors import (ConfigError, InvalidEmbeddingError, InvalidInputError,
+                            InvalidMediaError, MissingScopeError, SerializationError,
+                            StorageError, UnknownModalityError)
 from mmcache.testing import unit
 from mmcache.types import Query
 
@@ -117,6 +117,15 @@ def test_failing_store_leaves_memory_tiers_unchanged(cache, monkeypatch):
         cache.put(Query(text="new", embeddings={"text": unit(RNG, DIM)}, scope="s"), "x")
     monkeypatch.undo()
     assert snapshot(cache) == before
+
+
+def test_bad_ann_factory_is_refused_when_the_cache_opens(tmp_path):
+    """Not at the put that first fills an index to ann_min_size, after L3 committed it."""
+    path = tmp_path / "bad.db"
+    with pytest.raises(ConfigError, match="l2.ann_factory"):
+        mmcache.TieredCache({"l2": {"ann_factory": "HNSW32,Bogus", "ann_min_size": 1},
+                             "l3": {"backend": "sqlite", "path": str(path)}})
+    assert not path.exists()
 
 
 def test_declared_non_16k_rate_is_resampled_not_rejected(cache):
