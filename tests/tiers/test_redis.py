@@ -172,6 +172,8 @@ def test_failed_write_restores_the_budget(redis_url: str, prefix: str,
         assert {e.entry_id for e in tier.scan()} == {"e0", "e1"}
         assert [c.entry_id for c in tier.search("tenant-a", {"text": unit(0)}, {"text": 0.99})] \
             == ["e0"]
+        monkeypatch.undo()
+        assert tier.evict() == "e0"      # still the next victim, as before the failed write
     finally:
         tier.close()
 
