@@ -30,8 +30,8 @@ open, or when another client wrote it), plus the entry's own ``hints`` (``cost``
 
 from __future__ import annotations
 
-import copy
 import functools
+import pickle
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -133,7 +133,7 @@ class Budget:
         if self._log is None:
             raise TypeError("rollback needs a Budget made with undoable=True")
         calls, self._log = self._log[:self._mark], None
-        self.policy, self.sizes = copy.deepcopy(self._copy)
+        self.policy, self.sizes = pickle.loads(self._copy)
         self.nbytes = sum(self.sizes.values())
         for name, args, kwargs in calls:
             getattr(self, name)(*args, **kwargs)
@@ -201,8 +201,9 @@ class Budget:
         self._forget(str(victim))
         return str(victim)
 
-    def _state(self) -> tuple[EvictionPolicy, dict[str, int]]:
-        return copy.deepcopy((self.policy, self.sizes))
+    def _state(self) -> bytes:
+        """The policy and sizes, pickled in memory (never stored; faster than a deep copy)."""
+        return pickle.dumps((self.policy, self.sizes), pickle.HIGHEST_PROTOCOL)
 
     def _remove(self, key: str) -> bool:
         if key not in self.sizes:
