@@ -122,12 +122,17 @@ class TieredCache:
 
     # -- public API ----------------------------------------------------------------------
     def put(self, query: Query, value: Any, *, ttl: float | None = None,
-            hints: Mapping[str, float] | None = None) -> str:
-        """Store ``value`` (str, bytes or JSON-able) for ``query``; return the entry id.
+            hints: Mapping[str, float] | None = None) -> str | None:
+        """Store ``value`` (str, bytes or JSON-able) for ``query``; return the entry id, or
+        None when no tier admitted the entry.
 
         ``ttl`` (seconds) overrides ``config.freshness.ttl`` (either is scaled by the scope's
         ``freshness.ttl_factors``). The entry goes to every
-        tier whose capacity can hold it, evicting by each tier's policy. ``hints`` are
+        tier whose capacity can hold it, evicting by each tier's policy. A policy may decline
+        an entry (LIRS refuses one over 1% of its tier's bytes, S3-FIFO one not smaller than
+        its small queue); when every tier declines it, nothing is stored (an older version
+        under the same key is gone as well), ``metrics.not_stored`` counts it and the result
+        is None. ``hints`` are
         signals for those policies, stored with the entry: ``cost`` (the miss cost the
         entry saves, e.g. seconds of inference; finite, > 0) and ``entropy`` (attention
         entropy; finite, >= 0). An unknown name or a bad value raises InvalidInputError.
@@ -138,15 +143,15 @@ class TieredCache:
             entry = self._entry(query, value, self._lifetime(ttl), _checked_hints(hints),
                                 dict(self._dims), encode_times)
             self._record_encodes(encode_times)
-            self._write([entry])
-            return entry.entry_id
+            return self._write([entry])[0]
 
     def put_many(self, queries: Sequence[Query], values: Sequence[Any], *,
                  ttl: float | None = None,
-                 hints: Sequence[Mapping[str, float] | None] | None = None) -> list[str]:
+                 hints: Sequence[Mapping[str, float] | None] | None = None
+                 ) -> list[str | None]:
         """Store ``values[i]`` for ``queries[i]`` (with ``hints[i]``, see :meth:`put`) as
-        :meth:`put` for each item in order would (same ids, tiers, evictions and
-        metrics), writing each tier in one batch.
+        :meth:`put` for each item in order would (same ids, None for an item no tier
+        admitted, tiers, evictions and metrics), writing each tier in one batch.
 
         Every item is checked first: a bad one raises its typed error naming its index,
         and nothing is stored. The ANN indexes that lookups search are built before it
@@ -170,9 +175,9 @@ class TieredCache:
                 except MMCacheError as exc:
                     raise type(exc)(f"put_many item {i}: {exc}") from exc
             self._record_encodes(encode_times)
-            self._write(entries)
+            ids = self._write(entries)
             self._build_searched_indexes()
-            return [e.entry_id for e in entries]
+            return ids
 
     def get(self, query: Query, *, bypass: bool = False, origin_failed: bool = False) -> Hit | None:
         """The cached answer for ``query`` (exact, then δ-neighbour), or None on a miss.
@@ -261,13 +266,17 @@ class TieredCache:
                      expires_at=None if lifetime is None else now + lifetime,
                      ground_truth=query.ground_truth, hints=hints)
 
-    def _write(self, entries: list[Entry]) -> None:
+    def _write(self, entries: list[Entry]) -> list[str | None]:
         """Write checked entries through every tier, durable first, one batch per run of
-        entries a tier can hold; the result is that of one ``put`` per entry in order."""
+        entries a tier can hold; the result is that of one ``put`` per entry in order.
+        Returns each entry's id, or None where no tier admitted it."""
+        stored = [False] * len(entries)
         for tier in reversed(self.tiers):
-            for fits, run in _runs(entries, tier):
+            for fits, start, run in _runs(entries, tier):
                 if fits:
                     victims = tier.put_many(run)
+                    for i, admitted in enumerate(tier.admitted(run), start):
+                        stored[i] = stored[i] or admitted
                     self._metrics.count("evictions", tier.name, len(victims))
                     self._metrics.count("puts", tier.name, len(run))
                     if victims or self._missing(tier, run):
@@ -276,11 +285,16 @@ class TieredCache:
                     for entry in run:
                         tier.delete(entry.entry_id)  # an older, smaller version must not linger
                     self._uncover_below(tier)
-        for entry in entries:
+        ids = [e.entry_id if ok else None for e, ok in zip(entries, stored)]
+        for entry, entry_id in zip(entries, ids):
+            if entry_id is None:
+                self._metrics.count("not_stored", "+".join(entry.embeddings) or "none")
+                continue
             for modality, vec in entry.embeddings.items():
                 self._dims.setdefault(modality, len(vec))
             if self.guard is not None:
                 self.guard.add(entry.entry_id)
+        return ids
 
     def _build_searched_indexes(self) -> None:
         """Insert pending vectors into the ANN indexes of the semantic tiers lookups search, so
@@ -546,7 +560,11 @@ def _hints_per_item(hints: Sequence[Mapping[str, float] | None] | None,
     return list(hints)
 
 
-def _runs(entries: list[Entry], tier: Tier) -> Iterator[tuple[bool, list[Entry]]]:
-    """Consecutive entries grouped by whether ``tier``'s capacity can hold them."""
-    for fits, run in itertools.groupby(entries, lambda e: tier.capacity.admits(e.size)):
-        yield fits, list(run)
+def _runs(entries: list[Entry], tier: Tier) -> Iterator[tuple[bool, int, list[Entry]]]:
+    """Consecutive entries grouped by whether ``tier``'s capacity can hold them, each run with
+    the index of its first entry."""
+    start = 0
+    for fits, group in itertools.groupby(entries, lambda e: tier.capacity.admits(e.size)):
+        run = list(group)
+        yield fits, start, run
+        start += len(run)

@@ -116,6 +116,8 @@ class Budget:
         self._log: list[tuple[str, tuple, dict]] | None = [] if undoable else None
         self._copy = self._state() if undoable else None
         self._mark = 0
+        #: Whether each entry of the last :func:`admit_all` was admitted when it came.
+        self.admitted: list[bool] = []
 
     def __contains__(self, key: str) -> bool:
         return key in self.sizes
@@ -227,14 +229,16 @@ class Budget:
 def admit_all(budget: Budget, entries: Sequence[Entry],
               now: float) -> tuple[list[str], list[Entry]]:
     """Admit ``entries`` into ``budget`` one by one at time ``now``, as sequential puts would;
-    ``budget.rollback()`` undoes it.
+    ``budget.rollback()`` undoes it, and ``budget.admitted`` says which were admitted.
 
     Returns every victim in order (ids of this batch included) and the entries to
     store: the last version of each id that is still admitted at the end.
     """
     budget.begin()
-    victims = [victim for e in entries
-               for victim in budget.admit(e.entry_id, e.size, **policy_hints(e, now))]
+    victims, budget.admitted = [], []
+    for e in entries:
+        victims += budget.admit(e.entry_id, e.size, **policy_hints(e, now))
+        budget.admitted.append(e.entry_id in budget)
     return victims, [e for e in last_versions(entries) if e.entry_id in budget]
 
 
@@ -287,6 +291,11 @@ class Tier(ABC):
         """Store or replace every entry in order, as one :meth:`put` each would (the
         last of two with one id wins); return every id evicted, in order."""
         return [victim for entry in entries for victim in self.put(entry)]
+
+    def admitted(self, entries: Sequence[Entry]) -> list[bool]:
+        """Whether the last ``put_many(entries)`` admitted each entry when it came (a policy
+        may decline one); the default says whether the tier holds it now."""
+        return [e.entry_id in self for e in entries]
 
     @abstractmethod
     def get(self, scope: str, entry_id: str) -> Entry | None:
@@ -346,6 +355,9 @@ class BudgetedTier(Tier):
 
     def put(self, entry: Entry) -> list[str]:
         return self.put_many([entry])
+
+    def admitted(self, entries: Sequence[Entry]) -> list[bool]:
+        return list(self._budget.admitted)
 
     @abstractmethod
     def put_many(self, entries: Sequence[Entry]) -> list[str]:
