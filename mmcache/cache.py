@@ -56,7 +56,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from .build import build_tiers, make_encoder, make_threshold
-from .config import CacheConfig
+from .config import CacheConfig, check_ann_factory
 from .encoders.base import Encoder
 from .errors import ConfigError, InvalidInputError, MMCacheError
 from .guard import ExactKeyFilter
@@ -260,6 +260,8 @@ class TieredCache:
             raise InvalidInputError(f"entry of {size} bytes is larger than every tier's "
                                     "max_bytes; nothing was stored")
         for modality, vec in vectors.items():
+            if modality not in dims:
+                check_ann_factory(self.config.l2, {modality: len(vec)})
             dims.setdefault(modality, len(vec))
         return Entry(entry_id=prepared.key, scope=prepared.scope, exact_key=prepared.key,
                      value=stored, embeddings=vectors, size=size, created_at=now,
@@ -476,6 +478,7 @@ class TieredCache:
         if known is not None and known != encoder.dim:
             raise ConfigError(f"encoders.{modality} has dim {encoder.dim} but dims.{modality} "
                               f"is {known}")
+        check_ann_factory(self.config.l2, {modality: encoder.dim})
         self._dims[modality] = encoder.dim
         self._encoders[modality] = encoder
 

@@ -361,8 +361,7 @@ def _validate(cfg: CacheConfig) -> None:
     for modality, dim in cfg.dims.items():
         _modality(modality, f"dims.{modality}")
         _positive(dim, f"dims.{modality}")
-    if l2.index == "auto":
-        _ann_factory(l2.ann_factory, cfg.dims)
+    check_ann_factory(l2, cfg.dims)
     for modality, name in cfg.encoders.items():
         _modality(modality, f"encoders.{modality}")
         _encoder_name(name, f"encoders.{modality}")
@@ -415,13 +414,16 @@ def _policy(name: Any, options: dict[str, Any], max_bytes: int | None, key: str)
         raise ConfigError(f"{key}_options {options!r} do not fit policy {name!r}: {exc}") from None
 
 
-def _ann_factory(factory: str, dims: Mapping[str, int]) -> None:
-    """ConfigError unless faiss builds ``factory`` at every dimension of ``dims`` (at one of
-    :data:`PROBE_DIMS` when ``dims`` is empty), so a bad string fails here, not at the put
+def check_ann_factory(l2: SemanticTierConfig, dims: Mapping[str, int]) -> None:
+    """ConfigError unless faiss builds ``l2.ann_factory`` at every dimension of ``dims`` (at
+    one of :data:`PROBE_DIMS` when ``dims`` is empty) where ``l2.index`` is ``auto``, so a bad
+    string fails when the config is loaded or a put brings a new dimension, not at the put
     that first fills an index to ``ann_min_size``."""
-    import faiss  # here, not at the top: reading a config never needs faiss otherwise
+    if l2.index != "auto":
+        return
+    import faiss  # here, not at the top: only this check of a config needs faiss
 
-    errors = {}
+    factory, errors = l2.ann_factory, {}
     for dim in sorted(set(dims.values())) or PROBE_DIMS:
         try:
             faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)

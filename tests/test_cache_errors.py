@@ -168,6 +168,16 @@ def test_bad_ann_factory_is_refused_when_the_cache_opens(tmp_path):
     assert not path.exists()
 
 
+def test_ann_factory_unfit_for_a_new_dimension_is_refused_at_that_put():
+    cache = mmcache.TieredCache({"l2": {"ann_factory": "PQ48"}})   # fits 384-d, not 512-d
+    before = snapshot(cache)
+    with pytest.raises(ConfigError, match="l2.ann_factory 'PQ48' .* 512-d"):
+        cache.put(Query(text="x", embeddings={"text": unit(RNG, 512)}, scope="s"), "v")
+    assert snapshot(cache) == before
+    assert cache.put(Query(text="x", embeddings={"text": unit(RNG, 384)}, scope="s"), "v")
+    cache.close()
+
+
 def test_declared_non_16k_rate_is_resampled_not_rejected(cache):
     q8k = Query(audio=wav_bytes(8000), audio_rate=8000, scope="s")
     cache.put(q8k, "speech")
