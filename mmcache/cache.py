@@ -64,14 +64,15 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .config import CacheConfig
+from .build import build_tiers, make_encoder, make_threshold
+from .config import CacheConfig, check_ann_factory
 from .encoders.base import Encoder
 from .errors import ConfigError, InvalidEmbeddingError, InvalidInputError, MMCacheError
 from .guard import ExactKeyFilter
 from .inputs import PreparedQuery, prepare, unit_vector
 from .metrics import CacheMetrics
-from .thresholds import ThresholdRule, make_threshold
-from .tiers import Candidate, Tier, build_tiers
+from .thresholds import ThresholdRule
+from .tiers import Candidate, Tier
 from .tiers.codec import canonical_value, detached, encode_label, value_size
 from .types import HINT_NAMES, MODALITIES, Entry, Hit, Query
 
@@ -140,12 +141,17 @@ class TieredCache:
 
     # -- public API ----------------------------------------------------------------------
     def put(self, query: Query, value: Any, *, ttl: float | None = None,
-            hints: Mapping[str, float] | None = None) -> str:
-        """Store ``value`` (str, bytes or JSON-able) for ``query``; return the entry id.
+            hints: Mapping[str, float] | None = None) -> str | None:
+        """Store ``value`` (str, bytes or JSON-able) for ``query``; return the entry id, or
+        None when no tier admitted the entry.
 
         ``ttl`` (seconds) overrides ``config.freshness.ttl`` (either is scaled by the scope's
         ``freshness.ttl_factors``). The entry goes to every
-        tier whose capacity can hold it, evicting by each tier's policy. ``hints`` are
+        tier whose capacity can hold it, evicting by each tier's policy. A policy may decline
+        an entry (LIRS refuses one over 1% of its tier's bytes, S3-FIFO one not smaller than
+        its small queue); when every tier declines it, nothing is stored (an older version
+        under the same key is gone as well), ``metrics.not_stored`` counts it and the result
+        is None. ``hints`` are
         signals for those policies, stored with the entry: ``cost`` (the miss cost the
         entry saves, e.g. seconds of inference; finite, > 0) and ``entropy`` (attention
         entropy; finite, >= 0). An unknown name or a bad value raises InvalidInputError.
@@ -158,15 +164,15 @@ class TieredCache:
             self._check_open()
             self._check_dims([entry.embeddings])
             self._record_encodes(encode_times)
-            self._write([entry])
-            return entry.entry_id
+            return self._write([entry])[0]
 
     def put_many(self, queries: Sequence[Query], values: Sequence[Any], *,
                  ttl: float | None = None,
-                 hints: Sequence[Mapping[str, float] | None] | None = None) -> list[str]:
+                 hints: Sequence[Mapping[str, float] | None] | None = None
+                 ) -> list[str | None]:
         """Store ``values[i]`` for ``queries[i]`` (with ``hints[i]``, see :meth:`put`) as
-        :meth:`put` for each item in order would (same ids, tiers, evictions and
-        metrics), writing each tier in one batch.
+        :meth:`put` for each item in order would (same ids, None for an item no tier
+        admitted, tiers, evictions and metrics), writing each tier in one batch.
 
         Every item is checked first: a bad one raises its typed error naming its index,
         and nothing is stored. The ANN indexes that lookups search are built before it
@@ -193,9 +199,9 @@ class TieredCache:
             self._check_open()
             self._check_dims([e.embeddings for e in entries])
             self._record_encodes(encode_times)
-            self._write(entries)
+            ids = self._write(entries)
             self._build_searched_indexes()
-            return [e.entry_id for e in entries]
+            return ids
 
     def get(self, query: Query, *, bypass: bool = False, origin_failed: bool = False) -> Hit | None:
         """The cached answer for ``query`` (exact, then δ-neighbour), or None on a miss.
@@ -281,19 +287,25 @@ class TieredCache:
             raise InvalidInputError(f"entry of {size} bytes is larger than every tier's "
                                     "max_bytes; nothing was stored")
         for modality, vec in vectors.items():
+            if modality not in dims:
+                check_ann_factory(self.config.l2, {modality: len(vec)})
             dims.setdefault(modality, len(vec))
         return Entry(entry_id=prepared.key, scope=prepared.scope, exact_key=prepared.key,
                      value=stored, embeddings=vectors, size=size, created_at=now,
                      expires_at=None if lifetime is None else now + lifetime,
                      ground_truth=query.ground_truth, hints=hints)
 
-    def _write(self, entries: list[Entry]) -> None:
+    def _write(self, entries: list[Entry]) -> list[str | None]:
         """Write checked entries through every tier, durable first, one batch per run of
-        entries a tier can hold; the result is that of one ``put`` per entry in order."""
+        entries a tier can hold; the result is that of one ``put`` per entry in order.
+        Returns each entry's id, or None where no tier admitted it."""
+        stored = [False] * len(entries)
         for tier in reversed(self.tiers):
-            for fits, run in _runs(entries, tier):
+            for fits, start, run in _runs(entries, tier):
                 if fits:
                     victims = tier.put_many(run)
+                    for i, admitted in enumerate(tier.admitted(run), start):
+                        stored[i] = stored[i] or admitted
                     self._metrics.count("evictions", tier.name, len(victims))
                     self._metrics.count("puts", tier.name, len(run))
                     if victims or self._missing(tier, run):
@@ -302,12 +314,17 @@ class TieredCache:
                     for entry in run:
                         tier.delete(entry.entry_id)  # an older, smaller version must not linger
                     self._uncover_below(tier)
-        for entry in entries:
+        ids = [e.entry_id if ok else None for e, ok in zip(entries, stored)]
+        for entry, entry_id in zip(entries, ids):
+            if entry_id is None:
+                self._metrics.count("not_stored", "+".join(entry.embeddings) or "none")
+                continue
             for modality, vec in entry.embeddings.items():
                 self._dims.setdefault(modality, len(vec))
             if self.guard is not None:
                 self.guard.add(entry.entry_id)
             self._refreshing.pop(entry.entry_id, None)
+        return ids
 
     def _build_searched_indexes(self) -> None:
         """Insert pending vectors into the ANN indexes of the semantic tiers lookups search, so
@@ -535,7 +552,7 @@ class TieredCache:
         if modality not in self._encoders and modality in self.config.encoders:
             with self._loading:
                 if modality not in self._encoders:
-                    encoder = _resolve_encoder(self.config.encoders[modality])
+                    encoder = make_encoder(self.config.encoders[modality])
                     with self._lock:
                         self._add_encoder(modality, encoder)
         return self._encoders.get(modality)
@@ -550,6 +567,7 @@ class TieredCache:
         if known is not None and known != encoder.dim:
             raise ConfigError(f"encoders.{modality} has dim {encoder.dim} but dims.{modality} "
                               f"is {known}")
+        check_ann_factory(self.config.l2, {modality: encoder.dim})
         self._dims[modality] = encoder.dim
         self._encoders[modality] = encoder
 
@@ -634,18 +652,11 @@ def _hints_per_item(hints: Sequence[Mapping[str, float] | None] | None,
     return list(hints)
 
 
-def _runs(entries: list[Entry], tier: Tier) -> Iterator[tuple[bool, list[Entry]]]:
-    """Consecutive entries grouped by whether ``tier``'s capacity can hold them."""
-    for fits, run in itertools.groupby(entries, lambda e: tier.capacity.admits(e.size)):
-        yield fits, list(run)
-
-
-def _resolve_encoder(name: str) -> Encoder:
-    """The encoder called ``name`` from ``mmcache.encoders.get_encoder``."""
-    from . import encoders
-
-    factory = getattr(encoders, "get_encoder", None)
-    if factory is None:
-        raise ConfigError(f"config names encoder {name!r} but mmcache.encoders has no "
-                          "get_encoder(); pass encoders={modality: Encoder} instead")
-    return factory(name)
+def _runs(entries: list[Entry], tier: Tier) -> Iterator[tuple[bool, int, list[Entry]]]:
+    """Consecutive entries grouped by whether ``tier``'s capacity can hold them, each run with
+    the index of its first entry."""
+    start = 0
+    for fits, group in itertools.groupby(entries, lambda e: tier.capacity.admits(e.size)):
+        run = list(group)
+        yield fits, start, run
+        start += len(run)

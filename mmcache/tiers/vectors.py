@@ -39,22 +39,21 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 import faiss
 import numpy as np
 
-from ..config import SemanticTierConfig as _L2
 from ..errors import ConfigError
 from ..guard import SphericalCap
 from .base import Candidate
 
 @dataclass(frozen=True)
 class IndexSpec:
-    """How a semantic tier indexes vectors (see the module docstring); the defaults are
+    """How a semantic tier indexes vectors (see the module docstring); the defaults equal
     ``CacheConfig.l2``'s, so a tier built directly behaves like one built from a config."""
 
-    index: str = _L2.index
-    ann_factory: str = _L2.ann_factory
-    ann_min_size: int = _L2.ann_min_size
-    ef_search: int = _L2.ef_search
-    ef_construction: int = _L2.ef_construction
-    candidates: int = _L2.candidates
+    index: str = "auto"
+    ann_factory: str = "HNSW32"
+    ann_min_size: int = 10_000
+    ef_search: int = 128
+    ef_construction: int = 64
+    candidates: int = 8
     #: Compact when tombstones exceed this fraction of slots (ANN rebuilds are costly: 0.5).
     compact_fraction: float = 0.25
     #: Most vectors kept out of the ANN index, searched exactly beside it (a scan of

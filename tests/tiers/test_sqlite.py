@@ -142,6 +142,27 @@ def test_failed_put_many_restores_budget_file_and_index(tmp_path, monkeypatch):
     tier.close()
 
 
+def test_failed_put_does_not_change_the_next_victim(tmp_path, monkeypatch):
+    """The victims a failed write had chosen go back where they were, not to the MRU end."""
+    rng = np.random.default_rng(11)
+    tier = SQLiteTier(tmp_path / "c.db", Capacity(max_entries=3))
+    tier.put_many([entry(i, rng) for i in range(3)])
+
+    class Broken:
+        def __enter__(self):
+            raise sqlite3.OperationalError("disk I/O error (simulated)")
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(tier, "_transaction", Broken)
+    with pytest.raises(StorageError):
+        tier.put(entry(7, rng))
+    monkeypatch.undo()
+    assert [tier.evict() for _ in range(3)] == ["s-0", "s-1", "s-2"]
+    tier.close()
+
+
 SCHEMA_1 = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE entries (
