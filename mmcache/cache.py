@@ -63,6 +63,7 @@ from .inputs import PreparedQuery, prepare, unit_vector
 from .metrics import CacheMetrics
 from .thresholds import ThresholdRule, make_threshold
 from .tiers import Candidate, Tier, build_tiers
+from .tiers.store import StoreTier
 from .tiers.codec import canonical_value, detached, encode_label, value_size
 from .types import HINT_NAMES, MODALITIES, Entry, Hit, Query
 
@@ -105,12 +106,19 @@ class TieredCache:
             raise ConfigError("every tier is disabled: enable l1, l2 or configure l3")
         for tier in self.tiers:
             tier.clock = clock
+            if isinstance(tier, StoreTier):
+                tier.expiry_grace = max(self.config.freshness.stale_while_revalidate,
+                                        self.config.freshness.stale_if_error)
         self.guard = ExactKeyFilter(self.config.guard.expected_items,
                                     self.config.guard.error_rate) \
             if self.config.guard.enabled else None
         #: Tier name -> whether every entry it holds is also in a semantic tier above it,
         #: so its own vector search can only repeat that tier's answer and is skipped.
         self._covered = {t.name: False for t in self.tiers}
+        #: The store-backed tier other processes write too (None: no tier is shared); copies
+        #: in the tiers above it are revalidated against it before they are served.
+        self._shared_store = next((t for t in self.tiers if isinstance(t, StoreTier)
+                                   and t.shared), None)
         try:
             self._adopt_stored_entries()
         except BaseException:
@@ -336,7 +344,7 @@ class TieredCache:
             start = time.perf_counter()
             entry = tier.get(p.scope, p.key)
             self._metrics.time(f"{tier.name}.exact", time.perf_counter() - start)
-            if entry is None:
+            if entry is None or not self._current(entry, level):
                 continue
             freshness = self._freshness(entry, now, origin_failed)
             if freshness is None:
@@ -361,6 +369,8 @@ class TieredCache:
                 if not self.thresholds.accepts(cand.similarities, cand.entry_id):
                     continue
                 entry = tier.get(p.scope, cand.entry_id)
+                if entry is not None and not self._current(entry, level):
+                    entry = None
                 freshness = None if entry is None else self._freshness(entry, now, origin_failed)
                 if freshness is not None:
                     found = entry, freshness, cand.similarities
@@ -399,7 +409,7 @@ class TieredCache:
         if origin_failed and age < fr.stale_if_error:
             return "stale-if-error"
         if age >= max(fr.stale_while_revalidate, fr.stale_if_error):
-            self._purge(entry.entry_id)
+            self._purge(entry.entry_id, entry.version)  # a newer write of the key stays
         return None
 
     def _promote(self, entry: Entry, level: int) -> None:
@@ -410,6 +420,20 @@ class TieredCache:
                 self._metrics.count("evictions", tier.name, len(victims))
                 if victims:
                     self._uncover_below(tier)
+        if level > 0 and self.guard is not None:
+            self.guard.add(entry.entry_id)  # the private tiers above now hold it
+
+    def _current(self, entry: Entry, level: int) -> bool:
+        """Whether ``entry``, found in tier ``level``, is the version a shared store below holds
+        (as of its ``max_staleness``); a stale private copy is dropped from the tiers above
+        the store."""
+        store = self._shared_store
+        if store is None or self.tiers.index(store) <= level or \
+                store.current_version(entry.entry_id) == entry.version:
+            return True
+        for tier in self.tiers[:self.tiers.index(store)]:
+            tier.delete(entry.entry_id)
+        return False
 
     def _uncover_below(self, tier: Tier) -> None:
         """Entries may have left semantic ``tier`` while staying below it: search below again."""
@@ -417,8 +441,11 @@ class TieredCache:
             for lower in self.tiers[self.tiers.index(tier) + 1:]:
                 self._covered[lower.name] = False
 
-    def _purge(self, entry_id: str) -> bool:
-        removed = [tier.delete(entry_id) for tier in self.tiers]
+    def _purge(self, entry_id: str, version: int | None = None) -> bool:
+        """Delete ``entry_id`` from every tier; with ``version``, a store-backed tier deletes it
+        only while it still holds that version (compare-and-delete)."""
+        removed = [tier.delete(entry_id, version) if isinstance(tier, StoreTier)
+                   else tier.delete(entry_id) for tier in self.tiers]
         self.thresholds.forget(entry_id)
         return any(removed)
 
