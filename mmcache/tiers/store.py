@@ -151,8 +151,8 @@ class StoreTier(BudgetedTier):
         self.index = SemanticIndex(spec, precheck=precheck)
         self._known: dict[str, _Known] = {}
         self._seen = 0
-        self._synced_at = -float("inf")
         self._replay(store.changes(0))
+        self._synced_at = time.monotonic()
         while not self.shared and self.capacity.exceeded(*self.usage()):
             self.evict()  # a private store reopened with a smaller capacity
 
