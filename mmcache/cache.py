@@ -39,8 +39,20 @@ hotness-freshness ages entries by time (its ``window`` is in seconds here). Pers
 tiers store the hints, so a reopened cache ranks its entries the same way.
 
 Threads may share one cache: every public call holds the cache's lock (one call at
-a time; ``on_stale`` runs outside it). Processes each open their own cache (the
-SQLite store may be shared between processes with ``l3.shared: true``).
+a time; ``on_stale`` runs outside it). Processes each open their own cache.
+
+One cache across processes: a shared L3 (SQLite with ``l3.shared: true``, or Redis) is
+one store every process sees (:mod:`mmcache.tiers.store`). Every write and delete there
+takes the next number of the store's one sequence, stored as the entry's ``version``.
+Before a copy in this process's L1 or L2 is served it is revalidated: the L3 tier
+replays the store's changes (one ``PRAGMA data_version`` when nothing changed, one
+Redis ``GET`` of the sequence) and a copy of another version is dropped and looked up
+again below. Staleness bound: ``l3.options.max_staleness`` seconds (default 0: a copy
+is never served after another process's write or invalidation has returned; with
+``max_staleness: s`` the view may be up to ``s`` seconds old). A purge of an expired
+entry is a compare-and-delete on its version, so it never deletes another process's
+newer write of the key, and entries promoted from the shared store enter the Bloom
+guard, so they are looked up in L1 again.
 """
 
 from __future__ import annotations
