@@ -158,7 +158,8 @@ class StoreTier(BudgetedTier):
 
     # -- Tier protocol -------------------------------------------------------------------
     def put_many(self, entries: Sequence[Entry]) -> list[str]:
-        """Write ``entries`` in one store batch; the budget admits them one by one first."""
+        """Write ``entries`` in one store batch (setting each stored one's ``version``); the
+        budget admits them one by one first."""
         now = self.clock()
         encoded = {e.entry_id: self.store.encode(e, self._keep_for(e, now)) for e in entries}
         self._sync(force=True)  # the budget must see what others wrote before it evicts
@@ -177,7 +178,7 @@ class StoreTier(BudgetedTier):
             self._unindex(entry_id)
         for entry, version in zip(kept, versions):
             entry.version = version
-            self._index(entry)
+        self._index(kept)
         return victims
 
     def get(self, scope: str, entry_id: str) -> Entry | None:
@@ -281,7 +282,7 @@ class StoreTier(BudgetedTier):
         last used at its put."""
         self._unindex(entry.entry_id)
         self._budget.adopt(entry.entry_id, entry.size, **policy_hints(entry, entry.created_at))
-        self._index(entry)
+        self._index([entry])
 
     def _remove(self, entry_ids: Sequence[str]) -> None:
         """Delete entries the budget already let go of (each only at the version known)."""
@@ -298,10 +299,11 @@ class StoreTier(BudgetedTier):
             return None
         return max(entry.expires_at + self.expiry_grace - now, 0.001)
 
-    def _index(self, entry: Entry) -> None:
-        self._known[entry.entry_id] = _Known(entry.scope, tuple(entry.embeddings), entry.size,
-                                             entry.hints, entry.version)
-        self.index.add(entry.scope, entry.entry_id, entry.embeddings)
+    def _index(self, entries: Sequence[Entry]) -> None:
+        """Remember and index stored ``entries``."""
+        self._known.update((e.entry_id, _Known(e.scope, tuple(e.embeddings), e.size, e.hints,
+                                               e.version)) for e in entries)
+        self.index.add_many((e.scope, e.entry_id, e.embeddings) for e in entries)
 
     def _unindex(self, entry_id: str) -> None:
         known = self._known.pop(entry_id, None)
