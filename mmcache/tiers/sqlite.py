@@ -30,8 +30,11 @@ import fcntl
 import os
 import sqlite3
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterator, Sequence
+
+import numpy as np
 
 from ..errors import ConfigError, StorageError
 from ..policies import EvictionPolicy
@@ -46,6 +49,8 @@ SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 SCHEMA_VERSION = "3"
 #: Seconds opening a file waits for other processes opening it at the same moment.
 OPEN_TIMEOUT_S = 30.0
+#: Entries read per query when a tier replays many changes (on open).
+FETCH_CHUNK = 500
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -112,7 +117,7 @@ class SQLiteStore(Store):
         with self._failing_as("read"):
             row = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries WHERE entry_id = ? "
                                    "AND scope = ?", (entry_id, scope)).fetchone()
-            return None if row is None else self._entry(row)
+            return None if row is None else self._entry(row, self._vectors(entry_id))
 
     def delete(self, removed: Sequence[Removal]) -> list[str]:
         with self._failing_as("delete"), self._transaction():
@@ -135,13 +140,19 @@ class SQLiteStore(Store):
         return [Change(seq, entry_id, entry_id) for seq, entry_id in rows]
 
     def fetch(self, refs: Sequence[str]) -> list[Entry | None]:
+        found: dict[str, Entry] = {}
         with self._failing_as("read"):
-            found = {}
-            for ref in refs:
-                row = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries WHERE entry_id = ?",
-                                       (ref,)).fetchone()
-                if row is not None:
-                    found[ref] = self._entry(row)
+            for start in range(0, len(refs), FETCH_CHUNK):
+                chunk = list(refs[start:start + FETCH_CHUNK])
+                marks = ",".join("?" * len(chunk))
+                vectors: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
+                for entry_id, modality, dim, blob in self._db.execute(
+                        "SELECT entry_id, modality, dim, vector FROM embeddings "
+                        f"WHERE entry_id IN ({marks})", chunk):
+                    vectors[entry_id][modality] = vector_from_bytes(blob, dim)
+                for row in self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries "
+                                            f"WHERE entry_id IN ({marks})", chunk):
+                    found[row[0]] = self._entry(row, vectors[row[0]])
         return [found.get(ref) for ref in refs]
 
     def record_capacity(self, capacity: Capacity, replace: bool = False) -> Capacity:
@@ -162,7 +173,7 @@ class SQLiteStore(Store):
         with self._failing_as("read"):
             rows = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries ORDER BY version"
                                     ).fetchall()
-            entries = [self._entry(row) for row in rows]
+            entries = [self._entry(row, self._vectors(row[0])) for row in rows]
         return iter(entries)
 
     def close(self) -> None:
@@ -238,14 +249,16 @@ class SQLiteStore(Store):
                 deleted.append(entry_id)
         return deleted
 
-    def _entry(self, row: tuple) -> Entry:
+    def _vectors(self, entry_id: str) -> dict[str, np.ndarray]:
+        rows = self._db.execute("SELECT modality, dim, vector FROM embeddings WHERE entry_id = ?",
+                                (entry_id,)).fetchall()
+        return {m: vector_from_bytes(blob, dim) for m, dim, blob in rows}
+
+    def _entry(self, row: tuple, embeddings: dict[str, np.ndarray]) -> Entry:
         entry_id, scope, exact_key, tag, payload, size, created, expires, label, hints, \
             version = row
-        vectors = self._db.execute("SELECT modality, dim, vector FROM embeddings "
-                                   "WHERE entry_id = ?", (entry_id,)).fetchall()
         return Entry(entry_id=entry_id, scope=scope, exact_key=exact_key,
-                     value=decode_value(tag, payload),
-                     embeddings={m: vector_from_bytes(blob, dim) for m, dim, blob in vectors},
+                     value=decode_value(tag, payload), embeddings=embeddings,
                      size=size, created_at=created, expires_at=expires,
                      ground_truth=decode_label(label), hints=_decode_hints(hints, self.path),
                      version=version)

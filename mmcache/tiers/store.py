@@ -189,7 +189,7 @@ class StoreTier(BudgetedTier):
                 self._forget(entry_id)  # deleted by another process
             return None
         if known is None or known.version != entry.version:
-            self._adopt(entry)  # written by another process since the last replay
+            self._adopt([entry])  # written by another process since the last replay
         dropped = self._budget.touch(entry_id, **policy_hints(entry, self.clock()))
         if dropped:
             self._remove(dropped)
@@ -268,21 +268,25 @@ class StoreTier(BudgetedTier):
         """Adopt the entries ``changes`` wrote and forget those they deleted."""
         todo = [c for c in changes if c.entry_id not in self._known or
                 self._known[c.entry_id].version != c.seq]
+        written = []
         for change, entry in zip(todo, self.store.fetch([c.ref for c in todo])):
             if entry is None:
                 if change.entry_id in self._known:
                     self._forget(change.entry_id)
             elif self._known.get(entry.entry_id, _NOWHERE).version != entry.version:
-                self._adopt(entry)
+                written.append(entry)
+        self._adopt(written)
         if changes:
             self._seen = max(self._seen, changes[-1].seq)
 
-    def _adopt(self, entry: Entry) -> None:
-        """Account and index an entry that is already stored (no eviction); it counts as
+    def _adopt(self, entries: Sequence[Entry]) -> None:
+        """Account and index entries that are already stored (no eviction); each counts as
         last used at its put."""
-        self._unindex(entry.entry_id)
-        self._budget.adopt(entry.entry_id, entry.size, **policy_hints(entry, entry.created_at))
-        self._index([entry])
+        for entry in entries:
+            self._unindex(entry.entry_id)
+            self._budget.adopt(entry.entry_id, entry.size,
+                               **policy_hints(entry, entry.created_at))
+        self._index(entries)
 
     def _remove(self, entry_ids: Sequence[str]) -> None:
         """Delete entries the budget already let go of (each only at the version known)."""
