@@ -13,7 +13,6 @@ import itertools
 import multiprocessing as mp
 import time
 import traceback
-import zlib
 from typing import Any, Iterator
 
 import numpy as np
