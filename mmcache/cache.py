@@ -75,8 +75,8 @@ from .inputs import PreparedQuery, prepare, unit_vector
 from .metrics import CacheMetrics
 from .thresholds import ThresholdRule, make_threshold
 from .tiers import Candidate, Tier, build_tiers
-from .tiers.store import StoreTier
 from .tiers.codec import canonical_value, detached, encode_label, value_size
+from .tiers.store import StoreTier
 from .types import HINT_NAMES, MODALITIES, Entry, Hit, Query
 
 #: Candidates fetched per semantic tier search (stale ones are skipped).
