@@ -50,6 +50,19 @@ runs outside it and is single-flight: it is called once per stale entry until th
 is put again or ``REFRESH_TIMEOUT`` seconds of the cache's clock pass (then the next stale
 answer calls it again). Processes each open their own cache (the SQLite store may be
 shared between processes with ``l3.shared: true``).
+
+One cache across processes: a shared L3 (SQLite with ``l3.shared: true``, or Redis) is
+one store every process sees (:mod:`mmcache.tiers.store`). Every write and delete there
+takes the next number of the store's one sequence, stored as the entry's ``version``.
+Before a copy in this process's L1 or L2 is served it is revalidated: the L3 tier
+replays the store's changes (one ``PRAGMA data_version`` when nothing changed, one
+Redis ``GET`` of the sequence) and a copy of another version is dropped and looked up
+again below. Staleness bound: ``l3.options.max_staleness`` seconds (default 0: a copy
+is never served after another process's write or invalidation has returned; with
+``max_staleness: s`` the view may be up to ``s`` seconds old). A purge of an expired
+entry is a compare-and-delete on its version, so it never deletes another process's
+newer write of the key, and entries promoted from the shared store enter the Bloom
+guard, so they are looked up in L1 again.
 """
 
 from __future__ import annotations
@@ -74,6 +87,7 @@ from .metrics import CacheMetrics
 from .thresholds import ThresholdRule
 from .tiers import Candidate, Tier
 from .tiers.codec import canonical_value, detached, encode_label, value_size
+from .tiers.store import StoreTier
 from .types import HINT_NAMES, MODALITIES, Entry, Hit, Query
 
 #: Candidates fetched per semantic tier search (stale ones are skipped).
@@ -125,12 +139,19 @@ class TieredCache:
             raise ConfigError("every tier is disabled: enable l1, l2 or configure l3")
         for tier in self.tiers:
             tier.clock = clock
+            if isinstance(tier, StoreTier):
+                tier.expiry_grace = max(self.config.freshness.stale_while_revalidate,
+                                        self.config.freshness.stale_if_error)
         self.guard = ExactKeyFilter(self.config.guard.expected_items,
                                     self.config.guard.error_rate) \
             if self.config.guard.enabled else None
         #: Tier name -> whether every entry it holds is also in a semantic tier above it,
         #: so its own vector search can only repeat that tier's answer and is skipped.
         self._covered = {t.name: False for t in self.tiers}
+        #: The store-backed tier other processes write too (None: no tier is shared); copies
+        #: in the tiers above it are revalidated against it before they are served.
+        self._shared_store = next((t for t in self.tiers if isinstance(t, StoreTier)
+                                   and t.shared), None)
         try:
             self._adopt_stored_entries()
         except BaseException:
@@ -418,7 +439,7 @@ class TieredCache:
             start = time.perf_counter()
             entry = tier.get(p.scope, p.key)
             self._metrics.time(f"{tier.name}.exact", time.perf_counter() - start)
-            if entry is None:
+            if entry is None or not self._current(entry, level):
                 continue
             freshness = self._freshness(entry, now, origin_failed)
             if freshness is None:
@@ -442,6 +463,8 @@ class TieredCache:
                 if not self.thresholds.accepts(cand.similarities, cand.entry_id):
                     continue
                 entry = tier.get(p.scope, cand.entry_id)
+                if entry is not None and not self._current(entry, level):
+                    entry = None
                 freshness = None if entry is None else self._freshness(entry, now, origin_failed)
                 if freshness is not None:
                     found = entry, freshness, cand.similarities
@@ -480,7 +503,7 @@ class TieredCache:
         if origin_failed and age < fr.stale_if_error:
             return "stale-if-error"
         if age >= max(fr.stale_while_revalidate, fr.stale_if_error):
-            self._purge(entry.entry_id)
+            self._purge(entry.entry_id, entry.version)  # a newer write of the key stays
         return None
 
     def _promote(self, entry: Entry, level: int) -> None:
@@ -491,6 +514,20 @@ class TieredCache:
                 self._metrics.count("evictions", tier.name, len(victims))
                 if victims:
                     self._uncover_below(tier)
+        if level > 0 and self.guard is not None:
+            self.guard.add(entry.entry_id)  # the private tiers above now hold it
+
+    def _current(self, entry: Entry, level: int) -> bool:
+        """Whether ``entry``, found in tier ``level``, is the version a shared store below holds
+        (as of its ``max_staleness``); a stale private copy is dropped from the tiers above
+        the store."""
+        store = self._shared_store
+        if store is None or self.tiers.index(store) <= level or \
+                store.current_version(entry.entry_id) == entry.version:
+            return True
+        for tier in self.tiers[:self.tiers.index(store)]:
+            tier.delete(entry.entry_id)
+        return False
 
     def _uncover_below(self, tier: Tier) -> None:
         """Entries may have left semantic ``tier`` while staying below it: search below again."""
@@ -498,8 +535,11 @@ class TieredCache:
             for lower in self.tiers[self.tiers.index(tier) + 1:]:
                 self._covered[lower.name] = False
 
-    def _purge(self, entry_id: str) -> bool:
-        removed = [tier.delete(entry_id) for tier in self.tiers]
+    def _purge(self, entry_id: str, version: int | None = None) -> bool:
+        """Delete ``entry_id`` from every tier; with ``version``, a store-backed tier deletes it
+        only while it still holds that version (compare-and-delete)."""
+        removed = [tier.delete(entry_id, version) if isinstance(tier, StoreTier)
+                   else tier.delete(entry_id) for tier in self.tiers]
         self.thresholds.forget(entry_id)
         self._refreshing.pop(entry_id, None)
         return any(removed)

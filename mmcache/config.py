@@ -89,8 +89,14 @@ class SemanticTierConfig:
 @dataclass
 class StoreTierConfig:
     """L3: persistent (``sqlite``, needs ``path``) or remote (``redis``, needs ``url``); off when
-    ``backend`` is null. ``options`` go to the backend's constructor unchanged;
-    ``policy_options`` as for L1."""
+    ``backend`` is null. ``options`` go to the backend's constructor unchanged (e.g.
+    ``max_staleness``: seconds a shared store's view may be old when private copies are
+    revalidated, default 0; Redis ``prefix``); ``policy_options`` as for L1.
+
+    ``shared: true`` lets several caches open one SQLite file (Redis is always shared);
+    without it a second open of the file is refused. The capacity (``max_entries``,
+    ``max_bytes``) of a shared store is recorded when it is created; a cache asking for
+    another one gets a ConfigError."""
 
     backend: str | None = None
     path: str | None = None

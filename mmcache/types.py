@@ -81,3 +81,6 @@ class Entry:
     expires_at: float | None = None
     ground_truth: Any = None
     hints: dict[str, float] = field(default_factory=dict)
+    #: The shared store's sequence number of the write that stored this entry (None: not
+    #: stored there); a private copy of another version is stale.
+    version: int | None = None

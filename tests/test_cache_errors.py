@@ -137,7 +137,7 @@ def test_failing_store_transaction_leaves_every_tier_and_its_policy_order_unchan
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(cache.tier("l3"), "_transaction", Broken)
+    monkeypatch.setattr(cache.tier("l3").store, "_transaction", Broken)
     with pytest.raises(StorageError):
         cache.put(Query(text="new", embeddings={"text": unit(RNG, DIM)}, scope="s"), "x")
     monkeypatch.undo()

@@ -19,6 +19,10 @@
    cache whose searches first insert the puts' backlog into the ANN index (the
    behaviour before the bounded backlog), fed the same operations in lockstep
    (target p99.9 ≤ 5 ms at 100k × 512).
+5. revalidation — µs a ``get`` served from L1 pays when L3 is shared and the copy is
+   checked against the store's version (SQLite ``shared: true``; Redis, on a
+   redis-server the benchmark starts on a free loopback port, when it is installed),
+   beside the same get over a private SQLite L3 (``--revalidation`` runs only this).
 
 Data: random unit vectors (a STAND-IN for real embeddings; for ANN search they
 are the hard case). Queries: a mix of paraphrases (a stored vector turned to a
@@ -31,13 +35,16 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import importlib.metadata
 import shutil
+import socket
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import faiss
 import numpy as np
@@ -365,12 +372,80 @@ def _ms(seconds: Sequence[float]) -> str:
     return "/".join(f"{1e3 * s:.2f}" for s in seconds)
 
 
+def bench_revalidation(dim: int, n_gets: int, seed: int, workdir: Path) -> list[str]:
+    """Ratio 4: µs per L1-hit ``get`` with a shared L3 (revalidated) vs a private SQLite L3."""
+    l3s = {"private SQLite": {"backend": "sqlite", "path": str(workdir / "reval-private.db")},
+           "shared SQLite": {"backend": "sqlite", "path": str(workdir / "reval-shared.db"),
+                             "shared": True}}
+    with _redis_server() as url:
+        if url is not None:
+            l3s["Redis"] = {"backend": "redis", "url": url}
+            l3s["Redis, max_staleness 1 s"] = {"backend": "redis", "url": url,
+                                               "options": {"prefix": "stale",
+                                                           "max_staleness": 1.0}}
+        vectors = _unit(np.random.default_rng(seed + 2).standard_normal((100, dim),
+                                                                        dtype=np.float32))
+        caches = {name: TieredCache({"l3": l3}) for name, l3 in l3s.items()}
+        for cache in caches.values():
+            fill(cache, vectors)
+        queries = vectors[np.random.default_rng(seed + 3).integers(0, len(vectors), n_gets)]
+        per_get = interleaved_seconds({name: lambda v, c=cache: c.get(_query(v))
+                                       for name, cache in caches.items()}, queries, passes=3)
+        tiers = {tier for cache in caches.values() for tier, _ in cache.metrics.hits}
+        for cache in caches.values():
+            cache.close()
+    base = per_get["private SQLite"]
+    lines = [f"[5] revalidation of L1 copies against a shared L3 (3 x {n_gets} exact gets each, "
+             f"100 entries, {dim}-d, served from {sorted(tiers)}): private SQLite "
+             f"{base * 1e6:.1f} µs/get"]
+    lines += [f"    {name}: {t * 1e6:.1f} µs/get -> +{(t - base) * 1e6:.1f} µs "
+              f"(ratio {t / base:.2f})" for name, t in per_get.items() if name != "private SQLite"]
+    if url is None:
+        lines.append("    Redis: not measured (redis-server is not installed)")
+    return lines
+
+
+@contextlib.contextmanager
+def _redis_server() -> Iterator[str | None]:
+    """The URL of a private redis-server on a free loopback port (None when not installed),
+    stopped by its PID afterwards."""
+    import redis
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        yield None
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                             "--appendonly", "no"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        client = redis.Redis.from_url(url)
+        for _ in range(200):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        client.close()
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the four benchmarks (or only ratio 4, ``--fill-only``) and print their lines."""
     args = _parse(argv)
     faiss.omp_set_num_threads(1)
     workdir = Path(tempfile.mkdtemp(prefix="mmcache-bench-"))
     atexit.register(shutil.rmtree, workdir, True)  # registered first: runs after GPTCache's
+    if args.revalidation:
+        print("\n".join(bench_revalidation(args.dim, args.gets, args.seed, workdir)), flush=True)
+        return
     w = make_workload(args.n, args.dim, args.queries, args.paraphrase_share, args.seed)
     print(f"mmcache cache benchmark: n={args.n} stored x d={args.dim}, {args.queries} queries "
           f"({w.paraphrase.mean():.0%} paraphrases at cos U{PARAPHRASE_COS} of a stored vector, "
@@ -380,7 +455,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args.fill_only:
         print(bench_overhead(w, args.overhead_queries, args.passes), flush=True)
         for line in bench_end_to_end(w, args.threshold, workdir, args.ef_search) + \
-                bench_puts(args.dim, args.puts, args.seed, workdir):
+                bench_puts(args.dim, args.puts, args.seed, workdir) + \
+                bench_revalidation(args.dim, args.gets, args.seed, workdir):
             print(line, flush=True)
     for line in bench_fill_latency(args.dim, args.n, args.fill_gets or max(1000, args.n // 20),
                                    args.threshold, args.seed, args.fill_ann_min_size):
@@ -406,11 +482,15 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--fill-only", action="store_true", help="run only ratio 4")
     p.add_argument("--fill-ann-min-size", type=int, default=None,
                    help="override l2.ann_min_size in ratio 4 (default: the config's)")
+    p.add_argument("--gets", type=int, default=2000, help="gets per contender and pass in [5]")
+    p.add_argument("--revalidation", action="store_true",
+                   help="run only [5], the revalidation cost of a shared L3")
     p.add_argument("--quick", action="store_true",
                    help="a small run in seconds: n=3000, 200 queries, 300 puts")
     args = p.parse_args(argv)
     if args.quick:
         args.n, args.queries, args.overhead_queries, args.passes, args.puts = 3000, 200, 100, 1, 300
+        args.gets = 500
     return args
 
 

@@ -1,9 +1,9 @@
-"""Remote tier: entries in a shared Redis server, vector search on the client (FAISS).
+"""Remote L3 in a shared Redis server: :class:`RedisStore` and the tier over it, :class:`RedisTier`.
 
 Debian's Redis has no vector search, so every client keeps a local
 :class:`mmcache.tiers.vectors.SemanticIndex` built from the server on open and
-brought up to date before each search (Redis is the shared store; the index is
-a local view of it).
+brought up to date from the change log before each search (Redis is the shared
+store; the index is a local view of it, :mod:`mmcache.tiers.store`).
 
 Layout under ``prefix`` (default ``"mmcache"``), no pickle anywhere:
 
@@ -12,53 +12,54 @@ Layout under ``prefix`` (default ``"mmcache"``), no pickle anywhere:
   Fields: ``entry_id``, ``scope``, ``exact_key``, ``value_type`` + ``value``
   (type-tagged bytes, :mod:`mmcache.tiers.codec`), ``size``, ``created_at``,
   ``expires_at``, ``ground_truth`` (JSON), ``hints`` (the entry's policy hints, JSON;
-  empty when it has none, absent in entries written before hints existed) and ``vec:{modality}`` (raw float32).
-* ``{prefix}:log`` — sorted set of entry keys scored by a write sequence number
-  (``{prefix}:seq``), assigned atomically with the write by a Lua script; a
-  client loads exactly the entries written after the last sequence it has seen.
-
-Entries deleted by another client are noticed when this client looks them up.
-Capacity and eviction are accounted per client over the entries it has seen; a
-client adopts each entry it loads with its hints, so a reopened tier ranks as before.
+  empty when it has none, absent in entries written before hints existed),
+  ``version`` (absent in entries written before versions: 0) and ``vec:{modality}``
+  (raw float32). An entry with a TTL carries an EXPIRE (its expiry plus the cache's
+  stale windows), so expired entries leave Redis by themselves.
+* ``{prefix}:seq`` — the store's sequence counter; ``{prefix}:log`` — sorted set of entry
+  keys scored by the number of their latest change. Writes and compare-and-deletes are
+  Lua scripts that take the next number atomically with the change, so a client loads
+  exactly the writes, replaces and deletes made after the last number it has seen.
+* ``{prefix}:capacity`` — the capacity recorded by the first client (JSON).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+import json
+from typing import Any, Iterator, Mapping, Sequence
 
-import numpy as np
 import redis
 import xxhash
 
 from ..errors import StorageError
 from ..policies import EvictionPolicy
 from ..types import Entry
-from .base import Budget, BudgetedTier, Candidate, Capacity, admit_all, gone_ids, policy_hints
+from .base import Capacity
 from .codec import (decode_hints, decode_label, decode_value, encode_hints, encode_label,
                     encode_value, vector_from_bytes, vector_to_bytes)
-from .vectors import IndexSpec, SemanticIndex
+from .store import Change, Removal, Store, StoreTier
+from .vectors import IndexSpec
 
 VECTOR_FIELD = "vec:"
 
-# KEYS: seq, log, entry key; ARGV: field/value pairs of the entry hash. A put_many batch
-# runs one call per entry, after deleting its victims, in one MULTI/EXEC transaction.
+# KEYS: seq, log, entry key; ARGV: milliseconds to keep it (0: no expiry), then the
+# field/value pairs of the entry hash. Returns the entry's version.
 _PUT_SCRIPT = """
 local seq = redis.call('INCR', KEYS[1])
 redis.call('DEL', KEYS[3])
-redis.call('HSET', KEYS[3], unpack(ARGV))
+redis.call('HSET', KEYS[3], 'version', seq, unpack(ARGV, 2))
+if tonumber(ARGV[1]) > 0 then redis.call('PEXPIRE', KEYS[3], ARGV[1]) end
 redis.call('ZADD', KEYS[2], seq, KEYS[3])
 return seq
 """
 
-
-class _Known(NamedTuple):
-    """What a client remembers of one stored entry."""
-
-    scope: str
-    key: str
-    modalities: tuple[str, ...]
-    size: int
-    hints: dict[str, float]
+# KEYS: seq, log, entry key; ARGV: the version to delete ('' for any). Returns 1 if deleted.
+_DELETE_SCRIPT = """
+if ARGV[1] ~= '' and redis.call('HGET', KEYS[3], 'version') ~= ARGV[1] then return 0 end
+if redis.call('DEL', KEYS[3]) == 0 then return 0 end
+redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[1]), KEYS[3])
+return 1
+"""
 
 
 def scope_tag(scope: str) -> str:
@@ -66,168 +67,115 @@ def scope_tag(scope: str) -> str:
     return xxhash.xxh3_64_hexdigest(scope.encode("utf-8", "surrogatepass"))
 
 
-class RedisTier(BudgetedTier):
-    """A shared remote tier in Redis; semantic search over a local FAISS view of it."""
+class RedisStore(Store):
+    """Entries in a Redis server under one key prefix, with a change log."""
 
-    semantic = True
     shared = True
 
-    def __init__(self, url: str = "redis://127.0.0.1:6379/0", capacity: Capacity = Capacity(),
-                 policy: EvictionPolicy | str = "lru", spec: IndexSpec = IndexSpec(),
-                 precheck: bool = True, prefix: str = "mmcache", name: str = "l3",
+    def __init__(self, url: str = "redis://127.0.0.1:6379/0", prefix: str = "mmcache",
                  socket_timeout: float = 5.0) -> None:
-        self.name = name
-        self.url = url
+        self.url = self.location = url
         self.prefix = prefix
-        self._budget = Budget(capacity, policy, undoable=True)
-        self.index = SemanticIndex(spec, precheck=precheck)
-        self._known: dict[str, _Known] = {}
-        self._last_seq = 0
         self._seq_key, self._log_key = f"{prefix}:seq", f"{prefix}:log"
+        self._capacity_key = f"{prefix}:capacity"
         try:
             self._db = redis.Redis.from_url(url, socket_timeout=socket_timeout)
             self._db.ping()
             self._put_script = self._db.register_script(_PUT_SCRIPT)
+            self._delete_script = self._db.register_script(_DELETE_SCRIPT)
         except (redis.RedisError, ValueError) as exc:
             raise StorageError(f"cannot reach the Redis tier at {url}: {exc}") from exc
-        self.refresh()
 
-    # -- Tier protocol -------------------------------------------------------------------
-    def put_many(self, entries: Sequence[Entry]) -> list[str]:
-        """Write ``entries`` in one MULTI/EXEC pipeline; the budget admits them one by one first."""
-        fields = {e.entry_id: _entry_fields(e) for e in entries}  # SerializationError first
-        keys = {e.entry_id: self.key(e.scope, e.entry_id) for e in entries}
-        now = self.clock()
-        victims, kept = admit_all(self._budget, entries, now)
-        gone = gone_ids(victims, entries)
-        stored = {e.entry_id for e in kept}
-        removed = [keys[g] if g in keys else self._known[g].key for g in gone
-                   if g not in stored and (g in keys or g in self._known)]
-        try:
-            pipe = self._db.pipeline(transaction=True)
-            if removed:  # victims, and entries the policy declined (any old version goes)
-                pipe.delete(*removed)
-                pipe.zrem(self._log_key, *removed)
-            for entry in kept:
-                self._put_script(keys=[self._seq_key, self._log_key, keys[entry.entry_id]],
-                                 args=fields[entry.entry_id], client=pipe)
-            seqs = pipe.execute()[2 if removed else 0:]
-        except redis.RedisError as exc:
-            self._budget.rollback()
-            raise StorageError(f"Redis tier write to {self.url} failed: {exc}") from exc
-        for entry_id in gone:
-            self._unindex(entry_id)
-        for entry in kept:
-            self._index(entry, keys[entry.entry_id])
-        if seqs and seqs[0] == self._last_seq + 1:
-            self._last_seq = seqs[-1]  # nobody else wrote in between: nothing else to load
-        return victims
+    def key(self, scope: str, entry_id: str) -> str:
+        """The Redis key of ``entry_id`` in ``scope``."""
+        return f"{self.prefix}:{scope_tag(scope)}:{entry_id}"
 
-    def get(self, scope: str, entry_id: str) -> Entry | None:
+    # -- Store protocol ------------------------------------------------------------------
+    def encode(self, entry: Entry, keep_for: float | None) -> list[Any]:
+        """``[milliseconds to keep, field, value, ...]`` (SerializationError first)."""
+        return [0 if keep_for is None else max(1, int(keep_for * 1000)), *_entry_fields(entry)]
+
+    def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal]) -> list[int]:
+        return self._call("write", self._write_batch, batch, removed)
+
+    def read(self, scope: str, entry_id: str) -> Entry | None:
         raw = self._call("read", self._db.hgetall, self.key(scope, entry_id))
         if not raw:
-            if entry_id in self._known and self._known[entry_id].scope == scope:
-                self._forget(entry_id)  # deleted by another client
             return None
         entry = _decode_entry(raw, self.url)
         if entry.scope != scope or entry.entry_id != entry_id:
             raise StorageError(f"Redis tier {self.url}: key {self.key(scope, entry_id)!r} "
                                f"holds entry {entry.entry_id!r} of another scope")
-        dropped = self._budget.touch(entry_id, **policy_hints(entry, self.clock()))
-        if dropped:
-            self._remove_keys([self._known[d].key for d in dropped if d in self._known])
-            for d in dropped:
-                self._unindex(d)
-        return None if entry_id in dropped else entry
+        return entry
 
-    def search(self, scope: str, vectors: Mapping[str, np.ndarray],
-               floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
-        self.refresh()
-        return self.index.search(scope, vectors, floors, k)
+    def delete(self, removed: Sequence[Removal]) -> list[str]:
+        if not removed:
+            return []
+        done = self._call("delete", self._delete_batch, removed)
+        return [r.entry_id for r, ok in zip(removed, done) if int(ok)]
 
-    def delete(self, entry_id: str) -> bool:
-        if entry_id not in self._known:
-            self.refresh()
-        known = self._known.get(entry_id)
-        if known is None:
-            return False
-        gone = self._remove_keys([known.key])
-        self._forget(entry_id)
-        return gone > 0
+    def latest(self) -> int:
+        return int(self._call("read", self._db.get, self._seq_key) or 0)
 
-    def evict(self) -> str | None:
-        victim = self._budget.pick_victim()
-        if victim is None:
-            return None
-        if victim in self._known:
-            self._remove_keys([self._known[victim].key])
-        self._unindex(victim)
-        return victim
+    def changes(self, since: int) -> list[Change]:
+        logged = self._call("read", self._db.zrangebyscore, self._log_key, f"({since}", "+inf",
+                            withscores=True)
+        skip = len(self.prefix) + 18  # "{prefix}:" + 16 hex digits of the scope tag + ":"
+        return [Change(int(seq), key.decode()[skip:], key.decode()) for key, seq in logged]
+
+    def fetch(self, refs: Sequence[str]) -> list[Entry | None]:
+        pipe = self._db.pipeline(transaction=False)
+        for ref in refs:
+            pipe.hgetall(ref)
+        return [_decode_entry(raw, self.url) if raw else None
+                for raw in self._call("read", pipe.execute)]
+
+    def record_capacity(self, capacity: Capacity, replace: bool = False) -> Capacity:
+        text = json.dumps([capacity.max_entries, capacity.max_bytes])
+        if replace:
+            self._call("write", self._db.set, self._capacity_key, text)
+        else:
+            self._call("write", self._db.set, self._capacity_key, text, nx=True)
+        max_entries, max_bytes = json.loads(self._call("read", self._db.get, self._capacity_key))
+        return Capacity(max_entries, max_bytes)
+
+    def count(self) -> int:
+        keys = self._call("read", self._db.zrange, self._log_key, 0, -1)
+        pipe = self._db.pipeline(transaction=False)
+        for key in keys:
+            pipe.exists(key)
+        return sum(self._call("read", pipe.execute))
 
     def scan(self) -> Iterator[Entry]:
         keys = self._call("read", self._db.zrange, self._log_key, 0, -1)
-        for raw in self._fetch(keys):
-            if raw:
-                yield _decode_entry(raw, self.url)
-
-    def ids(self) -> Iterator[str]:
-        self.refresh()
-        return iter(list(self._known))
-
-    def dims(self) -> dict[str, int]:
-        return self.index.dims()
-
-    def __len__(self) -> int:
-        return int(self._call("read", self._db.zcard, self._log_key))
-
-    def __contains__(self, entry_id: str) -> bool:
-        self.refresh()
-        known = self._known.get(entry_id)
-        return known is not None and bool(self._call("read", self._db.exists, known.key))
+        return iter([e for e in self.fetch(keys) if e is not None])
 
     def close(self) -> None:
         self._db.close()
 
-    # -- shared-store view ---------------------------------------------------------------
-    def key(self, scope: str, entry_id: str) -> str:
-        """The Redis key of ``entry_id`` in ``scope``."""
-        return f"{self.prefix}:{scope_tag(scope)}:{entry_id}"
-
-    def refresh(self) -> int:
-        """Load the entries other clients wrote since the last refresh; return how many."""
-        logged = self._call("read", self._db.zrangebyscore, self._log_key,
-                            f"({self._last_seq}", "+inf", withscores=True)
-        if not logged:
-            return 0
-        loaded = 0
-        for (_, seq), raw in zip(logged, self._fetch([key for key, _ in logged])):
-            self._last_seq = max(self._last_seq, int(seq))
-            if raw:
-                self._adopt(_decode_entry(raw, self.url))
-                loaded += 1
-        return loaded
-
     # -- internals -----------------------------------------------------------------------
-    def _adopt(self, entry: Entry) -> None:
-        """Account and index an entry that is already in the store (no eviction); it counts
-        as last used at its put."""
-        self._unindex(entry.entry_id)
-        self._budget.adopt(entry.entry_id, entry.size, **policy_hints(entry, entry.created_at))
-        self._index(entry, self.key(entry.scope, entry.entry_id))
+    def _script_keys(self, scope: str, entry_id: str) -> list[str]:
+        return [self._seq_key, self._log_key, self.key(scope, entry_id)]
 
-    def _fetch(self, keys: list[bytes]) -> list[dict[bytes, bytes]]:
-        pipe = self._db.pipeline(transaction=False)
-        for key in keys:
-            pipe.hgetall(key)
-        return self._call("read", pipe.execute)
-
-    def _remove_keys(self, keys: list[str]) -> int:
-        if not keys:
-            return 0
+    def _write_batch(self, batch: Sequence[tuple[Entry, Any]],
+                     removed: Sequence[Removal]) -> list[int]:
+        """:meth:`write` as one MULTI/EXEC transaction (redis errors pass through)."""
         pipe = self._db.pipeline(transaction=True)
-        pipe.delete(*keys)
-        pipe.zrem(self._log_key, *keys)
-        return int(self._call("delete", pipe.execute)[0])
+        self._queue_deletes(pipe, removed)
+        for entry, args in batch:
+            self._put_script(keys=self._script_keys(entry.scope, entry.entry_id), args=args,
+                             client=pipe)
+        return [int(v) for v in pipe.execute()[len(removed):]]
+
+    def _delete_batch(self, removed: Sequence[Removal]) -> list[Any]:
+        pipe = self._db.pipeline(transaction=True)
+        self._queue_deletes(pipe, removed)
+        return pipe.execute()
+
+    def _queue_deletes(self, pipe: Any, removed: Sequence[Removal]) -> None:
+        for scope, entry_id, version in removed:
+            self._delete_script(keys=self._script_keys(scope, entry_id),
+                                args=["" if version is None else version], client=pipe)
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -235,19 +183,36 @@ class RedisTier(BudgetedTier):
         except redis.RedisError as exc:
             raise StorageError(f"Redis tier {what} at {self.url} failed: {exc}") from exc
 
-    def _index(self, entry: Entry, key: str) -> None:
-        self._known[entry.entry_id] = _Known(entry.scope, key, tuple(entry.embeddings), entry.size,
-                                             entry.hints)
-        self.index.add(entry.scope, entry.entry_id, entry.embeddings)
 
-    def _unindex(self, entry_id: str) -> None:
-        known = self._known.pop(entry_id, None)
-        if known is not None:
-            self.index.remove(known.scope, entry_id, known.modalities)
+class RedisTier(StoreTier):
+    """A shared remote tier in Redis; semantic search over a local FAISS view of it."""
 
-    def _forget(self, entry_id: str) -> None:
-        self._budget.remove(entry_id)
-        self._unindex(entry_id)
+    store: RedisStore
+
+    def __init__(self, url: str = "redis://127.0.0.1:6379/0", capacity: Capacity | None = None,
+                 policy: EvictionPolicy | str = "lru", spec: IndexSpec = IndexSpec(),
+                 precheck: bool = True, prefix: str = "mmcache", name: str = "l3",
+                 socket_timeout: float = 5.0, max_staleness: float = 0.0) -> None:
+        store = RedisStore(url, prefix, socket_timeout)
+        try:
+            super().__init__(store, capacity, policy, spec, precheck, name, max_staleness)
+        except BaseException:
+            store.close()
+            raise
+
+    @property
+    def url(self) -> str:
+        """The server's URL."""
+        return self.store.url
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix of this store."""
+        return self.store.prefix
+
+    def key(self, scope: str, entry_id: str) -> str:
+        """The Redis key of ``entry_id`` in ``scope``."""
+        return self.store.key(scope, entry_id)
 
 
 def _entry_fields(entry: Entry) -> list[Any]:
@@ -281,6 +246,7 @@ def _decode_entry(raw: Mapping[bytes, bytes], url: str) -> Entry:
                      created_at=float(text["created_at"]),
                      expires_at=float(expires) if expires else None,
                      ground_truth=decode_label(label) if label else None,
-                     hints=decode_hints(text.get("hints") or None))
+                     hints=decode_hints(text.get("hints") or None),
+                     version=int(text.get("version", 0)))
     except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         raise StorageError(f"Redis tier {url} holds a malformed entry: {exc!r}") from None

@@ -1,13 +1,23 @@
-"""L3: entries, values and embeddings in one SQLite file (WAL), with its own vector search.
+"""L3 in one SQLite file (WAL): :class:`SQLiteStore` and the tier over it, :class:`SQLiteTier`.
 
 Values are stored type-tagged (``str``/``bytes``/``json``), embeddings as raw
 float32 bytes, an entry's policy hints as JSON text; no pickle anywhere, so opening a
 cache file never runs code. Reopening a file adopts every entry with its hints, so
-cost- and entropy-aware policies rank it as before (a schema-1 file gains the
-``hints`` column on open; its entries have none).
-The vector index (:class:`mmcache.tiers.vectors.SemanticIndex`) is rebuilt from
-the file on open. With ``shared=True`` (other processes write the same file)
-every lookup first loads rows committed by others (``PRAGMA data_version``).
+cost- and entropy-aware policies rank it as before.
+
+Versions: table ``log`` holds the latest change of each entry id under an
+``AUTOINCREMENT`` sequence number (never reused, assigned inside the write
+transaction, so numbers commit in order); a write stores its number as the entry's
+``version``, a delete takes a new number with no entry behind it. A tier replays the
+log after the last number it has seen, so no process misses another's write, replace
+or delete. ``PRAGMA data_version`` tells cheaply whether anyone else committed.
+Older files (schema 1 and 2) gain ``hints``, ``version`` and the log on open.
+
+Sharing: with ``shared=True`` several caches (in any processes) may open the file.
+Without it the file is private: a second cache opening it while the first is open
+(a re-run notebook cell, another process) is refused with a StorageError saying how
+to share it. Opening waits for another process that is opening the file at the same
+time (``database is locked`` is retried up to ``OPEN_TIMEOUT_S``).
 
 Durability: each put, and each ``put_many`` batch, is one transaction.
 ``synchronous="NORMAL"`` (default) in WAL mode survives a killed process;
@@ -16,255 +26,330 @@ Durability: each put, and each ``put_many`` batch, is one transaction.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
+import time
+from collections import defaultdict
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import ConfigError, StorageError
 from ..policies import EvictionPolicy
 from ..types import Entry
-from .base import Budget, BudgetedTier, Candidate, Capacity, admit_all, gone_ids, policy_hints
+from .base import Capacity
 from .codec import (decode_hints, decode_label, decode_value, encode_hints, encode_label,
                     encode_value, vector_from_bytes, vector_to_bytes)
-from .vectors import IndexSpec, SemanticIndex
+from .store import Change, Removal, Store, StoreTier
+from .vectors import IndexSpec
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
+#: Seconds opening a file waits for other processes opening it at the same moment.
+OPEN_TIMEOUT_S = 30.0
+#: Entries read per query when a tier replays many changes (on open).
+FETCH_CHUNK = 500
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
     entry_id TEXT PRIMARY KEY, scope TEXT NOT NULL, exact_key TEXT NOT NULL,
     value_type TEXT NOT NULL, value BLOB NOT NULL, size INTEGER NOT NULL,
-    created_at REAL NOT NULL, expires_at REAL, ground_truth TEXT, hints TEXT);
+    created_at REAL NOT NULL, expires_at REAL, ground_truth TEXT, hints TEXT, version INTEGER);
 CREATE TABLE IF NOT EXISTS embeddings (
     entry_id TEXT NOT NULL REFERENCES entries(entry_id) ON DELETE CASCADE,
     modality TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL,
     PRIMARY KEY (entry_id, modality));
+CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                                entry_id TEXT NOT NULL UNIQUE);
 """
-_ENTRY_COLS = "rowid, entry_id, scope, exact_key, value_type, value, size, created_at, " \
-              "expires_at, ground_truth, hints"
+_ENTRY_COLS = "entry_id, scope, exact_key, value_type, value, size, created_at, " \
+              "expires_at, ground_truth, hints, version"
+_INSERT = f"INSERT INTO entries ({_ENTRY_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 
 
-class SQLiteTier(BudgetedTier):
-    """A persistent tier in one SQLite file; semantic search over its stored embeddings."""
+class SQLiteStore(Store):
+    """Entries in one SQLite file, with a change log (see the module docstring)."""
 
-    semantic = True
-
-    def __init__(self, path: str | Path, capacity: Capacity = Capacity(),
-                 policy: EvictionPolicy | str = "lru", spec: IndexSpec = IndexSpec(),
-                 synchronous: str = "NORMAL", shared: bool = False, precheck: bool = True,
-                 name: str = "l3") -> None:
+    def __init__(self, path: str | Path, synchronous: str = "NORMAL", shared: bool = False) -> None:
         if synchronous.upper() not in SYNCHRONOUS:
             raise ConfigError(f"l3.synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
-        self.name = name
         self.path = Path(path)
+        self.location = str(self.path)
         self.shared = shared
         self.synchronous = synchronous.upper()
-        self._budget = Budget(capacity, policy, undoable=True)
-        self.index = SemanticIndex(spec, precheck=precheck)
-        #: entry id -> (scope, modalities, size, policy hints) of every entry held.
-        self._scopes: dict[str, tuple[str, tuple[str, ...], int, dict[str, float]]] = {}
-        self._last_rowid = 0
+        self._lock = _hold_open_lock(self.path, shared)
+        try:
+            self._db = self._connect_waiting()
+        except BaseException:
+            os.close(self._lock)
+            raise
         self._data_version = -1
-        self._db = self._connect()
-        self._load_new_rows()
-        while self.capacity.exceeded(*self.usage()):  # reopened with a smaller capacity
-            self.evict()
+        self._latest = 0
 
-    # -- Tier protocol -------------------------------------------------------------------
-    def put_many(self, entries: Sequence[Entry]) -> list[str]:
-        """Store ``entries`` in one transaction; the budget admits them one by one first."""
-        rows = {e.entry_id: _row(e) for e in entries}  # SerializationError before any change
-        now = self.clock()
-        victims, kept = admit_all(self._budget, entries, now)
-        gone = gone_ids(victims, entries)
-        try:
-            with self._transaction():
-                self._db.executemany("DELETE FROM entries WHERE entry_id = ?",
-                                     [(g,) for g in gone])
-                self._db.executemany(
-                    "INSERT INTO entries (entry_id, scope, exact_key, value_type, value, size, "
-                    "created_at, expires_at, ground_truth, hints) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    [rows[e.entry_id][0] for e in kept])
-                self._db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)",
-                                     [v for e in kept for v in rows[e.entry_id][1]])
-                last_rowid = self._db.execute("SELECT last_insert_rowid()").fetchone()[0]
-        except sqlite3.Error as exc:
-            self._budget.rollback()
-            raise StorageError(f"L3 write to {self.path} failed: {exc}") from exc
-        self._last_rowid = max(self._last_rowid, last_rowid or 0)
-        for entry_id in gone:
-            self._unindex(entry_id)
-        self._index([(e.scope, e.entry_id, e.embeddings, e.size, e.hints) for e in kept])
-        return victims
+    # -- Store protocol ------------------------------------------------------------------
+    def encode(self, entry: Entry, keep_for: float | None) -> tuple[tuple, list[tuple]]:
+        """The entry's ``entries`` row (without version) and its ``embeddings`` rows."""
+        tag, payload = encode_value(entry.value)
+        label = encode_label(entry.ground_truth)
+        return ((entry.entry_id, entry.scope, entry.exact_key, tag, payload, entry.size,
+                 entry.created_at, entry.expires_at, label, encode_hints(entry.hints)),
+                [(entry.entry_id, m, len(v), vector_to_bytes(v))
+                 for m, v in entry.embeddings.items()])
 
-    def get(self, scope: str, entry_id: str) -> Entry | None:
-        try:
+    def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal]) -> list[int]:
+        with self._failing_as("write"), self._transaction():
+            self._delete_in_transaction(removed)
+            first = self._next_seq()
+            versions = list(range(first, first + len(batch)))
+            ids = [(entry.entry_id,) for entry, _ in batch]
+            self._db.executemany("DELETE FROM entries WHERE entry_id = ?", ids)
+            self._db.executemany("INSERT OR REPLACE INTO log (seq, entry_id) VALUES (?, ?)",
+                                 [(v, e.entry_id) for v, (e, _) in zip(versions, batch)])
+            self._db.executemany(_INSERT, [(*row, v) for v, (_, (row, _)) in zip(versions, batch)])
+            self._db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)",
+                                 [r for _, (_, vecs) in batch for r in vecs])
+        return versions
+
+    def read(self, scope: str, entry_id: str) -> Entry | None:
+        with self._failing_as("read"):
             row = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries WHERE entry_id = ? "
                                    "AND scope = ?", (entry_id, scope)).fetchone()
-            if row is None:
-                if entry_id in self._scopes and self._scopes[entry_id][0] == scope:
-                    self._forget(entry_id)  # deleted by another process
-                return None
-            entry = self._entry(row, self._embeddings(entry_id))
-        except sqlite3.Error as exc:
-            raise StorageError(f"L3 read from {self.path} failed: {exc}") from exc
-        dropped = self._budget.touch(entry_id, **policy_hints(entry, self.clock()))
-        if dropped:
-            self._delete_rows(dropped)
-        return None if entry_id in dropped else entry
+            return None if row is None else self._entry(row, self._vectors(entry_id))
 
-    def search(self, scope: str, vectors: Mapping[str, np.ndarray],
-               floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
-        if self.shared:
-            self._sync()
-        return self.index.search(scope, vectors, floors, k)
+    def delete(self, removed: Sequence[Removal]) -> list[str]:
+        with self._failing_as("delete"), self._transaction():
+            return self._delete_in_transaction(removed)
 
-    def dims(self) -> dict[str, int]:
-        return self.index.dims()
+    def latest(self) -> int:
+        with self._failing_as("read"):
+            version = self._db.execute("PRAGMA data_version").fetchone()[0]
+            if version != self._data_version:  # another connection committed meanwhile
+                self._data_version = version
+                row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'log'"
+                                       ).fetchone()
+                self._latest = 0 if row is None else int(row[0])
+        return self._latest
 
-    def delete(self, entry_id: str) -> bool:
-        try:
-            with self._transaction():
-                gone = self._db.execute("DELETE FROM entries WHERE entry_id = ?",
-                                        (entry_id,)).rowcount > 0
-        except sqlite3.Error as exc:
-            raise StorageError(f"L3 delete in {self.path} failed: {exc}") from exc
-        self._forget(entry_id)
-        return gone
+    def changes(self, since: int) -> list[Change]:
+        with self._failing_as("read"):
+            rows = self._db.execute("SELECT seq, entry_id FROM log WHERE seq > ? ORDER BY seq",
+                                    (since,)).fetchall()
+        return [Change(seq, entry_id, entry_id) for seq, entry_id in rows]
 
-    def evict(self) -> str | None:
-        victim = self._budget.pick_victim()
-        if victim is not None:
-            self._delete_rows([victim])
-        return victim
+    def fetch(self, refs: Sequence[str]) -> list[Entry | None]:
+        found: dict[str, Entry] = {}
+        with self._failing_as("read"):
+            for start in range(0, len(refs), FETCH_CHUNK):
+                chunk = list(refs[start:start + FETCH_CHUNK])
+                marks = ",".join("?" * len(chunk))
+                vectors: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
+                for entry_id, modality, dim, blob in self._db.execute(
+                        "SELECT entry_id, modality, dim, vector FROM embeddings "
+                        f"WHERE entry_id IN ({marks})", chunk):
+                    vectors[entry_id][modality] = vector_from_bytes(blob, dim)
+                for row in self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries "
+                                            f"WHERE entry_id IN ({marks})", chunk):
+                    found[row[0]] = self._entry(row, vectors[row[0]])
+        return [found.get(ref) for ref in refs]
+
+    def record_capacity(self, capacity: Capacity, replace: bool = False) -> Capacity:
+        values = [("max_entries", _text(capacity.max_entries)),
+                  ("max_bytes", _text(capacity.max_bytes))]
+        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
+        with self._failing_as("write"), _Transaction(self._db):
+            self._db.executemany(f"{verb} INTO meta VALUES (?, ?)", values)
+            stored = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN "
+                                           "('max_entries', 'max_bytes')").fetchall())
+        return Capacity(_number(stored["max_entries"]), _number(stored["max_bytes"]))
+
+    def count(self) -> int:
+        with self._failing_as("read"):
+            return int(self._db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
 
     def scan(self) -> Iterator[Entry]:
-        rows = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries ORDER BY rowid").fetchall()
-        for row in rows:
-            yield self._entry(row, self._embeddings(row[1]))
-
-    def ids(self) -> Iterator[str]:
-        return (row[0] for row in self._db.execute("SELECT entry_id FROM entries").fetchall())
-
-    def __len__(self) -> int:
-        return int(self._db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
-
-    def __contains__(self, entry_id: str) -> bool:
-        return self._db.execute("SELECT 1 FROM entries WHERE entry_id = ?",
-                                (entry_id,)).fetchone() is not None
+        with self._failing_as("read"):
+            rows = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries ORDER BY version"
+                                    ).fetchall()
+            entries = [self._entry(row, self._vectors(row[0])) for row in rows]
+        return iter(entries)
 
     def close(self) -> None:
         try:
             self._db.close()
         except sqlite3.Error as exc:
             raise StorageError(f"closing {self.path} failed: {exc}") from exc
+        finally:
+            os.close(self._lock)
 
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` result (``"ok"`` when the file is sound)."""
         return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
 
     # -- internals -----------------------------------------------------------------------
+    def _connect_waiting(self) -> sqlite3.Connection:
+        """:meth:`_connect`, retried while another process holds the file during its own open."""
+        deadline = time.monotonic() + OPEN_TIMEOUT_S
+        pause = 0.01
+        while True:
+            try:
+                return self._connect()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() > deadline:
+                    raise StorageError(f"cannot open L3 store {self.path}: {exc}") from exc
+            time.sleep(pause)
+            pause = min(2 * pause, 0.2)
+
     def _connect(self) -> sqlite3.Connection:
+        """A connection with the schema in place; sqlite3.OperationalError when busy."""
+        db = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # check_same_thread=False: a TieredCache shared between threads calls this tier
+            # check_same_thread=False: a TieredCache shared between threads calls this store
             # from any of them, but only under its lock, so uses of the connection never
             # overlap. Used on its own, a SQLiteTier still needs one thread at a time.
             db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0,
                                  check_same_thread=False)
+            db.execute("PRAGMA busy_timeout=30000")
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(f"PRAGMA synchronous={self.synchronous}")
             db.execute("PRAGMA foreign_keys=ON")
-            db.execute("PRAGMA busy_timeout=30000")
-            db.executescript(_SCHEMA)
-            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
-            version = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
-            if version == "1":
-                version = _add_hints_column(db)
-        except (sqlite3.Error, OSError) as exc:
+            version = _upgrade(db)
+        except sqlite3.OperationalError as exc:
+            if db is not None:
+                db.close()
+            if _is_busy(exc):
+                raise
+            raise StorageError(f"cannot open L3 store {self.path}: {exc}") from exc
+        except sqlite3.Error as exc:
+            if db is not None:
+                db.close()
             raise StorageError(f"cannot open L3 store {self.path}: {exc}") from exc
         if version != SCHEMA_VERSION:
             db.close()
             raise StorageError(f"{self.path} has schema {version}, expected {SCHEMA_VERSION}")
         return db
 
-    def _delete_rows(self, entry_ids: list[str]) -> None:
-        """Delete rows the budget already let go of, and their vectors."""
-        try:
-            with self._transaction():
-                self._db.executemany("DELETE FROM entries WHERE entry_id = ?",
-                                     [(e,) for e in entry_ids])
-        except sqlite3.Error as exc:
-            raise StorageError(f"L3 eviction in {self.path} failed: {exc}") from exc
-        for entry_id in entry_ids:
-            self._unindex(entry_id)
+    def _next_seq(self) -> int:
+        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'log'").fetchone()
+        return 1 + (0 if row is None else int(row[0]))
 
-    def _transaction(self):
-        return _Transaction(self._db)
+    def _delete_in_transaction(self, removed: Sequence[Removal]) -> list[str]:
+        """Compare-and-delete each removal, logging a new sequence number for each delete."""
+        deleted = []
+        for _, entry_id, version in removed:
+            if version is None:
+                cursor = self._db.execute("DELETE FROM entries WHERE entry_id = ?", (entry_id,))
+            else:
+                cursor = self._db.execute("DELETE FROM entries WHERE entry_id = ? AND version = ?",
+                                          (entry_id, version))
+            if cursor.rowcount > 0:
+                self._db.execute("INSERT OR REPLACE INTO log (entry_id) VALUES (?)", (entry_id,))
+                deleted.append(entry_id)
+        return deleted
 
-    def _sync(self) -> None:
-        version = self._db.execute("PRAGMA data_version").fetchone()[0]
-        if version != self._data_version:
-            self._data_version = version
-            self._load_new_rows()
-
-    def _load_new_rows(self) -> None:
-        """Index rows committed after the last one this tier has seen (all of them on open)."""
-        try:
-            rows = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries WHERE rowid > ? "
-                                    "ORDER BY rowid", (self._last_rowid,)).fetchall()
-            for row in rows:
-                entry_id, scope, size, created_at = row[1], row[2], row[6], row[7]
-                hints = _decode_hints(row[10], self.path)
-                vectors = self._embeddings(entry_id)
-                self._unindex(entry_id)
-                # an adopted entry counts as last used at its put
-                self._budget.adopt(entry_id, size, now=created_at, **hints)
-                self._index([(scope, entry_id, vectors, size, hints)])
-                self._last_rowid = max(self._last_rowid, row[0])
-        except sqlite3.Error as exc:
-            raise StorageError(f"L3 load from {self.path} failed: {exc}") from exc
-
-    def _embeddings(self, entry_id: str) -> dict[str, np.ndarray]:
+    def _vectors(self, entry_id: str) -> dict[str, np.ndarray]:
         rows = self._db.execute("SELECT modality, dim, vector FROM embeddings WHERE entry_id = ?",
                                 (entry_id,)).fetchall()
         return {m: vector_from_bytes(blob, dim) for m, dim, blob in rows}
 
     def _entry(self, row: tuple, embeddings: dict[str, np.ndarray]) -> Entry:
-        _, entry_id, scope, exact_key, tag, payload, size, created, expires, label, hints = row
+        entry_id, scope, exact_key, tag, payload, size, created, expires, label, hints, \
+            version = row
         return Entry(entry_id=entry_id, scope=scope, exact_key=exact_key,
-                     value=decode_value(tag, payload), embeddings=embeddings, size=size,
-                     created_at=created, expires_at=expires, ground_truth=decode_label(label),
-                     hints=_decode_hints(hints, self.path))
+                     value=decode_value(tag, payload), embeddings=embeddings,
+                     size=size, created_at=created, expires_at=expires,
+                     ground_truth=decode_label(label), hints=_decode_hints(hints, self.path),
+                     version=version)
 
-    def _index(self, items: list[tuple[str, str, Mapping[str, np.ndarray], int,
-                                       dict[str, float]]]) -> None:
-        """Remember and index entries given as ``(scope, entry_id, vectors, size, hints)``."""
-        self._scopes.update((eid, (scope, tuple(vecs), size, hints))
-                            for scope, eid, vecs, size, hints in items)
-        self.index.add_many((scope, eid, vecs) for scope, eid, vecs, _, _ in items)
+    def _transaction(self) -> "_Transaction":
+        return _Transaction(self._db)
 
-    def _unindex(self, entry_id: str) -> None:
-        known = self._scopes.pop(entry_id, None)
-        if known is not None:
-            self.index.remove(known[0], entry_id, known[1])
-
-    def _forget(self, entry_id: str) -> None:
-        self._budget.remove(entry_id)
-        self._unindex(entry_id)
+    def _failing_as(self, what: str) -> "_Failing":
+        return _Failing(f"L3 {what} in {self.path} failed")
 
 
-def _row(entry: Entry) -> tuple[tuple, list[tuple]]:
-    """The entry's ``entries`` row and its ``embeddings`` rows (SerializationError first)."""
-    tag, payload = encode_value(entry.value)
-    label = encode_label(entry.ground_truth)
-    return ((entry.entry_id, entry.scope, entry.exact_key, tag, payload, entry.size,
-             entry.created_at, entry.expires_at, label, encode_hints(entry.hints)),
-            [(entry.entry_id, m, len(v), vector_to_bytes(v)) for m, v in entry.embeddings.items()])
+class SQLiteTier(StoreTier):
+    """A persistent tier in one SQLite file; semantic search over its stored embeddings."""
+
+    store: SQLiteStore
+
+    def __init__(self, path: str | Path, capacity: Capacity | None = None,
+                 policy: EvictionPolicy | str = "lru", spec: IndexSpec = IndexSpec(),
+                 synchronous: str = "NORMAL", shared: bool = False, precheck: bool = True,
+                 name: str = "l3", max_staleness: float = 0.0) -> None:
+        store = SQLiteStore(path, synchronous, shared)
+        try:
+            super().__init__(store, capacity, policy, spec, precheck, name, max_staleness)
+        except BaseException:
+            store.close()
+            raise
+
+    @property
+    def path(self) -> Path:
+        """The SQLite file."""
+        return self.store.path
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check`` result (``"ok"`` when the file is sound)."""
+        return self.store.integrity_check()
+
+
+def _hold_open_lock(path: Path, shared: bool) -> int:
+    """A lock on ``path``'s ``.lock`` file held while the store is open: shared by shared
+    stores, exclusive for a private one; StorageError when another cache holds it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StorageError(f"cannot open L3 store {path}: {exc}") from exc
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StorageError(
+            f"L3 store {path} is already open in another cache (in this process or another)"
+            + ("" if shared else " and this cache opens it as private") +
+            ": close that cache first (cache.close()), or set l3.shared: true in every cache "
+            "that opens it, to share one store between them") from None
+    return fd
+
+
+def _upgrade(db: sqlite3.Connection) -> str:
+    """Create the schema or bring an older one to :data:`SCHEMA_VERSION`; return the version."""
+    with _Transaction(db):
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        version = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+        columns = {row[1] for row in db.execute("PRAGMA table_info(entries)")}
+        if version in ("1", "2"):
+            if "hints" not in columns:
+                db.execute("ALTER TABLE entries ADD COLUMN hints TEXT")
+            if "version" not in columns:
+                db.execute("ALTER TABLE entries ADD COLUMN version INTEGER")
+            db.execute("INSERT OR REPLACE INTO log (entry_id) "
+                       "SELECT entry_id FROM entries ORDER BY rowid")
+            db.execute("UPDATE entries SET version = "
+                       "(SELECT seq FROM log WHERE log.entry_id = entries.entry_id)")
+            db.execute("UPDATE meta SET value = ? WHERE key='schema_version'", (SCHEMA_VERSION,))
+            version = SCHEMA_VERSION
+    return version
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _text(limit: int | None) -> str:
+    return "" if limit is None else str(int(limit))
+
+
+def _number(text: str) -> int | None:
+    return None if text == "" else int(text)
 
 
 def _decode_hints(text: str | None, path: Path) -> dict[str, float]:
@@ -275,14 +360,19 @@ def _decode_hints(text: str | None, path: Path) -> dict[str, float]:
         raise StorageError(f"{path} holds malformed policy hints {text!r}: {exc}") from None
 
 
-def _add_hints_column(db: sqlite3.Connection) -> str:
-    """Upgrade a schema-1 file to schema 2 (``entries.hints``, null for old rows)."""
-    with _Transaction(db):
-        current = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
-        if current == "1":  # another process may have upgraded it meanwhile
-            db.execute("ALTER TABLE entries ADD COLUMN hints TEXT")
-            db.execute("UPDATE meta SET value = ? WHERE key='schema_version'", (SCHEMA_VERSION,))
-    return SCHEMA_VERSION
+class _Failing:
+    """Turns a ``sqlite3.Error`` raised inside it into a StorageError with ``message``."""
+
+    def __init__(self, message: str) -> None:
+        self._message = message
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and issubclass(exc_type, sqlite3.Error):
+            raise StorageError(f"{self._message}: {exc}") from exc
+        return False
 
 
 class _Transaction:

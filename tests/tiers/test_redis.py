@@ -47,7 +47,8 @@ def tier(redis_url: str, prefix: str):
 @pytest.mark.parametrize("value", ["text ünïcode", b"\x00\x80raw bytes", {"a": [1, 2.5, None]},
                                    [1, "two"], 42, None])
 def test_round_trip_keeps_value_type_embedding_and_metadata(tier: RedisTier, value: object) -> None:
-    stored = entry("e1", value=value, seed=7, expires_at=1234.5, ground_truth={"intent": 3})
+    expires_at = time.time() + 3600.0  # in the future: Redis expires entries by their TTL
+    stored = entry("e1", value=value, seed=7, expires_at=expires_at, ground_truth={"intent": 3})
     tier.put(stored)
     got = tier.get("tenant-a", "e1")
     assert got is not None
@@ -55,7 +56,7 @@ def test_round_trip_keeps_value_type_embedding_and_metadata(tier: RedisTier, val
     assert got.embeddings["text"].dtype == np.float32
     assert np.array_equal(got.embeddings["text"], stored.embeddings["text"])
     assert (got.exact_key, got.size, got.created_at, got.expires_at, got.ground_truth) == \
-        ("exact-e1", 100, 1000.0, 1234.5, {"intent": 3})
+        ("exact-e1", 100, 1000.0, expires_at, {"intent": 3})
 
 
 def test_values_are_stored_type_tagged_without_pickle(tier: RedisTier, redis_url: str) -> None:
@@ -165,7 +166,7 @@ def test_failed_write_restores_the_budget(redis_url: str, prefix: str,
         def lost(*args: object, **kwargs: object) -> None:
             raise redis.ConnectionError("connection lost (simulated)")
 
-        monkeypatch.setattr(tier, "_put_script", lost)
+        monkeypatch.setattr(tier.store, "_put_script", lost)
         with pytest.raises(StorageError, match="write .* failed"):
             tier.put(entry("e2", seed=2))
         assert tier.usage() == (2, 200)

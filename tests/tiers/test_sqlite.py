@@ -132,7 +132,7 @@ def test_failed_put_many_restores_budget_file_and_index(tmp_path, monkeypatch):
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(tier, "_transaction", Broken)
+    monkeypatch.setattr(tier.store, "_transaction", Broken)
     with pytest.raises(StorageError, match="L3 write .* failed"):
         tier.put_many([entry(i, rng) for i in range(1, 6)])
     monkeypatch.undo()
@@ -155,7 +155,7 @@ def test_failed_put_does_not_change_the_next_victim(tmp_path, monkeypatch):
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(tier, "_transaction", Broken)
+    monkeypatch.setattr(tier.store, "_transaction", Broken)
     with pytest.raises(StorageError):
         tier.put(entry(7, rng))
     monkeypatch.undo()
@@ -192,14 +192,15 @@ def test_a_schema_1_file_gains_the_hints_column(tmp_path):
     tier.close()
     reopened = SQLiteTier(path)
     assert reopened.get("s", "s-2").hints == {"cost": 4.0}
-    assert reopened._db.execute("SELECT value FROM meta").fetchone()[0] == "2"
+    assert reopened.store._db.execute("SELECT value FROM meta WHERE key = 'schema_version'"
+                                      ).fetchone()[0] == "3"
     reopened.close()
 
 
 def test_malformed_stored_hints_are_a_storage_error(tmp_path):
     tier = SQLiteTier(tmp_path / "l3.db")
     tier.put(entry(1, np.random.default_rng(10)))
-    tier._db.execute("UPDATE entries SET hints = '[1, 2]'")
+    tier.store._db.execute("UPDATE entries SET hints = '[1, 2]'")
     with pytest.raises(StorageError, match="malformed policy hints"):
         tier.get("s", "s-1")
     tier.close()

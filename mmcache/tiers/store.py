@@ -1,0 +1,336 @@
+"""L3: one store-backed tier over a small store protocol, versioned so every process sees one cache.
+
+A :class:`Store` keeps entries where other processes may reach them (a SQLite file,
+a Redis server). It knows five things: write a batch, read, delete (compare-and-delete
+on the version), the changes since a sequence number, and the capacity recorded when it
+was created. Every write and every delete takes the next number of one monotonic
+sequence of the store; an entry's ``version`` is the number of its write, so a number
+says exactly which write a copy comes from.
+
+:class:`StoreTier` is the tier over a store: the capacity budget and eviction policy,
+the local vector index (FAISS, :class:`~mmcache.tiers.vectors.SemanticIndex`), the
+entries' scopes, the budget restored when a write fails, and the entries adopted when
+it opens or replays changes. A shared store (``shared = True``: other processes write
+it) is brought up to date, by replaying its changes, before each search and before each
+revalidation of a private copy (:meth:`StoreTier.current_version`); ``max_staleness``
+(seconds, default 0) bounds how old the view used for revalidation may be.
+
+Capacity belongs to the store: the first tier that opens a store records its capacity,
+later tiers adopt it (``capacity=None``) or must ask for the same one (ConfigError), so
+no client ever evicts other tenants' entries to meet a budget of its own.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..policies import EvictionPolicy
+from ..types import Entry
+from .base import Budget, BudgetedTier, Candidate, Capacity, admit_all, gone_ids, policy_hints
+from .vectors import IndexSpec, SemanticIndex
+
+
+class Change(NamedTuple):
+    """One entry of a store's change feed: the entry's id changed at ``seq``.
+
+    ``ref`` is the store's own handle to read it with :meth:`Store.fetch`. The feed
+    holds the latest change of each id: a write (the stored entry has ``version == seq``)
+    or a delete (nothing is stored under the id).
+    """
+
+    seq: int
+    entry_id: str
+    ref: str
+
+
+class Removal(NamedTuple):
+    """An entry to delete: only while the store still holds ``version`` (None: any version)."""
+
+    scope: str
+    entry_id: str
+    version: int | None
+
+
+class Store(ABC):
+    """Where a :class:`StoreTier` keeps its entries (see the module docstring)."""
+
+    #: Where the store is, for messages (a path or a URL).
+    location: str
+    #: True when other processes write the store too.
+    shared: bool
+
+    @abstractmethod
+    def encode(self, entry: Entry, keep_for: float | None) -> Any:
+        """The entry as this store writes it (SerializationError before anything changes);
+        ``keep_for``: seconds after which the store may drop it by itself (None: never)."""
+
+    @abstractmethod
+    def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal]) -> list[int]:
+        """In one atomic step, delete ``removed`` (compare-and-delete) and store every encoded
+        entry of ``batch`` (replacing any stored one); return each entry's new version."""
+
+    @abstractmethod
+    def read(self, scope: str, entry_id: str) -> Entry | None:
+        """The stored entry (its ``version`` set), or None."""
+
+    @abstractmethod
+    def delete(self, removed: Sequence[Removal]) -> list[str]:
+        """Compare-and-delete each of ``removed``; return the ids actually deleted."""
+
+    @abstractmethod
+    def latest(self) -> int:
+        """The last sequence number the store has assigned (0 when none)."""
+
+    @abstractmethod
+    def changes(self, since: int) -> list[Change]:
+        """The changes after sequence number ``since``, in sequence order."""
+
+    @abstractmethod
+    def fetch(self, refs: Sequence[str]) -> list[Entry | None]:
+        """The entries stored under the :attr:`Change.ref` s ``refs`` (None: none stored)."""
+
+    @abstractmethod
+    def record_capacity(self, capacity: Capacity, replace: bool = False) -> Capacity:
+        """Record ``capacity`` when none is recorded yet (or ``replace``); return the one
+        recorded now."""
+
+    @abstractmethod
+    def count(self) -> int:
+        """How many entries the store holds."""
+
+    @abstractmethod
+    def scan(self) -> Iterator[Entry]:
+        """Every stored entry."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connection (and any lock on the store)."""
+
+
+class _Known(NamedTuple):
+    """What a tier remembers of one stored entry."""
+
+    scope: str
+    modalities: tuple[str, ...]
+    size: int
+    hints: dict[str, float]
+    version: int | None
+
+
+class StoreTier(BudgetedTier):
+    """A tier over a :class:`Store`; semantic search over a local index of its entries.
+
+    ``capacity=None`` adopts the store's recorded capacity (unlimited for a new store). A
+    capacity other than the recorded one is a ConfigError on a shared store; a private
+    store records the new one and evicts down to it.
+    """
+
+    semantic = True
+
+    def __init__(self, store: Store, capacity: Capacity | None = None,
+                 policy: EvictionPolicy | str = "lru", spec: IndexSpec = IndexSpec(),
+                 precheck: bool = True, name: str = "l3", max_staleness: float = 0.0) -> None:
+        if isinstance(max_staleness, bool) or not isinstance(max_staleness, (int, float)) or \
+                not 0 <= max_staleness < float("inf"):
+            raise ConfigError(f"max_staleness must be a finite number of seconds >= 0, "
+                              f"got {max_staleness!r}")
+        self.store = store
+        self.name = name
+        self.shared = store.shared
+        #: Seconds a view of a shared store may be old when a private copy is revalidated.
+        self.max_staleness = float(max_staleness)
+        #: Seconds an expired entry is still kept (stale-while-revalidate / stale-if-error);
+        #: a store that drops expired entries by itself keeps them this much longer.
+        self.expiry_grace = 0.0
+        self._budget = Budget(_store_capacity(store, capacity), policy, undoable=True)
+        self.index = SemanticIndex(spec, precheck=precheck)
+        self._known: dict[str, _Known] = {}
+        self._seen = 0
+        self._replay(store.changes(0))
+        self._synced_at = time.monotonic()
+        while not self.shared and self.capacity.exceeded(*self.usage()):
+            self.evict()  # a private store reopened with a smaller capacity
+
+    # -- Tier protocol -------------------------------------------------------------------
+    def put_many(self, entries: Sequence[Entry]) -> list[str]:
+        """Write ``entries`` in one store batch (setting each stored one's ``version``); the
+        budget admits them one by one first."""
+        now = self.clock()
+        encoded = {e.entry_id: self.store.encode(e, self._keep_for(e, now)) for e in entries}
+        self._sync(force=True)  # the budget must see what others wrote before it evicts
+        victims, kept = admit_all(self._budget, entries, now)
+        gone = gone_ids(victims, entries)
+        stored = {e.entry_id for e in kept}
+        known = {g: self._known[g] for g in gone if g in self._known}
+        removed = [Removal(k.scope, g, k.version) for g, k in known.items() if g not in stored]
+        try:
+            versions = self.store.write([(e, encoded[e.entry_id]) for e in kept], removed)
+        except BaseException:
+            self._budget.rollback()
+            raise
+        for entry_id in gone:
+            self._unindex(entry_id)
+        for entry, version in zip(kept, versions):
+            entry.version = version
+        self._index(kept)
+        return victims
+
+    def get(self, scope: str, entry_id: str) -> Entry | None:
+        entry = self.store.read(scope, entry_id)
+        known = self._known.get(entry_id)
+        if entry is None:
+            if known is not None and known.scope == scope:
+                self._forget(entry_id)  # deleted by another process
+            return None
+        if known is None or known.version != entry.version:
+            self._adopt([entry])  # written by another process since the last replay
+        dropped = self._budget.touch(entry_id, **policy_hints(entry, self.clock()))
+        if dropped:
+            self._remove(dropped)
+        return None if entry_id in dropped else entry
+
+    def search(self, scope: str, vectors: Mapping[str, np.ndarray],
+               floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
+        self._sync(force=True)
+        return self.index.search(scope, vectors, floors, k)
+
+    def delete(self, entry_id: str, version: int | None = None) -> bool:
+        """Remove an entry; with ``version``, only while the store still holds that version
+        (a newer write by another process stays). False when nothing was deleted."""
+        if entry_id not in self._known:
+            self._sync(force=True)
+        known = self._known.get(entry_id)
+        if known is None:
+            return False
+        deleted = self.store.delete([Removal(known.scope, entry_id, version)])
+        if deleted or version is None:
+            self._forget(entry_id)
+        return bool(deleted)
+
+    def evict(self) -> str | None:
+        victim = self._budget.pick_victim()
+        if victim is not None:
+            self._remove([victim])
+        return victim
+
+    def scan(self) -> Iterator[Entry]:
+        return self.store.scan()
+
+    def ids(self) -> Iterator[str]:
+        self._sync(force=True)
+        return iter(list(self._known))
+
+    def dims(self) -> dict[str, int]:
+        return self.index.dims()
+
+    def __len__(self) -> int:
+        return self.store.count()
+
+    def __contains__(self, entry_id: str) -> bool:
+        self._sync(force=True)
+        known = self._known.get(entry_id)
+        return known is not None and self.store.read(known.scope, entry_id) is not None
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- coherence -----------------------------------------------------------------------
+    def current_version(self, entry_id: str) -> int | None:
+        """The store's version of ``entry_id`` (None: not stored), as seen at most
+        ``max_staleness`` seconds ago; a private copy of another version is stale."""
+        self._sync()
+        known = self._known.get(entry_id)
+        return None if known is None else known.version
+
+    def refresh(self) -> None:
+        """Replay the changes other processes made since the last replay, now."""
+        self._sync(force=True)
+
+    # -- internals -----------------------------------------------------------------------
+    def _sync(self, force: bool = False) -> None:
+        """Bring a shared store's view up to date (at most ``max_staleness`` old unless forced)."""
+        if not self.shared:
+            return
+        now = time.monotonic()
+        if not force and now - self._synced_at < self.max_staleness:
+            return
+        if self.store.latest() > self._seen:
+            self._replay(self.store.changes(self._seen))
+        self._synced_at = now
+
+    def _replay(self, changes: list[Change]) -> None:
+        """Adopt the entries ``changes`` wrote and forget those they deleted."""
+        todo = [c for c in changes if c.entry_id not in self._known or
+                self._known[c.entry_id].version != c.seq]
+        written = []
+        for change, entry in zip(todo, self.store.fetch([c.ref for c in todo])):
+            if entry is None:
+                if change.entry_id in self._known:
+                    self._forget(change.entry_id)
+            elif self._known.get(entry.entry_id, _NOWHERE).version != entry.version:
+                written.append(entry)
+        self._adopt(written)
+        if changes:
+            self._seen = max(self._seen, changes[-1].seq)
+
+    def _adopt(self, entries: Sequence[Entry]) -> None:
+        """Account and index entries that are already stored (no eviction); each counts as
+        last used at its put."""
+        for entry in entries:
+            self._unindex(entry.entry_id)
+            self._budget.adopt(entry.entry_id, entry.size,
+                               **policy_hints(entry, entry.created_at))
+        self._index(entries)
+
+    def _remove(self, entry_ids: Sequence[str]) -> None:
+        """Delete entries the budget already let go of (each only at the version known)."""
+        removals = [Removal(k.scope, e, k.version) for e in entry_ids
+                    if (k := self._known.get(e)) is not None]
+        if removals:
+            self.store.delete(removals)
+        for entry_id in entry_ids:
+            self._unindex(entry_id)
+
+    def _keep_for(self, entry: Entry, now: float) -> float | None:
+        """Seconds the store must keep ``entry`` (None: no expiry)."""
+        if entry.expires_at is None:
+            return None
+        return max(entry.expires_at + self.expiry_grace - now, 0.001)
+
+    def _index(self, entries: Sequence[Entry]) -> None:
+        """Remember and index stored ``entries``."""
+        self._known.update((e.entry_id, _Known(e.scope, tuple(e.embeddings), e.size, e.hints,
+                                               e.version)) for e in entries)
+        self.index.add_many((e.scope, e.entry_id, e.embeddings) for e in entries)
+
+    def _unindex(self, entry_id: str) -> None:
+        known = self._known.pop(entry_id, None)
+        if known is not None:
+            self.index.remove(known.scope, entry_id, known.modalities)
+
+    def _forget(self, entry_id: str) -> None:
+        self._budget.remove(entry_id)
+        self._unindex(entry_id)
+
+
+_NOWHERE = _Known("", (), 0, {}, None)
+
+
+def _store_capacity(store: Store, requested: Capacity | None) -> Capacity:
+    """The capacity a tier over ``store`` works with (see :class:`StoreTier`)."""
+    if requested is None:
+        return store.record_capacity(Capacity())
+    recorded = store.record_capacity(requested, replace=not store.shared)
+    if recorded != requested:
+        raise ConfigError(
+            f"the shared store {store.location} was created with capacity "
+            f"max_entries={recorded.max_entries}, max_bytes={recorded.max_bytes}, but this "
+            f"client asks for max_entries={requested.max_entries}, "
+            f"max_bytes={requested.max_bytes}: capacity belongs to the store, so ask for the "
+            "same (or leave it out to adopt the store's), or use another store")
+    return recorded
