@@ -20,7 +20,7 @@ encoder's embeddings of exactly those texts (image and audio stay synthetic;
 :meth:`Workload.embedding_kinds` says which is which).
 
 :func:`zipf_trace` draws an object trace (ids + sizes) in the same
-:class:`mmcache.replay.Trace` layout that :func:`mmcache.replay.read_oracle_general` returns.
+:class:`mmcache.trace.Trace` layout that :func:`mmcache.trace.read_oracle_general` returns.
 """
 
 from __future__ import annotations
@@ -181,12 +181,12 @@ class Workload:
                 + self.variant.astype(np.uint64))
 
     def to_trace(self, key: str = "exact"):
-        """The stream as a :class:`mmcache.replay.Trace` keyed by ``"exact"`` key or ``"intent"``.
+        """The stream as a :class:`mmcache.trace.Trace` keyed by ``"exact"`` key or ``"intent"``.
 
         The intent-keyed trace is the *oracle semantic cache*: every paraphrase,
         in any modality, of an intent hits its answer, and nothing else does.
         """
-        from .replay import make_trace
+        from .trace import make_trace
 
         if key not in ("exact", "intent"):
             raise ConfigError(f"key must be 'exact' or 'intent', got {key!r}")
@@ -364,13 +364,13 @@ def generate(config: WorkloadConfig | None = None, **overrides) -> Workload:
 
 def zipf_trace(n_req: int, n_obj: int, alpha: float = 1.0, seed: int = 0, *,
                obj_size: int | None = 4096, size_sigma: float = 1.0):
-    """A Zipf(``alpha``) request trace over ``n_obj`` objects as a :class:`mmcache.replay.Trace`.
+    """A Zipf(``alpha``) request trace over ``n_obj`` objects as a :class:`mmcache.trace.Trace`.
 
     Popularity ranks are shuffled over the ids. Every object has ``obj_size``
     bytes, or (``obj_size=None``) its own log-normal size around 4 KiB with
     ``size_sigma``. Sizes are fixed per object, as in a real trace.
     """
-    from .replay import make_trace
+    from .trace import make_trace
 
     _check(n_req >= 1 and n_obj >= 1, "n_req and n_obj must be >= 1")
     _check(alpha >= 0 and size_sigma >= 0, "alpha and size_sigma must be >= 0")
