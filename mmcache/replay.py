@@ -13,6 +13,10 @@ the victims, as libCacheSim inserts it first). On the shipped cloudPhysicsIO tra
 this reproduces libCacheSim's own test expectations, counts and bytes, for LRU,
 FIFO, CLOCK, LFU, SIEVE, Belady, ARC, LIRS, S3-FIFO, GDSF and LFUDA.
 
+:func:`opt_bounds` brackets the misses of the optimal offline policy (variable sizes:
+Belady is then a heuristic, not the optimum) between a lower bound from
+:mod:`mmcache.bounds` and the best feasible schedule it finds.
+
 Policies with a compiled kernel (numba, over dense object ids; see
 :mod:`mmcache.policies.kernels`) replay at millions of requests per second; the
 others replay through their online object, one Python call per request.
@@ -21,18 +25,19 @@ others replay through their online object, one Python call per request.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from .bounds import lower_bound
 from .errors import ConfigError, TraceFormatError, UnknownPolicyError
 from .policies import POLICIES, make_policy
-from .policies.kernels import run_kernel
+from .policies.kernels import KERNELS, run_kernel
 from .trace import (ORACLE_GENERAL_DTYPE, Trace, make_trace, read_oracle_general,
                     write_oracle_general)
 
-__all__ = ["ORACLE_GENERAL_DTYPE", "SimResult", "Trace", "make_trace", "read_oracle_general",
-           "simulate", "write_oracle_general"]
+__all__ = ["ORACLE_GENERAL_DTYPE", "OptBounds", "SimResult", "Trace", "make_trace", "opt_bounds",
+           "read_oracle_general", "simulate", "write_oracle_general"]
 
 
 @dataclass(frozen=True)
@@ -70,19 +75,79 @@ def simulate(trace: Trace, policy: str = "lru", cache_size: int = 134217728,
     forces the online object even where a compiled kernel exists.
     Raises :class:`UnknownPolicyError` or :class:`ConfigError` for bad arguments.
     """
-    if not isinstance(trace, Trace):
-        raise TraceFormatError(f"simulate() needs a Trace (see make_trace), got "
-                               f"{type(trace).__name__}")
+    _check_trace(trace, "simulate()")
     name = _policy_name(policy)
-    if isinstance(cache_size, bool) or not isinstance(cache_size, (int, np.integer)) \
-            or cache_size <= 0:
-        raise ConfigError(f"cache_size must be a positive number of bytes, got {cache_size!r}")
-    cache_size = int(cache_size)
+    cache_size = _cache_size(cache_size)
     policy_obj = make_policy(name, cache_size, **params)  # validates params
     counts = run_kernel(name, trace, cache_size, params) if use_kernel else None
     if counts is None:
         counts = _replay_online(trace, policy_obj, cache_size)
     return SimResult(name, cache_size, trace.n_req, trace.n_req_byte, *counts)
+
+
+@dataclass(frozen=True)
+class OptBounds:
+    """Misses of the optimal offline policy lie in [lower, upper]; unpacks as ``lo, hi``.
+
+    ``lower_method`` names the lower bound (``"foo-l"`` or ``"pfoo-l"``, see
+    :mod:`mmcache.bounds`); ``upper_by`` the feasible schedule whose misses are
+    ``upper``: a policy's name, ``"foo-u"`` (the FOO LP's fully cached intervals) or
+    ``"no cache"``.
+    """
+
+    lower: int
+    upper: int
+    lower_method: str
+    upper_by: str
+
+    def __iter__(self) -> Iterator[int]:
+        return iter((self.lower, self.upper))
+
+
+def opt_bounds(trace: Trace, cache_size: int, *, policies: Iterable[str] | None = None,
+               method: str = "auto") -> OptBounds:
+    """Bounds on the fewest misses any policy can have on ``trace`` at ``cache_size`` bytes,
+    counted as :func:`simulate` counts them.
+
+    ``lower`` is at most every policy's misses, and at least the space-time relaxation
+    (PFOO-L); ``method`` picks it (see :func:`mmcache.bounds.lower_bound`). ``upper``
+    is the fewest misses among the FOO-U schedule (when the LP was solved) and
+    ``policies`` simulated with their defaults (every registered one unless given), so
+    it is at most each of them. Raises :class:`TraceFormatError` for an empty or
+    non-trace, :class:`ConfigError` for a bad size or method and
+    :class:`UnknownPolicyError` for an unknown policy.
+    """
+    _check_trace(trace, "opt_bounds()")
+    cache_size = _cache_size(cache_size)
+    names = [_policy_name(p) for p in (POLICIES if policies is None else policies)]
+    low = lower_bound(trace, cache_size, method)
+    upper, upper_by = trace.n_req, "no cache"
+    if low.schedule_misses is not None and low.schedule_misses < upper:
+        upper, upper_by = low.schedule_misses, "foo-u"
+    for name in sorted(names, key=lambda n: (n not in KERNELS, n)):  # compiled kernels first
+        if upper == low.misses:  # optimal: no policy can miss less
+            break
+        misses = simulate(trace, name, cache_size).miss_cnt
+        if misses < upper:
+            upper, upper_by = misses, name
+    return OptBounds(low.misses, upper, low.method, upper_by)
+
+
+def _check_trace(trace: Any, caller: str) -> None:
+    """TraceFormatError unless ``trace`` is a non-empty Trace."""
+    if not isinstance(trace, Trace):
+        raise TraceFormatError(f"{caller} needs a Trace (see make_trace), got "
+                               f"{type(trace).__name__}")
+    if trace.n_req == 0:
+        raise TraceFormatError(f"{caller} needs a trace with at least one request")
+
+
+def _cache_size(cache_size: Any) -> int:
+    """``cache_size`` as an int; ConfigError unless it is a positive whole number of bytes."""
+    if isinstance(cache_size, bool) or not isinstance(cache_size, (int, np.integer)) \
+            or cache_size <= 0:
+        raise ConfigError(f"cache_size must be a positive number of bytes, got {cache_size!r}")
+    return int(cache_size)
 
 
 def _policy_name(policy: str) -> str:
