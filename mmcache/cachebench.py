@@ -15,11 +15,13 @@ back is off the critical path. Every constant of :class:`LatencyModel`,
 :data:`BANDWIDTH_GBPS` and :func:`three_tier` is an **assumed nominal value**
 (spec-sheet order of magnitude), a parameter to vary, never a measurement.
 
-Every :class:`Report` also carries the limits on the same stream: Belady's miss
-ratio on the exact-key trace, and the *oracle semantic cache* (ground-truth
-equivalence: any paraphrase in any modality hits its intent, zero false hits)
-under the first tier's policy and under Belady, all at the hierarchy's total
-capacity.
+Every :class:`Report` also carries the limits on the same stream, at the
+hierarchy's total capacity (:func:`replay_limits`): a lower bound on the misses of
+any exact-key cache (Belady's miss ratio beside it, a heuristic when sizes vary),
+and the *oracle semantic cache* (ground-truth equivalence within a modality, as
+the tiers match: any paraphrase of an intent in the query's modality hits, zero
+false hits), with its lower bound and its misses under the first tier's policy and
+under Belady.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ class Report:
     latency_ms: dict[str, float]
     sla_ms: float
     sla_violation_rate: float
-    limits: dict[str, float]
+    limits: dict[str, Any]
     provenance: dict[str, Any]
     latencies_ms: np.ndarray = field(repr=False)
 
@@ -261,7 +263,7 @@ def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel 
            *, limits: bool = True) -> Report:
     """Replay ``workload`` through ``tiers`` (top first); returns the :class:`Report`.
 
-    ``limits=False`` skips the Belady / oracle-semantic replays (used by sweeps
+    ``limits=False`` skips the bound / Belady / oracle-semantic replays (used by sweeps
     that compute them once). Raises :class:`ConfigError` for an empty or
     duplicate-named hierarchy.
     """
@@ -366,15 +368,40 @@ def _answer(intent: int, size: int) -> str:
     return head + "x" * max(0, size - len(head))
 
 
-def replay_limits(workload: Workload, capacity_bytes: int, policy: str = "lru") -> dict[str, float]:
-    """Miss ratios of Belady (exact keys) and the oracle semantic cache (``policy``, Belady)."""
+def replay_limits(workload: Workload, capacity_bytes: int, policy: str = "lru", *,
+                  cross_modal: bool = False) -> dict[str, Any]:
+    """Limits on ``workload`` at ``capacity_bytes``, as miss ratios.
+
+    Exact keys: ``opt_lower_miss_ratio``, a lower bound no cache can beat
+    (:func:`mmcache.bounds.lower_bound`), and ``belady_miss_ratio``, Belady's, a
+    heuristic when sizes vary (``sizes_vary``). The oracle semantic cache (ground-truth
+    equivalence within a modality, zero false hits; keyed by intent and modality, as
+    the tiers search one index per modality): ``oracle_semantic_opt_lower_miss_ratio``
+    and its misses under ``policy`` and Belady (``oracle_semantic_miss_ratio``,
+    ``oracle_semantic_belady_miss_ratio``). With ``cross_modal`` (for a cache that
+    retrieves across modalities) the same three keyed by intent alone, prefixed
+    ``cross_modal_``. ``lower_bound_method`` names the bound each lower ratio used.
+    """
+    from .bounds import lower_bound
     from .replay import simulate
 
-    exact, oracle = workload.to_trace("exact"), workload.to_trace("intent")
-    return {"belady_miss_ratio": simulate(exact, "belady", capacity_bytes).miss_ratio,
-            "oracle_semantic_miss_ratio": simulate(oracle, policy, capacity_bytes).miss_ratio,
-            "oracle_semantic_belady_miss_ratio":
-                simulate(oracle, "belady", capacity_bytes).miss_ratio}
+    exact = workload.to_trace("exact")
+    oracles = {"oracle_semantic_": workload.to_trace("intent-modality")}
+    if cross_modal:
+        oracles["cross_modal_oracle_semantic_"] = workload.to_trace("intent")
+    low = lower_bound(exact, capacity_bytes)
+    out: dict[str, Any] = {
+        "opt_lower_miss_ratio": low.misses / exact.n_req,
+        "belady_miss_ratio": simulate(exact, "belady", capacity_bytes).miss_ratio,
+        "sizes_vary": bool(np.unique(exact.obj_size).shape[0] > 1),
+        "lower_bound_method": {"exact": low.method}}
+    for prefix, trace in oracles.items():
+        low = lower_bound(trace, capacity_bytes)
+        out[f"{prefix}opt_lower_miss_ratio"] = low.misses / trace.n_req
+        out[f"{prefix}miss_ratio"] = simulate(trace, policy, capacity_bytes).miss_ratio
+        out[f"{prefix}belady_miss_ratio"] = simulate(trace, "belady", capacity_bytes).miss_ratio
+        out["lower_bound_method"][prefix.rstrip("_")] = low.method
+    return out
 
 
 def _report(workload: Workload, names: Sequence[str], latency: LatencyModel,
