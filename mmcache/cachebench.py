@@ -458,6 +458,27 @@ def miss_ratio_curves(trace: Any, policies: Sequence[str], sizes: Sequence[int])
     return pd.DataFrame(rows)
 
 
+def lower_bound_curve(trace: Any, sizes: Sequence[int], policies: Sequence[str]):
+    """:func:`mmcache.replay.opt_bounds` of ``trace`` at every size, with Belady's misses.
+
+    Returns a pandas DataFrame with columns ``cache_size, lower, upper, lower_method,
+    upper_by, belady, miss_ratio`` (``miss_ratio``: the lower bound's); ``upper`` is at
+    most every policy in ``policies``.
+    """
+    import pandas as pd
+
+    from .replay import opt_bounds, simulate
+
+    rows = []
+    for size in sizes:
+        bounds = opt_bounds(trace, int(size), policies=policies)
+        rows.append({"cache_size": int(size), "lower": bounds.lower, "upper": bounds.upper,
+                     "lower_method": bounds.lower_method, "upper_by": bounds.upper_by,
+                     "belady": simulate(trace, "belady", int(size)).miss_cnt,
+                     "miss_ratio": bounds.lower / trace.n_req})
+    return pd.DataFrame(rows)
+
+
 def belady_gap(curves: Any, reference: str = "belady"):
     """Miss-ratio gap of each policy to ``reference`` per cache size (policy × size table)."""
     table = curves.pivot(index="policy", columns="cache_size", values="miss_ratio")
