@@ -50,7 +50,7 @@ LOWER_BOUND_METHODS = ("auto", "foo-l", "lagrange", "pfoo-l")
 LAGRANGE_STEPS = 500
 LAGRANGE_STEP_SIZE = 0.3
 #: Slack for solver round-off before rounding a fractional bound up to whole misses.
-_RELATIVE_SLACK = 1e-7
+_RELATIVE_SLACK = 1e-6
 
 
 @dataclass(frozen=True)
