@@ -1,10 +1,13 @@
 """``TieredCache``: the lookup path over L1 exact → L2 semantic → L3 persistent/remote.
 
-``get(query)`` first looks for the query's exact key (scope + every modality's
-fingerprint) in each tier in order, then for a δ-neighbour in each semantic tier
-in order: an entry of the same scope whose every queried modality is within its
-own threshold (:mod:`mmcache.thresholds`); a modality without a vector (none
-given, no encoder) limits the query to its exact key. A hit below L1 is copied up
+``get(query)`` first looks for the query's exact key (scope + a content hash of every
+modality, :mod:`mmcache.keys`) in each tier in order, then for a δ-neighbour in each
+semantic tier in order: an entry of the same scope with the same set of modalities
+whose every modality is within its own threshold (:mod:`mmcache.thresholds`). A hit
+needs the same modalities on both sides: a text-only query never gets a text + image
+answer, nor the reverse. A modality without a vector (none given, no encoder) limits
+the query to its exact key, and an entry put without a vector for every modality is
+stored for exact lookups only. A hit below L1 is copied up
 (back-filled) into the tiers above it. ``put`` writes through to every tier that
 can hold the entry, the durable tier first, so a failing store leaves memory
 unchanged. ``put_many(queries, values)`` gives the same result as one ``put`` per
@@ -27,8 +30,8 @@ only this process writes; a spherical-cap bound lets a guaranteed semantic miss
 skip the vector search.
 
 Benchmark settings: ``{"l2": {"index": "flat"}}`` is exact flat search at every
-size; the default ``{"l2": {"index": "auto"}}`` switches each (scope, modality)
-index to ``l2.ann_factory`` (HNSW32, ``ef_search`` 128) at ``l2.ann_min_size``
+size; the default ``{"l2": {"index": "auto"}}`` switches each (scope, modality set,
+modality) index to ``l2.ann_factory`` (HNSW32, ``ef_search`` 128) at ``l2.ann_min_size``
 vectors; ``make bench-cache`` measures how often its hit-or-miss decisions equal exact search.
 
 Eviction signals: ``put(q, v, hints={"cost": 2.5, "entropy": 0.2})`` gives the tiers'
@@ -38,9 +41,15 @@ first). Every policy call also carries ``now``, the cache's ``clock`` (seconds),
 hotness-freshness ages entries by time (its ``window`` is in seconds here). Persistent
 tiers store the hints, so a reopened cache ranks its entries the same way.
 
-Threads may share one cache: every public call holds the cache's lock (one call at
-a time; ``on_stale`` runs outside it). Processes each open their own cache (the
-SQLite store may be shared between processes with ``l3.shared: true``).
+Threads may share one cache: every public call holds the cache's lock while it reads or
+changes the tiers (one at a time), but checks its query and runs encoders before taking
+it, so a slow encoder stalls only its own call; a dimension another thread fixed
+meanwhile is checked again under the lock (the call then fails and changes nothing).
+``get`` encodes only after an exact miss, between two holds of the lock. ``on_stale``
+runs outside it and is single-flight: it is called once per stale entry until that entry
+is put again or ``REFRESH_TIMEOUT`` seconds of the cache's clock pass (then the next stale
+answer calls it again). Processes each open their own cache (the SQLite store may be
+shared between processes with ``l3.shared: true``).
 """
 
 from __future__ import annotations
@@ -55,19 +64,22 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .config import CacheConfig
+from .build import build_tiers, make_encoder, make_threshold
+from .config import CacheConfig, check_ann_factory
 from .encoders.base import Encoder
-from .errors import ConfigError, InvalidInputError, MMCacheError
+from .errors import ConfigError, InvalidEmbeddingError, InvalidInputError, MMCacheError
 from .guard import ExactKeyFilter
 from .inputs import PreparedQuery, prepare, unit_vector
 from .metrics import CacheMetrics
-from .thresholds import ThresholdRule, make_threshold
-from .tiers import Candidate, Tier, build_tiers
+from .thresholds import ThresholdRule
+from .tiers import Candidate, Tier
 from .tiers.codec import canonical_value, detached, encode_label, value_size
 from .types import HINT_NAMES, MODALITIES, Entry, Hit, Query
 
 #: Candidates fetched per semantic tier search (stale ones are skipped).
 SEARCH_K = 4
+#: Seconds (cache clock) after an ``on_stale`` call before a still-stale entry gets another.
+REFRESH_TIMEOUT = 30.0
 
 
 class TieredCache:
@@ -79,9 +91,10 @@ class TieredCache:
     resolved lazily through ``mmcache.encoders.get_encoder``. ``clock`` returns
     seconds (inject a fake one to test TTLs; every tier's eviction policy sees it as the
     ``now`` hint); ``threshold`` overrides the rule built
-    from ``config.thresholds``; ``on_stale(query, hit)`` is called for every
+    from ``config.thresholds``; ``on_stale(query, hit)`` is called for a
     stale-while-revalidate answer, to start the refresh (e.g. submit it to an executor
-    that calls ``put``).
+    that calls ``put``): once per entry until it is put again or ``REFRESH_TIMEOUT``
+    seconds pass.
     """
 
     def __init__(self, config: CacheConfig | Mapping[str, Any] | str | Path | None = None,
@@ -92,8 +105,15 @@ class TieredCache:
         self.config = CacheConfig.load(config)
         #: Held by every public call, so threads may share one cache.
         self._lock = threading.RLock()
+        #: Held while an encoder named in the config is loaded (outside ``_lock``).
+        self._loading = threading.Lock()
         self._clock = clock
         self._on_stale = on_stale
+        #: Called with every get's answer, inside the lock, before it returns (e.g. by
+        #: :meth:`mmcache.scheduler.Scheduler.attach` to adjust the cache between windows).
+        self.after_get: Callable[[Hit | None], None] | None = None
+        #: Entry id -> when (cache clock) its pending ``on_stale`` refresh times out.
+        self._refreshing: dict[str, float] = {}
         self._dims: dict[str, int] = dict(self.config.dims)
         self._encoders: dict[str, Encoder] = {}
         for modality, encoder in (encoders or {}).items():
@@ -121,67 +141,78 @@ class TieredCache:
 
     # -- public API ----------------------------------------------------------------------
     def put(self, query: Query, value: Any, *, ttl: float | None = None,
-            hints: Mapping[str, float] | None = None) -> str:
-        """Store ``value`` (str, bytes or JSON-able) for ``query``; return the entry id.
+            hints: Mapping[str, float] | None = None) -> str | None:
+        """Store ``value`` (str, bytes or JSON-able) for ``query``; return the entry id, or
+        None when no tier admitted the entry.
 
         ``ttl`` (seconds) overrides ``config.freshness.ttl`` (either is scaled by the scope's
         ``freshness.ttl_factors``). The entry goes to every
-        tier whose capacity can hold it, evicting by each tier's policy. ``hints`` are
+        tier whose capacity can hold it, evicting by each tier's policy. A policy may decline
+        an entry (LIRS refuses one over 1% of its tier's bytes, S3-FIFO one not smaller than
+        its small queue); when every tier declines it, nothing is stored (an older version
+        under the same key is gone as well), ``metrics.not_stored`` counts it and the result
+        is None. ``hints`` are
         signals for those policies, stored with the entry: ``cost`` (the miss cost the
         entry saves, e.g. seconds of inference; finite, > 0) and ``entropy`` (attention
         entropy; finite, >= 0). An unknown name or a bad value raises InvalidInputError.
         """
+        self._check_open()
+        encode_times: list[float] = []
+        entry = self._entry(query, value, self._lifetime(ttl), _checked_hints(hints),
+                            self._dims_now(), encode_times)  # encoders run outside the lock
         with self._lock:
             self._check_open()
-            encode_times: list[float] = []
-            entry = self._entry(query, value, self._lifetime(ttl), _checked_hints(hints),
-                                dict(self._dims), encode_times)
+            self._check_dims([entry.embeddings])
             self._record_encodes(encode_times)
-            self._write([entry])
-            return entry.entry_id
+            return self._write([entry])[0]
 
     def put_many(self, queries: Sequence[Query], values: Sequence[Any], *,
                  ttl: float | None = None,
-                 hints: Sequence[Mapping[str, float] | None] | None = None) -> list[str]:
+                 hints: Sequence[Mapping[str, float] | None] | None = None
+                 ) -> list[str | None]:
         """Store ``values[i]`` for ``queries[i]`` (with ``hints[i]``, see :meth:`put`) as
-        :meth:`put` for each item in order would (same ids, tiers, evictions and
-        metrics), writing each tier in one batch.
+        :meth:`put` for each item in order would (same ids, None for an item no tier
+        admitted, tiers, evictions and metrics), writing each tier in one batch.
 
         Every item is checked first: a bad one raises its typed error naming its index,
         and nothing is stored. The ANN indexes that lookups search are built before it
-        returns (after single puts they are built at the next lookup).
+        returns (single puts leave up to ``max_backlog`` vectors per index outside them,
+        searched exactly; see :mod:`mmcache.tiers.vectors`).
         """
         queries, values = list(queries), list(values)
         if len(queries) != len(values):
             raise InvalidInputError(f"put_many got {len(queries)} queries but "
                                     f"{len(values)} values")
         item_hints = _hints_per_item(hints, len(queries))
+        self._check_open()
+        lifetime = self._lifetime(ttl)
+        dims = self._dims_now()
+        encode_times: list[float] = []
+        entries = []
+        for i, (query, value, hint) in enumerate(zip(queries, values, item_hints)):
+            try:  # encoders run outside the lock
+                entries.append(self._entry(query, value, lifetime, _checked_hints(hint),
+                                           dims, encode_times))
+            except MMCacheError as exc:
+                raise type(exc)(f"put_many item {i}: {exc}") from exc
         with self._lock:
             self._check_open()
-            lifetime = self._lifetime(ttl)
-            dims = dict(self._dims)
-            encode_times: list[float] = []
-            entries = []
-            for i, (query, value, hint) in enumerate(zip(queries, values, item_hints)):
-                try:
-                    entries.append(self._entry(query, value, lifetime, _checked_hints(hint),
-                                               dims, encode_times))
-                except MMCacheError as exc:
-                    raise type(exc)(f"put_many item {i}: {exc}") from exc
+            self._check_dims([e.embeddings for e in entries])
             self._record_encodes(encode_times)
-            self._write(entries)
+            ids = self._write(entries)
             self._build_searched_indexes()
-            return [e.entry_id for e in entries]
+            return ids
 
     def get(self, query: Query, *, bypass: bool = False, origin_failed: bool = False) -> Hit | None:
         """The cached answer for ``query`` (exact, then δ-neighbour), or None on a miss.
 
         ``bypass`` skips the cache; ``origin_failed`` allows stale-if-error answers.
         """
-        with self._lock:
-            hit = self._lookup(query, bypass, origin_failed)
-        if hit is not None and hit.freshness == "stale-while-revalidate" and \
-                self._on_stale is not None:
+        hit, refresh = self._lookup(query, bypass, origin_failed)
+        if self.after_get is not None:
+            with self._lock:
+                self.after_get(hit)
+        if refresh:
             self._on_stale(query, hit)  # outside the lock: it may hand a put to another thread
         return hit
 
@@ -247,26 +278,34 @@ class TieredCache:
             lifetime *= self.config.freshness.ttl_factor(prepared.scope)
         stored = canonical_value(value)
         encode_label(query.ground_truth)
-        vectors, _ = self._vectors(prepared, encode_times)
+        vectors, complete = self._vectors(prepared, dims, encode_times)
+        if not complete:  # indexed under fewer modalities, it would answer other queries
+            vectors = {}
         now = self._clock()
         size = value_size(stored) + sum(4 * len(v) for v in vectors.values())
         if not any(t.capacity.admits(size) for t in self.tiers):
             raise InvalidInputError(f"entry of {size} bytes is larger than every tier's "
                                     "max_bytes; nothing was stored")
         for modality, vec in vectors.items():
+            if modality not in dims:
+                check_ann_factory(self.config.l2, {modality: len(vec)})
             dims.setdefault(modality, len(vec))
         return Entry(entry_id=prepared.key, scope=prepared.scope, exact_key=prepared.key,
                      value=stored, embeddings=vectors, size=size, created_at=now,
                      expires_at=None if lifetime is None else now + lifetime,
                      ground_truth=query.ground_truth, hints=hints)
 
-    def _write(self, entries: list[Entry]) -> None:
+    def _write(self, entries: list[Entry]) -> list[str | None]:
         """Write checked entries through every tier, durable first, one batch per run of
-        entries a tier can hold; the result is that of one ``put`` per entry in order."""
+        entries a tier can hold; the result is that of one ``put`` per entry in order.
+        Returns each entry's id, or None where no tier admitted it."""
+        stored = [False] * len(entries)
         for tier in reversed(self.tiers):
-            for fits, run in _runs(entries, tier):
+            for fits, start, run in _runs(entries, tier):
                 if fits:
                     victims = tier.put_many(run)
+                    for i, admitted in enumerate(tier.admitted(run), start):
+                        stored[i] = stored[i] or admitted
                     self._metrics.count("evictions", tier.name, len(victims))
                     self._metrics.count("puts", tier.name, len(run))
                     if victims or self._missing(tier, run):
@@ -275,11 +314,17 @@ class TieredCache:
                     for entry in run:
                         tier.delete(entry.entry_id)  # an older, smaller version must not linger
                     self._uncover_below(tier)
-        for entry in entries:
+        ids = [e.entry_id if ok else None for e, ok in zip(entries, stored)]
+        for entry, entry_id in zip(entries, ids):
+            if entry_id is None:
+                self._metrics.count("not_stored", "+".join(entry.embeddings) or "none")
+                continue
             for modality, vec in entry.embeddings.items():
                 self._dims.setdefault(modality, len(vec))
             if self.guard is not None:
                 self.guard.add(entry.entry_id)
+            self._refreshing.pop(entry.entry_id, None)
+        return ids
 
     def _build_searched_indexes(self) -> None:
         """Insert pending vectors into the ANN indexes of the semantic tiers lookups search, so
@@ -302,29 +347,66 @@ class TieredCache:
             self._metrics.time("encode", seconds)
 
     # -- lookup --------------------------------------------------------------------------
-    def _lookup(self, query: Query, bypass: bool, origin_failed: bool) -> Hit | None:
+    def _lookup(self, query: Query, bypass: bool,
+                origin_failed: bool) -> tuple[Hit | None, bool]:
+        """The answer to ``query`` and whether to call ``on_stale`` for it: the exact tiers
+        under the lock, then (after a miss) the query's encoders outside it, then the
+        semantic tiers under it again."""
         self._check_open()
         start = time.perf_counter()
-        prepared = prepare(query, self._dims)
-        modalities = "+".join(prepared.modalities)
-        if bypass or self._wants_bypass(prepared.text):
-            self._metrics.count("bypasses", modalities)
-            return None
-        now = self._clock()
-        found = self._exact(prepared, now, origin_failed) or \
-            self._semantic(prepared, now, origin_failed)
+        dims = self._dims_now()
+        prepared = prepare(query, dims)
+        unencoded = [m for m in prepared.modalities if m not in prepared.vectors]
+        encodable = all(m in self._encoders or m in self.config.encoders for m in unencoded)
+        with self._lock:
+            self._check_open()
+            self._check_dims([prepared.vectors])
+            if bypass or self._wants_bypass(prepared.text):
+                self._metrics.count("bypasses", "+".join(prepared.modalities))
+                return None, False
+            now = self._clock()
+            found = self._exact(prepared, now, origin_failed)
+            if found is None and not unencoded:  # every vector given: search at once
+                found = self._semantic(prepared, prepared.vectors, now, origin_failed)
+            if found is not None or not unencoded or not encodable:
+                return self._answer(query, prepared, found, start)
+        vectors, _ = self._vectors(prepared, dims)
+        with self._lock:
+            self._check_open()
+            self._check_dims([vectors])
+            found = self._semantic(prepared, vectors, self._clock(), origin_failed)
+            return self._answer(query, prepared, found, start)
+
+    def _answer(self, query: Query, p: PreparedQuery, found: tuple[Hit, Entry] | None,
+                start: float) -> tuple[Hit | None, bool]:
+        """Count the outcome of a lookup (and let the threshold rule observe a δ-neighbour
+        hit); return the hit and whether this call is the one to start its refresh."""
+        modalities = "+".join(p.modalities)
         if found is None:
             self._metrics.count("misses", modalities)
             self._metrics.time("get", time.perf_counter() - start)
-            return None
+            return None, False
         hit, entry = found
         correct = None if query.ground_truth is None or entry.ground_truth is None \
             else query.ground_truth == entry.ground_truth
         self._metrics.hit(hit.tier, modalities, hit.freshness, correct)
-        if hit.entry_id != prepared.key:  # a δ-neighbour, not an exact hit
+        if hit.entry_id != p.key:  # a δ-neighbour, not an exact hit
             self.thresholds.observe(hit.similarities, hit.entry_id, correct)
         self._metrics.time("get", time.perf_counter() - start)
-        return hit
+        return hit, hit.freshness == "stale-while-revalidate" and self._claims_refresh(hit)
+
+    def _claims_refresh(self, hit: Hit) -> bool:
+        """Whether ``on_stale`` should be called for ``hit``'s entry now: not while an earlier
+        call's refresh is pending (until the entry is put again or REFRESH_TIMEOUT passes)."""
+        if self._on_stale is None:
+            return False
+        now = self._clock()
+        if self._refreshing.get(hit.entry_id, -math.inf) > now:
+            return False
+        if len(self._refreshing) >= 1024:  # forget refreshes that timed out
+            self._refreshing = {k: t for k, t in self._refreshing.items() if t > now}
+        self._refreshing[hit.entry_id] = now + REFRESH_TIMEOUT
+        return True
 
     def _exact(self, p: PreparedQuery, now: float,
                origin_failed: bool) -> tuple[Hit, Entry] | None:
@@ -345,10 +427,9 @@ class TieredCache:
             return self._hit(entry, tier.name, freshness, {m: 1.0 for m in p.modalities}), entry
         return None
 
-    def _semantic(self, p: PreparedQuery, now: float,
+    def _semantic(self, p: PreparedQuery, vectors: Mapping[str, np.ndarray], now: float,
                   origin_failed: bool) -> tuple[Hit, Entry] | None:
-        vectors, complete = self._vectors(p)
-        if not complete:
+        if len(vectors) != len(p.modalities):
             return None
         floors = {m: self.thresholds.floor(m) for m in vectors}
         for level, tier in enumerate(self.tiers):
@@ -420,14 +501,16 @@ class TieredCache:
     def _purge(self, entry_id: str) -> bool:
         removed = [tier.delete(entry_id) for tier in self.tiers]
         self.thresholds.forget(entry_id)
+        self._refreshing.pop(entry_id, None)
         return any(removed)
 
     # -- inputs --------------------------------------------------------------------------
-    def _vectors(self, p: PreparedQuery, encode_times: list[float] | None = None
-                 ) -> tuple[dict[str, np.ndarray], bool]:
+    def _vectors(self, p: PreparedQuery, dims: Mapping[str, int],
+                 encode_times: list[float] | None = None) -> tuple[dict[str, np.ndarray], bool]:
         """Unit vectors for the query's modalities (encoding raw inputs when an encoder
-        exists) and whether every modality has one; encoding seconds go to
-        ``encode_times`` when given, else straight to the metrics."""
+        exists; checked against ``dims``) and whether every modality has one; encoding
+        seconds go to ``encode_times`` when given, else straight to the metrics. Callers
+        run it outside the lock and check the dims again under it (``_check_dims``)."""
         vectors = dict(p.vectors)
         for modality in p.modalities:
             if modality in vectors:
@@ -438,7 +521,7 @@ class TieredCache:
             start = time.perf_counter()
             raw = np.asarray(encoder.encode([p.raw[modality]]))[0]
             vectors[modality] = unit_vector(raw.astype(np.float32, copy=False), modality,
-                                            self._dims.get(modality))
+                                            dims.get(modality))
             seconds = time.perf_counter() - start
             if encode_times is None:
                 self._metrics.time("encode", seconds)
@@ -446,9 +529,32 @@ class TieredCache:
                 encode_times.append(seconds)
         return vectors, len(vectors) == len(p.modalities)
 
+    def _dims_now(self) -> dict[str, int]:
+        """A copy of the embedding dimension per modality, to check inputs outside the lock."""
+        with self._lock:
+            return dict(self._dims)
+
+    def _check_dims(self, vector_sets: Sequence[Mapping[str, np.ndarray]]) -> None:
+        """Under the lock: InvalidEmbeddingError if a vector's dimension differs from the one
+        this cache expects now (another thread may have fixed it since the check outside the
+        lock); vector sets earlier in the sequence fix dims for later ones, as a batch does."""
+        dims = dict(self._dims)
+        for vectors in vector_sets:
+            for modality, vec in vectors.items():
+                expected = dims.setdefault(modality, len(vec))
+                if expected != len(vec):
+                    raise InvalidEmbeddingError(f"{modality} embedding has dimension "
+                                                f"{len(vec)}; this cache expects {expected}")
+
     def _encoder(self, modality: str) -> Encoder | None:
+        """The encoder of ``modality``, loading one named in the config on first use (outside
+        the cache's lock, so loading a model stalls only the calls that need it)."""
         if modality not in self._encoders and modality in self.config.encoders:
-            self._add_encoder(modality, _resolve_encoder(self.config.encoders[modality]))
+            with self._loading:
+                if modality not in self._encoders:
+                    encoder = make_encoder(self.config.encoders[modality])
+                    with self._lock:
+                        self._add_encoder(modality, encoder)
         return self._encoders.get(modality)
 
     def _add_encoder(self, modality: str, encoder: Encoder) -> None:
@@ -461,6 +567,7 @@ class TieredCache:
         if known is not None and known != encoder.dim:
             raise ConfigError(f"encoders.{modality} has dim {encoder.dim} but dims.{modality} "
                               f"is {known}")
+        check_ann_factory(self.config.l2, {modality: encoder.dim})
         self._dims[modality] = encoder.dim
         self._encoders[modality] = encoder
 
@@ -545,18 +652,11 @@ def _hints_per_item(hints: Sequence[Mapping[str, float] | None] | None,
     return list(hints)
 
 
-def _runs(entries: list[Entry], tier: Tier) -> Iterator[tuple[bool, list[Entry]]]:
-    """Consecutive entries grouped by whether ``tier``'s capacity can hold them."""
-    for fits, run in itertools.groupby(entries, lambda e: tier.capacity.admits(e.size)):
-        yield fits, list(run)
-
-
-def _resolve_encoder(name: str) -> Encoder:
-    """The encoder called ``name`` from ``mmcache.encoders.get_encoder``."""
-    from . import encoders
-
-    factory = getattr(encoders, "get_encoder", None)
-    if factory is None:
-        raise ConfigError(f"config names encoder {name!r} but mmcache.encoders has no "
-                          "get_encoder(); pass encoders={modality: Encoder} instead")
-    return factory(name)
+def _runs(entries: list[Entry], tier: Tier) -> Iterator[tuple[bool, int, list[Entry]]]:
+    """Consecutive entries grouped by whether ``tier``'s capacity can hold them, each run with
+    the index of its first entry."""
+    start = 0
+    for fits, group in itertools.groupby(entries, lambda e: tier.capacity.admits(e.size)):
+        run = list(group)
+        yield fits, start, run
+        start += len(run)

@@ -11,9 +11,17 @@ writes the answer through to every tier (as LMCache does).
 Latency of one request = lookup cost of every tier consulted + the encoder cost
 (once, when a semantic tier is consulted) + on a hit, ``size / bandwidth`` of the
 hit tier, or on a miss the model-inference cost of the query's modality. Write
-back is off the critical path. Every constant of :class:`LatencyModel`,
-:data:`BANDWIDTH_GBPS` and :func:`three_tier` is an **assumed nominal value**
-(spec-sheet order of magnitude), a parameter to vary, never a measurement.
+back is off the critical path.
+
+Freshness: ``replay(..., ttl_s=τ)`` gives every answer a TTL of τ seconds of workload
+time from the moment the model produced it (a copy promoted up a tier keeps that
+moment). A lookup that matches an expired entry drops it from the tier and searches
+on, so the request misses unless a fresh entry matches; the miss writes a fresh
+answer through. ``ttl_s=None`` (the default) never expires anything.
+
+Every constant of :class:`LatencyModel`, :data:`BANDWIDTH_GBPS` and :func:`three_tier`
+is an **assumed nominal value** (spec-sheet order of magnitude), a parameter to vary,
+never a measurement.
 
 Every :class:`Report` also carries the limits on the same stream, at the
 hierarchy's total capacity (:func:`replay_limits`): a lower bound on the misses of
@@ -28,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -193,7 +201,8 @@ class _VectorIndex:
 
 
 class _Tier:
-    """A tier's resident entries (key → (size, intent, modality, vector)) under one policy;
+    """A tier's resident entries (key → (size, intent, modality, vector, produced-at seconds))
+    under one policy;
     a semantic tier keeps one vector index per modality, of that modality's ``dims``."""
 
     def __init__(self, spec: TierSpec, dims: Sequence[int]) -> None:
@@ -203,13 +212,26 @@ class _Tier:
         self.used = 0
         self.index = [_VectorIndex(d) for d in dims] if spec.match == "semantic" else None
 
-    def find(self, key: int, modality: int, vec: np.ndarray | None) -> int | None:
+    def find(self, key: int, modality: int, vec: np.ndarray | None,
+             offset: float = 0.0, fresh_after: float = -np.inf) -> int | None:
+        """The resident key this request matches (exact, or semantic at cosine >= the tier's
+        threshold - ``offset``), dropping expired matches (produced before ``fresh_after``)
+        until a fresh one matches or none does."""
+        found = self._match(key, modality, vec, offset)
+        while found is not None and self.entries[found][4] < fresh_after:
+            self.policy.remove(found)
+            self._drop([found])
+            found = self._match(key, modality, vec, offset)
+        return found
+
+    def _match(self, key: int, modality: int, vec: np.ndarray | None,
+               offset: float) -> int | None:
         if key in self.entries:
             return key
         if self.index is None:
             return None
         best, sim = self.index[modality].best(vec)
-        return best if sim >= self.spec.threshold else None
+        return best if sim >= self.spec.threshold - offset else None
 
     def admit(self, key: int, entry: tuple, **hints: Any) -> None:
         """Access a resident key, or admit it as the policy protocol says (bypass, self-drops,
@@ -259,58 +281,99 @@ class _NextUse:
         return int(pos[j]) if j < pos.shape[0] else -1
 
 
+class Replayer:
+    """A replay in progress: tier state that persists while requests are served one at a time.
+
+    :func:`replay` is one uninterrupted run of it; a caller that changes settings
+    between requests (e.g. :mod:`mmcache.scheduler` between windows) serves them
+    itself. ``serve(i, offsets, admit, skip)`` lowers semantic tiers' cosine threshold by
+    ``offsets[modality]`` (a δ offset) for this request, does not consult the tiers named
+    in ``skip`` (nor pay their lookup), and on a miss stores the answer (in every tier)
+    only when ``admit``. ``ttl_s``: every answer's TTL in workload seconds (None: no expiry).
+    """
+
+    def __init__(self, workload: Workload, tiers: Sequence[TierSpec],
+                 latency: LatencyModel | None = None, *, ttl_s: float | None = None) -> None:
+        self.latency = latency or LatencyModel()
+        self.specs = tuple(tiers)
+        if not self.specs or len({t.name for t in self.specs}) != len(self.specs):
+            raise ConfigError("tiers must be a non-empty sequence with distinct names")
+        if ttl_s is not None and not ttl_s > 0:
+            raise ConfigError(f"ttl_s must be a positive number of seconds or None, got {ttl_s!r}")
+        self.ttl_s = ttl_s
+        self._ttl = np.inf if ttl_s is None else float(ttl_s)
+        self.now_s = workload.time.tolist()
+        self.workload = workload
+        self.state = [_Tier(spec, [workload.dim(m) for m in MODALITIES]) for spec in self.specs]
+        self.keys = workload.exact_keys().astype(np.int64)
+        self.next_use = _NextUse(self.keys)
+        self.intent, self.modality, self.size = (workload.intent.tolist(),
+                                                 workload.modality.tolist(),
+                                                 workload.size.tolist())
+        n = len(workload)
+        self.hit_tier = np.full(n, -1, dtype=np.int16)
+        self.false_hit = np.zeros(n, dtype=bool)
+        self.lat_ms = np.zeros(n)
+        self._encode = [self.latency.encode_ms[m] for m in MODALITIES]
+        self._infer = [self.latency.inference_ms[m] for m in MODALITIES]
+
+    def serve(self, i: int, offsets: Mapping[str, float] | None = None,
+              admit: bool = True, skip: Collection[str] = ()) -> None:
+        """Serve request ``i``: record its hit tier, false hit and latency."""
+        key, m = int(self.keys[i]), self.modality[i]
+        offset = (offsets or {}).get(MODALITIES[m], 0.0)
+        vec, cost_us, found = None, 0.0, None
+        for k, tier in enumerate(self.state):
+            if tier.spec.name in skip:
+                continue
+            cost_us += tier.spec.lookup_us
+            if tier.index is not None and vec is None:
+                vec = self.workload.embedding(i)
+                cost_us += 1000.0 * self._encode[m]
+            found = tier.find(key, m, vec, offset, self.now_s[i] - self._ttl)
+            if found is not None:
+                break
+        infer = self._infer[m]
+        if found is None:
+            if admit:
+                if vec is None and any(t.index is not None for t in self.state):
+                    vec = self.workload.embedding(i)  # a skipped semantic tier still stores it
+                entry = (self.size[i], self.intent[i], m, vec, self.now_s[i])
+                hints = {"next_access": self.next_use.after(key, i), "now": i, "cost": infer}
+                for tier in self.state:
+                    tier.admit(key, entry, **hints)
+            self.lat_ms[i] = cost_us / 1000.0 + infer
+            return
+        entry = self.state[k].entries[found]
+        hints = {"next_access": self.next_use.after(found, i), "now": i, "cost": infer}
+        for tier in self.state[:k + 1]:
+            tier.admit(found, entry, **hints)
+        self.hit_tier[i] = k
+        self.false_hit[i] = entry[1] != self.intent[i]
+        self.lat_ms[i] = cost_us / 1000.0 + entry[0] / (self.specs[k].bandwidth_gbps * 1e6)
+
+    def report(self, *, limits: bool = True) -> Report:
+        """The :class:`Report` of every request (serve them all first)."""
+        capacity = sum(t.capacity_bytes for t in self.specs) if limits else None
+        return _report(self.workload, [t.name for t in self.specs], self.latency,
+                       self.hit_tier, self.false_hit, self.lat_ms, capacity,
+                       self.specs[0].policy,
+                       {"tiers": [asdict(t) for t in self.specs], "ttl_s": self.ttl_s})
+
+
 def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel | None = None,
-           *, limits: bool = True) -> Report:
+           *, limits: bool = True, ttl_s: float | None = None) -> Report:
     """Replay ``workload`` through ``tiers`` (top first); returns the :class:`Report`.
 
     ``limits=False`` skips the bound / Belady / oracle-semantic replays (used by sweeps
-    that compute them once). Raises :class:`ConfigError` for an empty or
-    duplicate-named hierarchy.
+    that compute them once); ``ttl_s`` is every answer's TTL in workload seconds
+    (None: no expiry; limits ignore it). Raises :class:`ConfigError` for an empty or
+    duplicate-named hierarchy, or a TTL that is not positive.
     """
-    latency = latency or LatencyModel()
-    tiers = tuple(tiers)
-    if not tiers or len({t.name for t in tiers}) != len(tiers):
-        raise ConfigError("tiers must be a non-empty sequence with distinct names")
-    dims = [workload.dim(m) for m in MODALITIES]
-    state = [_Tier(spec, dims) for spec in tiers]
-    keys = workload.exact_keys().astype(np.int64)
-    next_use = _NextUse(keys)
-    intent, modality, size = (workload.intent.tolist(), workload.modality.tolist(),
-                              workload.size.tolist())
-    n = len(workload)
-    hit_tier = np.full(n, -1, dtype=np.int16)
-    false_hit = np.zeros(n, dtype=bool)
-    lat_ms = np.zeros(n)
-    encode = [latency.encode_ms[m] for m in MODALITIES]
-    infer = [latency.inference_ms[m] for m in MODALITIES]
-    for i in range(n):
-        key, m = int(keys[i]), modality[i]
-        vec, cost_us, found = None, 0.0, None
-        for k, tier in enumerate(state):
-            cost_us += tier.spec.lookup_us
-            if tier.index is not None and vec is None:
-                vec = workload.embedding(i)
-                cost_us += 1000.0 * encode[m]
-            found = tier.find(key, m, vec)
-            if found is not None:
-                break
-        if found is None:
-            entry = (size[i], intent[i], m, vec)  # vec is set whenever a tier is semantic
-            hints = {"next_access": next_use.after(key, i), "now": i, "cost": infer[m]}
-            for tier in state:
-                tier.admit(key, entry, **hints)
-            lat_ms[i] = cost_us / 1000.0 + infer[m]
-            continue
-        entry = state[k].entries[found]
-        hints = {"next_access": next_use.after(found, i), "now": i, "cost": infer[m]}
-        for tier in state[:k + 1]:
-            tier.admit(found, entry, **hints)
-        hit_tier[i] = k
-        false_hit[i] = entry[1] != intent[i]
-        lat_ms[i] = cost_us / 1000.0 + entry[0] / (tiers[k].bandwidth_gbps * 1e6)
-    capacity = sum(t.capacity_bytes for t in tiers) if limits else None
-    return _report(workload, [t.name for t in tiers], latency, hit_tier, false_hit, lat_ms,
-                   capacity, tiers[0].policy, {"tiers": [asdict(t) for t in tiers]})
+    replayer = Replayer(workload, tiers, latency, ttl_s=ttl_s)
+    for i in range(len(workload)):
+        replayer.serve(i)
+    return replayer.report(limits=limits)
 
 
 def replay_cache(workload: Workload, cache: Any, latency: LatencyModel | None = None, *,

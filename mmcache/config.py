@@ -33,6 +33,7 @@ import dataclasses
 import fnmatch
 import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ from typing import Any, Mapping
 import yaml
 
 from .errors import ConfigError
+from .policies import POLICIES, make_policy
+from .thresholds import RULES
 from .types import MODALITIES
 
 STORE_BACKENDS = ("sqlite", "redis")
@@ -49,6 +52,8 @@ INDEX_KINDS = ("auto", "flat")
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 #: Policies that need the future (``next_access``): replay only, never a live tier.
 ORACLE_POLICIES = ("belady", "belady-bypass")
+#: Embedding dimensions ``l2.ann_factory`` is tried at when ``dims`` names none.
+PROBE_DIMS = (384, 512, 768, 1024)
 
 
 @dataclass
@@ -328,8 +333,6 @@ def _validate(cfg: CacheConfig) -> None:
             raise ConfigError("l3.url is required when l3.backend is 'redis'")
     _choice(l3.synchronous.upper(), SYNCHRONOUS, "l3.synchronous")
     th = cfg.thresholds
-    from .thresholds import RULES
-
     _choice(th.rule, tuple(RULES), "thresholds.rule")
     for modality, delta in th.delta.items():
         _modality(modality, f"thresholds.delta.{modality}")
@@ -358,22 +361,10 @@ def _validate(cfg: CacheConfig) -> None:
     for modality, dim in cfg.dims.items():
         _modality(modality, f"dims.{modality}")
         _positive(dim, f"dims.{modality}")
+    check_ann_factory(l2, cfg.dims)
     for modality, name in cfg.encoders.items():
         _modality(modality, f"encoders.{modality}")
         _encoder_name(name, f"encoders.{modality}")
-
-
-def tier_policy(name: str, options: Mapping[str, Any], max_bytes: int | None) -> Any:
-    """Build a tier's eviction policy from its name and ``policy_options`` (time parameters in
-    seconds of the cache's clock); size-aware policies get the tier's ``max_bytes``."""
-    from .policies import POLICIES, make_policy
-
-    options = dict(options)
-    if getattr(POLICIES[name.lower()], "needs_capacity", False) and "capacity" not in options:
-        if max_bytes is None:
-            raise ConfigError(f"policy {name!r} needs the tier's max_bytes (its size in bytes)")
-        options["capacity"] = max_bytes
-    return make_policy(name, **options)
 
 
 def _positive_or_none(value: Any, key: str) -> None:
@@ -408,18 +399,41 @@ def _modality(name: str, key: str) -> None:
 
 
 def _policy(name: Any, options: dict[str, Any], max_bytes: int | None, key: str) -> None:
-    from .policies import POLICIES
-
     if not isinstance(name, str) or name.lower() not in POLICIES:
         raise ConfigError(f"{key}: unknown eviction policy {name!r}; choose one of "
                           f"{sorted(POLICIES)}")
     if name.lower() in ORACLE_POLICIES:
         raise ConfigError(f"{key}: {name!r} is an offline oracle (it needs future requests); "
                           "use it in mmcache.replay.simulate, not in a live cache tier")
+    if POLICIES[name.lower()].needs_capacity and max_bytes is None and "capacity" not in options:
+        tier = key.rsplit(".", 1)[0]
+        raise ConfigError(f"{key} {name!r} needs {tier}.max_bytes (the tier's size in bytes)")
     try:
-        tier_policy(name, options, max_bytes)
+        make_policy(name, **{"capacity": max_bytes, **options})
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{key}_options {options!r} do not fit policy {name!r}: {exc}") from None
+
+
+def check_ann_factory(l2: SemanticTierConfig, dims: Mapping[str, int]) -> None:
+    """ConfigError unless faiss builds ``l2.ann_factory`` at every dimension of ``dims`` (at
+    one of :data:`PROBE_DIMS` when ``dims`` is empty) where ``l2.index`` is ``auto``, so a bad
+    string fails when the config is loaded or a put brings a new dimension, not at the put
+    that first fills an index to ``ann_min_size``."""
+    if l2.index != "auto":
+        return
+    import faiss  # here, not at the top: only this check of a config needs faiss
+
+    factory, errors = l2.ann_factory, {}
+    for dim in sorted(set(dims.values())) or PROBE_DIMS:
+        try:
+            faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as exc:
+            errors[dim] = re.sub(r"^Error in .*? at \S+:\d+: ", "", str(exc))
+    if errors and (dims or len(errors) == len(PROBE_DIMS)):
+        dim, error = next(iter(errors.items()))
+        raise ConfigError(f"l2.ann_factory {factory!r} is not a faiss factory string for "
+                          f"{dim}-d vectors: {error}; use one such as 'HNSW32' or set "
+                          "l2.index: flat")
 
 
 def _encoder_name(name: str, key: str) -> None:

@@ -61,3 +61,14 @@ class TraceFormatError(InvalidInputError):
 
 class NotFittedError(MMCacheError, RuntimeError):
     """A learned component (projection head, calibrator) used before it was fitted."""
+
+
+class ConvexityError(ConfigError):
+    """Model parameters or a domain that make a convex program non-convex (not DCP).
+
+    The message names the term, the value that breaks its convexity, and the fix.
+    """
+
+
+class SolverError(MMCacheError, RuntimeError):
+    """A convex solver returned without an optimal solution (infeasible, unbounded, inaccurate)."""

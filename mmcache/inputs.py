@@ -53,22 +53,22 @@ def prepare(query: Query, dims: Mapping[str, int]) -> PreparedQuery:
             raise UnknownModalityError(f"unknown modality {name!r}; known: {list(MODALITIES)}")
     vectors = {m: unit_vector(v, m, dims.get(m)) for m, v in query.embeddings.items()}
     raw: dict[str, Any] = {}
-    fingerprints: dict[str, str] = {}
+    hashes: dict[str, str] = {}
     if query.text is not None:
-        fingerprints["text"] = keys.text_key(query.text)
+        hashes["text"] = keys.text_key(query.text)
         raw["text"] = query.text
     if query.image is not None:
-        fingerprints["image"] = keys.image_key(query.image)
+        hashes["image"] = keys.image_key(query.image)
         raw["image"] = query.image
     if query.audio is not None:
         raw["audio"] = audio_16k(query.audio, query.audio_rate)
-        fingerprints["audio"] = keys.audio_key(raw["audio"])
+        hashes["audio"] = keys.audio_key(raw["audio"])
     for m, vec in vectors.items():
-        fingerprints.setdefault(m, "emb:" + keys.vector_key(vec))
-    if not fingerprints:
+        hashes.setdefault(m, "emb:" + keys.vector_key(vec))
+    if not hashes:
         raise InvalidInputError("query has no text, image, audio or embedding")
-    modalities = tuple(m for m in MODALITIES if m in fingerprints)
-    return PreparedQuery(scope, keys.exact_key(scope, fingerprints), modalities, raw, vectors,
+    modalities = tuple(m for m in MODALITIES if m in hashes)
+    return PreparedQuery(scope, keys.exact_key(scope, hashes), modalities, raw, vectors,
                          query.text)
 
 

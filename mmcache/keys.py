@@ -1,12 +1,14 @@
-"""Exact fingerprints: normalised-text hash, image perceptual hash, audio fingerprint, scope key.
+"""Exact keys: content hashes of normalised text, decoded pixels and decoded samples; scopes.
 
-Two queries share an exact key when their scope is equal and every modality has
-the same fingerprint: text after Unicode NFKC, case folding and whitespace
-collapsing; images by a 256-bit perceptual hash (``imagehash.phash``: a losslessly
-re-encoded copy shares the key, a JPEG copy differs in a few bits and is left to
-the semantic tier); audio by a Haitsma–Kalker style
-band-energy fingerprint of the 16 kHz signal; modalities given only as
-embeddings by the bytes of the normalised vector.
+Two queries share an exact key when their scope is equal, they have the same set
+of modalities and every modality has the same content: text after Unicode NFKC,
+case folding and whitespace collapsing; images by their decoded pixels with their
+mode and size (a lossless re-encoding shares the key, one changed pixel or a JPEG
+copy does not); audio by its samples after validation and resampling to 16 kHz
+(:func:`mmcache.inputs.audio_16k`); modalities given only as embeddings by the
+bytes of the normalised vector. An exact key is served at similarity 1 without a
+threshold, so near-duplicates (a brighter copy, another recording) are left to the
+semantic tiers, where they pass through the threshold rule.
 """
 
 from __future__ import annotations
@@ -16,20 +18,14 @@ import re
 import unicodedata
 from typing import Mapping
 
-import imagehash
 import numpy as np
 import xxhash
 from PIL import Image, UnidentifiedImageError
 
 from .errors import InvalidInputError, InvalidMediaError, MissingScopeError
 
-KEY_VERSION = "k1"
-PHASH_SIZE = 16
+KEY_VERSION = "k2"
 _SPACE = re.compile(r"\s+")
-
-# audio fingerprint: 128 ms frames every 32 ms at 16 kHz, 16 log-spaced bands in 300–3000 Hz
-_FRAME, _HOP = 2048, 512
-_BAND_EDGES = np.geomspace(300.0, 3000.0, 17)
 
 
 def check_scope(scope: object) -> str:
@@ -81,26 +77,17 @@ def decode_image(image: object) -> Image.Image:
 
 
 def image_key(image: object) -> str:
-    """Perceptual hash (256-bit pHash) of the image."""
-    return str(imagehash.phash(decode_image(image), hash_size=PHASH_SIZE))
+    """Hash of the decoded pixels with their mode and size (palette images as RGB/RGBA)."""
+    img = decode_image(image)
+    if img.mode == "P":  # palette indices are not pixels: the same picture may use another palette
+        img = img.convert("RGBA" if "transparency" in img.info else "RGB")
+    return _hash_parts(img.mode.encode(), np.asarray(img.size, "<u8").tobytes(), img.tobytes())
 
 
 def audio_key(audio16k: np.ndarray) -> str:
-    """Band-energy fingerprint hash of a validated 16 kHz float32 signal."""
-    x = audio16k if len(audio16k) >= _FRAME else np.pad(audio16k, (0, _FRAME - len(audio16k)))
-    frames = np.lib.stride_tricks.sliding_window_view(x, _FRAME)[::_HOP] * np.hanning(_FRAME)
-    power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
-    freqs = np.fft.rfftfreq(_FRAME, 1.0 / 16_000)
-    bands = np.stack([power[:, (freqs >= lo) & (freqs < hi)].sum(axis=1)
-                      for lo, hi in zip(_BAND_EDGES[:-1], _BAND_EDGES[1:])], axis=1)
-    energy = np.log(bands + 1e-10)
-    spectral = np.diff(energy, axis=1) > 0                      # shape of each frame
-    temporal = np.diff(np.diff(energy, axis=1), axis=0) > 0     # change between frames
-    digest = xxhash.xxh3_128()
-    digest.update(len(frames).to_bytes(8, "little"))
-    digest.update(np.packbits(spectral).tobytes())
-    digest.update(np.packbits(temporal).tobytes())
-    return digest.hexdigest()
+    """Hash of a validated 16 kHz float32 signal's samples."""
+    samples = np.asarray(audio16k, np.float32) + np.float32(0.0)  # -0.0 becomes 0.0
+    return _hash_parts(samples.astype("<f4", copy=False).tobytes())
 
 
 def vector_key(unit_vector: np.ndarray) -> str:
@@ -108,11 +95,16 @@ def vector_key(unit_vector: np.ndarray) -> str:
     return xxhash.xxh3_128_hexdigest(np.ascontiguousarray(unit_vector, np.float32).tobytes())
 
 
-def exact_key(scope: str, fingerprints: Mapping[str, str]) -> str:
-    """The exact key of a whole query: scope plus every modality's fingerprint."""
+def exact_key(scope: str, hashes: Mapping[str, str]) -> str:
+    """The exact key of a whole query: scope plus every modality's content hash."""
+    return _hash_parts(*(part.encode("utf-8", "surrogatepass") for part in (
+        KEY_VERSION, scope, *(f"{m}={hashes[m]}" for m in sorted(hashes)))))
+
+
+def _hash_parts(*parts: bytes) -> str:
+    """128-bit hash of ``parts``, each prefixed by its length so no two splits collide."""
     digest = xxhash.xxh3_128()
-    for part in (KEY_VERSION, scope, *(f"{m}={fingerprints[m]}" for m in sorted(fingerprints))):
-        raw = part.encode("utf-8", "surrogatepass")
+    for raw in parts:
         digest.update(len(raw).to_bytes(8, "little"))
         digest.update(raw)
     return digest.hexdigest()

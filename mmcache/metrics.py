@@ -2,6 +2,8 @@
 
 Counters are plain dictionaries keyed by ``(tier, modalities)`` where
 ``modalities`` is the query's modality set joined by ``+`` (``"text+image"``).
+``not_stored`` counts puts that no tier admitted (every tier's policy declined the
+entry), by the modalities of the entry's vectors (``"none"``: an exact key only).
 A hit is *false* when the query carries ``ground_truth`` and the entry's stored
 ground truth differs. Export with :meth:`CacheMetrics.to_dataframe` (tidy
 pandas) or :meth:`CacheMetrics.to_prometheus` (text exposition format).
@@ -60,7 +62,8 @@ class Histogram:
 
 #: The counters of a CacheMetrics, by attribute name.
 COUNTERS: tuple[str, ...] = ("hits", "false_hits", "judged_hits", "stale_hits", "misses",
-                             "bypasses", "puts", "evictions", "guard_skips", "errors")
+                             "bypasses", "puts", "not_stored", "evictions", "guard_skips",
+                             "errors")
 
 
 class CacheMetrics:
@@ -98,6 +101,7 @@ class CacheMetrics:
         self.misses: Counter[str] = Counter()
         self.bypasses: Counter[str] = Counter()
         self.puts: Counter[str] = Counter()
+        self.not_stored: Counter[str] = Counter()
         self.evictions: Counter[str] = Counter()
         self.guard_skips: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -162,6 +166,7 @@ def _frame(snap: CacheMetrics) -> "pd.DataFrame":
     for metric, counter, column in (("misses", snap.misses, "modalities"),
                                     ("bypasses", snap.bypasses, "modalities"),
                                     ("puts", snap.puts, "tier"),
+                                    ("not_stored", snap.not_stored, "modalities"),
                                     ("evictions", snap.evictions, "tier"),
                                     ("guard_skips", snap.guard_skips, "tier"),
                                     ("errors", snap.errors, "tier")):
@@ -192,6 +197,7 @@ class _Collector:
                 ("stale_hits", "Hits served stale", m.stale_hits, ["tier", "freshness"]),
                 ("misses", "Cache misses", m.misses, ["modalities"]),
                 ("bypasses", "Lookups that bypassed the cache", m.bypasses, ["modalities"]),
+                ("not_stored", "Puts that no tier admitted", m.not_stored, ["modalities"]),
                 ("evictions", "Entries evicted", m.evictions, ["tier"]),
                 ("guard_skips", "Lookups skipped by the penetration guard", m.guard_skips,
                  ["tier"])):

@@ -7,19 +7,17 @@ with :meth:`ThresholdRule.floor` (the loosest threshold any entry may have), che
 each candidate with :meth:`ThresholdRule.accepts`, and reports outcomes through
 :meth:`ThresholdRule.observe`, so adaptive and per-entry rules (e.g. an
 error-budgeted rule that learns from ``correct``) plug in by subclassing and
-registering in :data:`RULES`.
+registering in :data:`RULES`. A rule's constructor names its parameters as the
+``thresholds`` config keys they come from (:func:`mmcache.build.make_threshold`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Callable, Mapping
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from .config import ThresholdConfig
 
 #: δ for a modality the config does not list.
 DEFAULT_DELTA = 0.1
@@ -114,14 +112,8 @@ class PercentileThreshold(ThresholdRule):
         return {m: self.delta(m) for m in set(self.initial) | set(self._current)}
 
 
-#: Rule name → factory taking the ``thresholds`` config section.
-RULES: dict[str, Callable[["ThresholdConfig"], ThresholdRule]] = {
-    "static": lambda cfg: StaticThreshold(cfg.delta),
-    "percentile": lambda cfg: PercentileThreshold(
-        cfg.delta, cfg.percentile, cfg.window, cfg.min_samples, cfg.delta_min, cfg.delta_max),
+#: Rule name → rule factory, called with the ``thresholds`` settings its parameters name.
+RULES: dict[str, Callable[..., ThresholdRule]] = {
+    "static": StaticThreshold,
+    "percentile": PercentileThreshold,
 }
-
-
-def make_threshold(cfg: "ThresholdConfig") -> ThresholdRule:
-    """The rule named by ``cfg.rule``, configured from the section."""
-    return RULES[cfg.rule](cfg)

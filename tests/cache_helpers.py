@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from mmcache.cache import TieredCache
+from mmcache.tiers.base import Budget
 
 
 def snapshot(cache: TieredCache) -> Any:
-    """Everything observable about a cache's stored state."""
-    tiers = {t.name: sorted((e.entry_id, e.scope, repr(e.value), e.expires_at,
+    """Everything observable about a cache's stored state: each tier's entries (with their
+    hints) and its policy's eviction order, the guard's Bloom filter, the threshold rule's
+    state, the dims and which tiers are covered by a semantic tier above."""
+    tiers = {t.name: sorted((e.entry_id, e.scope, repr(e.value), e.created_at, e.expires_at,
+                             repr(e.ground_truth), sorted(e.hints.items()),
                              tuple(sorted((m, v.tobytes()) for m, v in e.embeddings.items())))
                             for e in t.scan()) for t in cache.tiers}
-    return tiers, cache.usage(), dict(cache._dims)
+    orders = {t.name: eviction_order(t._budget) for t in cache.tiers if hasattr(t, "_budget")}
+    guard = None if cache.guard is None else cache.guard._bloom.copy()
+    return (tiers, orders, cache.usage(), guard, copy.deepcopy(vars(cache.thresholds)),
+            dict(cache._dims), dict(cache._covered))
+
+
+def eviction_order(budget: Budget) -> list[str | None]:
+    """Every key the budget holds, in the order its policy would evict them (on a copy)."""
+    budget = copy.deepcopy(budget)
+    return [budget.pick_victim() for _ in range(len(budget.sizes))]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
+from PIL import Image
 
 import mmcache
 from mmcache.encoders import HashingTestEncoder
@@ -228,6 +231,51 @@ def test_exact_keys_use_normalised_text_and_encoders_fill_embeddings():
     # the encoder's vector lets a query with only the embedding find the entry semantically
     vec = enc.encode(["A red   dress"])[0].astype(np.float32)
     assert cache.get(Query(embeddings={"text": vec}, scope="s")).tier == "l2"
+
+
+def chart(blue: int = 200) -> np.ndarray:
+    """A white 64×64 bar chart whose second bar is drawn in ``blue``."""
+    img = np.full((64, 64, 3), 255, np.uint8)
+    img[34:, 10:22] = (30, 60, 200)
+    img[32:, 36:48] = (30, 60, blue)
+    return img
+
+
+def encoded_png(pixels: np.ndarray, compress_level: int) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG", compress_level=compress_level)
+    return out.getvalue()
+
+
+def test_exact_image_hits_need_the_same_pixels_and_near_copies_pass_the_threshold(rng, store):
+    """Another chart (the second bar in another shade: one perceptual hash) is no exact hit:
+    without a vector it misses, with one it is a δ-neighbour at its similarity."""
+    vec = unit(rng, DIM)
+    with mmcache.TieredCache({"l3": store}) as cache:
+        cache.put(Query(image=encoded_png(chart(), 6), embeddings={"image": vec}, scope="s"), "a")
+        same = cache.get(Query(image=encoded_png(chart(), 1), scope="s"))  # re-encoded PNG
+        assert same is not None and (same.value, same.tier, same.similarity) == ("a", "l1", 1.0)
+        other = chart(blue=190)
+        assert cache.get(Query(image=other, scope="s")) is None
+        one_pixel = chart()
+        one_pixel[40, 40, 2] -= 1          # also one perceptual hash with the first
+        assert cache.get(Query(image=one_pixel, scope="s")) is None
+        near_copy = cache.get(Query(image=other, embeddings={"image": near(rng, vec, 0.95)},
+                                    scope="s"))
+        assert near_copy is not None and near_copy.tier == "l2"
+        assert near_copy.similarity == pytest.approx(0.95, abs=1e-5)
+        assert cache.get(Query(image=other, embeddings={"image": near(rng, vec, 0.5)},
+                               scope="s")) is None
+
+
+def test_exact_audio_hits_need_the_same_samples(rng):
+    clip = (0.1 * rng.standard_normal(16_000)).astype(np.float32)
+    nudged = clip.copy()
+    nudged[100:110] += 1e-3
+    with mmcache.TieredCache() as cache:
+        cache.put(Query(audio=clip, scope="s"), "clip")
+        assert cache.get(Query(audio=clip.copy(), scope="s")).similarity == 1.0
+        assert cache.get(Query(audio=nudged, scope="s")) is None
 
 
 def test_encoders_named_in_config_resolve_lazily(monkeypatch):

@@ -189,4 +189,26 @@ def test_put_many_builds_the_searched_ann_index_but_not_a_covered_one(tmp_path: 
         assert l2.uses_ann and l2.pending == 0
         assert l3.uses_ann and l3.pending == len(vectors)
         cache.put(Query(text="one more", embeddings={"text": vectors[0]}, scope="s"), "b")
-        assert l2.pending == 1  # single puts still wait for the next lookup
+        assert l2.pending == 1  # single puts wait in the backlog, searched exactly
+
+
+def test_a_lookup_after_many_single_puts_inserts_nothing_into_the_ann_index() -> None:
+    """Single puts leave at most ``max_backlog`` vectors outside the ANN index (a put past it
+    inserts the oldest); a lookup only searches, so it never pays for a build."""
+    rng = np.random.default_rng(2)
+    vectors = rng.standard_normal((1100, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    with mmcache.TieredCache({"l2": {"ann_min_size": 8}}) as cache:
+        for i, v in enumerate(vectors):
+            cache.put(Query(embeddings={"text": v}, scope="s"), f"a{i}")
+        scope = prepare(Query(embeddings={"text": vectors[0]}, scope="s"), {}).scope
+        l2 = cache.tier("l2").index.index(scope, "text")
+        limit = l2.spec.max_backlog
+        assert l2.uses_ann and 0 < l2.pending <= limit < len(vectors)
+        before = (l2._ann.ntotal, l2.pending)
+        for i in (0, 500, 1099):
+            turned = vectors[i] + 0.01 * vectors[(i + 1) % len(vectors)]
+            hit = cache.get(Query(embeddings={"text": turned / np.linalg.norm(turned)},
+                                  scope="s"))
+            assert hit is not None and hit.value == f"a{i}"
+        assert (l2._ann.ntotal, l2.pending) == before

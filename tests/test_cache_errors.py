@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import io
+import sqlite3
 import wave
 
 import numpy as np
 import pytest
 
 import mmcache
-from mmcache.errors import (InvalidEmbeddingError, InvalidInputError, InvalidMediaError,
-                            MissingScopeError, SerializationError, StorageError,
-                            UnknownModalityError)
+from mmcache.errors import (ConfigError, InvalidEmbeddingError, InvalidInputError,
+                            InvalidMediaError, MissingScopeError, SerializationError,
+                            StorageError, UnknownModalityError)
 from mmcache.testing import unit
 from mmcache.types import Query
 
@@ -117,6 +118,64 @@ def test_failing_store_leaves_memory_tiers_unchanged(cache, monkeypatch):
         cache.put(Query(text="new", embeddings={"text": unit(RNG, DIM)}, scope="s"), "x")
     monkeypatch.undo()
     assert snapshot(cache) == before
+
+
+def test_failing_store_transaction_leaves_every_tier_and_its_policy_order_unchanged(
+        tmp_path, monkeypatch):
+    """The L3 write fails after its budget chose a victim: that victim stays the next one."""
+    cache = mmcache.TieredCache({"l1": {"max_entries": 2}, "l2": {"max_entries": 2},
+                                 "l3": {"backend": "sqlite", "path": str(tmp_path / "c.db"),
+                                        "max_entries": 2}})
+    for i in range(2):
+        cache.put(Query(text=f"kept {i}", embeddings={"text": unit(RNG, DIM)}, scope="s"), i)
+    before = snapshot(cache)
+
+    class Broken:
+        def __enter__(self):
+            raise sqlite3.OperationalError("disk I/O error (simulated)")
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(cache.tier("l3"), "_transaction", Broken)
+    with pytest.raises(StorageError):
+        cache.put(Query(text="new", embeddings={"text": unit(RNG, DIM)}, scope="s"), "x")
+    monkeypatch.undo()
+    assert snapshot(cache) == before
+    cache.close()
+
+
+def test_the_snapshot_sees_policy_order_guard_and_threshold_state(cache):
+    before = snapshot(cache)
+    cache.get(Query(text="kept", embeddings={"text": GOOD}, scope="s"))   # L1 order changes
+    assert snapshot(cache) != before
+    before = snapshot(cache)
+    cache.guard.add("never-stored")
+    assert snapshot(cache) != before
+    rule = mmcache.TieredCache({"thresholds": {"rule": "percentile"}})
+    before = snapshot(rule)
+    rule.thresholds.observe({"text": 0.95}, "e")
+    assert snapshot(rule) != before
+    rule.close()
+
+
+def test_bad_ann_factory_is_refused_when_the_cache_opens(tmp_path):
+    """Not at the put that first fills an index to ann_min_size, after L3 committed it."""
+    path = tmp_path / "bad.db"
+    with pytest.raises(ConfigError, match="l2.ann_factory"):
+        mmcache.TieredCache({"l2": {"ann_factory": "HNSW32,Bogus", "ann_min_size": 1},
+                             "l3": {"backend": "sqlite", "path": str(path)}})
+    assert not path.exists()
+
+
+def test_ann_factory_unfit_for_a_new_dimension_is_refused_at_that_put():
+    cache = mmcache.TieredCache({"l2": {"ann_factory": "PQ48"}})   # fits 384-d, not 512-d
+    before = snapshot(cache)
+    with pytest.raises(ConfigError, match="l2.ann_factory 'PQ48' .* 512-d"):
+        cache.put(Query(text="x", embeddings={"text": unit(RNG, 512)}, scope="s"), "v")
+    assert snapshot(cache) == before
+    assert cache.put(Query(text="x", embeddings={"text": unit(RNG, 384)}, scope="s"), "v")
+    cache.close()
 
 
 def test_declared_non_16k_rate_is_resampled_not_rejected(cache):

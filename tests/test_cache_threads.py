@@ -14,10 +14,17 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import mmcache
+from mmcache.cache import REFRESH_TIMEOUT
+from mmcache.encoders.base import HashingTestEncoder
+from mmcache.errors import InvalidEmbeddingError
 from mmcache.inputs import prepare
+from mmcache.testing import FakeClock
 from mmcache.types import Query
+
+from cache_helpers import snapshot
 
 THREADS, OPS, KEYS, DIM = 8, 300, 60, 32
 VECTORS = np.random.default_rng(0).standard_normal((KEYS, DIM)).astype(np.float32)
@@ -119,4 +126,107 @@ def test_metrics_can_be_exported_while_threads_use_the_cache(tmp_path: Path) -> 
     assert errors == [] and failures == []
     snap = cache.metrics.snapshot()
     assert snap.lookups == snap.latency["get"].count > 0   # every get counted once, and timed
+    cache.close()
+
+
+# -- encoders run outside the lock; stale refreshes are single-flight -------------------------
+WAIT = 5.0  # seconds any test thread waits at most: a regression fails, it never hangs
+
+
+class GatedEncoder(HashingTestEncoder):
+    """Encodes like its parent, but a text starting with "slow" waits for ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__("text", dim=16)
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def encode(self, inputs):
+        if any(str(x).startswith("slow") for x in inputs):
+            self.entered.set()
+            self.release.wait(WAIT)
+        return super().encode(inputs)
+
+
+def in_thread(fn) -> tuple[threading.Thread, list]:
+    """Run ``fn`` in a started thread; the list receives its result or exception."""
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            out.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+@pytest.mark.parametrize("slow_call", ["put", "get"])
+def test_a_call_blocked_in_its_encoder_does_not_block_an_l1_hit(slow_call: str) -> None:
+    encoder = GatedEncoder()
+    cache = mmcache.TieredCache({"l2": {"index": "flat"}}, encoders={"text": encoder})
+    cache.put(Query(text="fast question", scope="s"), "answer")
+    slow = Query(text="slow question", scope="s")
+    blocked, blocked_out = in_thread(lambda: getattr(cache, slow_call)(
+        *((slow, "slow answer") if slow_call == "put" else (slow,))))
+    try:
+        assert encoder.entered.wait(WAIT)
+        reader, hit = in_thread(lambda: cache.get(Query(text="fast question", scope="s")))
+        reader.join(WAIT / 5)
+        assert not reader.is_alive(), f"an L1 hit waited for a {slow_call} inside its encoder"
+        assert hit[0].tier == "l1" and hit[0].value == "answer"
+    finally:
+        encoder.release.set()
+        blocked.join(WAIT)
+    assert not isinstance(blocked_out[0], Exception)
+    if slow_call == "put":
+        assert cache.get(slow).value == "slow answer"
+    cache.close()
+
+
+def test_a_dimension_fixed_while_encoding_fails_the_put_and_changes_nothing() -> None:
+    encoder = GatedEncoder()
+    cache = mmcache.TieredCache({"l2": {"index": "flat"}}, encoders={"text": encoder})
+    rng = np.random.default_rng(4)
+    image8, image32 = (rng.standard_normal(d).astype(np.float32) for d in (8, 32))
+    slow = in_thread(lambda: cache.put(Query(text="slow caption", embeddings={"image": image8},
+                                             scope="s"), "a"))
+    try:
+        assert encoder.entered.wait(WAIT)
+        cache.put(Query(embeddings={"image": image32}, scope="s"), "b")  # fixes image at 32
+        before = snapshot(cache)
+    finally:
+        encoder.release.set()
+        slow[0].join(WAIT)
+    assert isinstance(slow[1][0], InvalidEmbeddingError) and "expects 32" in str(slow[1][0])
+    assert snapshot(cache) == before
+    cache.close()
+
+
+def test_on_stale_fires_once_for_concurrent_stale_gets_until_the_refresh_put() -> None:
+    clock, calls = FakeClock(), []
+    cache = mmcache.TieredCache({"freshness": {"ttl": 10, "stale_while_revalidate": 100}},
+                                clock=clock, on_stale=lambda q, hit: calls.append(hit.value))
+    q = Query(text="weather in Paris", embeddings={"text": VECTORS[0]}, scope="s")
+    cache.put(q, "sunny")
+    clock.advance(11)
+    start = threading.Barrier(THREADS)
+
+    def stale_gets() -> list[str]:
+        start.wait(WAIT)
+        return [cache.get(q).freshness for _ in range(20)]
+
+    readers = [in_thread(stale_gets) for _ in range(THREADS)]
+    for thread, _ in readers:
+        thread.join(WAIT)
+    assert all(out[0] == ["stale-while-revalidate"] * 20 for _, out in readers)
+    assert calls == ["sunny"]                            # one refresh for 160 stale answers
+    cache.put(q, "rain")                                 # the refresh lands
+    clock.advance(11)
+    assert cache.get(q).value == "rain" and cache.get(q).value == "rain"
+    assert calls == ["sunny", "rain"]                    # stale again: one more refresh
+    clock.advance(REFRESH_TIMEOUT)                       # that refresh never came back
+    cache.get(q)
+    assert calls == ["sunny", "rain", "rain"]
     cache.close()

@@ -335,13 +335,24 @@ def test_remedy_effect_pools_collapses_where_the_baseline_collapsed():
 
 # -- the learned path is unchanged by the frozen-feature option ----------------------------
 def test_learned_path_reproduces_its_numbers_from_before_frozen_features():
-    """Values recorded with the code before frozen features existed (same seeds)."""
+    """Values recorded with the code before frozen features existed (same seeds), compared
+    only as tightly as they are reproducible on any x86 CPU and BLAS build."""
     patches, tokens = _batch()
-    for switches, before in [({}, 20.032684326171875), ({"sigma_reparam": True}, 17.279560089111328),
-                             ({"qk_init": "xavier_0.1", "qk_layernorm": True}, 25.797334671020508)]:
+    # The forward pass runs in float64 (seeded init, fixed inputs): summation order may differ
+    # between BLAS builds, which moves float64 sums by ~1e-15 relative, so rel=1e-9 is safe
+    # and pins them. The float32 sums recorded before frozen features agree with these to
+    # float32 rounding (<= 1.2e-7 relative measured; float32 eps is 6e-8, rel=1e-6 allows
+    # for reordering); a change of init, RNG order or architecture moves them by >10%.
+    for switches, before64, before32 in [
+            ({}, 20.03268621869036, 20.032684326171875),
+            ({"sigma_reparam": True}, 17.27955945548053, 17.279560089111328),
+            ({"qk_init": "xavier_0.1", "qk_layernorm": True}, 25.79733377693237,
+             25.797334671020508)]:
         torch.manual_seed(0)
-        scores = CrossModalMatcher(_block(**switches))(patches, tokens)
-        assert scores.sum().item() == pytest.approx(before, rel=1e-6), switches
+        matcher = CrossModalMatcher(_block(**switches)).double()
+        total = matcher(patches.double(), tokens).sum().item()
+        assert total == pytest.approx(before64, rel=1e-9), switches
+        assert total == pytest.approx(before32, rel=1e-6), switches
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -351,8 +362,14 @@ def test_learned_path_reproduces_its_numbers_from_before_frozen_features():
     finally:
         torch.set_num_threads(threads)
     assert res.features == LEARNED and "mass_audio" not in res.curves
-    assert res.final_loss == pytest.approx(1.9086844722429912, rel=1e-6)
-    assert res.curves["entropy"][-1].mean() == pytest.approx(3.007784605026245, rel=1e-6)
+    assert not res.diverged and res.curves["entropy"].shape == (20, 4)
+    # 20 float32 Adam steps amplify rounding differences between CPUs/BLAS builds: the final
+    # loss was 1.9086845 on one machine and 1.9086818 on another (3e-6 apart; 1 vs 2 threads
+    # here: 1e-7). Seeds 1 and 2 end at 1.994 and 1.751 (entropy 3.00630, 3.00804), so
+    # abs=1e-3 on the loss and abs=1e-4 on the entropy are >= 300x the machine noise yet
+    # catch any change that alters the training path as much as another seed does.
+    assert res.final_loss == pytest.approx(1.9086845, abs=1e-3)
+    assert res.curves["entropy"][-1].mean() == pytest.approx(3.0077846, abs=1e-4)
 
 
 # -- frozen real-encoder features ----------------------------------------------------------

@@ -63,11 +63,23 @@ def test_unreadable_yaml_is_a_config_error(tmp_path):
     ({"encoders": {"video": "clip"}}, "encoders.video"),
     ({"encoders": {"text": "no-such-encoder"}}, "encoders.text"),
     ({"l2": 5}, "l2"),
+    ({"l2": {"ann_factory": "Bogus"}}, "l2.ann_factory"),
+    ({"l2": {"ann_factory": "HNSW32,Bogus"}}, "l2.ann_factory"),
+    ({"dims": {"text": 512}, "l2": {"ann_factory": "PQ48"}}, "l2.ann_factory"),
+    ({"l1": {"policy": "arc"}}, "l1.max_bytes"),
 ])
 def test_bad_config_names_the_key(data, key):
     with pytest.raises(ConfigError) as err:
         CacheConfig.load(data)
     assert key in str(err.value)
+
+
+def test_ann_factory_is_checked_at_the_dims_it_will_index():
+    CacheConfig.load({"dims": {"text": 384}, "l2": {"ann_factory": "PQ48"}})  # 384 = 8 x 48
+    CacheConfig.load({"l2": {"ann_factory": "PQ48"}})    # some usual dimension fits it
+    CacheConfig.load({"l2": {"index": "flat", "ann_factory": "Bogus"}})  # never built
+    with pytest.raises(ConfigError, match="could not parse"):
+        CacheConfig.load({"l2": {"ann_factory": "Bogus"}})
 
 
 def test_unknown_policy_is_a_config_error():

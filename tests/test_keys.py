@@ -1,8 +1,9 @@
-"""Exact fingerprints: what must and must not share a key."""
+"""Exact keys: what must and must not share a key."""
 
 from __future__ import annotations
 
 import io
+import wave
 
 import numpy as np
 import pytest
@@ -32,24 +33,74 @@ def test_text_normalisation():
     assert keys.text_key("a red dress") != keys.text_key("a red dresses")
 
 
-def hamming(a: str, b: str) -> int:
-    return bin(int(a, 16) ^ int(b, 16)).count("1")
+def bar_chart(second_bar: int = 32, blue: int = 200) -> np.ndarray:
+    """A white 64×64 RGB chart with two bars; the second is ``second_bar`` px high, in
+    ``blue``."""
+    img = np.full((64, 64, 3), 255, np.uint8)
+    img[64 - 30:, 10:22] = (30, 60, 200)
+    img[64 - second_bar:, 36:48] = (30, 60, blue)
+    return img
 
 
-def test_image_perceptual_hash_survives_lossless_reencoding_and_is_near_for_jpeg():
+def test_image_key_is_the_decoded_pixels_so_lossless_reencodings_share_it():
     img = photo(0)
     assert keys.image_key(png(img)) == keys.image_key(img)
-    assert hamming(keys.image_key(png(img, "JPEG")), keys.image_key(img)) <= 8
-    assert hamming(keys.image_key(photo(1)), keys.image_key(img)) > 64
+    reencoded = io.BytesIO()
+    Image.open(io.BytesIO(png(img))).save(reencoded, format="PNG", compress_level=1)
+    assert reencoded.getvalue() != png(img)
+    assert keys.image_key(reencoded.getvalue()) == keys.image_key(img)
+    chart = bar_chart()
+    palette = io.BytesIO()
+    Image.fromarray(chart).quantize(colors=4).save(palette, format="PNG")
+    assert Image.open(palette).mode == "P"
+    assert keys.image_key(palette.getvalue()) == keys.image_key(chart)
 
 
-def test_audio_fingerprint_is_deterministic_and_content_sensitive():
+def test_image_key_changes_with_any_pixel_and_with_lossy_copies():
+    chart = bar_chart()
+    assert keys.image_key(bar_chart(second_bar=35)) != keys.image_key(chart)   # 3 px taller
+    assert keys.image_key(bar_chart(blue=190)) != keys.image_key(chart)  # same 256-bit pHash
+    one_pixel = chart.copy()
+    one_pixel[40, 40, 2] -= 1                 # same 256-bit pHash
+    assert keys.image_key(one_pixel) != keys.image_key(chart)
+    assert keys.image_key(png(photo(0), "JPEG")) != keys.image_key(photo(0))
+    assert keys.image_key(photo(1)) != keys.image_key(photo(0))
+
+
+def test_image_key_includes_the_shape_and_mode_of_the_pixels():
+    chart = bar_chart()
+    flat = chart.reshape(64, 64 * 3)          # the same bytes as one grey 64×192 image
+    assert keys.image_key(flat) != keys.image_key(chart)
+    assert keys.image_key(chart.reshape(32, 128, 3)) != keys.image_key(chart)
+    rgba = np.dstack([chart, np.full((64, 64), 255, np.uint8)])
+    assert keys.image_key(rgba) != keys.image_key(chart)
+
+
+def test_audio_key_is_the_decoded_samples():
     rng = np.random.default_rng(0)
     a = (0.1 * rng.standard_normal(16_000)).astype(np.float32)
-    b = (0.1 * rng.standard_normal(16_000)).astype(np.float32)
     assert keys.audio_key(a) == keys.audio_key(a.copy())
-    assert keys.audio_key(a) != keys.audio_key(b)
-    assert keys.audio_key(a[:100]) != keys.audio_key(b[:100])
+    nudged = a.copy()
+    nudged[8_000] += 1e-4                      # inaudible, and not the same recording
+    assert keys.audio_key(nudged) != keys.audio_key(a)
+    assert keys.audio_key(a[:-1]) != keys.audio_key(a)
+    silence = np.zeros(100, np.float32)
+    assert keys.audio_key(-silence) == keys.audio_key(silence)   # -0.0 is 0.0
+
+
+def test_audio_key_is_taken_after_decoding_and_resampling():
+    pcm = (np.random.default_rng(1).uniform(-0.5, 0.5, 8_000) * 32768).astype("<i2")
+    samples = pcm.astype(np.float32) / 32768.0
+    wav = io.BytesIO()
+    with wave.open(wav, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16_000)
+        out.writeframes(pcm.tobytes())
+    as_wav = prepare(Query(audio=wav.getvalue(), scope="s"), {}).key
+    assert as_wav == prepare(Query(audio=samples, scope="s"), {}).key
+    at_8k = prepare(Query(audio=samples[::2], audio_rate=8_000, scope="s"), {})
+    assert at_8k.key == prepare(Query(audio=at_8k.raw["audio"], scope="s"), {}).key
 
 
 def test_exact_key_separates_scopes_and_modality_sets():

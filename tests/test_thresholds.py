@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mmcache.build import make_threshold
 from mmcache.config import ThresholdConfig
 from mmcache.thresholds import (DEFAULT_DELTA, RULES, PercentileThreshold, StaticThreshold,
-                                ThresholdRule, make_threshold)
+                                ThresholdRule)
 
 
 def test_static_rule():

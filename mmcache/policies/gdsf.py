@@ -6,6 +6,7 @@ import heapq
 import itertools
 from typing import Any, Hashable
 
+from . import _heap
 from .base import EvictionPolicy
 
 
@@ -47,11 +48,11 @@ class GDSF(EvictionPolicy):
     def _push(self, key: Hashable, pri: float) -> None:
         entry = (pri, next(self._clock))
         self._entry[key] = entry
-        heapq.heappush(self._heap, (*entry, key))
+        _heap.push(self._heap, (*entry, key), len(self._entry), self._ranks)
 
     def evict(self) -> Hashable | None:
         heap = self._heap
-        while self._entry.get(heap[0][2]) != heap[0][:2]:
+        while not self._ranks(heap[0]):
             heapq.heappop(heap)
         if self._pending is not None and heap[0][0] > self._pending[1]:
             self._last_evicted = self._pending[1]
@@ -61,6 +62,10 @@ class GDSF(EvictionPolicy):
         self._last_evicted = pri
         self._forget(key)
         return key
+
+    def _ranks(self, item: tuple[float, int, Hashable]) -> bool:
+        """Whether heap ``item`` is its key's current rank (else it is stale)."""
+        return self._entry.get(item[2]) == item[:2]
 
     def remove(self, key: Hashable) -> None:
         self._forget(key)

@@ -21,6 +21,7 @@ from collections import OrderedDict
 from typing import Any, Hashable
 
 from ..errors import ConfigError
+from . import _heap
 from .base import EvictionPolicy
 
 FRESHNESS_FLOOR = 0.1
@@ -80,7 +81,7 @@ class HotnessFreshness(EvictionPolicy):
         rank = (self.w_hot * self._hot[key] + self.w_fresh * self._now / self.window,
                 next(self._stamp))
         self._entry[key] = rank
-        heapq.heappush(self._young_heap, (*rank, key))
+        _heap.push(self._young_heap, (*rank, key), len(self._last), self._ranks)
 
     def _tick(self, hints: dict[str, Any]) -> None:
         now = hints.get("now")
@@ -112,12 +113,16 @@ class HotnessFreshness(EvictionPolicy):
             rank = (self.w_hot * self._hot[key] + self.w_fresh * FRESHNESS_FLOOR,
                     next(self._stamp))
             self._entry[key] = rank
-            heapq.heappush(self._old_heap, (*rank, key))
+            _heap.push(self._old_heap, (*rank, key), len(self._old), self._ranks)
 
     def _peek(self, heap: list[tuple[float, int, Hashable]]) -> tuple[float, int, Hashable] | None:
-        while heap and self._entry.get(heap[0][2]) != heap[0][:2]:
+        while heap and not self._ranks(heap[0]):
             heapq.heappop(heap)
         return heap[0] if heap else None
+
+    def _ranks(self, item: tuple[float, int, Hashable]) -> bool:
+        """Whether heap ``item`` is its key's current rank (else it is stale)."""
+        return self._entry.get(item[2]) == item[:2]
 
     def remove(self, key: Hashable) -> None:
         self._last.pop(key, None)

@@ -8,6 +8,7 @@ from collections import OrderedDict, deque
 from typing import Any, Hashable
 
 from ..errors import ConfigError
+from . import _heap
 from .base import EvictionPolicy
 
 
@@ -40,7 +41,8 @@ class LRUK(EvictionPolicy):
             self._young[key] = None
         else:
             self._young.pop(key, None)
-            heapq.heappush(self._heap, (hist[0], key))
+            _heap.push(self._heap, (hist[0], key), len(self._history) - len(self._young),
+                       self._ranks)
 
     def evict(self) -> Hashable:
         if self._young:
@@ -48,11 +50,16 @@ class LRUK(EvictionPolicy):
         else:
             while True:
                 stamp, key = heapq.heappop(self._heap)
-                hist = self._history.get(key)
-                if hist is not None and len(hist) == self.k and hist[0] == stamp:
+                if self._ranks((stamp, key)):
                     break
         del self._history[key]
         return key
+
+    def _ranks(self, item: tuple[int, Hashable]) -> bool:
+        """Whether heap ``item`` is its key's current rank (else it is stale)."""
+        stamp, key = item
+        hist = self._history.get(key)
+        return hist is not None and len(hist) == self.k and hist[0] == stamp
 
     def remove(self, key: Hashable) -> None:
         del self._history[key]

@@ -16,6 +16,7 @@ import math
 from typing import Any, Hashable
 
 from ..errors import ConfigError
+from . import _heap
 from .base import EvictionPolicy
 
 
@@ -66,16 +67,20 @@ class ValuePerByte(EvictionPolicy):
     def _push(self, key: Hashable) -> None:
         entry = (self._aging + self.value(key), next(self._stamp))
         self._entry[key] = entry
-        heapq.heappush(self._heap, (*entry, key))
+        _heap.push(self._heap, (*entry, key), len(self._entry), self._ranks)
 
     def evict(self) -> Hashable:
         heap = self._heap
-        while self._entry.get(heap[0][2]) != heap[0][:2]:
+        while not self._ranks(heap[0]):
             heapq.heappop(heap)
         pri, _, key = heapq.heappop(heap)
         self._aging = pri
         self._forget(key)
         return key
+
+    def _ranks(self, item: tuple[float, int, Hashable]) -> bool:
+        """Whether heap ``item`` is its key's current rank (else it is stale)."""
+        return self._entry.get(item[2]) == item[:2]
 
     def remove(self, key: Hashable) -> None:
         self._forget(key)

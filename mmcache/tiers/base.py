@@ -30,6 +30,8 @@ open, or when another client wrote it), plus the entry's own ``hints`` (``cost``
 
 from __future__ import annotations
 
+import functools
+import pickle
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -37,7 +39,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..policies import EvictionPolicy
+from ..policies import EvictionPolicy, make_policy
 from ..types import Entry
 
 
@@ -72,6 +74,21 @@ class Candidate:
         return min(self.similarities.values()) if self.similarities else 0.0
 
 
+#: An undoable budget copies its state once its log of calls since the last copy holds at
+#: least this many calls and at least one per resident key (so copying is O(1) amortised).
+COPY_AFTER_CALLS = 256
+
+
+def _logged(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Log calls of a state-changing :class:`Budget` method while the budget is undoable."""
+    @functools.wraps(method)
+    def logged(self: "Budget", *args: Any, **kwargs: Any) -> Any:
+        if self._log is not None:
+            self._log.append((method.__name__, args, kwargs))
+        return method(self, *args, **kwargs)
+    return logged
+
+
 class Budget:
     """Capacity accounting plus an eviction policy: decides which ids must leave.
 
@@ -81,20 +98,50 @@ class Budget:
     policy. ``admit`` returns the victims the tier must drop;
     afterwards ``key in budget`` says whether the key itself was admitted (a policy
     may decline it, e.g. an admission filter or GDSF ranking it lowest).
+
+    An ``undoable`` budget (for tiers whose write may fail after admission) can
+    :meth:`rollback` to its last :meth:`begin`, restoring the policy's order exactly: it
+    keeps a copy of its state and a log of its calls since, and replays the log up to the
+    mark on a fresh copy. Copies are taken at ``begin`` once the log is long enough, so a
+    successful write pays O(1) amortised, and only a rollback pays O(n).
     """
 
-    def __init__(self, capacity: Capacity, policy: EvictionPolicy | str) -> None:
-        from ..config import tier_policy
-
+    def __init__(self, capacity: Capacity, policy: EvictionPolicy | str,
+                 undoable: bool = False) -> None:
         self.capacity = capacity
-        self.policy = tier_policy(policy, {}, capacity.max_bytes) if isinstance(policy, str) \
-            else policy
+        self.policy = make_policy(policy, capacity=capacity.max_bytes) \
+            if isinstance(policy, str) else policy
         self.sizes: dict[str, int] = {}
         self.nbytes = 0
+        self._log: list[tuple[str, tuple, dict]] | None = [] if undoable else None
+        self._copy = self._state() if undoable else None
+        self._mark = 0
+        #: Whether each entry of the last :func:`admit_all` was admitted when it came.
+        self.admitted: list[bool] = []
 
     def __contains__(self, key: str) -> bool:
         return key in self.sizes
 
+    def begin(self) -> None:
+        """Mark the state :meth:`rollback` returns to (a no-op unless undoable)."""
+        if self._log is None:
+            return
+        if len(self._log) >= max(COPY_AFTER_CALLS, len(self.sizes)):
+            self._copy, self._log = self._state(), []
+        self._mark = len(self._log)
+
+    def rollback(self) -> None:
+        """Return to the state of the last :meth:`begin`: sizes and the policy's order."""
+        if self._log is None:
+            raise TypeError("rollback needs a Budget made with undoable=True")
+        calls, self._log = self._log[:self._mark], None
+        self.policy, self.sizes = pickle.loads(self._copy)
+        self.nbytes = sum(self.sizes.values())
+        for name, args, kwargs in calls:
+            getattr(self, name)(*args, **kwargs)
+        self._log = calls
+
+    @_logged
     def admit(self, key: str, size: int, **hints: Any) -> list[str]:
         """Account ``key`` (``size`` bytes), evicting until it fits; return the victims.
 
@@ -102,7 +149,7 @@ class Budget:
         ``capacity.admits(size)`` first and ``key in budget`` afterwards.
         """
         if key in self.sizes:
-            self.remove(key)
+            self._remove(key)
         victims: list[str] = []
         admitted = self.policy.on_miss(key, size, **hints)
         victims += self._dropped()
@@ -121,16 +168,18 @@ class Budget:
             victims += self._dropped()
         return victims
 
+    @_logged
     def adopt(self, key: str, size: int, **hints: Any) -> None:
         """Account ``key``, already stored (e.g. loaded from a file on open), without evicting;
         the tier enforces capacity afterwards with :meth:`pick_victim`."""
         if key in self.sizes:
-            self.remove(key)
+            self._remove(key)
         self.policy.on_miss(key, size, **hints)
         self.policy.insert(key, size, **hints)
         self.sizes[key] = size
         self.nbytes += size
 
+    @_logged
     def touch(self, key: str, **hints: Any) -> list[str]:
         """Record an access to resident ``key``; return keys the policy dropped meanwhile."""
         if key not in self.sizes:
@@ -138,24 +187,12 @@ class Budget:
         self.policy.access(key, **hints)
         return self._dropped()
 
+    @_logged
     def remove(self, key: str) -> bool:
         """Forget ``key``; False when it was not resident."""
-        if key not in self.sizes:
-            return False
-        self.nbytes -= self.sizes.pop(key)
-        self.policy.remove(key)
-        return True
+        return self._remove(key)
 
-    def restore(self, keys: Iterable[str],
-                stored: Mapping[str, tuple[int, Mapping[str, Any]]]) -> None:
-        """Undo admissions after a failed write: account each of ``keys`` again exactly
-        when ``stored`` (key -> size and policy hints of what the store still holds) has it."""
-        for key in keys:
-            self.remove(key)
-            if key in stored:
-                size, hints = stored[key]
-                self.adopt(key, size, **hints)
-
+    @_logged
     def pick_victim(self) -> str | None:
         """Let the policy choose one resident key, forget it and return it."""
         if not self.sizes:
@@ -165,6 +202,17 @@ class Budget:
             return None
         self._forget(str(victim))
         return str(victim)
+
+    def _state(self) -> bytes:
+        """The policy and sizes, pickled in memory (never stored; faster than a deep copy)."""
+        return pickle.dumps((self.policy, self.sizes), pickle.HIGHEST_PROTOCOL)
+
+    def _remove(self, key: str) -> bool:
+        if key not in self.sizes:
+            return False
+        self.nbytes -= self.sizes.pop(key)
+        self.policy.remove(key)
+        return True
 
     def _forget(self, key: str) -> None:
         self.nbytes -= self.sizes.pop(key)
@@ -180,13 +228,17 @@ class Budget:
 
 def admit_all(budget: Budget, entries: Sequence[Entry],
               now: float) -> tuple[list[str], list[Entry]]:
-    """Admit ``entries`` into ``budget`` one by one at time ``now``, as sequential puts would.
+    """Admit ``entries`` into ``budget`` one by one at time ``now``, as sequential puts would;
+    ``budget.rollback()`` undoes it, and ``budget.admitted`` says which were admitted.
 
     Returns every victim in order (ids of this batch included) and the entries to
     store: the last version of each id that is still admitted at the end.
     """
-    victims = [victim for e in entries
-               for victim in budget.admit(e.entry_id, e.size, **policy_hints(e, now))]
+    budget.begin()
+    victims, budget.admitted = [], []
+    for e in entries:
+        victims += budget.admit(e.entry_id, e.size, **policy_hints(e, now))
+        budget.admitted.append(e.entry_id in budget)
     return victims, [e for e in last_versions(entries) if e.entry_id in budget]
 
 
@@ -239,6 +291,11 @@ class Tier(ABC):
         """Store or replace every entry in order, as one :meth:`put` each would (the
         last of two with one id wins); return every id evicted, in order."""
         return [victim for entry in entries for victim in self.put(entry)]
+
+    def admitted(self, entries: Sequence[Entry]) -> list[bool]:
+        """Whether the last ``put_many(entries)`` admitted each entry when it came (a policy
+        may decline one); the default says whether the tier holds it now."""
+        return [e.entry_id in self for e in entries]
 
     @abstractmethod
     def get(self, scope: str, entry_id: str) -> Entry | None:
@@ -298,6 +355,9 @@ class BudgetedTier(Tier):
 
     def put(self, entry: Entry) -> list[str]:
         return self.put_many([entry])
+
+    def admitted(self, entries: Sequence[Entry]) -> list[bool]:
+        return list(self._budget.admitted)
 
     @abstractmethod
     def put_many(self, entries: Sequence[Entry]) -> list[str]:

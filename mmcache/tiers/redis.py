@@ -79,7 +79,7 @@ class RedisTier(BudgetedTier):
         self.name = name
         self.url = url
         self.prefix = prefix
-        self._budget = Budget(capacity, policy)
+        self._budget = Budget(capacity, policy, undoable=True)
         self.index = SemanticIndex(spec, precheck=precheck)
         self._known: dict[str, _Known] = {}
         self._last_seq = 0
@@ -113,9 +113,7 @@ class RedisTier(BudgetedTier):
                                  args=fields[entry.entry_id], client=pipe)
             seqs = pipe.execute()[2 if removed else 0:]
         except redis.RedisError as exc:
-            known = {g: self._known[g] for g in gone if g in self._known}
-            self._budget.restore(gone, {g: (k.size, {"now": now, **k.hints})
-                                        for g, k in known.items()})
+            self._budget.rollback()
             raise StorageError(f"Redis tier write to {self.url} failed: {exc}") from exc
         for entry_id in gone:
             self._unindex(entry_id)

@@ -1,4 +1,5 @@
-"""L2: entries in memory plus one FAISS index per (scope, modality) for δ-neighbour search.
+"""L2: entries in memory plus one FAISS index per (scope, modality set, modality) for δ-neighbour
+search (see :mod:`mmcache.tiers.vectors`).
 
 How to choose the index (``CacheConfig.l2``; see :mod:`mmcache.tiers.vectors`):
 ``{"index": "flat"}`` is exact inner-product search at every size (the benchmark's

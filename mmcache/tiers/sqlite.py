@@ -63,7 +63,7 @@ class SQLiteTier(BudgetedTier):
         self.path = Path(path)
         self.shared = shared
         self.synchronous = synchronous.upper()
-        self._budget = Budget(capacity, policy)
+        self._budget = Budget(capacity, policy, undoable=True)
         self.index = SemanticIndex(spec, precheck=precheck)
         #: entry id -> (scope, modalities, size, policy hints) of every entry held.
         self._scopes: dict[str, tuple[str, tuple[str, ...], int, dict[str, float]]] = {}
@@ -93,9 +93,7 @@ class SQLiteTier(BudgetedTier):
                                      [v for e in kept for v in rows[e.entry_id][1]])
                 last_rowid = self._db.execute("SELECT last_insert_rowid()").fetchone()[0]
         except sqlite3.Error as exc:
-            known = {g: self._scopes[g] for g in gone if g in self._scopes}
-            self._budget.restore(gone, {g: (size, {"now": now, **hints})
-                                        for g, (_, _, size, hints) in known.items()})
+            self._budget.rollback()
             raise StorageError(f"L3 write to {self.path} failed: {exc}") from exc
         self._last_rowid = max(self._last_rowid, last_rowid or 0)
         for entry_id in gone:

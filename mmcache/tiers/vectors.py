@@ -1,4 +1,4 @@
-"""Vector search for the semantic tiers: one index per (scope, modality).
+"""Vector search for the semantic tiers: one index per (scope, modality set, modality).
 
 Each :class:`VectorIndex` keeps its L2-normalised float32 vectors in one
 contiguous array (slots; deleted slots are tombstones until compaction).
@@ -10,46 +10,55 @@ contiguous array (slots; deleted slots are tombstones until compaction).
   (``ann_factory``, HNSW by default; any factory string works) and searched with
   ``ef_search``. Every ANN candidate is re-scored exactly against the stored vector.
 
-Inserts into the ANN index are lazy: a vector is stored (and counted, and covered by
-the spherical cap) at once, but reaches the ANN structure only when the index is next
-searched, in one batched ``add`` for everything added since (the switch to ANN and a
-rebuild after compaction are deferred the same way). An index that is never searched
-never pays for ANN inserts, and a stream of puts between two searches is one batch.
+Inserts into the ANN index are batched behind a bounded backlog: a vector is stored (and
+counted, and covered by the spherical cap) at once, and slots not yet in the ANN index are
+searched exactly beside it (``faiss.knn`` over that contiguous tail of the array), so a
+search never builds the ANN structure and costs one ANN search plus a scan of at most
+``max_backlog`` vectors. An add (or compacting remove) that takes the backlog past
+``max_backlog`` inserts its oldest vectors beyond that bound (one per add once the
+backlog is full, so puts stay smooth; the switch to ANN and a rebuild after compaction
+insert all but ``max_backlog`` at once, paid by that call); ``flush()`` inserts all of it.
 Removing or replacing a vector not yet in the ANN index drops it from that backlog.
 The flat array is searched directly, so exact search has no backlog at all.
 
 Single-query search runs on one faiss/OpenMP thread (restored afterwards).
-:class:`SemanticIndex` adds scopes and the every-modality rule: a candidate must
-be within its floor on *every* queried modality for the *same* entry.
+:class:`SemanticIndex` adds scopes, modality sets and the every-modality rule. An
+entry is indexed under the set of modalities it has vectors for, and a query only
+ever searches the entries whose set equals its own: a text-only query never sees a
+text + image entry, nor the reverse. A candidate must be within its floor on
+*every* modality of that set for the *same* entry.
 """
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import faiss
 import numpy as np
 
-from ..config import SemanticTierConfig as _L2
 from ..errors import ConfigError
 from ..guard import SphericalCap
 from .base import Candidate
 
 @dataclass(frozen=True)
 class IndexSpec:
-    """How a semantic tier indexes vectors (see the module docstring); the defaults are
+    """How a semantic tier indexes vectors (see the module docstring); the defaults equal
     ``CacheConfig.l2``'s, so a tier built directly behaves like one built from a config."""
 
-    index: str = _L2.index
-    ann_factory: str = _L2.ann_factory
-    ann_min_size: int = _L2.ann_min_size
-    ef_search: int = _L2.ef_search
-    ef_construction: int = _L2.ef_construction
-    candidates: int = _L2.candidates
+    index: str = "auto"
+    ann_factory: str = "HNSW32"
+    ann_min_size: int = 10_000
+    ef_search: int = 128
+    ef_construction: int = 64
+    candidates: int = 8
     #: Compact when tombstones exceed this fraction of slots (ANN rebuilds are costly: 0.5).
     compact_fraction: float = 0.25
+    #: Most vectors kept out of the ANN index, searched exactly beside it (a scan of
+    #: 1024 x 512 floats is ~0.1 ms); adds past it insert the oldest into the ANN index.
+    max_backlog: int = 1024
 
 
 @contextmanager
@@ -107,7 +116,7 @@ class VectorIndex:
 
     def add_many(self, entry_ids: Sequence[str], vectors: np.ndarray) -> None:
         """Store row ``i`` of ``vectors`` (unit norm, float32) for ``entry_ids[i]`` (distinct
-        ids), replacing previous ones; an ANN index gets them at the next search."""
+        ids), replacing previous ones; an ANN index gets them when the backlog overflows."""
         for entry_id in entry_ids:
             self.remove(entry_id)
         start, count = len(self._ids), len(entry_ids)
@@ -125,6 +134,7 @@ class VectorIndex:
             while len(self._slot) >= self._refit_at:
                 self._refit_at *= 2
             self.cap.refit(self._live_vectors())
+        self._drain_overflow()
 
     def remove(self, entry_id: str) -> bool:
         """Forget ``entry_id``'s vector; False when it had none."""
@@ -140,31 +150,34 @@ class VectorIndex:
         fraction = 0.5 if self._ann is not None else self.spec.compact_fraction
         if dead > 64 and dead > fraction * len(self._ids):
             self._compact()
+            self._drain_overflow()
         return True
 
     def search(self, query: np.ndarray, floor: float,
                k: int) -> tuple[list[tuple[str, float]], bool]:
         """Live entries among the ``k`` nearest with similarity ≥ ``floor``, best first,
-        and whether every entry ≥ ``floor`` is guaranteed to be in the list (pending
-        vectors enter the ANN index first)."""
-        self.flush()
-        n = len(self._ids)
+        and whether every entry ≥ ``floor`` is guaranteed to be in the list (the ANN index
+        and, exactly, the backlog beside it are searched; neither is changed)."""
         if not self._slot:
             return [], True
-        kk = min(k, n)
+        n, start = len(self._ids), self._indexed
+        row = query[None, :]
         with one_faiss_thread():
-            if self._ann is not None:
-                scores, labels = self._ann.search(query[None, :], kk)
-            else:
-                scores, labels = faiss.knn(query[None, :], self._vecs[:n], kk,
-                                      metric=faiss.METRIC_INNER_PRODUCT)
-        slots = labels[0][labels[0] >= 0]
+            indexed, indexed_bound = _nearest(lambda kk: self._ann.search(row, kk), start, k)
+            backlog = self._vecs[start:n]
+            tail, tail_bound = _nearest(
+                lambda kk: faiss.knn(row, backlog, kk, metric=faiss.METRIC_INNER_PRODUCT),
+                n - start, k)
+        slots = np.concatenate([indexed, tail + start])
         sims = self._vecs[slots] @ query
-        found = [(self._ids[s], float(x)) for s, x in zip(slots, sims)
-                 if x >= floor and self._ids[s] is not None]
+        # Tombstones may fill one part's k labels, so a live vector that part left out can beat
+        # the other part's weaker ones: keep a vector only above the other part's bound.
+        other_bound = np.repeat([tail_bound, indexed_bound], [len(indexed), len(tail)])
+        found = [(self._ids[s], float(x)) for s, x, b in zip(slots, sims, other_bound)
+                 if x >= floor and x >= b and self._ids[s] is not None]
         found.sort(key=lambda pair: -pair[1])
-        complete = kk >= n or float(scores[0][-1]) < floor
-        return found, complete
+        complete = max(indexed_bound, tail_bound) < floor and len(found) <= k
+        return found[:k], complete
 
     def _drop_pending(self, slot: int) -> None:
         """Free ``slot``, not yet in the ANN index, by moving the last slot into it."""
@@ -205,7 +218,7 @@ class VectorIndex:
         self._slot = {eid: s for s, eid in enumerate(order)}
         self.cap.refit(vecs)
         if self._ann is not None:
-            self._ann, self._indexed = self._new_ann(), 0  # rebuilt at the next search
+            self._ann, self._indexed = self._new_ann(), 0  # rebuilt when the backlog overflows
 
     def _new_ann(self) -> faiss.Index:
         """An empty ANN index made from ``ann_factory`` (a bad string is a ConfigError)."""
@@ -217,20 +230,41 @@ class VectorIndex:
         _set_index_params(index, self.spec)
         return index
 
+    def _drain_overflow(self) -> None:
+        """Insert the oldest pending slots beyond ``max_backlog`` into the ANN index."""
+        self._insert(keep=self.spec.max_backlog)
+
     def flush(self) -> None:
-        """Insert the pending slots into the ANN index in one batch (training it first if
-        it needs training); an index built from scratch leaves the tombstones out."""
-        if self._ann is None:
+        """Insert every pending slot into the ANN index now."""
+        self._insert(keep=0)
+
+    def _insert(self, keep: int) -> None:
+        """Insert the pending slots, oldest first, into the ANN index, leaving the newest
+        ``keep`` pending (training the index first if it needs training); an index built
+        from scratch leaves the tombstones out."""
+        if self._ann is None or self.pending <= keep:
             return
         if self._indexed == 0 and len(self._ids) != len(self._slot):
             self._compact()
-        rows = self._vecs[self._indexed:len(self._ids)]
-        if not len(rows):
+        end = len(self._ids) - keep
+        if end <= self._indexed:
             return
+        rows = self._vecs[self._indexed:end]
         if not self._ann.is_trained:
             self._ann.train(rows)
         self._ann.add(rows)
-        self._indexed = len(self._ids)
+        self._indexed = end
+
+
+def _nearest(search: Callable[[int], tuple[np.ndarray, np.ndarray]], size: int,
+             k: int) -> tuple[np.ndarray, float]:
+    """Labels from ``search(kk)`` (scores and labels of the ``kk`` nearest of ``size``
+    vectors) and a bound: every vector scoring above it is among those labels."""
+    if size == 0:
+        return np.zeros(0, dtype=np.int64), -math.inf
+    kk = min(k, size)
+    scores, labels = search(kk)
+    return labels[0][labels[0] >= 0], -math.inf if kk >= size else float(scores[0][-1])
 
 
 def _set_index_params(index: faiss.Index, spec: IndexSpec) -> None:
@@ -246,66 +280,78 @@ def _set_index_params(index: faiss.Index, spec: IndexSpec) -> None:
 
 
 class SemanticIndex:
-    """Per-scope, per-modality vector indexes and the every-modality δ-neighbour search."""
+    """Vector indexes per (scope, modality set, modality) and the every-modality δ-neighbour
+    search over the entries whose modality set equals the query's."""
 
     def __init__(self, spec: IndexSpec, precheck: bool = True) -> None:
         self.spec = spec
         self.precheck = precheck
-        self._indexes: dict[tuple[str, str], VectorIndex] = {}
+        self._indexes: dict[tuple[str, frozenset[str], str], VectorIndex] = {}
         #: Searches skipped because a spherical-cap bound proved a miss.
         self.skipped = 0
 
     def dims(self) -> dict[str, int]:
         """Embedding dimension per modality over every scope."""
-        return {m: idx.dim for (_, m), idx in self._indexes.items()}
+        return {m: idx.dim for (_, _, m), idx in self._indexes.items()}
 
     @property
     def uses_ann(self) -> bool:
         """Whether any index currently searches through its ANN structure."""
         return any(idx.uses_ann for idx in self._indexes.values())
 
-    def index(self, scope: str, modality: str) -> VectorIndex | None:
-        """The index of ``modality`` in ``scope`` (None when it holds nothing yet)."""
-        return self._indexes.get((scope, modality))
+    def index(self, scope: str, modality: str,
+              modalities: Iterable[str] | None = None) -> VectorIndex | None:
+        """The index of ``modality`` over the entries of ``scope`` whose modality set is
+        ``modalities`` (default: ``modality`` alone); None when it holds nothing yet."""
+        kind = frozenset((modality,) if modalities is None else modalities)
+        return self._indexes.get((scope, kind, modality))
 
     def add(self, scope: str, entry_id: str, vectors: Mapping[str, np.ndarray]) -> None:
-        """Index every vector of one entry."""
+        """Index every vector of one entry, under the set of its vectors' modalities."""
         self.add_many([(scope, entry_id, vectors)])
 
     def add_many(self, items: Iterable[tuple[str, str, Mapping[str, np.ndarray]]]) -> None:
         """Index every vector of many ``(scope, entry_id, vectors)`` entries, with one add
-        per (scope, modality) index; a later item replaces an earlier one's vector."""
-        groups: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+        per index; a later item of the same entry replaces an earlier one. An entry indexed
+        before with another modality set must be removed first."""
+        latest: dict[tuple[str, str], Mapping[str, np.ndarray]] = {}
         for scope, entry_id, vectors in items:
+            latest.pop((scope, entry_id), None)
+            latest[(scope, entry_id)] = vectors
+        groups: dict[tuple[str, frozenset[str], str], dict[str, np.ndarray]] = {}
+        for (scope, entry_id), vectors in latest.items():
+            kind = frozenset(vectors)
             for modality, vec in vectors.items():
-                group = groups.setdefault((scope, modality), {})
-                group.pop(entry_id, None)
-                group[entry_id] = vec
-        for (scope, modality), group in groups.items():
+                groups.setdefault((scope, kind, modality), {})[entry_id] = vec
+        for key, group in groups.items():
             rows = np.stack(list(group.values()))
-            idx = self._indexes.get((scope, modality))
+            idx = self._indexes.get(key)
             if idx is None:
-                idx = self._indexes[(scope, modality)] = VectorIndex(rows.shape[1], self.spec)
+                idx = self._indexes[key] = VectorIndex(rows.shape[1], self.spec)
             idx.add_many(list(group), rows)
 
     def remove(self, scope: str, entry_id: str, modalities: Iterable[str]) -> None:
-        """Drop one entry's vectors."""
-        for modality in modalities:
-            idx = self._indexes.get((scope, modality))
+        """Drop one entry's vectors; ``modalities`` is the set it was indexed under."""
+        kind = frozenset(modalities)
+        for modality in kind:
+            key = (scope, kind, modality)
+            idx = self._indexes.get(key)
             if idx is not None:
                 idx.remove(entry_id)
                 if not len(idx):
-                    del self._indexes[(scope, modality)]
+                    del self._indexes[key]
 
     def flush(self) -> None:
-        """Insert every pending vector into its ANN index now (else each waits for a search)."""
+        """Insert every pending vector into its ANN index now (else each waits in its backlog)."""
         for idx in self._indexes.values():
             idx.flush()
 
     def search(self, scope: str, vectors: Mapping[str, np.ndarray],
                floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
-        """Entries of ``scope`` at least ``floors[m]`` similar on every modality, best first."""
-        indexes = {m: self._indexes.get((scope, m)) for m in vectors}
+        """Entries of ``scope`` with exactly the modalities of ``vectors``, at least
+        ``floors[m]`` similar on every one of them, best first."""
+        kind = frozenset(vectors)
+        indexes = {m: self._indexes.get((scope, kind, m)) for m in vectors}
         if not vectors or any(idx is None or idx.dim != len(vectors[m])
                               for m, idx in indexes.items()):
             return []

@@ -11,7 +11,21 @@ def test_every_lookup_as_expected(smoke_metrics) -> None:
     m = smoke_metrics("00_quickstart")
     wrong = [c for c in m["cases"] if not c["as expected"]]
     assert not wrong, wrong
-    assert m["n_lookups"] >= 11
+    assert m["n_lookups"] >= 13
+
+
+def test_exact_image_hits_need_the_same_pixels(smoke_metrics) -> None:
+    """A re-encoded PNG is an exact hit; a brighter copy never is (a semantic hit below
+    similarity 1 with an image encoder, else a miss)."""
+    m = smoke_metrics("00_quickstart")
+    case = {c["case"]: c for c in m["cases"] if c["modality"] == "image"}
+    png = case["same photo, saved as PNG"]
+    assert (png["got"], png["similarity"]) == ("l1 hit", 1.0)
+    brighter = case["brighter copy"]
+    if m["image_semantic"] and brighter["got"] != "miss":
+        assert brighter["got"] != "l1 hit" and brighter["similarity"] < 1.0
+    else:
+        assert brighter["got"] == "miss"
 
 
 def test_shows_each_outcome_for_each_modality(smoke_metrics) -> None:

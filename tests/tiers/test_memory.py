@@ -60,7 +60,7 @@ def _live_policies() -> list[str]:
 
 @pytest.mark.parametrize("policy", _live_policies())
 def test_every_registered_policy_keeps_tiers_within_capacity_and_consistent(policy):
-    from mmcache.config import tier_policy
+    from mmcache.build import tier_policy
     from mmcache.policies import POLICIES
 
     rng = np.random.default_rng(0)

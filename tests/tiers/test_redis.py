@@ -172,6 +172,8 @@ def test_failed_write_restores_the_budget(redis_url: str, prefix: str,
         assert {e.entry_id for e in tier.scan()} == {"e0", "e1"}
         assert [c.entry_id for c in tier.search("tenant-a", {"text": unit(0)}, {"text": 0.99})] \
             == ["e0"]
+        monkeypatch.undo()
+        assert tier.evict() == "e0"      # still the next victim, as before the failed write
     finally:
         tier.close()
 
@@ -217,7 +219,7 @@ def test_matches_a_dict_model_and_never_exceeds_capacity(redis_url: str, ops: li
 
 def test_config_selects_the_redis_backend(redis_url: str, prefix: str) -> None:
     from mmcache.config import CacheConfig
-    from mmcache.tiers import index_spec, make_store_tier
+    from mmcache.build import index_spec, make_store_tier
 
     config = CacheConfig.from_dict({"l3": {"backend": "redis", "url": redis_url, "max_entries": 5,
                                            "options": {"prefix": prefix}}})
@@ -262,7 +264,7 @@ def _live_policies() -> list[str]:
 
 @pytest.mark.parametrize("policy", _live_policies())
 def test_every_live_policy_keeps_the_server_within_capacity(redis_url: str, policy: str) -> None:
-    from mmcache.config import tier_policy
+    from mmcache.build import tier_policy
     from mmcache.policies import POLICIES
 
     max_entries = None if POLICIES[policy].needs_capacity else 6

@@ -13,6 +13,8 @@ from mmcache.tiers import Capacity, SQLiteTier
 from mmcache.types import Entry
 
 DIM = 16
+#: Floors of a search for an entry's own vectors (entries have text and image, so must queries).
+CLOSE = {"text": 0.99, "image": 0.99}
 
 
 def entry(i: int, rng: np.random.Generator, scope: str = "s", value=None) -> Entry:
@@ -79,11 +81,11 @@ def test_shared_store_sees_other_writers(tmp_path):
     e = entry(1, rng)
     writer.put(e)
     assert reader.get("s", "s-1").value == {"i": 1}
-    cands = reader.search("s", {"text": e.embeddings["text"]}, {"text": 0.99})
+    cands = reader.search("s", e.embeddings, CLOSE)
     assert [c.entry_id for c in cands] == ["s-1"]
     writer.delete("s-1")
     assert reader.get("s", "s-1") is None
-    assert reader.search("s", {"text": e.embeddings["text"]}, {"text": 0.99}) == []
+    assert reader.search("s", e.embeddings, CLOSE) == []
 
 
 def test_bad_settings_and_unopenable_files(tmp_path):
@@ -111,7 +113,7 @@ def test_put_many_is_one_transaction_and_equals_one_put_each(tmp_path):
         tier.close()
     reopened = SQLiteTier(tmp_path / "bulk.db", Capacity(max_entries=4))
     assert reopened.get("s", "s-3").value == {"v": 9}
-    found = reopened.search("s", {"text": batch[9].embeddings["text"]}, {"text": 0.99})
+    found = reopened.search("s", batch[9].embeddings, CLOSE)
     assert [c.entry_id for c in found] == ["s-3"]
     reopened.close()
 
@@ -135,9 +137,29 @@ def test_failed_put_many_restores_budget_file_and_index(tmp_path, monkeypatch):
         tier.put_many([entry(i, rng) for i in range(1, 6)])
     monkeypatch.undo()
     assert (tier.usage(), sorted(tier.ids())) == before
-    assert [c.entry_id for c in tier.search("s", {"text": kept[0].embeddings["text"]},
-                                            {"text": 0.99})] == ["s-0"]
+    assert [c.entry_id for c in tier.search("s", kept[0].embeddings, CLOSE)] == ["s-0"]
     assert len(tier.put(entry(9, rng))) == 1 and len(tier) == 3   # the budget still evicts
+    tier.close()
+
+
+def test_failed_put_does_not_change_the_next_victim(tmp_path, monkeypatch):
+    """The victims a failed write had chosen go back where they were, not to the MRU end."""
+    rng = np.random.default_rng(11)
+    tier = SQLiteTier(tmp_path / "c.db", Capacity(max_entries=3))
+    tier.put_many([entry(i, rng) for i in range(3)])
+
+    class Broken:
+        def __enter__(self):
+            raise sqlite3.OperationalError("disk I/O error (simulated)")
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(tier, "_transaction", Broken)
+    with pytest.raises(StorageError):
+        tier.put(entry(7, rng))
+    monkeypatch.undo()
+    assert [tier.evict() for _ in range(3)] == ["s-0", "s-1", "s-2"]
     tier.close()
 
 

@@ -135,62 +135,133 @@ def test_add_many_stores_what_one_add_each_would(spec):
         assert [i for i, _ in found] == [i for i, _ in expected]
 
 
-def test_semantic_index_add_many_groups_by_scope_and_modality():
+def test_semantic_index_add_many_groups_by_scope_modality_set_and_modality():
     rng = np.random.default_rng(6)
-    vecs = [unit(rng, DIM) for _ in range(4)]
+    vecs = [unit(rng, DIM) for _ in range(6)]
     index = SemanticIndex(IndexSpec(index="flat"))
     index.add_many([("a", "x", {"text": vecs[0], "image": vecs[1]}), ("b", "y", {"text": vecs[2]}),
-                    ("a", "x", {"text": vecs[3]})])
+                    ("a", "z", {"text": vecs[4], "image": vecs[5]}), ("a", "x", {"text": vecs[3]})])
     assert len(index.index("a", "text")) == 1 and len(index.index("b", "text")) == 1
-    assert np.array_equal(index.index("a", "text").vector("x"), vecs[3])
-    assert np.array_equal(index.index("a", "image").vector("x"), vecs[1])
+    assert np.array_equal(index.index("a", "text").vector("x"), vecs[3])  # the later item wins
+    both = ("text", "image")
+    assert index.index("a", "image") is None and len(index.index("a", "image", both)) == 1
+    assert np.array_equal(index.index("a", "image", both).vector("z"), vecs[5])
+    assert index.index("a", "text", both).vector("x") is None
     assert index.search("b", {"text": vecs[0]}, {"text": 0.9}) == []
+    index.remove("a", "z", both)
+    assert index.index("a", "text", both) is None and index.dims() == {"text": DIM}
 
 
-# -- lazy ANN inserts: vectors reach the ANN index at the next search, in one batch ----------
-HNSW = IndexSpec(ann_min_size=50, ann_factory="HNSW16")
+_SETS = [("text",), ("image",), ("text", "image"), ("text", "image", "audio")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1),
+       entries=st.lists(st.tuples(st.sampled_from(_SETS), st.integers(0, 1)), min_size=1,
+                        max_size=30),
+       removed=st.sets(st.integers(0, 29)),
+       query=st.tuples(st.sampled_from(_SETS), st.integers(0, 1)))
+def test_semantic_search_sees_only_entries_with_the_query_modality_set(seed, entries, removed,
+                                                                       query):
+    """Entries and the query draw each modality's vector from two fixed ones: an entry is a
+    hit exactly when it has the query's modality set and the same draws (similarity 1)."""
+    rng = np.random.default_rng(seed)
+    pool = {m: [unit(rng, DIM), unit(rng, DIM)] for m in ("text", "image", "audio")}
+    index = SemanticIndex(IndexSpec(index="flat"))
+    index.add_many([("s", f"e{i}", {m: pool[m][pick] for m in mods})
+                    for i, (mods, pick) in enumerate(entries)])
+    for i in removed & set(range(len(entries))):
+        index.remove("s", f"e{i}", entries[i][0])
+    mods, pick = query
+    found = index.search("s", {m: pool[m][pick] for m in mods}, {m: 0.9 for m in mods},
+                         k=len(entries))
+    expected = {f"e{i}" for i, entry in enumerate(entries) if i not in removed
+                and entry == (mods, pick)}
+    assert {c.entry_id for c in found} == expected
+    assert all(set(c.similarities) == set(mods) for c in found)
+
+
+# -- the backlog: vectors not yet in the ANN index, searched exactly, drained on overflow ----
+HNSW = IndexSpec(ann_min_size=50, ann_factory="HNSW16", max_backlog=64)
 
 
 def found_ids(idx: VectorIndex, query: np.ndarray, floor: float = 0.999, k: int = 3) -> list[str]:
     return [entry_id for entry_id, _ in idx.search(query, floor, k)[0]]
 
 
-def test_switch_to_ann_defers_the_build_until_a_search():
+def ann_state(idx: VectorIndex) -> tuple[int, int]:
+    """(vectors in the ANN structure, vectors in the backlog)."""
+    return (0 if idx._ann is None else idx._ann.ntotal), idx.pending
+
+
+def test_switch_to_ann_keeps_a_small_backlog_exact_and_searches_never_build_it():
     idx, data = filled(49, HNSW)
     assert not idx.uses_ann and idx.pending == 0          # exact search has no backlog
     idx.remove("e3")                                      # a tombstone from the flat days
     idx.add("e3", data[3])
     idx.add("e49", data[0])
-    assert idx.uses_ann and idx.pending == 51 and len(idx) == 50
+    assert idx.uses_ann and ann_state(idx) == (0, 51) and len(idx) == 50
     assert "e49" in idx and np.array_equal(idx.vector("e49"), data[0])
     assert found_ids(idx, data[5]) == ["e5"]
-    assert idx.pending == 0                               # built in one batch
     assert sorted(found_ids(idx, data[0])) == ["e0", "e49"]   # the same vector twice
+    assert all(found_ids(idx, data[i]) == [f"e{i}"] for i in range(1, 49))
+    assert ann_state(idx) == (0, 51)                      # searching built nothing
+
+
+def test_adds_past_the_bound_insert_the_oldest_pending_vectors():
+    idx, data = filled(64, HNSW)
+    assert ann_state(idx) == (0, 64)                      # at the bound, not past it
+    rng = np.random.default_rng(7)
+    extra = [unit(rng, DIM) for _ in range(10)]
+    idx.add("x0", extra[0])
+    assert ann_state(idx) == (1, 64)                      # one past the bound: one inserted
+    idx.add_many([f"x{i}" for i in range(1, 5)], np.stack(extra[1:5]))
+    for i in range(5, 10):
+        idx.add(f"x{i}", extra[i])
+    assert ann_state(idx) == (10, 64) and len(idx) == 74
+    assert [found_ids(idx, v) for v in extra] == [[f"x{i}"] for i in range(10)]
+    assert all(found_ids(idx, data[i]) == [f"e{i}"] for i in range(64))
+    assert ann_state(idx) == (10, 64)
+
+
+def test_switching_to_ann_past_the_bound_inserts_all_but_the_bound_at_once():
+    idx, data = filled(49, IndexSpec(ann_min_size=50, ann_factory="HNSW16", max_backlog=20))
+    assert ann_state(idx) == (0, 0)
+    idx.add("e49", data[0])
+    assert ann_state(idx) == (30, 20)
+    assert sorted(found_ids(idx, data[0])) == ["e0", "e49"]
     assert all(found_ids(idx, data[i]) == [f"e{i}"] for i in range(1, 49))
 
 
-def test_adds_after_a_search_wait_for_the_next_one():
-    idx, data = filled(60, HNSW)
-    found_ids(idx, data[0])
-    rng = np.random.default_rng(7)
-    extra = [unit(rng, DIM) for _ in range(10)]
-    idx.add_many([f"x{i}" for i in range(5)], np.stack(extra[:5]))
-    for i in range(5, 10):
-        idx.add(f"x{i}", extra[i])
-    assert idx.pending == 10 and len(idx) == 70
-    assert [found_ids(idx, v) for v in extra] == [[f"x{i}"] for i in range(10)]
-    assert idx.pending == 0
+def test_many_single_adds_never_leave_a_search_to_insert_anything():
+    spec = IndexSpec(ann_min_size=40, ann_factory="HNSW16", max_backlog=25)
+    idx = VectorIndex(DIM, spec)
+    rng = np.random.default_rng(10)
+    data = [unit(rng, DIM) for _ in range(400)]
+    for i, vec in enumerate(data):
+        idx.add(f"e{i}", vec)
+        assert idx.pending <= spec.max_backlog
+        before = ann_state(idx)
+        assert found_ids(idx, data[int(rng.integers(0, i + 1))], floor=0.999, k=1)
+        assert ann_state(idx) == before
+
+
+def overflowed(spec: IndexSpec = HNSW) -> tuple[VectorIndex, np.ndarray]:
+    """An index whose 65 vectors are all in the ANN structure (``flush``: none pending)."""
+    idx, data = filled(65, spec)
+    idx.flush()
+    assert ann_state(idx) == (65, 0)
+    return idx, data
 
 
 def test_removing_a_pending_id_drops_it_from_the_backlog():
-    idx, data = filled(60, HNSW)
-    found_ids(idx, data[0])
+    idx, data = overflowed()
     rng = np.random.default_rng(8)
     extra = [unit(rng, DIM) for _ in range(8)]
     for i, vec in enumerate(extra):
         idx.add(f"x{i}", vec)
     assert idx.remove("x0") and idx.remove("x5") and idx.remove("x7")
-    assert idx.pending == 5 and len(idx) == 65 and "x5" not in idx
+    assert idx.pending == 5 and len(idx) == 70 and "x5" not in idx
     assert idx.remove("e1") and idx.pending == 5          # already indexed: a tombstone
     assert not idx.remove("x5")
     for i, vec in enumerate(extra):
@@ -200,26 +271,40 @@ def test_removing_a_pending_id_drops_it_from_the_backlog():
 
 
 def test_re_adding_a_pending_id_replaces_it():
-    idx, data = filled(60, HNSW)
-    found_ids(idx, data[0])
+    idx, data = overflowed()
     rng = np.random.default_rng(9)
     old, new = unit(rng, DIM), unit(rng, DIM)
     idx.add("x", old)
     idx.add("y", data[7])
     idx.add("x", new)
-    assert idx.pending == 2 and len(idx) == 62 and np.array_equal(idx.vector("x"), new)
+    assert idx.pending == 2 and len(idx) == 67 and np.array_equal(idx.vector("x"), new)
     assert found_ids(idx, old) == [] and found_ids(idx, new) == ["x"]
     assert sorted(found_ids(idx, data[7])) == ["e7", "y"]
 
 
-def test_compaction_rebuilds_the_ann_index_at_the_next_search():
-    idx, data = filled(200, HNSW)
-    found_ids(idx, data[0])
-    for i in range(150):
+def test_compaction_rebuilds_the_ann_index_in_the_remove_that_overflows_the_backlog():
+    idx, data = filled(300, HNSW)                          # 236 in the ANN index, 64 pending
+    assert ann_state(idx) == (236, 64)
+    for i in range(151):                                   # the 151st tombstone compacts
         idx.remove(f"e{i}")
-    assert idx.uses_ann and idx.pending == len(idx) == 50  # compacted: the ANN waits
-    assert all(found_ids(idx, data[i]) == ([] if i < 150 else [f"e{i}"]) for i in range(200))
-    assert idx.pending == 0
+    assert idx.uses_ann and ann_state(idx) == (85, 64) and len(idx) == 149  # rebuilt at once
+    small, small_data = filled(129, HNSW)
+    assert ann_state(small) == (65, 64)
+    for i in range(65):
+        small.remove(f"e{i}")
+    assert ann_state(small) == (0, 64)                     # compacted: 64 fit in the backlog
+    for index, vecs, gone in ((idx, data, 151), (small, small_data, 65)):
+        before = ann_state(index)
+        assert all(found_ids(index, vecs[i]) == ([] if i < gone else [f"e{i}"])
+                   for i in range(len(vecs)))
+        assert ann_state(index) == before
+
+
+def test_flush_inserts_the_backlog_now():
+    idx, data = filled(60, HNSW)
+    idx.flush()
+    assert ann_state(idx) == (60, 0)
+    assert all(found_ids(idx, data[i]) == [f"e{i}"] for i in range(60))
 
 
 _IDS = st.integers(0, 15)
@@ -231,12 +316,15 @@ _OPS = st.lists(st.one_of(
 
 
 @settings(max_examples=80, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), ops=_OPS)
-def test_lazy_ann_answers_like_an_eager_flat_index(seed, ops):
-    """An exact ANN index ("Flat") with lazy inserts, switched on at 4 vectors, against the
-    flat index over the same add/remove/search sequence: the same entries every time."""
+@given(seed=st.integers(0, 2**32 - 1), max_backlog=st.integers(0, 6), ops=_OPS)
+def test_ann_with_a_backlog_answers_like_an_eager_flat_index(seed, max_backlog, ops):
+    """An exact ANN index ("Flat") switched on at 4 vectors, with a backlog of at most
+    ``max_backlog`` vectors searched beside it, against the flat index over the same
+    add/remove/search sequence: the same entries every time, and no search changes what
+    the ANN index holds."""
     rng = np.random.default_rng(seed)
-    lazy = SemanticIndex(IndexSpec(index="auto", ann_factory="Flat", ann_min_size=4))
+    lazy = SemanticIndex(IndexSpec(index="auto", ann_factory="Flat", ann_min_size=4,
+                                   max_backlog=max_backlog))
     eager = SemanticIndex(IndexSpec(index="flat"))
     for op in ops:
         if op[0] == "add":
@@ -251,15 +339,18 @@ def test_lazy_ann_answers_like_an_eager_flat_index(seed, ops):
             stored = eager.index("s", "text")
             target = None if stored is None else stored.vector(f"e{near_id}")
             query = unit(rng, DIM) if target is None else near(rng, target, 0.9)
+            before = None if lazy.index("s", "text") is None else ann_state(lazy.index("s", "text"))
             got, want = (index.search("s", {"text": query}, {"text": floor}, k)
                          for index in (lazy, eager))
             assert [c.entry_id for c in got] == [c.entry_id for c in want]
             assert [c.similarity for c in got] == pytest.approx([c.similarity for c in want],
                                                                 abs=1e-6)
+            if before is not None:
+                assert ann_state(lazy.index("s", "text")) == before
         a, b = lazy.index("s", "text"), eager.index("s", "text")
         assert (a is None) == (b is None)
         if a is not None:
-            assert len(a) == len(b)
+            assert len(a) == len(b) and a.pending <= max_backlog
             for i in range(16):
                 assert (a.vector(f"e{i}") is None) == (b.vector(f"e{i}") is None)
                 if b.vector(f"e{i}") is not None:

@@ -1,0 +1,602 @@
+"""The Lagrangian dynamic-weight scheduler (seed 000 §3.2): dual control of a cache's levers.
+
+The problem: minimise latency subject to constraints on what a window of requests
+measured: hit rate ≥ target, and optionally error (false-hit) rate ≤ budget and p99
+latency ≤ SLA. Its Lagrangian for a lever setting ``s`` is
+
+    L(s, λ) = latency(s) / latency_scale_ms + Σ_k λ_k · violation_k(s)
+
+where ``violation_k`` is ``target − value`` for an at-least constraint and
+``value − target`` for an at-most one. Each λ_k comes from one :class:`Controller`
+(fixed, the seed's I, PI, PID; see :data:`CONTROLLERS`), updated with every window's
+measurement of its metric.
+
+The decision: the :class:`Scheduler` picks, per window, one setting from a declared
+finite set of :class:`Levers` — the one minimising L under per-setting estimates
+(exponential moving averages of the windows served with it). Settings never served
+are tried first, in order; afterwards a share ``explore`` of windows uses a random
+setting, so estimates of unused settings follow a changing workload (an estimate also
+carries the cache's state when it was measured: in a cold cache the settings tried
+first look worse until they are used again). Why a finite set
+with learned estimates: how a δ offset or an admission rate moves hit rate and latency
+depends on the workload, so no fixed mapping λ → lever is honest, while the argmin over
+a finite set is exact and needs no model. The price: the chosen hit rate is piecewise
+constant in λ, so for a target between two settings the choice alternates between them
+(their time average meets the target); a finer grid of settings narrows that.
+
+Levers: a δ offset per modality (added to the threshold rule's δ: the cosine a semantic
+hit needs is lowered by it), admission (the probability that a miss is stored) and, in
+replay only, tiers not probed (``skip``: no lookup cost, no hits from them). A live
+TieredCache has no per-get tier switch yet (it needs a hook in its lookup loop), so
+:meth:`Scheduler.attach` refuses settings that skip tiers.
+
+Where it runs, with the same :class:`Scheduler`: :meth:`Scheduler.replay` replays a
+CacheBench-MM workload window by window (:class:`mmcache.cachebench.Replayer`), and
+:meth:`Scheduler.attach` drives a live :class:`mmcache.TieredCache` from its metrics.
+
+:func:`demonstrate` runs the four controllers on a :class:`FirstOrderPlant` (a known
+response) and scores them with :func:`control_metrics`.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .errors import ConfigError, InvalidInputError
+from .metrics import CacheMetrics, Histogram
+from .thresholds import ThresholdRule
+from .types import MODALITIES, Hit
+
+if TYPE_CHECKING:
+    from .cache import TieredCache
+    from .cachebench import LatencyModel, Report, TierSpec
+    from .workload import Workload
+
+#: Constraint metrics of a window and whether each is an at-least (True) or at-most bound.
+METRICS: Mapping[str, bool] = {"hit_rate": True, "error_rate": False, "p99_latency_ms": False}
+
+
+# -- controllers ---------------------------------------------------------------------------
+class Controller(ABC):
+    """Turns each window's measurement of one constrained metric into a multiplier λ ≥ 0.
+
+    ``target`` is the bound; ``at_least`` says whether the metric must stay at or above
+    it (hit rate) or at or below it (error rate, p99 latency).
+    """
+
+    name: str = ""
+
+    def __init__(self, target: float, *, at_least: bool = True) -> None:
+        self.target = _finite(target, "target", ConfigError)
+        self.at_least = bool(at_least)
+        self.reset()
+
+    def violation(self, measurement: float) -> float:
+        """How far ``measurement`` is on the wrong side of the target (negative: satisfied)."""
+        return self.target - measurement if self.at_least else measurement - self.target
+
+    def update(self, measurement: float) -> float:
+        """Take one window's measurement; return the new λ (a bad measurement changes nothing)."""
+        return self._step(_finite(measurement, "measurement", InvalidInputError))
+
+    @abstractmethod
+    def _step(self, measurement: float) -> float:
+        """The update for a checked measurement; sets and returns ``self.lam``."""
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Back to the state before the first update."""
+
+
+class FixedController(Controller):
+    """A constant λ (the fixed-weights baseline)."""
+
+    name = "fixed"
+
+    def __init__(self, target: float, *, lam: float = 1.0, at_least: bool = True) -> None:
+        self.fixed = _non_negative(lam, "lam")
+        super().__init__(target, at_least=at_least)
+
+    def _step(self, measurement: float) -> float:
+        return self.lam
+
+    def reset(self) -> None:
+        self.lam = self.fixed
+
+
+def cosine_lr(step: int, horizon: int, start: float = 0.05, end: float = 0.001) -> float:
+    """Cosine-annealed learning rate: ``start`` at step 0, ``end`` from step ``horizon`` on."""
+    progress = min(max(step, 0), horizon) / horizon
+    return end + 0.5 * (start - end) * (1.0 + math.cos(math.pi * progress))
+
+
+class IController(Controller):
+    """The seed's dual ascent: λ ← max(0, λ + lr·violation), lr = :func:`cosine_lr` of the
+    update count, from ``lr_start`` (0.05) to ``lr_end`` (0.001) over ``horizon`` windows."""
+
+    name = "I"
+
+    def __init__(self, target: float, *, lr_start: float = 0.05, lr_end: float = 0.001,
+                 horizon: int = 1000, lam0: float = 0.0, at_least: bool = True) -> None:
+        self.lr_start = _non_negative(lr_start, "lr_start")
+        self.lr_end = _non_negative(lr_end, "lr_end")
+        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+            raise ConfigError(f"horizon must be a positive number of windows, got {horizon!r}")
+        self.horizon = horizon
+        self.lam0 = _non_negative(lam0, "lam0")
+        super().__init__(target, at_least=at_least)
+
+    def lr(self) -> float:
+        """The learning rate of the next update."""
+        return cosine_lr(self.steps, self.horizon, self.lr_start, self.lr_end)
+
+    def _step(self, measurement: float) -> float:
+        self.lam = max(0.0, self.lam + self.lr() * self.violation(measurement))
+        self.steps += 1
+        return self.lam
+
+    def reset(self) -> None:
+        self.lam, self.steps = self.lam0, 0
+
+
+class PIDController(Controller):
+    """PID Lagrangian (Stooke et al. 2020): λ = clip(kp·e + I + kd·D, 0, lam_max).
+
+    ``e`` is the violation; the integral ``I ← clip(I + ki·e, 0, lam_max)`` is clamped, so a
+    long infeasible stretch cannot wind it up beyond ``lam_max`` (anti-windup); ``D`` is the
+    change of the measurement since the last window, signed as the violation's (derivative
+    on the measurement, so a change of target gives no kick). After an infeasible stretch
+    λ needs about ``(lam_max − λ*) / (ki · overshoot)`` windows to come back to the λ* the
+    target needs, so set ``lam_max`` to a small multiple of the λ at which the decision
+    stops changing. The default gains come from a grid search (kp 0.05–0.5, ki 0.01–0.2,
+    kd 0–2) on :class:`FirstOrderPlant`'s defaults, where the derivative changes little;
+    a real cache needs its own (λ's scale follows ``Scheduler.latency_scale_ms``).
+    """
+
+    name = "PID"
+
+    def __init__(self, target: float, *, kp: float = 0.5, ki: float = 0.05, kd: float = 0.5,
+                 lam_max: float = 1.0, at_least: bool = True) -> None:
+        self.kp, self.ki, self.kd = (_non_negative(v, n) for v, n in
+                                     ((kp, "kp"), (ki, "ki"), (kd, "kd")))
+        self.lam_max = _non_negative(lam_max, "lam_max")
+        super().__init__(target, at_least=at_least)
+
+    def _step(self, measurement: float) -> float:
+        error = self.violation(measurement)
+        self.integral = min(self.lam_max, max(0.0, self.integral + self.ki * error))
+        change = 0.0 if self.previous is None else measurement - self.previous
+        derivative = -change if self.at_least else change
+        self.previous = measurement
+        self.lam = min(self.lam_max, max(0.0, self.kp * error + self.integral
+                                         + self.kd * derivative))
+        return self.lam
+
+    def reset(self) -> None:
+        self.lam, self.integral, self.previous = 0.0, 0.0, None
+
+
+class PIController(PIDController):
+    """PID without the derivative term."""
+
+    name = "PI"
+
+    def __init__(self, target: float, *, kp: float = 0.5, ki: float = 0.05,
+                 lam_max: float = 1.0, at_least: bool = True) -> None:
+        super().__init__(target, kp=kp, ki=ki, kd=0.0, lam_max=lam_max, at_least=at_least)
+
+
+#: Controller name → factory ``(target, **params)``; add a controller by one class and a line.
+CONTROLLERS: dict[str, Callable[..., Controller]] = {
+    cls.name: cls for cls in (FixedController, IController, PIController, PIDController)}
+
+
+def make_controller(name: str, target: float, **params: Any) -> Controller:
+    """Build the registered controller ``name`` for ``target``; ConfigError if unknown."""
+    if name not in CONTROLLERS:
+        raise ConfigError(f"unknown controller {name!r}; choose one of {sorted(CONTROLLERS)}")
+    try:
+        return CONTROLLERS[name](target, **params)
+    except TypeError as exc:
+        raise ConfigError(f"bad parameters for controller {name!r}: {exc}") from None
+
+
+# -- levers and windows --------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Levers:
+    """One setting of the cache's levers: δ offsets per modality (added to the rule's δ,
+    so positive loosens), the probability ``admit`` that a miss is stored, and the names
+    of tiers not probed (``skip``; replay only)."""
+
+    delta_offset: Mapping[str, float] = field(default_factory=dict)
+    admit: float = 1.0
+    skip: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = set(self.delta_offset) - set(MODALITIES)
+        if unknown:
+            raise ConfigError(f"delta_offset names unknown modalities {sorted(unknown)}; "
+                              f"known: {list(MODALITIES)}")
+        for modality, offset in self.delta_offset.items():
+            if not -1.0 < _finite(offset, f"delta_offset[{modality!r}]", ConfigError) < 1.0:
+                raise ConfigError(f"delta_offset[{modality!r}] must be in (-1, 1), got {offset}")
+        if not 0.0 <= _finite(self.admit, "admit", ConfigError) <= 1.0:
+            raise ConfigError(f"admit is a probability in [0, 1], got {self.admit}")
+        if isinstance(self.skip, str) or not all(isinstance(t, str) for t in self.skip):
+            raise ConfigError(f"skip is a collection of tier names, got {self.skip!r}")
+        object.__setattr__(self, "delta_offset", dict(self.delta_offset))
+        object.__setattr__(self, "skip", frozenset(self.skip))
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """What one window of requests measured (rates are over its requests)."""
+
+    requests: int
+    hit_rate: float
+    error_rate: float
+    mean_latency_ms: float
+    p99_latency_ms: float
+
+
+# -- the scheduler -------------------------------------------------------------------------
+class Scheduler:
+    """Chooses a :class:`Levers` setting per window to minimise the Lagrangian (see module).
+
+    ``settings``: the declared finite set; ``constraints``: metric name (a key of
+    :data:`METRICS`) → its controller; ``latency_scale_ms`` divides latency in the
+    Lagrangian (λ is in units of that latency per unit of violation; the default puts
+    latency in seconds), so it sets the λ a trade-off needs, and with it the gains and
+    ``lam_max`` a controller needs; ``smoothing`` is
+    the weight of the newest window in a setting's moving averages; ``explore`` the
+    share of windows that use a random setting; ``seed`` seeds that choice.
+    """
+
+    def __init__(self, settings: Sequence[Levers], constraints: Mapping[str, Controller], *,
+                 latency_scale_ms: float = 1000.0, smoothing: float = 0.3,
+                 explore: float = 0.05, seed: int = 0) -> None:
+        self.settings = list(settings)
+        if not self.settings or not all(isinstance(s, Levers) for s in self.settings):
+            raise ConfigError("settings must be a non-empty sequence of Levers")
+        for metric, controller in constraints.items():
+            if metric not in METRICS:
+                raise ConfigError(f"unknown constraint metric {metric!r}; known: {list(METRICS)}")
+            if not isinstance(controller, Controller) or controller.at_least != METRICS[metric]:
+                raise ConfigError(f"constraint {metric!r} needs a Controller with at_least="
+                                  f"{METRICS[metric]}")
+        self.constraints = dict(constraints)
+        if not _finite(latency_scale_ms, "latency_scale_ms", ConfigError) > 0:
+            raise ConfigError("latency_scale_ms must be positive")
+        if not 0.0 < _finite(smoothing, "smoothing", ConfigError) <= 1.0:
+            raise ConfigError("smoothing is the newest window's weight, in (0, 1]")
+        if not 0.0 <= _finite(explore, "explore", ConfigError) < 1.0:
+            raise ConfigError("explore is a share of windows, in [0, 1)")
+        self.latency_scale_ms, self.smoothing, self.explore = \
+            latency_scale_ms, smoothing, explore
+        self.seed = seed
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget estimates, history and controller state; start again from setting 0."""
+        for controller in self.constraints.values():
+            controller.reset()
+        self.estimates: list[dict[str, float] | None] = [None] * len(self.settings)
+        self.choice = 0
+        self.history: list[dict[str, Any]] = []
+        self._rng = np.random.default_rng(self.seed)
+
+    @property
+    def levers(self) -> Levers:
+        """The setting for the next window."""
+        return self.settings[self.choice]
+
+    @property
+    def lambdas(self) -> dict[str, float]:
+        """Current multiplier per constrained metric."""
+        return {metric: c.lam for metric, c in self.constraints.items()}
+
+    def lagrangian(self, estimate: Mapping[str, float]) -> float:
+        """L of a setting whose windows measured ``estimate`` (a :class:`WindowStats` dict)."""
+        value = estimate["mean_latency_ms"] / self.latency_scale_ms
+        for metric, controller in self.constraints.items():
+            value += controller.lam * controller.violation(estimate[metric])
+        return value
+
+    def observe(self, stats: WindowStats) -> Levers:
+        """Learn from the window just served with :attr:`levers`; return the next setting.
+
+        A window without requests changes nothing.
+        """
+        if stats.requests == 0:
+            return self.levers
+        measured = {"mean_latency_ms": stats.mean_latency_ms,
+                    **{metric: getattr(stats, metric) for metric in METRICS}}
+        for name, value in measured.items():
+            _finite(value, f"window {name}", InvalidInputError)
+        old = self.estimates[self.choice]
+        self.estimates[self.choice] = measured if old is None else {
+            k: (1 - self.smoothing) * old[k] + self.smoothing * v for k, v in measured.items()}
+        for metric, controller in self.constraints.items():
+            controller.update(measured[metric])
+        self.history.append({"window": len(self.history), "setting": self.choice,
+                             "requests": stats.requests, **measured,
+                             **{f"lambda_{m}": lam for m, lam in self.lambdas.items()}})
+        self.choice = self._next_choice()
+        return self.levers
+
+    def _next_choice(self) -> int:
+        untried = [k for k, e in enumerate(self.estimates) if e is None]
+        if untried:
+            return untried[0]
+        if self.explore and self._rng.random() < self.explore:
+            return int(self._rng.integers(len(self.settings)))
+        return int(np.argmin([self.lagrangian(e) for e in self.estimates]))
+
+    def replay(self, workload: "Workload", tiers: Sequence["TierSpec"], *, window: int = 100,
+               latency: "LatencyModel | None" = None, seed: int = 0,
+               limits: bool = False) -> "Report":
+        """Replay ``workload`` through CacheBench-MM ``tiers``, ``window`` requests at a time,
+        with this scheduler's levers; returns the whole run's Report (windows: :attr:`history`).
+
+        ``seed`` seeds the admission draws; ``limits=True`` adds the Belady / oracle limits.
+        """
+        from .cachebench import Replayer
+
+        window = _window(window)
+        replayer = Replayer(workload, tiers, latency)
+        names = {spec.name for spec in replayer.specs}
+        unknown = set().union(*(s.skip for s in self.settings)) - names
+        if unknown:
+            raise ConfigError(f"settings skip tiers {sorted(unknown)} that the replay does not "
+                              f"have; its tiers: {sorted(names)}")
+        rng = np.random.default_rng(seed)
+        n = len(workload)
+        for start in range(0, n, window):
+            levers = self.levers
+            for i in range(start, min(n, start + window)):
+                replayer.serve(i, levers.delta_offset, _admits(rng, levers), levers.skip)
+            self.observe(_replayed_window(replayer, slice(start, min(n, start + window))))
+        return replayer.report(limits=limits)
+
+    def attach(self, cache: "TieredCache", *, window: int = 100, miss_cost_ms: float = 0.0,
+               seed: int = 0) -> "CacheAdapter":
+        """Drive the live ``cache``: observe its metrics every ``window`` gets and set its
+        levers (see :class:`CacheAdapter`)."""
+        return CacheAdapter(self, cache, window=window, miss_cost_ms=miss_cost_ms, seed=seed)
+
+
+def _replayed_window(replayer: Any, done: slice) -> WindowStats:
+    """What the requests ``done`` of a :class:`mmcache.cachebench.Replayer` measured."""
+    lat = replayer.lat_ms[done]
+    return WindowStats(requests=int(lat.shape[0]),
+                       hit_rate=float((replayer.hit_tier[done] >= 0).mean()),
+                       error_rate=float(replayer.false_hit[done].mean()),
+                       mean_latency_ms=float(lat.mean()),
+                       p99_latency_ms=float(np.percentile(lat, 99)))
+
+
+class OffsetThreshold(ThresholdRule):
+    """A threshold rule with per-modality δ offsets added to another rule's δ.
+
+    Anything else (e.g. a rule's own feedback method) is the inner rule's.
+    """
+
+    name = "offset"
+
+    def __init__(self, inner: ThresholdRule) -> None:
+        self.inner = inner
+        self.offsets: dict[str, float] = {}
+
+    def floor(self, modality: str) -> float:
+        return self.inner.floor(modality) - self.offsets.get(modality, 0.0)
+
+    def threshold(self, modality: str, entry_id: str | None = None) -> float:
+        return self.inner.threshold(modality, entry_id) - self.offsets.get(modality, 0.0)
+
+    def accepts(self, similarities: Mapping[str, float], entry_id: str | None = None) -> bool:
+        shifted = {m: s + self.offsets.get(m, 0.0) for m, s in similarities.items()}
+        return self.inner.accepts(shifted, entry_id)
+
+    def observe(self, similarities: Mapping[str, float], entry_id: str,
+                correct: bool | None = None) -> None:
+        self.inner.observe(similarities, entry_id, correct)
+
+    def forget(self, entry_id: str) -> None:
+        self.inner.forget(entry_id)
+
+    def deltas(self) -> dict[str, float]:
+        return {m: 1.0 - self.floor(m) for m in set(self.inner.deltas()) | set(self.offsets)}
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (e.g. while unpickling)
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+class CacheAdapter:
+    """A :class:`Scheduler` attached to a live TieredCache.
+
+    It wraps the cache's threshold rule in an :class:`OffsetThreshold` and, through the
+    cache's ``after_get`` hook, every ``window`` gets reads the window's hit rate, error
+    rate (false hits ÷ lookups) and latency from ``cache.metrics.snapshot()`` and applies
+    the scheduler's next levers. Latency is the cache's own get latency plus
+    ``miss_cost_ms`` (an assumed origin cost) per miss for the mean; the p99 is the get
+    histogram's bucket bound. The cache does not decide which misses are stored, its
+    caller does: ask :meth:`admit` before putting a miss. ``detach()`` restores the rule.
+    """
+
+    def __init__(self, scheduler: Scheduler, cache: "TieredCache", *, window: int,
+                 miss_cost_ms: float, seed: int) -> None:
+        self.window = _window(window)
+        self.miss_cost_ms = _non_negative(miss_cost_ms, "miss_cost_ms")
+        if any(s.skip for s in scheduler.settings):
+            raise ConfigError("a live TieredCache cannot skip tiers per get yet; use settings "
+                              "without skip (replay supports it)")
+        if cache.after_get is not None:
+            raise ConfigError("this cache already has an after_get hook (another scheduler?); "
+                              "detach it first")
+        self.scheduler, self.cache = scheduler, cache
+        self.rule = OffsetThreshold(cache.thresholds)
+        self._rng = np.random.default_rng(seed)
+        self._gets = 0
+        self._last = cache.metrics.snapshot()
+        cache.thresholds = self.rule
+        cache.after_get = self._after_get
+        self._apply(scheduler.levers)
+
+    def admit(self) -> bool:
+        """Whether to store the miss just seen (a draw with the current ``admit`` probability)."""
+        return _admits(self._rng, self.scheduler.levers)
+
+    def detach(self) -> None:
+        """Stop driving the cache and give it back its own threshold rule."""
+        self.cache.after_get = None
+        self.cache.thresholds = self.rule.inner
+
+    def _after_get(self, hit: Hit | None) -> None:
+        self._gets += 1
+        if self._gets % self.window:
+            return
+        now = self.cache.metrics.snapshot()
+        stats = window_stats(self._last, now, self.miss_cost_ms)
+        self._last = now
+        self._apply(self.scheduler.observe(stats))
+
+    def _apply(self, levers: Levers) -> None:
+        self.rule.offsets = dict(levers.delta_offset)
+
+
+def window_stats(before: CacheMetrics, after: CacheMetrics,
+                 miss_cost_ms: float = 0.0) -> WindowStats:
+    """The window between two metrics snapshots of one cache (see :class:`CacheAdapter`);
+    when the metrics were reset in between, the window is what ``after`` counted."""
+    if _lookups(after) < _lookups(before):
+        before = CacheMetrics()
+    hits = sum(after.hits.values()) - sum(before.hits.values())
+    misses = sum(after.misses.values()) - sum(before.misses.values())
+    false = sum(after.false_hits.values()) - sum(before.false_hits.values())
+    lookups = hits + misses
+    gets = _histogram_delta(before.latency.get("get"), after.latency.get("get"))
+    if lookups == 0:
+        return WindowStats(0, math.nan, math.nan, math.nan, math.nan)
+    mean_get_ms = 1000.0 * gets.sum / gets.count if gets.count else 0.0
+    return WindowStats(requests=lookups, hit_rate=hits / lookups, error_rate=false / lookups,
+                       mean_latency_ms=mean_get_ms + miss_cost_ms * misses / lookups,
+                       p99_latency_ms=1000.0 * gets.quantile(0.99) if gets.count else 0.0)
+
+
+def _lookups(metrics: CacheMetrics) -> int:
+    return sum(metrics.hits.values()) + sum(metrics.misses.values())
+
+
+def _histogram_delta(before: Histogram | None, after: Histogram | None) -> Histogram:
+    """The observations ``after`` has beyond ``before`` (same buckets)."""
+    if after is None:
+        return Histogram()
+    old = before or Histogram(after.buckets)
+    delta = Histogram(after.buckets)
+    delta.counts = [a - b for a, b in zip(after.counts, old.counts)]
+    delta.sum, delta.count = after.sum - old.sum, after.count - old.count
+    return delta
+
+
+# -- a plant with a known response, and the scores of a controlled run ---------------------
+@dataclass
+class FirstOrderPlant:
+    """A first-order system: ``h ← h + rate·(g(λ) − h)`` with
+    ``g(λ) = floor + (ceiling − floor)·(1 − exp(−λ / scale))`` increasing in λ.
+
+    A stand-in for "the hit rate follows the levers with a lag": the cache needs a few
+    windows to fill after a looser setting. A ``ceiling`` below the target makes the
+    target unreachable.
+    """
+
+    rate: float = 0.1
+    floor: float = 0.5
+    ceiling: float = 0.99
+    scale: float = 0.1
+    h: float = 0.5
+
+    def steady_state(self, lam: float) -> float:
+        """g(λ): the hit rate λ leads to once the lag has passed."""
+        return self.floor + (self.ceiling - self.floor) * (1.0 - math.exp(-lam / self.scale))
+
+    def step(self, lam: float) -> float:
+        """One window under ``lam``; returns the new hit rate."""
+        self.h += self.rate * (self.steady_state(lam) - self.h)
+        return self.h
+
+
+def run_plant(controller: Controller, plant: FirstOrderPlant,
+              windows: int) -> tuple[np.ndarray, np.ndarray]:
+    """``windows`` steps of ``plant`` under ``controller``: (hit rate, λ) per window."""
+    hits, lams = np.zeros(windows), np.zeros(windows)
+    lam = controller.lam
+    for t in range(windows):
+        hits[t] = plant.step(lam)
+        lam = lams[t] = controller.update(hits[t])
+    return hits, lams
+
+
+def control_metrics(values: Sequence[float], target: float, *, band: float = 0.01,
+                    tail: float = 0.1) -> dict[str, float]:
+    """Scores of an at-least metric's run (e.g. hit rate per window) against ``target``.
+
+    ``violation_area``: Σ max(0, target − value); ``overshoot``: max(0, max value − target);
+    ``settling_windows``: windows before the value enters ``target ± band`` for good (the
+    run's length if it never does); ``steady_state_error``: target − the mean of the last
+    ``tail`` share of windows (positive: below target).
+    """
+    v = np.asarray(values, dtype=float)
+    if v.ndim != 1 or v.size == 0:
+        raise InvalidInputError("values must be a non-empty 1-D sequence")
+    outside = np.flatnonzero(np.abs(v - target) > band)
+    last = v[-max(1, int(round(tail * v.size))):]
+    return {"violation_area": float(np.maximum(0.0, target - v).sum()),
+            "overshoot": float(max(0.0, v.max() - target)),
+            "settling_windows": int(outside[-1] + 1) if outside.size else 0,
+            "steady_state_error": float(target - last.mean())}
+
+
+def demonstrate(target: float = 0.92, windows: int = 300,
+                plant: Callable[[], FirstOrderPlant] = FirstOrderPlant,
+                params: Mapping[str, Mapping[str, Any]] | None = None
+                ) -> dict[str, dict[str, float]]:
+    """The four registered controllers on a fresh ``plant()`` each: :func:`control_metrics`
+    of their hit rates. ``params`` overrides a controller's parameters by name (defaults:
+    the fixed λ is 1, the I controller's horizon is ``windows``, PI and PID their own)."""
+    defaults = {"fixed": {"lam": 1.0}, "I": {"horizon": windows}, "PI": {}, "PID": {}}
+    return {name: control_metrics(run_plant(
+        make_controller(name, target, **{**given, **(params or {}).get(name, {})}),
+        plant(), windows)[0], target) for name, given in defaults.items()}
+
+
+# -- helpers -------------------------------------------------------------------------------
+def _finite(value: Any, name: str, error: type[Exception]) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
+            or not math.isfinite(value):
+        raise error(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _non_negative(value: Any, name: str) -> float:
+    number = _finite(value, name, ConfigError)
+    if number < 0:
+        raise ConfigError(f"{name} must be >= 0, got {value!r}")
+    return number
+
+
+def _window(window: Any) -> int:
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ConfigError(f"window must be a positive number of requests, got {window!r}")
+    return window
+
+
+def _admits(rng: np.random.Generator, levers: Levers) -> bool:
+    """A draw: whether a miss is stored under ``levers``."""
+    return levers.admit >= 1.0 or rng.random() < levers.admit

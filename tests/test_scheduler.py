@@ -1,0 +1,353 @@
+"""The Lagrangian scheduler: controllers on a known plant, the decision, replay and live cache."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mmcache
+from mmcache.cachebench import LatencyModel, TierSpec, replay
+from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.metrics import CacheMetrics
+from mmcache.scheduler import (CONTROLLERS, Controller, FirstOrderPlant, IController, Levers,
+                               OffsetThreshold, Scheduler, WindowStats, control_metrics,
+                               cosine_lr, demonstrate, make_controller, run_plant,
+                               window_stats)
+from mmcache.thresholds import DEFAULT_DELTA, StaticThreshold
+from mmcache.types import MODALITIES
+from mmcache.workload import generate
+
+TARGET = 0.92
+
+
+# -- controllers ---------------------------------------------------------------------------
+def test_seed_schedule_is_cosine_from_005_to_0001():
+    assert cosine_lr(0, 100) == 0.05
+    assert cosine_lr(100, 100) == 0.001 and cosine_lr(250, 100) == 0.001
+    assert cosine_lr(50, 100) == pytest.approx(0.0255, abs=1e-15)
+    assert cosine_lr(25, 100) == pytest.approx(0.001 + 0.0245 * (1 + math.cos(math.pi / 4)),
+                                               abs=1e-15)
+    lrs = [cosine_lr(t, 100) for t in range(101)]
+    assert all(a > b for a, b in zip(lrs, lrs[1:]))
+
+
+def test_i_controller_is_exactly_the_seed_update():
+    c = IController(TARGET, horizon=4)
+    measurements = [1.0, 0.5, 0.9, 1.0, 1.0, 0.95, 0.0]
+    lam, expected = 0.0, []
+    for t, m in enumerate(measurements):
+        lr = 0.001 + 0.5 * 0.049 * (1 + math.cos(math.pi * min(t, 4) / 4))
+        lam = max(0.0, lam + lr * (TARGET - m))
+        expected.append(lam)
+    assert [c.update(m) for m in measurements] == pytest.approx(expected, abs=1e-15)
+    assert 0.0 in expected  # the max(0, ·) projection was exercised
+    c.reset()
+    assert (c.lam, c.steps) == (0.0, 0)
+
+
+def test_i_overshoots_where_pid_settles_on_a_first_order_plant():
+    scores = demonstrate(TARGET, windows=300)
+    i, pid, pi = scores["I"], scores["PID"], scores["PI"]
+    assert i["overshoot"] > 0.02  # the seed's integral-only ascent overshoots by 2 points
+    assert pid["overshoot"] < i["overshoot"] / 5 and pi["overshoot"] < i["overshoot"] / 5
+    assert pid["settling_windows"] < i["settling_windows"] / 2
+    assert pid["violation_area"] < i["violation_area"]
+    for adaptive in (i, pi, pid):
+        assert abs(adaptive["steady_state_error"]) < 0.01
+    # a fixed λ that is not the right one never settles
+    assert scores["fixed"]["settling_windows"] == 300
+
+
+def test_pid_settles_without_leaving_the_band_once_inside():
+    hits, lams = run_plant(make_controller("PID", TARGET), FirstOrderPlant(), 300)
+    settle = control_metrics(hits, TARGET)["settling_windows"]
+    assert np.all(np.abs(hits[settle:] - TARGET) <= 0.01)
+    assert abs(hits[settle - 1] - TARGET) > 0.01
+    assert lams.min() >= 0.0
+
+
+def test_pid_derivative_acts_on_the_measurement_with_the_violation_sign():
+    d_only = make_controller("PID", 0.5, kp=0.0, ki=0.0, kd=1.0)
+    assert d_only.update(0.5) == 0.0  # no previous measurement: no derivative
+    assert d_only.update(0.4) == pytest.approx(0.1)  # hit rate falling: violation rising
+    assert d_only.update(0.6) == 0.0  # rising: negative, clamped at 0
+    d_only.target = 0.9  # a new target gives no derivative kick
+    assert d_only.update(0.6) == 0.0
+    at_most = make_controller("PID", 0.02, kp=0.0, ki=0.0, kd=1.0, at_least=False)
+    at_most.update(0.01)
+    assert at_most.update(0.05) == pytest.approx(0.04)  # error rate rising
+
+
+def test_anti_windup_bounds_lambda_and_pid_recovers_after_a_long_infeasible_stretch():
+    def infeasible_then_reachable(controller):
+        plant = FirstOrderPlant(ceiling=0.85)  # target 0.92 unreachable
+        _, lam_bad = run_plant(controller, plant, 1000)
+        plant.ceiling = 0.99
+        hits, lam_good = run_plant(controller, plant, 600)
+        return lam_bad, lam_good, control_metrics(hits, TARGET)
+
+    lam_bad, lam_good, pid = infeasible_then_reachable(make_controller("PID", TARGET,
+                                                                       lam_max=0.5))
+    assert lam_bad.max() <= 0.5 and lam_good.max() <= 0.5
+    assert pid["settling_windows"] <= 200  # measured 155 windows; bound = lam_max / (ki·overshoot)
+    _, lam_i, seed_i = infeasible_then_reachable(make_controller("I", TARGET, horizon=1600))
+    assert lam_i.max() > 2.5  # the seed's integral winds up without bound ...
+    assert seed_i["settling_windows"] == 600  # ... and has not recovered 600 windows later
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(sorted(CONTROLLERS)),
+       st.lists(st.floats(-5.0, 5.0, allow_nan=False), min_size=1, max_size=60),
+       st.floats(0.0, 1.0), st.floats(0.0, 3.0), st.booleans())
+def test_lambda_is_never_negative(name, measurements, target, gain, at_least):
+    params = {"fixed": {"lam": gain}, "I": {"horizon": 10},
+              "PI": {"kp": gain, "ki": gain}, "PID": {"kp": gain, "ki": gain, "kd": gain}}[name]
+    controller = make_controller(name, target, at_least=at_least, **params)
+    assert all(controller.update(m) >= 0.0 for m in measurements)
+
+
+def test_bad_measurement_changes_nothing():
+    c = make_controller("PID", TARGET)
+    c.update(0.5)
+    state = (c.lam, c.integral, c.previous)
+    for bad in (math.nan, math.inf, "0.9", None, True):
+        with pytest.raises(InvalidInputError, match="measurement"):
+            c.update(bad)
+    assert (c.lam, c.integral, c.previous) == state
+
+
+def test_unknown_controller_is_a_config_error_naming_the_known_ones():
+    with pytest.raises(ConfigError, match=r"'PD'.*\['I', 'PI', 'PID', 'fixed'\]"):
+        make_controller("PD", TARGET)
+    with pytest.raises(ConfigError, match="bad parameters"):
+        make_controller("PI", TARGET, kd=1.0)
+    with pytest.raises(ConfigError, match="kp"):
+        make_controller("PID", TARGET, kp=-1.0)
+
+
+def test_a_new_controller_is_one_class_and_a_registry_line(monkeypatch):
+    class Bang(Controller):
+        name = "bang"
+
+        def _step(self, measurement):
+            self.lam = 1.0 if self.violation(measurement) > 0 else 0.0
+            return self.lam
+
+        def reset(self):
+            self.lam = 0.0
+
+    monkeypatch.setitem(CONTROLLERS, "bang", Bang)
+    c = make_controller("bang", TARGET)
+    assert (c.update(0.5), c.update(0.95)) == (1.0, 0.0)
+
+
+# -- the decision --------------------------------------------------------------------------
+def _stats(hit_rate, latency_ms, error_rate=0.0):
+    return WindowStats(100, hit_rate, error_rate, latency_ms, 2 * latency_ms)
+
+
+def test_scheduler_tries_every_setting_then_minimises_the_lagrangian():
+    tight, loose = Levers({"text": -0.05}), Levers({"text": 0.1})
+    # loose: more hits but slower (a trade-off); λ fixed so the argmin is known
+    for lam, expected in ((0.0, 0), (10.0, 1)):
+        s = Scheduler([tight, loose], {"hit_rate": make_controller("fixed", TARGET, lam=lam)},
+                      latency_scale_ms=100.0, explore=0.0)
+        assert s.observe(_stats(0.80, 50.0)) is loose  # untried settings first
+        for _ in range(3):
+            s.observe(_stats(0.95, 80.0) if s.choice == 1 else _stats(0.80, 50.0))
+        # L(tight) = 0.5 + λ·0.12, L(loose) = 0.8 − λ·0.03
+        assert s.choice == expected
+    assert [row["setting"] for row in s.history] == [0, 1, 1, 1]
+    assert s.history[-1]["lambda_hit_rate"] == 10.0
+
+
+def test_scheduler_estimates_are_moving_averages_and_empty_windows_change_nothing():
+    s = Scheduler([Levers()], {}, smoothing=0.5)
+    s.observe(_stats(0.8, 40.0))
+    s.observe(_stats(0.6, 20.0))
+    assert s.estimates[0]["hit_rate"] == pytest.approx(0.7)
+    assert s.estimates[0]["mean_latency_ms"] == pytest.approx(30.0)
+    s.observe(WindowStats(0, math.nan, math.nan, math.nan, math.nan))
+    assert len(s.history) == 2
+    with pytest.raises(InvalidInputError, match="hit_rate"):
+        s.observe(WindowStats(5, math.nan, 0.0, 1.0, 1.0))
+    assert len(s.history) == 2 and s.estimates[0]["hit_rate"] == pytest.approx(0.7)
+
+
+def test_exploration_is_seeded_and_happens_at_about_the_stated_share():
+    def choices(seed):
+        s = Scheduler([Levers(), Levers(admit=0.5)],
+                      {"hit_rate": make_controller("fixed", TARGET, lam=0.0)},
+                      explore=0.2, seed=seed)
+        for _ in range(400):
+            s.observe(_stats(0.9, 10.0) if s.choice == 0 else _stats(0.9, 90.0))
+        return [row["setting"] for row in s.history]
+
+    first = choices(1)
+    assert first == choices(1)
+    assert 0.03 < np.mean(first[2:]) < 0.2  # a random pick is setting 1 half the time: ~10%
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"settings": []}, "non-empty"),
+    ({"constraints": {"latency": make_controller("fixed", 1.0)}}, "unknown constraint"),
+    ({"constraints": {"error_rate": make_controller("PI", 0.02)}}, "at_least=False"),
+    ({"explore": 1.0}, "explore"),
+    ({"smoothing": 0.0}, "smoothing"),
+    ({"latency_scale_ms": 0}, "latency_scale_ms"),
+])
+def test_bad_scheduler_config_is_a_config_error(bad, match):
+    kwargs = {"settings": [Levers()], "constraints": {}, **bad}
+    with pytest.raises(ConfigError, match=match):
+        Scheduler(kwargs.pop("settings"), kwargs.pop("constraints"), **kwargs)
+
+
+@pytest.mark.parametrize("bad, match", [({"delta_offset": {"video": 0.1}}, "unknown modalit"),
+                                        ({"delta_offset": {"text": 1.5}}, r"\(-1, 1\)"),
+                                        ({"delta_offset": {"text": math.nan}}, "finite"),
+                                        ({"admit": 1.2}, "probability"),
+                                        ({"skip": "l3"}, "tier names")])
+def test_bad_levers_are_a_config_error(bad, match):
+    with pytest.raises(ConfigError, match=match):
+        Levers(**bad)
+
+
+def test_window_stats_are_the_difference_of_two_snapshots_or_all_after_a_reset():
+    before, after = CacheMetrics(), CacheMetrics()
+    for metrics, hits, misses in ((before, 10, 0), (after, 13, 1)):
+        for _ in range(hits):
+            metrics.hit("l1", "text", "fresh", None)
+            metrics.time("get", 0.001)
+        for _ in range(misses):
+            metrics.count("misses", "text")
+            metrics.time("get", 0.001)
+    after.hit("l2", "text", "fresh", False)
+    after.time("get", 0.001)
+    stats = window_stats(before, after, miss_cost_ms=100.0)
+    assert (stats.requests, stats.hit_rate, stats.error_rate) == (5, 0.8, 0.2)
+    assert stats.mean_latency_ms == pytest.approx(1.0 + 100.0 * 0.2)
+    after.reset()
+    after.count("misses", "text")
+    after.time("get", 0.002)
+    stats = window_stats(before, after)
+    assert (stats.requests, stats.hit_rate, stats.mean_latency_ms) == (1, 0.0, pytest.approx(2.0))
+
+
+def test_offset_threshold_adds_offsets_to_the_inner_rules_delta():
+    inner = StaticThreshold({"text": 0.1})
+    rule = OffsetThreshold(inner)
+    rule.offsets = {"text": -0.02, "image": 0.05}
+    assert rule.deltas() == pytest.approx({"text": 0.08, "image": DEFAULT_DELTA + 0.05})
+    assert not rule.accepts({"text": 0.915}) and rule.accepts({"text": 0.925})
+    assert rule.floor("image") == pytest.approx(1 - DEFAULT_DELTA - 0.05)
+    assert rule.delta is inner.delta  # anything else is the inner rule's
+
+
+# -- where it runs: CacheBench-MM replay and a live TieredCache -----------------------------
+@pytest.fixture(scope="module")
+def stream():
+    return generate(n_queries=300, n_intents=40, n_variants=4, novel_share=0.05, dim=32,
+                    seed=5)
+
+
+def _tiers(stream, threshold=0.9):
+    return [TierSpec("L1", int(stream.size.sum() // 3), match="semantic", threshold=threshold)]
+
+
+def _config(delta):
+    return {"l2": {"index": "flat"},
+            "thresholds": {"rule": "static", "delta": {m: delta for m in MODALITIES}}}
+
+
+def _drive(cache, adapter, stream):
+    """Every query through the live cache, storing admitted misses; per-query hit flags."""
+    hits = []
+    for i in range(len(stream)):
+        query = stream.query(i, scope="t")
+        hit = cache.get(query)
+        hits.append(hit is not None)
+        if hit is None and (adapter is None or adapter.admit()):
+            cache.put(query, str(query.ground_truth))
+    return np.array(hits)
+
+
+def test_a_replay_levers_are_applied_per_request(stream):
+    offset = {m: 0.05 for m in MODALITIES}
+    scheduled = Scheduler([Levers(offset)], {}).replay(stream, _tiers(stream), window=64)
+    assert scheduled.hit_rate == replay(stream, _tiers(stream, 0.85), limits=False).hit_rate
+    assert scheduled.hit_rate > replay(stream, _tiers(stream), limits=False).hit_rate + 0.1
+    assert np.array_equal(scheduled.latencies_ms,
+                          replay(stream, _tiers(stream, 0.85), limits=False).latencies_ms)
+    nothing_stored = Scheduler([Levers(admit=0.0)], {}).replay(stream, _tiers(stream))
+    assert nothing_stored.hit_rate == 0.0
+
+
+def test_a_replay_skips_the_tiers_a_setting_does_not_probe(stream):
+    tiers = [TierSpec("L1", int(stream.size.sum() // 20), lookup_us=2.0),
+             TierSpec("L2", int(stream.size.sum() // 3), match="semantic", threshold=0.85,
+                      lookup_us=50.0)]
+    probed = Scheduler([Levers()], {}).replay(stream, tiers)
+    skipped = Scheduler([Levers(skip={"L2"})], {}).replay(stream, tiers)
+    assert probed.hit_rate_per_tier["L2"] > 0.1 and skipped.hit_rate_per_tier["L2"] == 0.0
+    assert skipped.hit_rate < probed.hit_rate
+    inference = np.array([LatencyModel().inference_ms[MODALITIES[m]] for m in stream.modality])
+    misses = skipped.latencies_ms > 100
+    assert skipped.latencies_ms[misses] == pytest.approx(0.002 + inference[misses])  # no encode
+    with pytest.raises(ConfigError, match=r"\['L3'\].*\['L1', 'L2'\]"):
+        Scheduler([Levers(skip={"L3"})], {}).replay(stream, tiers)
+
+
+def test_live_levers_are_applied_and_detach_restores_the_rule(stream):
+    offset = {m: 0.05 for m in MODALITIES}
+    with mmcache.TieredCache(_config(0.1)) as plain:
+        expected = _drive(plain, None, stream)
+    with mmcache.TieredCache(_config(0.05)) as unshifted:
+        assert _drive(unshifted, None, stream).sum() < expected.sum() - 10  # the offset matters
+    with mmcache.TieredCache(_config(0.05)) as cache:
+        rule = cache.thresholds
+        adapter = Scheduler([Levers(offset)], {}).attach(cache, window=50)
+        assert np.array_equal(_drive(cache, adapter, stream), expected)
+        assert isinstance(cache.thresholds, OffsetThreshold)
+        assert cache.thresholds.deltas() == pytest.approx({m: 0.1 for m in MODALITIES})
+        with pytest.raises(ConfigError, match="skip tiers"):
+            Scheduler([Levers(skip={"l3"})], {}).attach(cache)
+        with pytest.raises(ConfigError, match="after_get"):
+            Scheduler([Levers()], {}).attach(cache)
+        adapter.detach()
+        assert cache.thresholds is rule and cache.after_get is None
+
+
+def test_one_scheduler_drives_a_replay_and_a_live_cache(stream):
+    settings = [Levers({m: d for m in MODALITIES}, admit) for d, admit in
+                ((-0.05, 1.0), (0.0, 1.0), (0.05, 1.0), (0.05, 0.5))]
+    scheduler = Scheduler(settings, {"hit_rate": make_controller("PI", 0.6),
+                                     "error_rate": make_controller("PI", 0.02, at_least=False)},
+                          latency_scale_ms=500.0, explore=0.1, seed=3)
+    window = 30
+    report = scheduler.replay(stream, _tiers(stream), window=window)
+    windows = len(stream) // window
+    replayed = list(scheduler.history)
+    assert [row["setting"] for row in replayed[:4]] == [0, 1, 2, 3]
+    assert [row["hit_rate"] for row in replayed] == pytest.approx(
+        [(report.latencies_ms[k * window:(k + 1) * window] < 100).mean()
+         for k in range(windows)])  # hits are sub-ms, misses pay inference: the same counts
+    assert all(row[f"lambda_{m}"] >= 0 for row in replayed for m in ("hit_rate", "error_rate"))
+
+    scheduler.reset()
+    with mmcache.TieredCache(_config(1 - 0.9)) as cache:
+        adapter = scheduler.attach(cache, window=window, miss_cost_ms=400.0)
+        hits = _drive(cache, adapter, stream)
+        live = scheduler.history
+        assert len(live) == windows and [row["setting"] for row in live[:4]] == [0, 1, 2, 3]
+        assert [row["hit_rate"] for row in live] == pytest.approx(
+            hits[:windows * window].reshape(windows, window).mean(axis=1))
+        assert [row["requests"] for row in live] == [window] * windows
+        for row in live:  # the cache's own get time plus the assumed origin cost of each miss
+            miss_cost = 400.0 * (1 - row["hit_rate"])
+            assert miss_cost < row["mean_latency_ms"] < miss_cost + 50.0
+        assert cache.thresholds.offsets == scheduler.levers.delta_offset
+        adapter.detach()
