@@ -23,11 +23,13 @@ Every constant of :class:`LatencyModel`, :data:`BANDWIDTH_GBPS` and :func:`three
 is an **assumed nominal value** (spec-sheet order of magnitude), a parameter to vary,
 never a measurement.
 
-Every :class:`Report` also carries the limits on the same stream: Belady's miss
-ratio on the exact-key trace, and the *oracle semantic cache* (ground-truth
-equivalence: any paraphrase in any modality hits its intent, zero false hits)
-under the first tier's policy and under Belady, all at the hierarchy's total
-capacity.
+Every :class:`Report` also carries the limits on the same stream, at the
+hierarchy's total capacity (:func:`replay_limits`): a lower bound on the misses of
+any exact-key cache (Belady's miss ratio beside it, a heuristic when sizes vary),
+and the *oracle semantic cache* (ground-truth equivalence within a modality, as
+the tiers match: any paraphrase of an intent in the query's modality hits, zero
+false hits), with its lower bound and its misses under the first tier's policy and
+under Belady.
 """
 
 from __future__ import annotations
@@ -155,7 +157,7 @@ class Report:
     latency_ms: dict[str, float]
     sla_ms: float
     sla_violation_rate: float
-    limits: dict[str, float]
+    limits: dict[str, Any]
     provenance: dict[str, Any]
     latencies_ms: np.ndarray = field(repr=False)
 
@@ -363,7 +365,7 @@ def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel 
            *, limits: bool = True, ttl_s: float | None = None) -> Report:
     """Replay ``workload`` through ``tiers`` (top first); returns the :class:`Report`.
 
-    ``limits=False`` skips the Belady / oracle-semantic replays (used by sweeps
+    ``limits=False`` skips the bound / Belady / oracle-semantic replays (used by sweeps
     that compute them once); ``ttl_s`` is every answer's TTL in workload seconds
     (None: no expiry; limits ignore it). Raises :class:`ConfigError` for an empty or
     duplicate-named hierarchy, or a TTL that is not positive.
@@ -429,15 +431,40 @@ def _answer(intent: int, size: int) -> str:
     return head + "x" * max(0, size - len(head))
 
 
-def replay_limits(workload: Workload, capacity_bytes: int, policy: str = "lru") -> dict[str, float]:
-    """Miss ratios of Belady (exact keys) and the oracle semantic cache (``policy``, Belady)."""
+def replay_limits(workload: Workload, capacity_bytes: int, policy: str = "lru", *,
+                  cross_modal: bool = False) -> dict[str, Any]:
+    """Limits on ``workload`` at ``capacity_bytes``, as miss ratios.
+
+    Exact keys: ``opt_lower_miss_ratio``, a lower bound no cache can beat
+    (:func:`mmcache.bounds.lower_bound`), and ``belady_miss_ratio``, Belady's, a
+    heuristic when sizes vary (``sizes_vary``). The oracle semantic cache (ground-truth
+    equivalence within a modality, zero false hits; keyed by intent and modality, as
+    the tiers search one index per modality): ``oracle_semantic_opt_lower_miss_ratio``
+    and its misses under ``policy`` and Belady (``oracle_semantic_miss_ratio``,
+    ``oracle_semantic_belady_miss_ratio``). With ``cross_modal`` (for a cache that
+    retrieves across modalities) the same three keyed by intent alone, prefixed
+    ``cross_modal_``. ``lower_bound_method`` names the bound each lower ratio used.
+    """
+    from .bounds import lower_bound
     from .replay import simulate
 
-    exact, oracle = workload.to_trace("exact"), workload.to_trace("intent")
-    return {"belady_miss_ratio": simulate(exact, "belady", capacity_bytes).miss_ratio,
-            "oracle_semantic_miss_ratio": simulate(oracle, policy, capacity_bytes).miss_ratio,
-            "oracle_semantic_belady_miss_ratio":
-                simulate(oracle, "belady", capacity_bytes).miss_ratio}
+    exact = workload.to_trace("exact")
+    oracles = {"oracle_semantic_": workload.to_trace("intent-modality")}
+    if cross_modal:
+        oracles["cross_modal_oracle_semantic_"] = workload.to_trace("intent")
+    low = lower_bound(exact, capacity_bytes)
+    out: dict[str, Any] = {
+        "opt_lower_miss_ratio": low.misses / exact.n_req,
+        "belady_miss_ratio": simulate(exact, "belady", capacity_bytes).miss_ratio,
+        "sizes_vary": bool(np.unique(exact.obj_size).shape[0] > 1),
+        "lower_bound_method": {"exact": low.method}}
+    for prefix, trace in oracles.items():
+        low = lower_bound(trace, capacity_bytes)
+        out[f"{prefix}opt_lower_miss_ratio"] = low.misses / trace.n_req
+        out[f"{prefix}miss_ratio"] = simulate(trace, policy, capacity_bytes).miss_ratio
+        out[f"{prefix}belady_miss_ratio"] = simulate(trace, "belady", capacity_bytes).miss_ratio
+        out["lower_bound_method"][prefix.rstrip("_")] = low.method
+    return out
 
 
 def _report(workload: Workload, names: Sequence[str], latency: LatencyModel,
@@ -491,6 +518,27 @@ def miss_ratio_curves(trace: Any, policies: Sequence[str], sizes: Sequence[int])
             rows.append({"policy": policy, "cache_size": int(size), "miss_cnt": res.miss_cnt,
                          "miss_ratio": res.miss_ratio, "byte_miss_ratio": res.byte_miss_ratio,
                          "seconds": seconds, "req_per_s": trace.n_req / seconds})
+    return pd.DataFrame(rows)
+
+
+def lower_bound_curve(trace: Any, sizes: Sequence[int], policies: Sequence[str]):
+    """:func:`mmcache.replay.opt_bounds` of ``trace`` at every size, with Belady's misses.
+
+    Returns a pandas DataFrame with columns ``cache_size, lower, upper, lower_method,
+    upper_by, belady, miss_ratio`` (``miss_ratio``: the lower bound's); ``upper`` is at
+    most every policy in ``policies``.
+    """
+    import pandas as pd
+
+    from .replay import opt_bounds, simulate
+
+    rows = []
+    for size in sizes:
+        bounds = opt_bounds(trace, int(size), policies=policies)
+        rows.append({"cache_size": int(size), "lower": bounds.lower, "upper": bounds.upper,
+                     "lower_method": bounds.lower_method, "upper_by": bounds.upper_by,
+                     "belady": simulate(trace, "belady", int(size)).miss_cnt,
+                     "miss_ratio": bounds.lower / trace.n_req})
     return pd.DataFrame(rows)
 
 

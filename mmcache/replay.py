@@ -1,4 +1,7 @@
-"""Trace replay: read libCacheSim ``oracleGeneral`` traces and simulate eviction policies.
+"""Trace replay: simulate eviction policies over a :class:`mmcache.trace.Trace`.
+
+The trace type and its ``oracleGeneral`` reader and writer live in :mod:`mmcache.trace`
+and are re-exported here.
 
 ``simulate`` follows libCacheSim's counting exactly (``cache_size`` in bytes, no
 per-object metadata): a hit changes nothing but the policy's state; a miss is
@@ -10,6 +13,10 @@ the victims, as libCacheSim inserts it first). On the shipped cloudPhysicsIO tra
 this reproduces libCacheSim's own test expectations, counts and bytes, for LRU,
 FIFO, CLOCK, LFU, SIEVE, Belady, ARC, LIRS, S3-FIFO, GDSF and LFUDA.
 
+:func:`opt_bounds` brackets the misses of the optimal offline policy (variable sizes:
+Belady is then a heuristic, not the optimum) between a lower bound from
+:mod:`mmcache.bounds` and the best feasible schedule it finds.
+
 Policies with a compiled kernel (numba, over dense object ids; see
 :mod:`mmcache.policies.kernels`) replay at millions of requests per second; the
 others replay through their online object, one Python call per request.
@@ -17,136 +24,20 @@ others replay through their online object, one Python call per request.
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from .bounds import lower_bound
 from .errors import ConfigError, TraceFormatError, UnknownPolicyError
 from .policies import POLICIES, make_policy
-from .policies.kernels import run_kernel
+from .policies.kernels import KERNELS, run_kernel
+from .trace import (ORACLE_GENERAL_DTYPE, Trace, make_trace, read_oracle_general,
+                    write_oracle_general)
 
-#: One ``oracleGeneral`` record: clock time, object id, object size, next access vtime.
-ORACLE_GENERAL_DTYPE = np.dtype(
-    [("time", "<u4"), ("obj_id", "<u8"), ("obj_size", "<u4"), ("next_access_vtime", "<i8")])
-
-
-@dataclass(frozen=True, eq=False)
-class Trace:
-    """A request trace: per-request object id, size, time and next-access index.
-
-    ``next_access`` is the 0-based index of the next request for the same object,
-    -1 when there is none (libCacheSim's ``next_access_vtime`` is that index + 1).
-    """
-
-    obj_id: np.ndarray
-    obj_size: np.ndarray
-    time: np.ndarray
-    next_access: np.ndarray
-    _dense: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def n_req(self) -> int:
-        """Number of requests."""
-        return int(self.obj_id.shape[0])
-
-    @property
-    def n_req_byte(self) -> int:
-        """Total bytes requested."""
-        return int(self.obj_size.sum())
-
-    @property
-    def n_obj(self) -> int:
-        """Number of distinct objects."""
-        return int(self.dense_ids()[1])
-
-    def dense_ids(self) -> tuple[np.ndarray, int]:
-        """Object ids renumbered 0..n_obj-1 (int32, computed once) and n_obj."""
-        if "ids" not in self._dense:
-            uniq, inverse = np.unique(self.obj_id, return_inverse=True)
-            self._dense["ids"] = inverse.astype(np.int32).reshape(-1)
-            self._dense["n_obj"] = int(uniq.shape[0])
-        return self._dense["ids"], self._dense["n_obj"]
-
-
-def make_trace(obj_id: Any, obj_size: Any, time: Any = None) -> Trace:
-    """Build a :class:`Trace` from per-request ids and sizes; computes next accesses.
-
-    ``obj_size`` may be a scalar (every object the same size). Ids must be integers
-    in [0, 2**64), sizes integers >= 1; anything else raises :class:`TraceFormatError`.
-    """
-    ids, sizes = _integers(obj_id, np.uint64, "obj_id"), _integers(obj_size, np.int64, "obj_size")
-    try:
-        sizes = np.broadcast_to(sizes, ids.shape).copy()
-    except ValueError:
-        raise TraceFormatError(f"obj_size has {sizes.size} entries for {ids.size} requests") \
-            from None
-    if ids.shape[0] == 0:
-        raise TraceFormatError("a trace needs at least one request")
-    if sizes.min() < 1:
-        raise TraceFormatError("object sizes must be >= 1 byte")
-    times = (np.arange(ids.shape[0], dtype=np.int64) if time is None
-             else np.asarray(time, dtype=np.int64).reshape(-1))
-    if times.shape != ids.shape:
-        raise TraceFormatError(f"time has {times.shape[0]} entries for {ids.shape[0]} requests")
-    return Trace(ids, sizes, times, _next_access(ids))
-
-
-def _integers(values: Any, dtype: type, what: str) -> np.ndarray:
-    """``values`` as a flat array of ``dtype`` if they are all integers in its range."""
-    arr = np.asarray(values)
-    if arr.ndim > 1 or not (arr.dtype.kind in "iu" or (arr.size == 0 and arr.dtype.kind == "f")):
-        raise TraceFormatError(f"{what} must be a 1-D sequence of integers, got dtype "
-                               f"{arr.dtype} and shape {arr.shape}")
-    info = np.iinfo(dtype)
-    if arr.size and (int(arr.min()) < info.min or int(arr.max()) > info.max):
-        raise TraceFormatError(f"{what} values must lie in [{info.min}, {info.max}]")
-    return np.ascontiguousarray(arr, dtype=dtype).reshape(-1)
-
-
-def _next_access(ids: np.ndarray) -> np.ndarray:
-    """0-based index of each request's next request for the same object, -1 if none."""
-    order = np.argsort(ids, kind="stable")
-    nxt = np.full(ids.shape[0], -1, dtype=np.int64)
-    same = ids[order[1:]] == ids[order[:-1]]
-    nxt[order[:-1][same]] = order[1:][same]
-    return nxt
-
-
-def read_oracle_general(path: str | os.PathLike) -> Trace:
-    """Read a libCacheSim ``oracleGeneral`` trace (uncompressed 24-byte ``<IQIq`` records).
-
-    Raises :class:`TraceFormatError` for a missing, empty, truncated or inconsistent file.
-    """
-    try:
-        raw = np.fromfile(path, dtype=np.uint8)
-    except OSError as exc:
-        raise TraceFormatError(f"cannot read trace {os.fspath(path)!r}: {exc}") from exc
-    size = ORACLE_GENERAL_DTYPE.itemsize
-    if raw.shape[0] == 0 or raw.shape[0] % size:
-        raise TraceFormatError(
-            f"{os.fspath(path)!r} holds {raw.shape[0]} bytes, not a positive multiple of "
-            f"the {size}-byte oracleGeneral record")
-    rec = raw.view(ORACLE_GENERAL_DTYPE)
-    trace = make_trace(rec["obj_id"], rec["obj_size"].astype(np.int64), rec["time"])
-    vtime = rec["next_access_vtime"]
-    if not np.array_equal(np.where(vtime <= 0, -1, vtime - 1), trace.next_access):
-        raise TraceFormatError(
-            f"{os.fspath(path)!r}: next_access_vtime does not match the object ids "
-            "(not an oracleGeneral trace, or a corrupt one)")
-    return trace
-
-
-def write_oracle_general(trace: Trace, path: str | os.PathLike) -> None:
-    """Write ``trace`` as an ``oracleGeneral`` file (readable by libCacheSim and by
-    :func:`read_oracle_general`); times and sizes must fit in 32 bits."""
-    if trace.obj_size.max() >= 2**32 or trace.time.min() < 0 or trace.time.max() >= 2**32:
-        raise TraceFormatError("oracleGeneral stores times and sizes as 32-bit unsigned ints")
-    rec = np.empty(trace.n_req, ORACLE_GENERAL_DTYPE)
-    rec["time"], rec["obj_id"], rec["obj_size"] = trace.time, trace.obj_id, trace.obj_size
-    rec["next_access_vtime"] = np.where(trace.next_access < 0, -1, trace.next_access + 1)
-    rec.tofile(path)
+__all__ = ["ORACLE_GENERAL_DTYPE", "OptBounds", "SimResult", "Trace", "make_trace", "opt_bounds",
+           "read_oracle_general", "simulate", "write_oracle_general"]
 
 
 @dataclass(frozen=True)
@@ -184,19 +75,79 @@ def simulate(trace: Trace, policy: str = "lru", cache_size: int = 134217728,
     forces the online object even where a compiled kernel exists.
     Raises :class:`UnknownPolicyError` or :class:`ConfigError` for bad arguments.
     """
-    if not isinstance(trace, Trace):
-        raise TraceFormatError(f"simulate() needs a Trace (see make_trace), got "
-                               f"{type(trace).__name__}")
+    _check_trace(trace, "simulate()")
     name = _policy_name(policy)
-    if isinstance(cache_size, bool) or not isinstance(cache_size, (int, np.integer)) \
-            or cache_size <= 0:
-        raise ConfigError(f"cache_size must be a positive number of bytes, got {cache_size!r}")
-    cache_size = int(cache_size)
+    cache_size = _cache_size(cache_size)
     policy_obj = make_policy(name, cache_size, **params)  # validates params
     counts = run_kernel(name, trace, cache_size, params) if use_kernel else None
     if counts is None:
         counts = _replay_online(trace, policy_obj, cache_size)
     return SimResult(name, cache_size, trace.n_req, trace.n_req_byte, *counts)
+
+
+@dataclass(frozen=True)
+class OptBounds:
+    """Misses of the optimal offline policy lie in [lower, upper]; unpacks as ``lo, hi``.
+
+    ``lower_method`` names the lower bound (``"foo-l"`` or ``"pfoo-l"``, see
+    :mod:`mmcache.bounds`); ``upper_by`` the feasible schedule whose misses are
+    ``upper``: a policy's name, ``"foo-u"`` (the FOO LP's fully cached intervals) or
+    ``"no cache"``.
+    """
+
+    lower: int
+    upper: int
+    lower_method: str
+    upper_by: str
+
+    def __iter__(self) -> Iterator[int]:
+        return iter((self.lower, self.upper))
+
+
+def opt_bounds(trace: Trace, cache_size: int, *, policies: Iterable[str] | None = None,
+               method: str = "auto") -> OptBounds:
+    """Bounds on the fewest misses any policy can have on ``trace`` at ``cache_size`` bytes,
+    counted as :func:`simulate` counts them.
+
+    ``lower`` is at most every policy's misses, and at least the space-time relaxation
+    (PFOO-L); ``method`` picks it (see :func:`mmcache.bounds.lower_bound`). ``upper``
+    is the fewest misses among the FOO-U schedule (when the LP was solved) and
+    ``policies`` simulated with their defaults (every registered one unless given), so
+    it is at most each of them. Raises :class:`TraceFormatError` for an empty or
+    non-trace, :class:`ConfigError` for a bad size or method and
+    :class:`UnknownPolicyError` for an unknown policy.
+    """
+    _check_trace(trace, "opt_bounds()")
+    cache_size = _cache_size(cache_size)
+    names = [_policy_name(p) for p in (POLICIES if policies is None else policies)]
+    low = lower_bound(trace, cache_size, method)
+    upper, upper_by = trace.n_req, "no cache"
+    if low.schedule_misses is not None and low.schedule_misses < upper:
+        upper, upper_by = low.schedule_misses, "foo-u"
+    for name in sorted(names, key=lambda n: (n not in KERNELS, n)):  # compiled kernels first
+        if upper == low.misses:  # optimal: no policy can miss less
+            break
+        misses = simulate(trace, name, cache_size).miss_cnt
+        if misses < upper:
+            upper, upper_by = misses, name
+    return OptBounds(low.misses, upper, low.method, upper_by)
+
+
+def _check_trace(trace: Any, caller: str) -> None:
+    """TraceFormatError unless ``trace`` is a non-empty Trace."""
+    if not isinstance(trace, Trace):
+        raise TraceFormatError(f"{caller} needs a Trace (see make_trace), got "
+                               f"{type(trace).__name__}")
+    if trace.n_req == 0:
+        raise TraceFormatError(f"{caller} needs a trace with at least one request")
+
+
+def _cache_size(cache_size: Any) -> int:
+    """``cache_size`` as an int; ConfigError unless it is a positive whole number of bytes."""
+    if isinstance(cache_size, bool) or not isinstance(cache_size, (int, np.integer)) \
+            or cache_size <= 0:
+        raise ConfigError(f"cache_size must be a positive number of bytes, got {cache_size!r}")
+    return int(cache_size)
 
 
 def _policy_name(policy: str) -> str:

@@ -20,7 +20,7 @@ encoder's embeddings of exactly those texts (image and audio stay synthetic;
 :meth:`Workload.embedding_kinds` says which is which).
 
 :func:`zipf_trace` draws an object trace (ids + sizes) in the same
-:class:`mmcache.replay.Trace` layout that :func:`mmcache.replay.read_oracle_general` returns.
+:class:`mmcache.trace.Trace` layout that :func:`mmcache.trace.read_oracle_general` returns.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 EMBEDDING_KIND = "synthetic (seeded random vectors with controlled paraphrase similarity)"
 #: How the workload's arrival times were made.
 TIMING_KIND = "synthetic (Poisson arrivals; bursts and sessions drawn by the generator)"
+#: Keys :meth:`Workload.to_trace` can key a trace by.
+TRACE_KEYS = ("exact", "intent", "intent-modality")
 _TEXT = MODALITIES.index("text")
 
 _TEXT_REWRITES: tuple[Callable[[str], str], ...] = (
@@ -181,16 +183,25 @@ class Workload:
                 + self.variant.astype(np.uint64))
 
     def to_trace(self, key: str = "exact"):
-        """The stream as a :class:`mmcache.replay.Trace` keyed by ``"exact"`` key or ``"intent"``.
+        """The stream as a :class:`mmcache.trace.Trace` keyed by ``"exact"`` key, ``"intent"``
+        or ``"intent-modality"``.
 
-        The intent-keyed trace is the *oracle semantic cache*: every paraphrase,
-        in any modality, of an intent hits its answer, and nothing else does.
+        The intent-keyed trace is the *cross-modal oracle semantic cache*: every
+        paraphrase, in any modality, of an intent hits its answer, and nothing else
+        does; keyed by intent and modality it is the oracle of a cache that matches
+        within a modality only (no cross-modal retrieval).
         """
-        from .replay import make_trace
+        from .trace import make_trace
 
-        if key not in ("exact", "intent"):
-            raise ConfigError(f"key must be 'exact' or 'intent', got {key!r}")
-        ids = self.exact_keys() if key == "exact" else self.intent.astype(np.uint64)
+        if key not in TRACE_KEYS:
+            raise ConfigError(f"key must be one of {TRACE_KEYS}, got {key!r}")
+        if key == "exact":
+            ids = self.exact_keys()
+        elif key == "intent":
+            ids = self.intent.astype(np.uint64)
+        else:
+            ids = (self.intent.astype(np.uint64) * np.uint64(len(MODALITIES))
+                   + self.modality.astype(np.uint64))
         return make_trace(ids, self.size, np.floor(self.time).astype(np.int64))
 
     def with_text_encoder(self, encoder: Encoder, prompts: Sequence[str], *,
@@ -364,13 +375,13 @@ def generate(config: WorkloadConfig | None = None, **overrides) -> Workload:
 
 def zipf_trace(n_req: int, n_obj: int, alpha: float = 1.0, seed: int = 0, *,
                obj_size: int | None = 4096, size_sigma: float = 1.0):
-    """A Zipf(``alpha``) request trace over ``n_obj`` objects as a :class:`mmcache.replay.Trace`.
+    """A Zipf(``alpha``) request trace over ``n_obj`` objects as a :class:`mmcache.trace.Trace`.
 
     Popularity ranks are shuffled over the ids. Every object has ``obj_size``
     bytes, or (``obj_size=None``) its own log-normal size around 4 KiB with
     ``size_sigma``. Sizes are fixed per object, as in a real trace.
     """
-    from .replay import make_trace
+    from .trace import make_trace
 
     _check(n_req >= 1 and n_obj >= 1, "n_req and n_obj must be >= 1")
     _check(alpha >= 0 and size_sigma >= 0, "alpha and size_sigma must be >= 0")

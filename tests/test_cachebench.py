@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmcache.cachebench import LatencyModel, TierSpec, replay, three_tier
+from mmcache.cachebench import LatencyModel, TierSpec, replay, replay_limits, three_tier
 from mmcache.errors import ConfigError, UnknownPolicyError
 from mmcache.policies import POLICIES
 from mmcache.replay import simulate
@@ -72,13 +72,28 @@ def test_limits_bound_the_replay():
     w = generate(n_queries=3_000, n_intents=300, value_bytes_sigma=0.0, seed=4)
     cap = int(w.size[0]) * 150
     exact = replay(w, [TierSpec("L1", cap)])
-    assert exact.limits["belady_miss_ratio"] <= 1 - exact.hit_rate
+    limits = exact.limits
+    assert limits["opt_lower_miss_ratio"] <= limits["belady_miss_ratio"] <= 1 - exact.hit_rate
     semantic = replay(w, [TierSpec("L2", cap, match="semantic", threshold=0.8)])
     true_hits = semantic.hit_rate - semantic.false_hit_rate
-    assert true_hits <= 1 - semantic.limits["oracle_semantic_belady_miss_ratio"] + 1e-12
-    limits = semantic.limits
-    assert limits["oracle_semantic_belady_miss_ratio"] <= limits["oracle_semantic_miss_ratio"]
+    assert true_hits <= 1 - semantic.limits["oracle_semantic_opt_lower_miss_ratio"] + 1e-12
+    assert limits["oracle_semantic_opt_lower_miss_ratio"] <= \
+        limits["oracle_semantic_belady_miss_ratio"] <= limits["oracle_semantic_miss_ratio"]
     assert limits["oracle_semantic_miss_ratio"] < 1 - exact.hit_rate
+    assert set(limits["lower_bound_method"]) == {"exact", "oracle_semantic"}
+    assert not any(k.startswith("cross_modal") for k in limits)  # the tiers match per modality
+
+
+def test_cross_modal_oracle_only_where_asked_and_above_the_per_modality_one():
+    w = generate(n_queries=2_000, n_intents=150, seed=5)
+    cap = int(w.size.sum() // 20)
+    limits = replay_limits(w, cap, cross_modal=True)
+    for kind in ("opt_lower_", "", "belady_"):
+        assert limits[f"cross_modal_oracle_semantic_{kind}miss_ratio"] <= \
+            limits[f"oracle_semantic_{kind}miss_ratio"]
+    assert limits["cross_modal_oracle_semantic_opt_lower_miss_ratio"] < \
+        limits["oracle_semantic_opt_lower_miss_ratio"]  # some hits only another modality makes
+    assert limits["sizes_vary"] is True
 
 
 @pytest.mark.parametrize("bad", [dict(match="fuzzy"), dict(threshold=0.0),

@@ -25,7 +25,8 @@ import numpy as np
 
 from ..paths import DATA_DIR
 from ..policies.kernels import KERNELS
-from ..replay import Trace, read_oracle_general, simulate, write_oracle_general
+from ..replay import simulate
+from ..trace import Trace, read_oracle_general, write_oracle_general
 from ..workload import zipf_trace
 
 #: mmcache policy -> (libcachesim class name, constructor kwargs).

@@ -1,4 +1,4 @@
-"""Notebook 06 in smoke mode: libCacheSim-exact counts, Belady bounds, sane CacheBench-MM."""
+"""Notebook 06 in smoke mode: libCacheSim-exact counts, size-aware bounds, sane CacheBench-MM."""
 
 from __future__ import annotations
 
@@ -19,21 +19,33 @@ def test_cloudphysics_counts_match_libcachesim(metrics):
     assert counts["lru"] == 71704 and counts["fifo"] == 72140 and counts["belady"] == 48974
 
 
-def test_belady_bounds_every_policy_on_every_trace(metrics):
-    assert metrics["belady_le_all_everywhere"] is True
-    for rows in _by_trace_and_size(metrics["curves"]).values():
-        online = [r["miss_ratio"] for r in rows if not r["policy"].startswith(("belady", "orac"))]
-        belady = next(r["miss_ratio"] for r in rows if r["policy"] == "belady")
-        assert online and belady <= min(online)
+def test_lower_bound_is_below_every_policy_on_every_trace(metrics):
+    """opt_bounds: a list of {trace, cache_size, lower, upper, belady, lower_method, upper_by}."""
+    assert metrics["lower_bound_le_all_everywhere"] is True
+    curves = _by_trace_and_size(metrics["curves"])
+    bounds = {(b["trace"], b["cache_size"]): b for b in metrics["opt_bounds"]}
+    assert {key for key in bounds if not key[0].endswith("oracle-semantic")} == set(curves)
+    for key, rows in curves.items():
+        b = bounds[key]
+        exact = [r["miss_cnt"] for r in rows if not r["policy"].startswith("oracle")]
+        assert b["lower"] <= b["upper"] <= min(exact), key
+        assert b["lower"] <= b["belady"] == next(r["miss_cnt"] for r in rows
+                                                 if r["policy"] == "belady")
+        assert b["lower_method"] in ("foo-l", "lagrange")
+        oracle = [r["miss_cnt"] for r in rows if r["policy"].startswith("oracle")]
+        if oracle:
+            assert bounds[(f"{key[0]} oracle-semantic", key[1])]["lower"] <= min(oracle)
+    assert bounds[("cloudPhysics", 1 << 30)]["lower"] == 48974  # compulsory misses only
     for trace, ratios in metrics["miss_ratio_at_size"].items():
         assert all(0.0 < r < 1.0 for r in ratios.values()), trace
-        gaps = metrics["belady_gap_at_size"][trace]
+        gaps = metrics["bound_gap_at_size"][trace]
         assert all(g >= 0 for g in gaps.values()) and max(gaps.values()) > 0.01
 
 
 def test_oracle_semantic_cache_beats_exact_belady(metrics):
     mm = metrics["miss_ratio_at_size"]["multimodal"]
-    assert mm["oracle-semantic belady"] <= mm["oracle-semantic lru"]
+    assert mm["oracle-semantic lower bound"] <= mm["oracle-semantic belady"] \
+        <= mm["oracle-semantic lru"]
     assert mm["oracle-semantic belady"] < mm["belady"] - 0.05
 
 
@@ -56,12 +68,14 @@ def test_cachebench_report_is_consistent(metrics):
         assert r["latency_ms"]["p50"] <= r["latency_ms"]["p95"] <= r["latency_ms"]["p99"]
         assert 0.0 <= r["sla_violation_rate"] <= 1.0
         true_hits = r["hit_rate"] - r["false_hit_rate"]
-        assert true_hits <= 1 - limits["oracle_semantic_belady_miss_ratio"]
+        assert true_hits <= 1 - limits["oracle_semantic_opt_lower_miss_ratio"]
     tiered = next(r for name, r in reports.items() if name.startswith("TieredCache"))
     assert tiered["tiers"] == ["l1", "l2", "l3"] and tiered["hit_rate"] > 0.05
     exact = next(r for name, r in reports.items() if name.startswith("exact"))
     assert exact["false_hit_rate"] == 0.0
-    assert exact["hit_rate"] <= 1 - limits["belady_miss_ratio"]
+    assert exact["hit_rate"] <= 1 - limits["opt_lower_miss_ratio"]
+    assert limits["opt_lower_miss_ratio"] <= limits["belady_miss_ratio"]
+    assert not any(k.startswith("cross_modal") for k in limits)  # the tiers match per modality
 
 
 def test_real_text_replay_trades_hits_for_false_hits(metrics):
@@ -77,8 +91,9 @@ def test_real_text_replay_trades_hits_for_false_hits(metrics):
     assert strict["false_hit_share"] < 0.05  # MiniLM keeps distinct prompts apart at cos >= 0.95
     for _, r in sweep:
         assert r["true_hit_ratio"] == pytest.approx(r["hit_ratio"] - r["false_hit_rate"])
-        assert r["true_hit_ratio"] <= limits["oracle_semantic_belady_hit_ratio"]
-    assert limits["belady_hit_ratio"] <= limits["oracle_semantic_belady_hit_ratio"]
+        assert r["true_hit_ratio"] <= limits["oracle_semantic_max_hit_ratio"]
+    assert limits["belady_hit_ratio"] <= limits["max_hit_ratio"]
+    assert limits["oracle_semantic_belady_hit_ratio"] <= limits["oracle_semantic_max_hit_ratio"]
     assert "minilm:all-MiniLM-L6-v2/" in metrics["data"]["real_text_embeddings"]
     assert "ShareGPT" in metrics["data"]["real_text_embeddings"]
 
@@ -90,7 +105,7 @@ def test_real_text_through_the_real_tiered_cache(metrics):
     assert real["threshold"] == 0.85
     assert 0.1 < real["hit_ratio"] <= 1.0
     assert 0.0 <= real["false_hit_share"] < 0.05
-    assert real["true_hit_ratio"] <= limits["oracle_semantic_belady_hit_ratio"]
+    assert real["true_hit_ratio"] <= limits["oracle_semantic_max_hit_ratio"]
     assert {k for k in real if k.startswith("hit_")} >= {"hit_l1", "hit_l2", "hit_l3", "hit_ratio"}
 
 

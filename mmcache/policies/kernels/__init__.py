@@ -11,7 +11,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ...replay import Trace
+    from ...trace import Trace
 
 #: Registry name -> (kernel module, fixed keyword arguments); imported on first use.
 KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
