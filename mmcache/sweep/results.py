@@ -31,7 +31,7 @@ def collect(spec: SweepSpec, out: Path) -> pd.DataFrame:
                "error": record["error"]}
         metrics_path = out / point.id / METRICS_FILE
         if metrics_path.is_file():
-            metrics = pd.json_normalize(json.loads(metrics_path.read_text())).iloc[0].to_dict()
+            metrics = pd.json_normalize(json.loads(metrics_path.read_text())).to_dict("records")[0]
             row.update({(f"metrics.{k}" if k in row else k): v for k, v in metrics.items()})
         rows.append(row)
     return pd.DataFrame(rows)
@@ -46,10 +46,11 @@ def write_table(table: pd.DataFrame, out: Path) -> Path:
 
 def write_figure(spec: SweepSpec, table: pd.DataFrame, out: Path) -> Path | None:
     """Plot the spec's ``figure`` (y against x, one line per hue) over the points that succeeded."""
-    if spec.figure is None or table.empty:
+    if spec.figure is None or table.empty or not (table.status == "ok").any():
         return None
     import matplotlib.pyplot as plt
     import seaborn as sns
+    from matplotlib.ticker import NullFormatter
 
     from .. import plotting
 
@@ -57,12 +58,17 @@ def write_figure(spec: SweepSpec, table: pd.DataFrame, out: Path) -> Path | None
     ok = table[table.status == "ok"]
     if fig_spec["y"] not in ok.columns:
         raise ConfigError(f"field `figure.y`: {fig_spec['y']!r} is not a metric of this sweep; "
-                       f"the columns are {list(table.columns)}")
+                          f"the columns are {list(table.columns)}")
     fig, ax = plt.subplots(figsize=(6, 4))
     sns.lineplot(data=ok, x=fig_spec["x"], y=fig_spec["y"], hue=fig_spec.get("hue"),
                  marker="o", errorbar="sd", ax=ax)
-    ax.set(xscale="log" if fig_spec.get("logx") else "linear",
-           yscale="log" if fig_spec.get("logy") else "linear", title=spec.name)
+    if fig_spec.get("logx"):
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # labelled minor ticks overlap
+    if fig_spec.get("logy"):
+        ax.set_yscale("log")
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_title(spec.name)
     staging = out / PARTIAL_DIR / "figure"
     provenance = {"sweep": spec.name, "target": spec.target, "source_sha256": spec.source_sha256,
                   "points": int(len(ok)), "table": TABLE_FILE}

@@ -40,9 +40,9 @@ def run_sweep(spec: SweepSpec, out: str | Path, engine: str = "local",
     skipped = len(spec.points) - len(todo)
     tasks = [(i, (spec.kind, spec.target, spec.points[i].params)) for i in todo]
     failed = 0
+    outcomes = run_points(engine, tasks, spec.resources, address)
     bar = tqdm(total=len(todo), desc=f"sweep {spec.name}", unit="pt", disable=not progress)
     try:
-        outcomes = run_points(engine, tasks, spec.resources, address)
         with contextlib.closing(outcomes), bar:
             bar.set_postfix(failed=0, remaining=len(todo), skipped=skipped)
             for index, outcome in outcomes:
@@ -50,11 +50,12 @@ def run_sweep(spec: SweepSpec, out: str | Path, engine: str = "local",
                 failed += not outcome.ok
                 if not outcome.ok:
                     bar.write(f"[sweep] FAILED {spec.points[index].id}: {outcome.error}")
+                bar.set_postfix(failed=failed, remaining=len(todo) - bar.n - 1, skipped=skipped,
+                                refresh=False)
                 bar.update()
-                bar.set_postfix(failed=failed, remaining=len(todo) - bar.n, skipped=skipped)
+        table = collect(spec, out)
+        write_table(table, out)
+        write_figure(spec, table, out)
     finally:
         clear_partial(out)
-    table = collect(spec, out)
-    write_table(table, out)
-    write_figure(spec, table, out)
     return SweepReport(table, len(todo), skipped, failed)

@@ -113,7 +113,8 @@ def parse_spec(raw: Any, base_dir: str | Path = ".", default_name: str = "sweep"
     if kind == "notebook":
         params = [{**p, "SMOKE": smoke} for p in params]
     label = target if kind == "function" else Path(target).name
-    points = tuple(Point(_point_id(label, source, p), p) for p in params)
+    fixed = set(raw.get("parameters", {})) | {"SMOKE"}
+    points = tuple(Point(_point_id(label, source, p, fixed), p) for p in params)
     spec = SweepSpec(name, kind, target, source, points, smoke,
                      _resources(raw.get("resources", {})))
     return replace(spec, figure=_figure(raw.get("figure"), spec))
@@ -257,16 +258,17 @@ def _figure(raw: Any, spec: SweepSpec) -> dict[str, Any] | None:
     return dict(raw)
 
 
-def _point_id(label: str, source_sha256: str, params: Mapping[str, Any]) -> str:
-    """``<readable parameters>-<hash>``: the hash covers the target, its source and parameters.
+def _point_id(label: str, source_sha256: str, params: Mapping[str, Any],
+              fixed: set[str]) -> str:
+    """``<varied parameters>-<hash>``: the hash covers the target, its source and all parameters.
 
     ``label`` is the function's ``module:function`` or the notebook's file name, so a
     sweep directory stays valid when the checkout moves.
     """
     digest = _sha256(json.dumps({"target": label, "source": source_sha256, "params": params},
                                 sort_keys=True).encode())[:12]
-    shown = "_".join(f"{k}={v}" for k, v in params.items() if k != "SMOKE")
-    slug = re.sub(r"[^A-Za-z0-9.=-]+", "-", shown).strip("-")[:80]
+    shown = ",".join(f"{k}={v}" for k, v in params.items() if k not in fixed)
+    slug = re.sub(r"[^A-Za-z0-9._=,-]+", "-", shown).strip("-")[:80]
     return f"{slug}-{digest}" if slug else digest
 
 
