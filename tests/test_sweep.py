@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -52,15 +51,11 @@ def tasks_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One small local Ray instance for the whole session (loopback, no auth, no telemetry)."""
+    """One small local Ray head for the whole session (loopback, no auth, no telemetry)."""
+    from mmcache.sweep.engines import local_ray_head  # sets Ray's env before Ray is imported
     ray = pytest.importorskip("ray")
-    from mmcache.sweep.engines import RAY_ENV
-    os.environ.update(RAY_ENV)
-    temp_dir = tempfile.mkdtemp(prefix="mmray-", dir="/tmp")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _temp_dir=temp_dir)
-    yield ray
-    ray.shutdown()
+    with local_ray_head(num_cpus=2):
+        yield ray
 
 
 def square_spec(marker_dir: Path, xs=(1, 2, 3), **extra) -> dict:
