@@ -175,14 +175,16 @@ def test_failed_point_is_recorded_and_rerun_resumes(tasks_dir, tmp_path) -> None
     assert (third.ran, third.skipped) == (0, 4)
 
 
-def test_changed_function_source_reruns(tasks_dir, tmp_path) -> None:
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    spec = parse_spec(square_spec(markers, xs=(1,)))
-    changed = parse_spec({**square_spec(markers, xs=(1,)), "function": "sweep_tasks:square"})
-    assert changed.points[0].id == spec.points[0].id
-    other = parse_spec({**square_spec(markers, xs=(1,)), "parameters": {"sleep_s": 0.001}})
-    assert other.points[0].id != spec.points[0].id
+def test_point_ids_follow_source_and_parameters(tasks_dir, tmp_path) -> None:
+    base = parse_spec(square_spec(tmp_path, xs=(1,))).points[0].id
+    other_params = parse_spec(square_spec(tmp_path, xs=(1,), parameters={"sleep_s": 0.001}))
+    assert other_params.points[0].id != base
+    notebook = tmp_path / "nb.py"
+    notebook.write_text(NOTEBOOK)
+    raw = {"notebook": "nb.py", "grid": {"X": [1]}}
+    before = parse_spec(raw, base_dir=tmp_path).points[0].id
+    notebook.write_text(NOTEBOOK + "\nprint('changed')\n")
+    assert parse_spec(raw, base_dir=tmp_path).points[0].id != before
 
 
 def test_sigint_stops_cleanly_and_the_next_run_resumes(tasks_dir, tmp_path) -> None:
