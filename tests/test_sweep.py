@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -232,6 +231,7 @@ X = 1
 # %%
 from mmcache.runbook import write_metrics
 
+assert X >= 0, "X must not be negative"
 write_metrics({"double": 2 * X, "smoke": SMOKE})
 '''
 
@@ -239,14 +239,15 @@ write_metrics({"double": 2 * X, "smoke": SMOKE})
 def test_notebook_sweep_runs_papermill_per_point(tmp_path) -> None:
     (tmp_path / "tiny.py").write_text(NOTEBOOK)
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(
-        {"notebook": "tiny.py", "smoke": True, "points": [{"X": 2}, {"X": 5}]}))
+        {"notebook": "tiny.py", "smoke": True, "points": [{"X": 2}, {"X": -1}]}))
     spec = load_spec(tmp_path / "tiny.yaml")
     report = run_sweep(spec, tmp_path / "out", progress=False)
-    assert report.failed == 0, report.table.error.tolist()
-    assert list(report.table.double) == [4, 10] and report.table.smoke.all()
-    for point in spec.points:
+    assert list(report.table.status) == ["ok", "failed"], report.table.error.tolist()
+    assert report.table.double[0] == 4 and report.table.smoke[0]
+    assert "X must not be negative" in report.table.error[1]
+    for point, x in zip(spec.points, (2, -1)):  # the failed point keeps its executed copy
         executed = json.loads((tmp_path / "out" / point.id / "tiny.ipynb").read_text())
-        assert any("X = " in "".join(c["source"]) for c in executed["cells"])
+        assert any(f"X = {x}" in "".join(c["source"]) for c in executed["cells"])
 
 
 # ---- Ray -------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Command line: ``python -m mmcache.sweep SPEC.yaml --engine local|ray [--address A] --out DIR``."""
+"""The command line: ``python -m mmcache.sweep SPEC --engine local|ray [--address A] --out DIR``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ EXIT_INTERRUPTED = 130
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the sweep; exit 0 when every point succeeded, 1 when some failed, 2 on a bad spec."""
     parser = argparse.ArgumentParser(
         prog="python -m mmcache.sweep",
         description="Run a declared sweep; re-running skips the points already done.")

@@ -31,17 +31,19 @@ class PointOutcome:
     files: dict[str, bytes]
 
     @classmethod
-    def failure(cls, err: BaseException, elapsed_s: float = 0.0) -> "PointOutcome":
-        """A failed outcome for an error raised outside the point (e.g. a lost worker)."""
+    def failure(cls, err: BaseException, elapsed_s: float = 0.0,
+                files: dict[str, bytes] | None = None) -> "PointOutcome":
+        """A failed outcome: the error, its traceback, and whatever the point wrote."""
         return cls(False, f"{type(err).__name__}: {err}",
-                   "".join(traceback.format_exception(err)), elapsed_s, {})
+                   "".join(traceback.format_exception(err)), elapsed_s, files or {})
 
 
 def run_point(kind: str, target: str, params: Mapping[str, Any]) -> PointOutcome:
-    """Run a function (``module:function``) or notebook point; never raises for the point's errors."""
+    """Run one function (``module:function``) or notebook point; its errors are returned."""
     with tempfile.TemporaryDirectory(prefix="mmcache-point-") as tmp:
         run_dir = Path(tmp)
         start = time.perf_counter()
+        error = None
         try:
             if kind == "function":
                 _call_function(target, params, run_dir)
@@ -51,10 +53,14 @@ def run_point(kind: str, target: str, params: Mapping[str, Any]) -> PointOutcome
                 raise RuntimeError(f"the point wrote no {METRICS_FILE} (return a mapping of "
                                    "metrics, or call mmcache.runbook.write_metrics)")
         except Exception as err:  # a failed point is recorded, and the sweep goes on
-            return PointOutcome.failure(err, time.perf_counter() - start)
+            error = err
+        elapsed = time.perf_counter() - start
+        # A failed notebook's executed copy shows where it failed: keep it too.
         files = {str(p.relative_to(run_dir)): p.read_bytes()
                  for p in sorted(run_dir.rglob("*")) if p.is_file()}
-        return PointOutcome(True, None, None, time.perf_counter() - start, files)
+    if error is not None:
+        return PointOutcome.failure(error, elapsed, files)
+    return PointOutcome(True, None, None, elapsed, files)
 
 
 def _call_function(target: str, params: Mapping[str, Any], run_dir: Path) -> None:
