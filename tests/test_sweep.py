@@ -112,6 +112,9 @@ def test_bad_points_entry_is_named(tmp_path) -> None:
         parse_spec({**raw, "points": [{"bad key": 1}]})
     with pytest.raises(ConfigError, match="`notebook`"):
         parse_spec({"notebook": "missing.py", "grid": {"X": [1]}}, base_dir=tmp_path)
+    (tmp_path / "nb.py").write_text(NOTEBOOK)
+    with pytest.raises(ConfigError, match="`smoke`"):
+        parse_spec({"notebook": "nb.py", "grid": {"SMOKE": [True]}}, base_dir=tmp_path)
 
 
 def test_points_are_content_addressed(tasks_dir, tmp_path) -> None:

@@ -67,7 +67,6 @@ class SweepSpec:
     target: str               # "module:function" or the notebook source's absolute path
     source_sha256: str
     points: tuple[Point, ...]
-    smoke: bool = False
     resources: Resources = field(default_factory=Resources)
     figure: dict[str, Any] | None = None
 
@@ -111,12 +110,14 @@ def parse_spec(raw: Any, base_dir: str | Path = ".", default_name: str = "sweep"
                               "`parameters`/`grid`/`points` or set another `seed_parameter`")
         params = [{**p, seed_parameter: s} for p in params for s in seeds]
     if kind == "notebook":
+        if any("SMOKE" in p for p in params):
+            raise ConfigError("parameter `SMOKE` is set by the field `smoke`; remove it from "
+                              "`parameters`/`grid`/`points`")
         params = [{**p, "SMOKE": smoke} for p in params]
     label = target if kind == "function" else Path(target).name
     fixed = set(raw.get("parameters", {})) | {"SMOKE"}
     points = tuple(Point(_point_id(label, source, p, fixed), p) for p in params)
-    spec = SweepSpec(name, kind, target, source, points, smoke,
-                     _resources(raw.get("resources", {})))
+    spec = SweepSpec(name, kind, target, source, points, _resources(raw.get("resources", {})))
     return replace(spec, figure=_figure(raw.get("figure"), spec))
 
 
