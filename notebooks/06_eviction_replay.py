@@ -37,6 +37,7 @@
 # ShareGPT prompts and their templated rewrites.
 
 # %% tags=["parameters"]
+NOTEBOOK = "06_eviction_replay"  # this notebook: metrics go to runs/<NOTEBOOK>[-smoke]/
 SMOKE = False
 SEED = 0
 ZIPF_N_REQ = 1_000_000
@@ -442,4 +443,4 @@ write_metrics({
              "latency_model": "assumed constants, not measured",
              "real_text_embeddings": rt.embedding_kinds()["text"],
              "real_text_prompts": PROMPTS_PROVENANCE},
-})
+}, NOTEBOOK, SMOKE)
