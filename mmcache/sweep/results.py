@@ -10,14 +10,15 @@ import pandas as pd
 
 from ..errors import ConfigError
 from .point import METRICS_FILE, environ
-from .spec import SweepSpec
+from .spec import Point, SweepSpec
 from .store import PARTIAL_DIR, read_record, write_atomic
 
 TABLE_FILE = "results.csv"
 
 
 def collect(spec: SweepSpec, out: Path) -> pd.DataFrame:
-    """One row per point that ran, in spec order: point id, parameters, status, error, metrics.
+    """One row per point that ran, in spec order: point id, notebook (of a notebook sweep),
+    parameters, status, error, metrics.
 
     Nested metrics are flattened with dots (``a.b``); a metric named like a
     parameter or a status column is prefixed ``metrics.``.
@@ -27,7 +28,8 @@ def collect(spec: SweepSpec, out: Path) -> pd.DataFrame:
         record = read_record(out, point)
         if record is None:
             continue
-        row = {"point": point.id, **point.params, "status": record["status"],
+        row = {"point": point.id, **_notebook_column(spec, point), **point.params,
+               "status": record["status"],
                "error": record["error"]}
         metrics_path = out / point.id / METRICS_FILE
         if metrics_path.is_file():
@@ -35,6 +37,11 @@ def collect(spec: SweepSpec, out: Path) -> pd.DataFrame:
             row.update({(f"metrics.{k}" if k in row else k): v for k, v in metrics.items()})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _notebook_column(spec: SweepSpec, point: Point) -> dict[str, str]:
+    """``{"notebook": <stem>}`` for a notebook point, nothing for a function's."""
+    return {"notebook": Path(point.target).stem} if spec.kind == "notebook" else {}
 
 
 def write_table(table: pd.DataFrame, out: Path) -> Path:
@@ -72,7 +79,7 @@ def write_figure(spec: SweepSpec, table: pd.DataFrame, out: Path) -> Path | None
         ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_title(spec.name)
     staging = out / PARTIAL_DIR / "figure"
-    provenance = {"sweep": spec.name, "target": spec.target, "source_sha256": spec.source_sha256,
+    provenance = {"sweep": spec.name, "targets": spec.targets,
                   "points": int(len(ok)), "table": TABLE_FILE}
     with environ({plotting.FIGURE_DIR_ENV: str(staging)}):
         plotting.save_figure(fig, spec.name, provenance=provenance)

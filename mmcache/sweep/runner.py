@@ -38,7 +38,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, engine: str = "local",
     clear_partial(out)
     todo = [i for i, point in enumerate(spec.points) if not is_complete(out, point)]
     skipped = len(spec.points) - len(todo)
-    tasks = [(i, (spec.kind, spec.target, spec.points[i].params)) for i in todo]
+    tasks = [(i, (spec.kind, spec.points[i].target, spec.points[i].params)) for i in todo]
     failed = 0
     outcomes = run_points(engine, tasks, spec.resources, address)
     bar = tqdm(total=len(todo), desc=f"sweep {spec.name}", unit="pt", disable=not progress)

@@ -4,18 +4,21 @@ A spec is a YAML mapping::
 
     name: replay_grid                      # optional; default: the file's stem
     function: mmcache.sweep.tasks:replay   # or  notebook: ../06_eviction_replay.py
+                                           # or  notebooks: [../00_quickstart.py, ...]
     parameters: {trace: data/x.bin}        # fixed, passed to every point
     grid: {policy: [lru, fifo], cache_size: [1048576, 4194304]}   # cartesian product, or
     points: [{policy: lru}, {policy: fifo}]                        # an explicit list
+                                           # (`notebooks` may give neither: one point each)
     seeds: [0, 1]                          # optional; every point runs once per seed
     seed_parameter: seed                   # the parameter the seed is passed as
     smoke: true                            # notebooks only: papermill's SMOKE
     resources: {cpus: 1, gpus: 0, memory_mb: 512}   # per point
     figure: {x: cache_size, y: miss_ratio, hue: policy, logx: true}
 
-Each point is content-addressed: its id hashes the notebook's source (or the source
-of the function's module) with the point's parameters, so a changed notebook or
-function re-runs and an unchanged one is skipped.
+With ``notebooks``, every point runs once per notebook (in the listed order, which
+is the order a pool starts them in). Each point is content-addressed: its id hashes
+its notebook's source (or the source of the function's module) with the point's
+parameters, so a changed notebook or function re-runs and an unchanged one is skipped.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import yaml
 
 from ..errors import ConfigError
 
-FIELDS = ("name", "function", "notebook", "parameters", "grid", "points", "seeds",
+FIELDS = ("name", "function", "notebook", "notebooks", "parameters", "grid", "points", "seeds",
           "seed_parameter", "smoke", "resources", "figure")
 RESOURCE_FIELDS = ("cpus", "gpus", "memory_mb")
 FIGURE_FIELDS = ("x", "y", "hue", "logx", "logy")
@@ -52,23 +55,28 @@ class Resources:
 
 @dataclass(frozen=True)
 class Point:
-    """One run of the sweep: its content-addressed id and its full parameters."""
+    """One run of the sweep: its content-addressed id, full parameters and what it runs."""
 
     id: str
     params: dict[str, Any]
+    target: str               # "module:function" or the notebook source's absolute path
+    source_sha256: str
 
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """A validated sweep: the target, its points, resources and figure."""
+    """A validated sweep: what it runs, its points, resources and figure."""
 
     name: str
     kind: str                 # "function" or "notebook"
-    target: str               # "module:function" or the notebook source's absolute path
-    source_sha256: str
     points: tuple[Point, ...]
     resources: Resources = field(default_factory=Resources)
     figure: dict[str, Any] | None = None
+
+    @property
+    def targets(self) -> dict[str, str]:
+        """Every target the points run (in order), with the sha256 of its source."""
+        return {p.target: p.source_sha256 for p in self.points}
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -93,13 +101,13 @@ def parse_spec(raw: Any, base_dir: str | Path = ".", default_name: str = "sweep"
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ConfigError(f"field `name` must be letters, digits, '_', '.' or '-', got {name!r}")
-    kind, target, source = _target(raw, Path(base_dir))
+    kind, targets = _targets(raw, Path(base_dir))
     smoke = raw.get("smoke", False)
     if not isinstance(smoke, bool):
         raise ConfigError(f"field `smoke` must be true or false, got {smoke!r}")
     if smoke and kind != "notebook":
         raise ConfigError("field `smoke` applies to notebooks only; remove it for a function")
-    params = _points(raw)
+    params = _points(raw, allow_none=("notebooks" in raw))
     seed_parameter = raw.get("seed_parameter", "seed")
     if not isinstance(seed_parameter, str) or not _IDENTIFIER.match(seed_parameter):
         raise ConfigError(f"field `seed_parameter` must be an identifier, got {seed_parameter!r}")
@@ -114,10 +122,13 @@ def parse_spec(raw: Any, base_dir: str | Path = ".", default_name: str = "sweep"
             raise ConfigError("parameter `SMOKE` is set by the field `smoke`; remove it from "
                               "`parameters`/`grid`/`points`")
         params = [{**p, "SMOKE": smoke} for p in params]
-    label = target if kind == "function" else Path(target).name
     fixed = set(raw.get("parameters", {})) | {"SMOKE"}
-    points = tuple(Point(_point_id(label, source, p, fixed), p) for p in params)
-    spec = SweepSpec(name, kind, target, source, points, _resources(raw.get("resources", {})))
+    named = "notebooks" in raw
+    points = tuple(Point(_point_id(target if kind == "function" else Path(target).name, source,
+                                   p, fixed, Path(target).stem if named else None),
+                         p, target, source)
+                   for target, source in targets for p in params)
+    spec = SweepSpec(name, kind, points, _resources(raw.get("resources", {})))
     return replace(spec, figure=_figure(raw.get("figure"), spec))
 
 
@@ -131,11 +142,21 @@ def resolve_function(target: str) -> Callable[..., Any]:
     return func
 
 
-def _target(raw: Mapping[str, Any], base_dir: Path) -> tuple[str, str, str]:
-    """(kind, target, sha256 of its source) for the spec's `function` or `notebook`."""
-    if ("function" in raw) == ("notebook" in raw):
-        raise ConfigError("give exactly one of `function` (module:function) or `notebook` "
-                          "(a jupytext .py source)")
+def _targets(raw: Mapping[str, Any], base_dir: Path) -> tuple[str, list[tuple[str, str]]]:
+    """(kind, [(target, sha256 of its source)]) for the spec's `function`, `notebook` or
+    `notebooks`."""
+    given = [key for key in ("function", "notebook", "notebooks") if key in raw]
+    if len(given) != 1:
+        raise ConfigError("give exactly one of `function` (module:function), `notebook` "
+                          "(a jupytext .py source) or `notebooks` (a list of them)")
+    if "notebooks" in raw:
+        notebooks = raw["notebooks"]
+        if not isinstance(notebooks, list) or not notebooks:
+            raise ConfigError("field `notebooks` must be a non-empty list of .py sources")
+        targets = [_notebook(nb, base_dir, f"notebooks[{i}]") for i, nb in enumerate(notebooks)]
+        if len({t for t, _ in targets}) != len(targets):
+            raise ConfigError(f"field `notebooks` lists a notebook twice: {notebooks}")
+        return "notebook", targets
     if "function" in raw:
         target = raw["function"]
         if not isinstance(target, str) or not re.fullmatch(r"[\w.]+:\w+", target):
@@ -145,24 +166,31 @@ def _target(raw: Mapping[str, Any], base_dir: Path) -> tuple[str, str, str]:
         except ImportError as err:
             raise ConfigError(f"field `function`: cannot import {target!r}: {err}") from err
         source = inspect.getsource(inspect.getmodule(func))
-        return "function", target, _sha256(source.encode())
-    notebook = raw["notebook"]
+        return "function", [(target, _sha256(source.encode()))]
+    return "notebook", [_notebook(raw["notebook"], base_dir, "notebook")]
+
+
+def _notebook(notebook: Any, base_dir: Path, where: str) -> tuple[str, str]:
+    """(absolute path, sha256) of a notebook source named in field ``where``."""
     if not isinstance(notebook, str):
-        raise ConfigError(f"field `notebook` must be a path to a .py source, got {notebook!r}")
+        raise ConfigError(f"field `{where}` must be a path to a .py source, got {notebook!r}")
     path = (base_dir / notebook).resolve()
     if path.suffix != ".py" or not path.is_file():
-        raise ConfigError(f"field `notebook`: {path} is not a jupytext .py source (paths are "
+        raise ConfigError(f"field `{where}`: {path} is not a jupytext .py source (paths are "
                           "relative to the spec file)")
-    return "notebook", str(path), _sha256(path.read_bytes())
+    return str(path), _sha256(path.read_bytes())
 
 
-def _points(raw: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every point's parameters: the fixed `parameters` plus one `grid` or `points` entry."""
+def _points(raw: Mapping[str, Any], allow_none: bool = False) -> list[dict[str, Any]]:
+    """Every point's parameters: the fixed `parameters` plus one `grid` or `points` entry
+    (only the fixed ones when ``allow_none`` and neither is given)."""
     fixed = raw.get("parameters", {})
     _check_params(fixed, "parameters")
-    if ("grid" in raw) == ("points" in raw):
+    if "grid" in raw and "points" in raw or not (allow_none or "grid" in raw or "points" in raw):
         raise ConfigError("give exactly one of `grid` (name: [values]) or `points` "
                           "(a list of parameter mappings)")
+    if "grid" not in raw and "points" not in raw:
+        return [dict(fixed)]
     if "grid" in raw:
         grid = raw["grid"]
         _check_params(grid, "grid")
@@ -260,15 +288,18 @@ def _figure(raw: Any, spec: SweepSpec) -> dict[str, Any] | None:
 
 
 def _point_id(label: str, source_sha256: str, params: Mapping[str, Any],
-              fixed: set[str]) -> str:
-    """``<varied parameters>-<hash>``: the hash covers the target, its source and all parameters.
+              fixed: set[str], prefix: str | None = None) -> str:
+    """``[<prefix>,]<varied parameters>-<hash>``: the hash covers the target, its source and all
+    parameters.
 
     ``label`` is the function's ``module:function`` or the notebook's file name, so a
-    sweep directory stays valid when the checkout moves.
+    sweep directory stays valid when the checkout moves; ``prefix`` names the notebook
+    in a `notebooks` spec.
     """
     digest = _sha256(json.dumps({"target": label, "source": source_sha256, "params": params},
                                 sort_keys=True).encode())[:12]
-    shown = ",".join(f"{k}={v}" for k, v in params.items() if k not in fixed)
+    shown = ",".join([prefix] * (prefix is not None)
+                     + [f"{k}={v}" for k, v in params.items() if k not in fixed])
     slug = re.sub(r"[^A-Za-z0-9._=,-]+", "-", shown).strip("-")[:80]
     return f"{slug}-{digest}" if slug else digest
 

@@ -42,7 +42,7 @@ def save_outcome(out: Path, spec: SweepSpec, point: Point, outcome: PointOutcome
     for name, data in outcome.files.items():
         (staging / name).parent.mkdir(parents=True, exist_ok=True)
         (staging / name).write_bytes(data)
-    record = {"point": point.id, "target": spec.target, "source_sha256": spec.source_sha256,
+    record = {"point": point.id, "target": point.target, "source_sha256": point.source_sha256,
               "params": point.params, "status": "ok" if outcome.ok else "failed",
               "error": outcome.error, "traceback": outcome.traceback,
               "elapsed_s": round(outcome.elapsed_s, 3)}
