@@ -11,10 +11,11 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
 
-.PHONY: help setup sysdeps test smoke figures models lab pair bench bench-cache bench-replay bench-guard bench-encoders clean
+.PHONY: help setup sysdeps test smoke figures check-readme models lab pair bench bench-cache bench-replay bench-guard bench-encoders clean
 
 help:
-	@echo "make figures   regenerate every figure (full notebooks) into figures/"
+	@echo "make figures   regenerate every figure (full notebooks) into figures/, with MANIFEST.md"
+	@echo "make check-readme  compare the README's numbers with the runs make figures wrote"
 	@echo "make test      unit, property and notebook smoke tests"
 	@echo "make smoke     run every notebook with SMOKE=True into runs/<name>-smoke/"
 	@echo "make models    train/cache the offline CLIP (data/models/)"
@@ -55,8 +56,12 @@ smoke: setup
 models: setup
 	$(PY) -m mmcache.encoders.clip_train
 
+# Every notebook in full mode through the sweep runner (two at a time on 2 cores), then MANIFEST.md.
 figures: setup models
-	$(PY) -m mmcache.runbook
+	$(PY) -m mmcache.figures
+
+check-readme: setup
+	$(PY) -m mmcache.readme_check
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
@@ -81,4 +86,4 @@ bench-encoders: setup
 	$(PY) -m mmcache.bench.encoder_bench
 
 clean:
-	rm -rf runs figures/*.png figures/*.pdf figures/*.json .pytest_cache
+	rm -rf runs figures/*.png figures/*.pdf figures/*.json figures/MANIFEST.md .pytest_cache
