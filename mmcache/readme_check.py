@@ -28,6 +28,8 @@ from .paths import PROJECT_ROOT, RUNS_DIR
 EXPECTED_FILE = PROJECT_ROOT / "figures" / "expected.yaml"
 README_FILE = PROJECT_ROOT / "README.md"
 ENTRY_FIELDS = ("readme", "metrics", "tol", "rtol")
+#: Float rounding allowed on top of every tolerance (0.8 - 0.6 > 0.2 in binary).
+FLOAT_SLACK = 1e-9
 _MISSING = object()
 
 
@@ -154,7 +156,8 @@ def _matches(measured: Any, expected: Any, tol: float, rtol: float) -> bool:
     if isinstance(expected, bool) or isinstance(measured, bool) or isinstance(expected, str):
         return measured == expected
     if isinstance(expected, (int, float)) and isinstance(measured, (int, float)):
-        return math.isfinite(measured) and abs(measured - expected) <= tol + rtol * abs(expected)
+        bound = tol + rtol * abs(expected) + FLOAT_SLACK * max(1.0, abs(expected))
+        return math.isfinite(measured) and abs(measured - expected) <= bound
     return measured == expected
 
 
