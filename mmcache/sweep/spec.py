@@ -123,10 +123,7 @@ def parse_spec(raw: Any, base_dir: str | Path = ".", default_name: str = "sweep"
                               "`parameters`/`grid`/`points`")
         params = [{**p, "SMOKE": smoke} for p in params]
     fixed = set(raw.get("parameters", {})) | {"SMOKE"}
-    named = "notebooks" in raw
-    points = tuple(Point(_point_id(target if kind == "function" else Path(target).name, source,
-                                   p, fixed, Path(target).stem if named else None),
-                         p, target, source)
+    points = tuple(_point(kind, target, source, p, fixed, named="notebooks" in raw)
                    for target, source in targets for p in params)
     spec = SweepSpec(name, kind, points, _resources(raw.get("resources", {})))
     return replace(spec, figure=_figure(raw.get("figure"), spec))
@@ -285,6 +282,15 @@ def _figure(raw: Any, spec: SweepSpec) -> dict[str, Any] | None:
         if not isinstance(raw.get(key, False), bool):
             raise ConfigError(f"field `figure.{key}` must be true or false")
     return dict(raw)
+
+
+def _point(kind: str, target: str, source_sha256: str, params: dict[str, Any], fixed: set[str],
+           named: bool) -> Point:
+    """A point of ``target``; ``named``: its id starts with the notebook's name."""
+    label = target if kind == "function" else Path(target).name
+    prefix = Path(target).stem if named else None
+    return Point(_point_id(label, source_sha256, params, fixed, prefix), params, target,
+                 source_sha256)
 
 
 def _point_id(label: str, source_sha256: str, params: Mapping[str, Any],
