@@ -80,7 +80,7 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 import torch
 from IPython.display import Markdown, display
-from matplotlib.ticker import FuncFormatter, LogLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from mmcache.collapse import (FROZEN, LEARNED, SEED_COMBO, CollapseCriterion, TrainConfig,
                               best_pair, frozen_features, rank_arms, remedy_effect, runs_table,
@@ -216,6 +216,7 @@ for row, (col, label, scale) in enumerate(panels):
             ax.set_yscale("log")
             ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
         if scale == "floor":
             ax.set_yscale("log")
             zeros = curves[(curves["lr"] == lr) & (curves[col] == 0)]["step"].unique()
