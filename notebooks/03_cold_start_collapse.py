@@ -191,6 +191,15 @@ def _legend_below(fig: plt.Figure, ax: plt.Axes) -> None:
                fontsize=9, frameon=False)
 
 
+def _log_ticks(ax: plt.Axes) -> None:
+    """Plain-number log ticks: 1-2-5 within two decades, decades beyond."""
+    low, high = ax.get_ylim()
+    subs = (1.0, 2.0, 5.0) if math.log10(high / low) <= 2 else (1.0,)
+    ax.yaxis.set_major_locator(LogLocator(subs=subs))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 # Loss is drawn on a log axis (a diverging run reaches 1e5 while normal runs stay near
 # log(batch)). Gradient norms below `GRAD_FLOOR` (exact zeros included) are drawn at the floor,
 # and ▼ marks each step where some run's gradient was exactly zero.
@@ -214,9 +223,6 @@ for row, (col, label, scale) in enumerate(panels):
             ax.set_title(f"{MULT[lr]}× tuned lr ({lr:.3g})")
         if scale == "log":
             ax.set_yscale("log")
-            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-            ax.yaxis.set_minor_formatter(NullFormatter())
         if scale == "floor":
             ax.set_yscale("log")
             zeros = curves[(curves["lr"] == lr) & (curves[col] == 0)]["step"].unique()
@@ -226,6 +232,8 @@ for row, (col, label, scale) in enumerate(panels):
                 ax.text(0.02, 0.04, f"sum of heads; < {GRAD_FLOOR:g} drawn at {GRAD_FLOOR:g}, "
                         "▼ exact zero", transform=ax.transAxes, fontsize=7)
         ax.set_ylabel(label if c == 0 else "")
+    if scale == "log":
+        _log_ticks(axes[row, 0])   # the row shares its y axis
 _legend_below(fig, axes[0, 0])
 save_figure(fig, "03_collapse_curves", {**PROVENANCE, "lrs": LRS})
 plt.show()
