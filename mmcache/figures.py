@@ -41,7 +41,8 @@ class FigureEntry:
     """One published figure: its name, the notebook point that made it, and its sidecar."""
 
     name: str
-    notebook: str
+    notebook: str             # the notebook's name (its source's stem)
+    source: str               # its source, relative to the project when inside it
     params: dict[str, Any]
     source_sha256: str
     provenance: dict[str, Any]
@@ -90,7 +91,8 @@ def publish(spec: SweepSpec, sweep_dir: Path, figures: Path, runs: Path) -> list
             shutil.copy2(path, figures / path.name)
             if path.suffix == ".json":
                 sidecar = json.loads(path.read_text())
-                entries.append(FigureEntry(sidecar.get("figure", path.stem), stem, point.params,
+                entries.append(FigureEntry(sidecar.get("figure", path.stem), stem,
+                                           _shown(Path(point.target)), point.params,
                                            point.source_sha256, sidecar.get("provenance", {})))
     return entries
 
@@ -108,7 +110,7 @@ def render_manifest(entries: list[FigureEntry], commit: str, spec_path: str,
         group = [e for e in entries if e.notebook == notebook]
         params = ", ".join(f"`{k}={v!r}`" for k, v in group[0].params.items())
         lines += [f"## {notebook}", "",
-                  f"Notebook `notebooks/{notebook}.py` (sha256 `{group[0].source_sha256[:12]}`), "
+                  f"Notebook `{group[0].source}` (sha256 `{group[0].source_sha256[:12]}`), "
                   f"parameters {params} (the rest as in its parameters cell).", "",
                   "| figure | weights | data | other provenance |", "|---|---|---|---|"]
         for e in group:
@@ -132,6 +134,12 @@ def run_figures(spec: SweepSpec, sweep_dir: Path, figures: Path, runs: Path,
     return failed
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the project when it is inside it."""
+    path = path.resolve()
+    return str(path.relative_to(PROJECT_ROOT) if path.is_relative_to(PROJECT_ROOT) else path)
+
+
 def _cell(value: Any) -> str:
     """A markdown table cell: strings as they are, anything else as compact JSON."""
     text = value if isinstance(value, str) else json.dumps(value, default=str)
@@ -148,9 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = load_spec(args.spec)
     sweep_dir = Path(args.out) if args.out else RUNS_DIR / "figures" / package_hash()
-    shown = Path(args.spec).resolve()
-    shown = shown.relative_to(PROJECT_ROOT) if shown.is_relative_to(PROJECT_ROOT) else shown
-    failed = run_figures(spec, sweep_dir, figure_dir(), RUNS_DIR, str(shown),
+    failed = run_figures(spec, sweep_dir, figure_dir(), RUNS_DIR, _shown(Path(args.spec)),
                          progress=not args.no_progress)
     print(f"[figures] {len(spec.points) - len(failed)} of {len(spec.points)} notebooks -> "
           f"{figure_dir()} (manifest {MANIFEST_FILE}); sweep folder {sweep_dir}"

@@ -85,6 +85,7 @@ def test_publish_copies_ok_points_and_the_manifest_names_their_provenance(tmp_pa
                                    failed=["01_b"])
     assert "## 00_a" in text and "`00_a_fig`" in text and "`abc123`" in text
     assert "`SMOKE=False`" in text and spec.points[0].source_sha256[:12] in text
+    assert f"Notebook `{tmp_path / '00_a.py'}`" in text
     row = next(line for line in text.splitlines() if line.startswith("| `00_a_fig`"))
     assert 'minilm:all-MiniLM-L6-v2/53aa' in row and "scenes \\| v2" in row   # pipes escaped
     assert '"steps": 200' in row
