@@ -16,6 +16,7 @@ import json
 import math
 import re
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,8 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[readme-check] {err}", file=sys.stderr)
         return 2
     mismatches = check(expectations, args.runs, Path(args.readme).read_text())
-    for m in mismatches:
-        print(f"[readme-check] {m.expectation.notebook}: {m.problem}")
+    for (notebook, problem), n in Counter((m.expectation.notebook, m.problem)
+                                          for m in mismatches).items():
+        print(f"[readme-check] {notebook}: {problem}" + (f" ({n} numbers)" if n > 1 else ""))
     notebooks = len({e.notebook for e in expectations})
     print(f"[readme-check] {len(expectations) - len(mismatches)} of {len(expectations)} README "
           f"numbers from {notebooks} notebooks reproduced by {args.runs}")
