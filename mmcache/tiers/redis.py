@@ -109,8 +109,8 @@ class RedisStore(Store):
         self._registered: set[str] = set()
         self._db = _connect(url, socket_timeout, cluster)
         try:
-            self._put_script = self._db.register_script(_PUT_SCRIPT)
-            self._delete_script = self._db.register_script(_DELETE_SCRIPT)
+            self._put_script = self._script(_PUT_SCRIPT)
+            self._delete_script = self._script(_DELETE_SCRIPT)
             self.skew = SkewWatch(self._shards(), window=skew_window, where=url)
         except BaseException:
             self._db.close()
@@ -135,7 +135,7 @@ class RedisStore(Store):
         return [0 if keep_for is None else max(1, int(keep_for * 1000)), *_entry_fields(entry)]
 
     def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal]) -> list[int]:
-        return self._call("write", self._write_batch, batch, removed)
+        return self._call("write", self._transactions, batch, removed)[0]
 
     def read(self, scope: str, entry_id: str) -> Entry | None:
         key = self.key(scope, entry_id)
@@ -151,7 +151,7 @@ class RedisStore(Store):
     def delete(self, removed: Sequence[Removal]) -> list[str]:
         if not removed:
             return []
-        done = self._call("delete", self._delete_batch, removed)
+        done = self._call("delete", self._transactions, [], removed)[1]
         return [r.entry_id for r, ok in zip(removed, done) if int(ok)]
 
     def latest(self, log: str = "") -> int:
@@ -226,41 +226,32 @@ class RedisStore(Store):
                                                     for n in self._logs()])
         return [key.decode() for keys in logged for key in keys]
 
-    def _write_batch(self, batch: Sequence[tuple[Entry, Any]],
-                     removed: Sequence[Removal]) -> list[int]:
-        """:meth:`write` as one MULTI/EXEC per sequence (redis errors pass through)."""
-        deletes: dict[str, list[Removal]] = defaultdict(list)
-        puts: dict[str, list[int]] = defaultdict(list)
-        for r in removed:
-            deletes[self.log_of(r.scope)].append(r)
-        for i, (entry, _) in enumerate(batch):
-            puts[self.log_of(entry.scope)].append(i)
-        self._register(puts)
-        versions = [0] * len(batch)
-        for log in dict.fromkeys([*deletes, *puts]):
-            def queue(pipe: Any, log: str = log) -> None:
-                self._queue_deletes(pipe, deletes[log])
-                for i in puts[log]:
-                    entry, args = batch[i]
-                    keys = self._script_keys(entry.scope, entry.entry_id)
-                    self._put_script(keys=keys, args=args, client=pipe)
-                    self._counted(keys[2])
-            done = self._transaction(queue)[len(deletes[log]):]
-            for i, version in zip(puts[log], done):
-                versions[i] = int(version)
-        return versions
-
-    def _delete_batch(self, removed: Sequence[Removal]) -> list[Any]:
-        by_log: dict[str, list[int]] = defaultdict(list)
+    def _transactions(self, batch: Sequence[tuple[Entry, Any]],
+                      removed: Sequence[Removal]) -> tuple[list[int], list[Any]]:
+        """Compare-and-delete ``removed`` and write ``batch`` in one MULTI/EXEC per sequence
+        (its deletes first); the versions written and the deletes' results, each in order
+        (redis errors pass through)."""
+        groups: dict[str, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
         for i, r in enumerate(removed):
-            by_log[self.log_of(r.scope)].append(i)
-        done: list[Any] = [0] * len(removed)
-        for log, positions in by_log.items():
-            results = self._transaction(
-                lambda pipe, p=positions: self._queue_deletes(pipe, [removed[i] for i in p]))
-            for i, ok in zip(positions, results):
-                done[i] = ok
-        return done
+            groups[self.log_of(r.scope)][1].append(i)
+        for i, (entry, _) in enumerate(batch):
+            groups[self.log_of(entry.scope)][0].append(i)
+        self._register([log for log, (puts, _) in groups.items() if puts])
+        versions, deleted = [0] * len(batch), [0] * len(removed)
+        for puts, deletes in groups.values():
+            pipe = self._db.pipeline(transaction=True)
+            self._queue_deletes(pipe, [removed[i] for i in deletes])
+            for i in puts:
+                entry, args = batch[i]
+                keys = self._script_keys(entry.scope, entry.entry_id)
+                self._put_script(keys=keys, args=args, client=pipe)
+                self._counted(keys[2])
+            done = pipe.execute()
+            for i, ok in zip(deletes, done):
+                deleted[i] = ok
+            for i, version in zip(puts, done[len(deletes):]):
+                versions[i] = int(version)
+        return versions, deleted
 
     def _queue_deletes(self, pipe: Any, removed: Sequence[Removal]) -> None:
         for scope, entry_id, version in removed:
@@ -276,21 +267,16 @@ class RedisStore(Store):
             self._db.sadd(self._counted(self._scopes_key), *new)
             self._registered.update(new)
 
-    def _transaction(self, queue: Callable[[Any], None]) -> list[Any]:
-        """Run what ``queue`` queues on a pipeline as one MULTI/EXEC; a cluster node that
-        lost the scripts (restarted) gets them again and the transaction runs once more."""
-        try:
-            return self._queued(queue).execute()
-        except redis.exceptions.NoScriptError:
-            for script in (self._put_script, self._delete_script):
-                self._db.script_load(script.script)
-        return self._queued(queue).execute()
+    def _script(self, text: str) -> Callable[..., Any]:
+        """``text`` as a callable ``(keys, args, client)``: on one server a registered script
+        (EVALSHA, loaded by the pipeline as needed); on a cluster, whose redis-py pipelines
+        refuse EVALSHA, an EVAL of the text (each node caches it compiled)."""
+        if not self.cluster:
+            return self._db.register_script(text)
 
-    def _queued(self, queue: Callable[[Any], None]) -> Any:
-        """A transaction pipeline holding what ``queue`` queues."""
-        pipe = self._db.pipeline(transaction=True)
-        queue(pipe)
-        return pipe
+        def evaluate(keys: Sequence[str], args: Sequence[Any], client: Any) -> Any:
+            return client.execute_command("EVAL", text, len(keys), *keys, *args)
+        return evaluate
 
     def _pipelined(self, what: str, command: str, calls: Sequence[tuple[Any, ...]],
                    **options: Any) -> list[Any]:
