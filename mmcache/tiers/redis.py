@@ -25,15 +25,16 @@ Layout under ``prefix`` (default ``"mmcache"``) on one server, no pickle anywher
 
 On a Redis Cluster (``cluster=True``; config ``l3.options.cluster: true``, with the URL
 of any node) a script and a MULTI/EXEC may only touch keys of one hash slot, so each
-scope keeps its own sequence and change log in its own slot, named by a hash tag:
-``{prefix}:{{scope-hash}}:{entry_id}``, ``{prefix}:seq:{{scope-hash}}`` and
-``{prefix}:log:{{scope-hash}}``; ``{prefix}:scopes`` is the set of scope hashes that have
-a log. Scopes spread over the shards while a write stays one atomic step in one slot; a
-batch over several scopes is one transaction per scope, in order, so a failure part-way
-keeps the scopes written before it (every client replays them). One scope never spans
-shards: a hot scope is a hot shard, which the skew watch reports
-(:mod:`mmcache.tiers.skew`; every request is counted on the shard of its key, in the
-cache's ``metrics.shard_requests`` and ``metrics.skew_alerts``).
+scope keeps its own sequence and change log next to its entries, in the slot of a hash
+tag (Redis hashes only the part in braces, which are literal here; ``H`` is the scope
+hash): ``mmcache:{H}:<entry_id>``, ``mmcache:seq:{H}`` and ``mmcache:log:{H}``, with
+``mmcache:scopes`` the set of scope hashes that have a log (and no brace in the prefix).
+Scopes spread over the shards while a write stays one atomic step in one slot; a batch
+over several scopes is one transaction per scope, in order, so a failure part-way keeps
+the scopes written before it (every client replays them). One scope never spans shards:
+a hot scope is a hot shard, which the skew watch reports (:mod:`mmcache.tiers.skew`;
+every request is counted on the shard of its key, in the cache's
+``metrics.shard_requests`` and ``metrics.skew_alerts``).
 """
 
 from __future__ import annotations
@@ -289,7 +290,10 @@ class RedisStore(Store):
 
     def _counted(self, key: str) -> str:
         """``key``, after counting one request to its shard."""
-        shard = self.shard_of(key)
+        try:
+            shard = self.shard_of(key)
+        except REDIS_ERRORS as exc:
+            raise StorageError(f"Redis tier {self.url} has no shard for {key!r}: {exc}") from exc
         if self.metrics is not None:
             self.metrics.count("shard_requests", shard)
         for skewed in self.skew.record(shard):

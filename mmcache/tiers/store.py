@@ -307,8 +307,7 @@ class StoreTier(BudgetedTier):
 
     def _replay(self, changes: list[Change]) -> None:
         """Adopt the entries ``changes`` wrote and forget those they deleted."""
-        todo = [c for c in changes if c.entry_id not in self._known or
-                self._known[c.entry_id].version != c.seq]
+        todo = [c for c in changes if not self._holds(c)]
         written = []
         for change, entry in zip(todo, self.store.fetch([c.ref for c in todo])):
             if entry is None:
@@ -319,6 +318,13 @@ class StoreTier(BudgetedTier):
         self._adopt(written)
         for change in changes:
             self._seen[change.log] = max(self._seen.get(change.log, 0), change.seq)
+
+    def _holds(self, change: Change) -> bool:
+        """Whether this tier already knows the write ``change`` names (a version is a number
+        of its scope's sequence)."""
+        known = self._known.get(change.entry_id)
+        return known is not None and known.version == change.seq and \
+            self.store.log_of(known.scope) == change.log
 
     def _adopt(self, entries: Sequence[Entry]) -> None:
         """Account and index entries that are already stored (no eviction); each counts as
