@@ -191,8 +191,8 @@ class StoreTier(BudgetedTier):
         budget admits them one by one first."""
         now = self.clock()
         encoded = {e.entry_id: self.store.encode(e, self._keep_for(e, now)) for e in entries}
-        # the budget must see what others wrote before it evicts
-        self._sync(None if self.capacity == Capacity() else {e.scope for e in entries})
+        # a budget that may evict must see what others wrote first
+        self._sync({e.scope for e in entries} if self.capacity == Capacity() else None)
         victims, kept = admit_all(self._budget, entries, now)
         gone = gone_ids(victims, entries)
         stored = {e.entry_id for e in kept}

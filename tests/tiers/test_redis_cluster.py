@@ -109,6 +109,31 @@ def test_a_cache_config_selects_the_cluster(redis_cluster_url: str, prefix: str)
         assert hit is not None and (hit.value, hit.tier) == ("red", "l3")
 
 
+@pytest.mark.parametrize("max_entries", [None, 100], ids=["unlimited", "bounded"])
+def test_a_scopes_traffic_reaches_only_its_shard_unless_the_budget_may_evict(
+        redis_cluster_url: str, prefix: str, max_entries: int | None) -> None:
+    config = {"l3": {"backend": "redis", "url": redis_cluster_url, "max_entries": max_entries,
+                     "options": {"prefix": prefix, "cluster": True}}}
+    vec = unit(np.random.default_rng(0), DIM)
+    with mmcache.TieredCache(config) as cache:
+        store = cache.tier("l3").store
+        own = store.shard_of(store.key("t", "x"))
+        other = next(s for s in (f"other-{i}" for i in itertools.count())
+                     if store.shard_of(store.key(s, "x")) != own)
+        for scope in ("t", other):  # both scopes have a log now
+            cache.put(mmcache.Query(text=scope, embeddings={"text": vec}, scope=scope), scope)
+        cache.metrics.reset()
+        cache.put(mmcache.Query(text="q", embeddings={"text": vec}, scope="t"), 1)
+        paraphrase = mmcache.Query(text="q, put another way", embeddings={"text": vec}, scope="t")
+        assert cache.get(paraphrase) is not None  # a semantic hit: the search replayed "t"
+        requests = cache.metrics.snapshot().shard_requests
+    if max_entries is None:
+        assert set(requests) == {own}
+    else:  # a put that may evict replays every scope's sequence first
+        assert requests[store.shard_of(store.key(other, "x"))] >= 1
+        assert requests[store.shard_of(f"{prefix}:scopes")] >= 1
+
+
 def test_a_single_server_client_on_a_cluster_node_names_the_fix(redis_cluster_url: str) -> None:
     with pytest.raises(StorageError, match="cluster: true"):
         RedisTier(redis_cluster_url)
