@@ -346,12 +346,8 @@ class RedisTier(StoreTier):
                  precheck: bool = True, prefix: str = "mmcache", name: str = "l3",
                  socket_timeout: float = 5.0, max_staleness: float = 0.0,
                  cluster: bool = False, skew_window: int = SKEW_WINDOW) -> None:
-        store = RedisStore(url, prefix, socket_timeout, cluster, skew_window)
-        try:
-            super().__init__(store, capacity, policy, spec, precheck, name, max_staleness)
-        except BaseException:
-            store.close()
-            raise
+        super().__init__(RedisStore(url, prefix, socket_timeout, cluster, skew_window), capacity,
+                         policy, spec, precheck, name, max_staleness)
 
     @property
     def url(self) -> str:
