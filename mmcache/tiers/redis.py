@@ -318,18 +318,21 @@ def _connect(url: str, socket_timeout: float, cluster: bool) -> Any:
     """A client of the server (or cluster) at ``url``; StorageError naming the fix when it is
     unreachable or of the other kind."""
     try:
-        if cluster:
-            client = RedisCluster.from_url(url, socket_timeout=socket_timeout)
-        else:
-            client = redis.Redis.from_url(url, socket_timeout=socket_timeout)
-            if client.info("cluster").get("cluster_enabled"):
-                client.close()
-                raise StorageError(f"the Redis server at {url} is a cluster node: set "
-                                   "l3.options.cluster: true to use the cluster")
-        client.ping()
-        return client
+        client = RedisCluster.from_url(url, socket_timeout=socket_timeout) if cluster else \
+            redis.Redis.from_url(url, socket_timeout=socket_timeout)
     except (*REDIS_ERRORS, ValueError) as exc:
         raise StorageError(f"cannot reach the Redis tier at {url}: {exc}") from exc
+    try:
+        client.ping()
+        a_cluster_node = not cluster and client.info("cluster").get("cluster_enabled")
+    except REDIS_ERRORS as exc:
+        client.close()
+        raise StorageError(f"cannot reach the Redis tier at {url}: {exc}") from exc
+    if a_cluster_node:
+        client.close()
+        raise StorageError(f"the Redis server at {url} is a cluster node: set "
+                           "l3.options.cluster: true to use the cluster")
+    return client
 
 
 class RedisTier(StoreTier):
