@@ -142,6 +142,7 @@ class TieredCache:
             if isinstance(tier, StoreTier):
                 tier.expiry_grace = max(self.config.freshness.stale_while_revalidate,
                                         self.config.freshness.stale_if_error)
+                tier.store.metrics = self._metrics  # requests per shard, skew alerts
         self.guard = ExactKeyFilter(self.config.guard.expected_items,
                                     self.config.guard.error_rate) \
             if self.config.guard.enabled else None

@@ -9,6 +9,7 @@ Example (YAML)::
     l2: {max_entries: 200000, index: auto, ann_factory: HNSW32, ef_search: 128}
     l3: {backend: sqlite, path: runs/cache.db, synchronous: NORMAL}
     # l3: {backend: redis, url: "redis://127.0.0.1:6379/0"}   # remote tier instead
+    # l3: {backend: redis, url: "redis://127.0.0.1:7000", options: {cluster: true}}
     thresholds: {rule: static, delta: {text: 0.1, image: 0.15}}
     freshness: {ttl: 300, stale_while_revalidate: 60, stale_if_error: 86400,
                 ttl_factors: {"demo*": 0.3}}   # demo tenants' answers live 90 s
@@ -91,7 +92,9 @@ class StoreTierConfig:
     """L3: persistent (``sqlite``, needs ``path``) or remote (``redis``, needs ``url``); off when
     ``backend`` is null. ``options`` go to the backend's constructor unchanged (e.g.
     ``max_staleness``: seconds a shared store's view may be old when private copies are
-    revalidated, default 0; Redis ``prefix``); ``policy_options`` as for L1.
+    revalidated, default 0; Redis ``prefix``; Redis ``cluster: true`` for a Redis Cluster,
+    with the URL of any node, and ``skew_window``, the requests per window of its skew
+    watch); ``policy_options`` as for L1.
 
     ``shared: true`` lets several caches open one SQLite file (Redis is always shared);
     without it a second open of the file is refused. The capacity (``max_entries``,
