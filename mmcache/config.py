@@ -148,7 +148,7 @@ class ThresholdConfig:
     calibration: str = "isotonic"
     prior: str | None = None
     budget: float = 0.02
-    max_risk: float = 0.25
+    max_risk: float = 0.5
     credit: float = 10.0
     search_floor: float = 0.5
     min_observations: int = 6

@@ -1,7 +1,7 @@
 """Error-budgeted rule, in the spirit of vCache (from its paper only), with a shared prior.
 
-Each entry has its own logistic model P(correct | s) = σ(a + b·s) per modality, a
-Gaussian over (a, b) that starts at the shared prior of its (modality, encoder)
+Each entry has its own logistic model P(correct | s) = σ(w·φ(s)) per modality, a
+Gaussian over w that starts at the shared prior of its (modality, encoder)
 channel (:mod:`mmcache.thresholds.prior`, fitted offline on labelled pairs) and is
 updated by that entry's feedback (Laplace posterior). So an entry can be served at
 its first lookup, and an entry that served wrong answers becomes stricter.
@@ -29,8 +29,8 @@ from ..errors import ConfigError
 from .base import ThresholdRule
 from .prior import channel, load_priors, posterior, predictive
 
-#: Prior over (a, b) for a channel without a fitted one: centred on P = 1/2, wide.
-UNINFORMATIVE = ((0.0, 0.0), ((100.0, 0.0), (0.0, 100.0)))
+#: Prior over w for a channel without a fitted one: centred on P = 1/2, wide.
+UNINFORMATIVE = ((0.0, 0.0, 0.0), ((100.0, 0.0, 0.0), (0.0, 100.0, 0.0), (0.0, 0.0, 100.0)))
 #: Observations an entry keeps per modality (the oldest are dropped).
 MAX_OBSERVATIONS = 64
 
@@ -41,7 +41,7 @@ class ErrorBudgetThreshold(ThresholdRule):
     name = "error-budget"
 
     def __init__(self, budget: float = 0.02, prior: str | Path | None = None,
-                 encoders: Mapping[str, str] | None = None, max_risk: float = 0.25,
+                 encoders: Mapping[str, str] | None = None, max_risk: float = 0.5,
                  credit: float = 10.0, search_floor: float = 0.5) -> None:
         self.budget, self.max_risk, self.credit = budget, max_risk, credit
         self.search_floor = search_floor

@@ -3,10 +3,12 @@
 A labelled pair is (cosine similarity of a query and a cached entry, whether the entry's
 answer is right for the query). Per channel ``"modality/encoder"`` the file holds:
 
-- ``logistic``: P(correct | s) = σ(a + b·s) as a Gaussian over (a, b): ``mean`` from
-  scikit-learn's LogisticRegression (Platt scaling) on the pooled pairs, ``cov`` the
-  Laplace covariance of one *entry* (the pooled inverse Hessian scaled to the weight of
-  ``PRIOR_WEIGHT`` observations), so an entry's own feedback can move it;
+- ``logistic``: P(correct | s) = σ(w·φ(s)) with φ(s) = (1, s, −log(1 − s + 10⁻³))
+  (:func:`features`: the last term lets near-identical texts, s → 1, differ from traps
+  at 0.95), as a Gaussian over w: ``mean`` from scikit-learn's LogisticRegression
+  (Platt scaling) on the pooled pairs, ``cov`` the Laplace covariance of one *entry*
+  (the pooled inverse Hessian scaled to the weight of ``PRIOR_WEIGHT`` observations),
+  so an entry's own feedback can move it;
 - ``isotonic``: scikit-learn's IsotonicRegression of correct on s, as its knots.
 
 The shipped file is ``data/threshold_priors.json``; ``make priors`` (``python -m
@@ -39,19 +41,35 @@ FORMAT = "mmcache-threshold-priors/1"
 PRIOR_WEIGHT = 10.0
 
 
+#: Logistic features of a similarity: (1, s, −log(1 − s + NEAR_ONE)).
+NEAR_ONE = 1e-3
+FEATURE_NAMES = ("1", "s", "-log(1-s+1e-3)")
+
+
+def features(s: float) -> tuple[float, float, float]:
+    """The logistic features φ(s) of a similarity (clipped to [−1, 1])."""
+    s = min(max(float(s), -1.0), 1.0)
+    return 1.0, s, -math.log(1.0 - s + NEAR_ONE)
+
+
+def similarity_only(s: float) -> tuple[float, float]:
+    """The plain features (1, s) of a sigmoid in similarity (vCache's model)."""
+    return 1.0, float(s)
+
+
 @dataclass(frozen=True)
 class ChannelPrior:
     """One channel's fitted curves (see the module docstring)."""
 
-    mean: tuple[float, float]
-    cov: tuple[tuple[float, float], tuple[float, float]]
+    mean: tuple[float, ...]
+    cov: tuple[tuple[float, ...], ...]
     iso_x: tuple[float, ...]
     iso_y: tuple[float, ...]
     n_pairs: int
 
     def p_correct(self, similarity: float) -> float:
         """The prior logistic P(correct | similarity) (the mean curve, Platt)."""
-        return sigmoid(self.mean[0] + self.mean[1] * similarity)
+        return sigmoid(sum(w * f for w, f in zip(self.mean, features(similarity))))
 
     def p_isotonic(self, similarity: float) -> float:
         """The isotonic P(correct | similarity)."""
@@ -71,23 +89,31 @@ def sigmoid(z: float) -> float:
     return e / (1.0 + e)
 
 
+def linear_and_variance(mean: Sequence[float], cov: Sequence[Sequence[float]],
+                        phi: Sequence[float]) -> tuple[float, float]:
+    """(w·φ, φᵀΣφ) of a Gaussian over w at features φ."""
+    z = sum(m * f for m, f in zip(mean, phi))
+    var = sum(phi[i] * cov[i][j] * phi[j] for i in range(len(phi)) for j in range(len(phi)))
+    return z, max(var, 0.0)
+
+
 def predictive(mean: Sequence[float], cov: Sequence[Sequence[float]], s: float) -> float:
-    """P(correct | s) under a Gaussian over (a, b): MacKay's probit approximation of
-    E[σ(a + b·s)], which shrinks towards 1/2 as the uncertainty grows."""
-    z = mean[0] + mean[1] * s
-    var = cov[0][0] + 2 * cov[0][1] * s + cov[1][1] * s * s
-    return sigmoid(z / math.sqrt(1.0 + math.pi * max(var, 0.0) / 8.0))
+    """P(correct | s) under a Gaussian over w: MacKay's probit approximation of
+    E[σ(w·φ(s))], which shrinks towards 1/2 as the uncertainty grows."""
+    z, var = linear_and_variance(mean, cov, features(s))
+    return sigmoid(z / math.sqrt(1.0 + math.pi * var / 8.0))
 
 
 def posterior(prior_mean: Sequence[float], prior_cov: Sequence[Sequence[float]],
-              similarities: Sequence[float], correct: Sequence[bool],
-              steps: int = 25) -> tuple[tuple[float, float], tuple[tuple[float, float], ...]]:
-    """Laplace posterior of (a, b) after an entry's labelled observations, starting from a
-    Gaussian prior (Newton's method on the log posterior; two parameters, so by hand:
-    scikit-learn's LogisticRegression has no non-zero prior mean)."""
+              similarities: Sequence[float], correct: Sequence[bool], steps: int = 25,
+              design=features) -> tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]:
+    """Laplace posterior of w after an entry's labelled observations, starting from a
+    Gaussian prior (Newton's method on the log posterior; a few parameters, so by hand:
+    scikit-learn's LogisticRegression has no non-zero prior mean). ``design`` maps a
+    similarity to its features."""
     m0 = np.asarray(prior_mean, float)
     p0 = np.linalg.inv(np.asarray(prior_cov, float))
-    x = np.column_stack([np.ones(len(similarities)), np.asarray(similarities, float)])
+    x = np.array([design(v) for v in similarities], float).reshape(len(similarities), len(m0))
     y = np.asarray(correct, float)
     w = m0.copy()
     for _ in range(steps):
@@ -100,7 +126,7 @@ def posterior(prior_mean: Sequence[float], prior_cov: Sequence[Sequence[float]],
             break
     p = 1.0 / (1.0 + np.exp(-(x @ w)))
     cov = np.linalg.inv((x.T * (p * (1 - p))) @ x + p0)
-    return (float(w[0]), float(w[1])), tuple(tuple(float(v) for v in row) for row in cov)
+    return tuple(float(v) for v in w), tuple(tuple(float(v) for v in row) for row in cov)
 
 
 def fit_channel(similarities: Sequence[float], correct: Sequence[bool],
@@ -114,16 +140,16 @@ def fit_channel(similarities: Sequence[float], correct: Sequence[bool],
     if s.ndim != 1 or len(s) != len(y) or len(s) < 10 or y.all() or not y.any():
         raise InvalidInputError("fit_channel needs ≥ 10 pairs with both correct and wrong ones, "
                                 f"got {len(s)} pairs, {int(y.sum())} correct")
-    platt = LogisticRegression(C=1e4).fit(s[:, None], y)
-    mean = np.array([platt.intercept_[0], platt.coef_[0, 0]])
-    x = np.column_stack([np.ones(len(s)), s])
+    x = np.array([features(v) for v in s])
+    platt = LogisticRegression(C=1e4, max_iter=1000).fit(x[:, 1:], y)
+    mean = np.array([platt.intercept_[0], *platt.coef_[0]])
     p = 1.0 / (1.0 + np.exp(-(x @ mean)))
     hessian = (x.T * (p * (1 - p))) @ x
     cov = np.linalg.inv(hessian * prior_weight / len(s))
     iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(s, y)
     return {"n_pairs": int(len(s)), "n_correct": int(y.sum()),
-            "logistic": {"mean": mean.tolist(), "cov": cov.tolist(),
-                         "prior_weight": prior_weight},
+            "logistic": {"features": list(FEATURE_NAMES), "mean": mean.tolist(),
+                         "cov": cov.tolist(), "prior_weight": prior_weight},
             "isotonic": {"x": iso.X_thresholds_.tolist(), "y": iso.y_thresholds_.tolist()}}
 
 
@@ -153,7 +179,8 @@ def _channel_prior(value: Mapping[str, Any]) -> ChannelPrior:
     iso_x = tuple(float(v) for v in value["isotonic"]["x"])
     iso_y = tuple(float(v) for v in value["isotonic"]["y"])
     values = [*mean, *(v for row in cov for v in row), *iso_x, *iso_y]
-    if len(mean) != 2 or [len(r) for r in cov] != [2, 2] or not iso_x or \
+    if value["logistic"].get("features") != list(FEATURE_NAMES) or len(mean) != 3 or \
+            [len(r) for r in cov] != [3, 3, 3] or not iso_x or \
             len(iso_x) != len(iso_y) or not all(map(math.isfinite, values)) or \
             list(iso_x) != sorted(iso_x) or np.linalg.eigvalsh(np.array(cov)).min() <= 0:
         raise ValueError("logistic mean/cov or isotonic knots have the wrong shape or values")
