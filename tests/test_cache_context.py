@@ -6,6 +6,7 @@ import pytest
 
 import mmcache
 from mmcache.thresholds import ErrorBudgetThreshold
+from mmcache.thresholds.prior import load_priors
 
 pytestmark = pytest.mark.slow
 
@@ -32,20 +33,31 @@ def contract_cache():
 def test_the_contract_as_written(contract_cache):
     cache = contract_cache
     assert isinstance(cache.thresholds, ErrorBudgetThreshold)
-    assert "text" in cache.thresholds._prior                  # the shipped (text, minilm) prior
+    assert cache.thresholds._prior["text"] == (load_priors()["text/minilm"].mean,
+                                               load_priors()["text/minilm"].cov)
+    history = [{"role": "user", "content": "My wifi keeps dropping."}]
     cache.put(mmcache.Query(text="How do I reset my router to factory settings?",
-                            context=[{"role": "user", "content": "My wifi keeps dropping."}],
-                            scope="tenant-a"), "Hold the reset button for 10 s.")
-    hit = cache.get(mmcache.Query(text="how do I reset my router to factory settings",
-                                  context=[{"role": "user", "content": "My wifi keeps dropping."}],
-                                  scope="tenant-a"))
-    assert hit is not None and hit.tier == "l2"               # a paraphrase, first lookup
-    assert cache.feedback(hit, correct=False) is True
+                            context=history, scope="tenant-a"), "Hold the reset button 10 s.")
+    hit = cache.get(mmcache.Query(text="How can I reset my router to its factory settings?",
+                                  context=history, scope="tenant-a"))
+    if hit is not None:
+        assert cache.feedback(hit, correct=False) is True
     trap = cache.get(mmcache.Query(text="How do I not reset my router to factory settings?",
-                                   context=[{"role": "user", "content": "My wifi keeps "
-                                                                        "dropping."}],
-                                   scope="tenant-a"))
-    assert trap is None or trap.similarity < 1.0              # does not crash
+                                   context=history, scope="tenant-a"))
+    assert trap is None or trap.tier == "l2"
+
+
+def test_a_paraphrase_hits_at_its_entrys_first_lookup_once_the_budget_allows(contract_cache):
+    """The shipped prior serves a new entry at once; how risky a hit the 2 % budget affords
+    depends on the lookups the scope has seen (wrong answers ÷ all lookups)."""
+    cache = contract_cache
+    for i in range(30):                                       # ordinary misses in the scope
+        assert cache.get(mmcache.Query(text=f"unrelated question number {i} about gardening",
+                                       scope="tenant-b")) is None
+    cache.put(mmcache.Query(text="What is the capital of France?", scope="tenant-b"), "Paris")
+    hit = cache.get(mmcache.Query(text="What's the capital of France?", scope="tenant-b"))
+    assert hit is not None and hit.tier == "l2" and hit.value == "Paris"
+    assert cache.feedback(hit, correct=True) is True
 
 
 def test_the_other_subscription_misses_and_small_talk_does_not_block(contract_cache):

@@ -135,7 +135,7 @@ def test_error_budget_is_respected_on_synthetic_streams(tmp_path, budget):
     errors = [e for _, e in results]
     assert max(errors) <= budget + 0.01, errors
     assert np.mean(errors) <= budget + 0.003, errors
-    assert min(h for h, _ in results) > 0.1                # it does serve
+    assert min(h for h, _ in results) > 0.03               # it does serve
 
 
 def test_error_budget_serves_a_new_entry_at_its_first_lookup(tmp_path):

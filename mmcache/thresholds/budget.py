@@ -30,7 +30,7 @@ from .base import ThresholdRule
 from .prior import channel, load_priors, posterior, predictive
 
 #: Prior over w for a channel without a fitted one: centred on P = 1/2, wide.
-UNINFORMATIVE = ((0.0, 0.0, 0.0), ((100.0, 0.0, 0.0), (0.0, 100.0, 0.0), (0.0, 0.0, 100.0)))
+UNINFORMATIVE = ((0.0, 0.0), ((100.0, 0.0), (0.0, 100.0)))
 #: Observations an entry keeps per modality (the oldest are dropped).
 MAX_OBSERVATIONS = 64
 

@@ -3,9 +3,8 @@
 A labelled pair is (cosine similarity of a query and a cached entry, whether the entry's
 answer is right for the query). Per channel ``"modality/encoder"`` the file holds:
 
-- ``logistic``: P(correct | s) = σ(w·φ(s)) with φ(s) = (1, s, −log(1 − s + 10⁻³))
-  (:func:`features`: the last term lets near-identical texts, s → 1, differ from traps
-  at 0.95), as a Gaussian over w: ``mean`` from scikit-learn's LogisticRegression
+- ``logistic``: P(correct | s) = σ(w·φ(s)) with φ(s) = (1, s) (:func:`features`), as a
+  Gaussian over w: ``mean`` from scikit-learn's LogisticRegression
   (Platt scaling) on the pooled pairs, ``cov`` the Laplace covariance of one *entry*
   (the pooled inverse Hessian scaled to the weight of ``PRIOR_WEIGHT`` observations),
   so an entry's own feedback can move it;
@@ -41,20 +40,13 @@ FORMAT = "mmcache-threshold-priors/1"
 PRIOR_WEIGHT = 10.0
 
 
-#: Logistic features of a similarity: (1, s, −log(1 − s + NEAR_ONE)).
-NEAR_ONE = 1e-3
-FEATURE_NAMES = ("1", "s", "-log(1-s+1e-3)")
+#: Names of the logistic features of a similarity (a priors file records them).
+FEATURE_NAMES = ("1", "s")
 
 
-def features(s: float) -> tuple[float, float, float]:
-    """The logistic features φ(s) of a similarity (clipped to [−1, 1])."""
-    s = min(max(float(s), -1.0), 1.0)
-    return 1.0, s, -math.log(1.0 - s + NEAR_ONE)
-
-
-def similarity_only(s: float) -> tuple[float, float]:
-    """The plain features (1, s) of a sigmoid in similarity (vCache's model)."""
-    return 1.0, float(s)
+def features(s: float) -> tuple[float, float]:
+    """The logistic features φ(s) = (1, s) of a similarity (clipped to [−1, 1])."""
+    return 1.0, min(max(float(s), -1.0), 1.0)
 
 
 @dataclass(frozen=True)
@@ -105,15 +97,14 @@ def predictive(mean: Sequence[float], cov: Sequence[Sequence[float]], s: float) 
 
 
 def posterior(prior_mean: Sequence[float], prior_cov: Sequence[Sequence[float]],
-              similarities: Sequence[float], correct: Sequence[bool], steps: int = 25,
-              design=features) -> tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]:
+              similarities: Sequence[float], correct: Sequence[bool], steps: int = 25
+              ) -> tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]:
     """Laplace posterior of w after an entry's labelled observations, starting from a
     Gaussian prior (Newton's method on the log posterior; a few parameters, so by hand:
-    scikit-learn's LogisticRegression has no non-zero prior mean). ``design`` maps a
-    similarity to its features."""
+    scikit-learn's LogisticRegression has no non-zero prior mean)."""
     m0 = np.asarray(prior_mean, float)
     p0 = np.linalg.inv(np.asarray(prior_cov, float))
-    x = np.array([design(v) for v in similarities], float).reshape(len(similarities), len(m0))
+    x = np.array([features(v) for v in similarities], float).reshape(len(similarities), len(m0))
     y = np.asarray(correct, float)
     w = m0.copy()
     for _ in range(steps):
@@ -179,8 +170,9 @@ def _channel_prior(value: Mapping[str, Any]) -> ChannelPrior:
     iso_x = tuple(float(v) for v in value["isotonic"]["x"])
     iso_y = tuple(float(v) for v in value["isotonic"]["y"])
     values = [*mean, *(v for row in cov for v in row), *iso_x, *iso_y]
-    if value["logistic"].get("features") != list(FEATURE_NAMES) or len(mean) != 3 or \
-            [len(r) for r in cov] != [3, 3, 3] or not iso_x or \
+    width = len(FEATURE_NAMES)
+    if value["logistic"].get("features") != list(FEATURE_NAMES) or len(mean) != width or \
+            [len(r) for r in cov] != [width] * width or not iso_x or \
             len(iso_x) != len(iso_y) or not all(map(math.isfinite, values)) or \
             list(iso_x) != sorted(iso_x) or np.linalg.eigvalsh(np.array(cov)).min() <= 0:
         raise ValueError("logistic mean/cov or isotonic knots have the wrong shape or values")

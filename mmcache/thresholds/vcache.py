@@ -17,7 +17,7 @@ import math
 from typing import Mapping
 
 from .base import ThresholdRule
-from .prior import linear_and_variance, posterior, sigmoid, similarity_only
+from .prior import features, linear_and_variance, posterior, sigmoid
 
 #: The weak prior of an entry's own fit.
 WEAK_PRIOR = ((0.0, 0.0), ((100.0, 0.0), (0.0, 100.0)))
@@ -44,7 +44,7 @@ class VCachePaperThreshold(ThresholdRule):
         if state is None or len(state[0]) < self.min_observations:
             return 1.0
         _, mean, cov = state
-        z, var = linear_and_variance(mean, cov, similarity_only(min(float(similarity), 1.0)))
+        z, var = linear_and_variance(mean, cov, features(similarity))
         return 1.0 - sigmoid(z - self.z * math.sqrt(var))
 
     def accepts(self, similarities: Mapping[str, float], entry_id: str | None = None,
@@ -58,7 +58,7 @@ class VCachePaperThreshold(ThresholdRule):
         observations = list(self._entries.get(entry_id, ([],))[0])
         observations.append((float(min(similarities.values())), bool(correct)))
         mean, cov = posterior(*WEAK_PRIOR, [o[0] for o in observations],
-                              [o[1] for o in observations], design=similarity_only)
+                              [o[1] for o in observations])
         self._entries[entry_id] = (observations, mean, cov)
 
     def forget(self, entry_id: str) -> None:
