@@ -126,7 +126,7 @@ def test_verifier_must_return_a_probability_and_a_bad_one_changes_nothing():
     before = snapshot(cache)
     with pytest.raises(InvalidInputError, match="probability"):
         cache.get(q("near question", NEAR))
-    assert snapshot(cache)[0] == before[0]
+    assert snapshot(cache) == before
 
 
 def test_no_verifier_means_the_stage_is_skipped():
@@ -160,3 +160,21 @@ def test_context_is_in_the_exact_key_and_gates_semantic_hits_without_an_encoder(
     assert cache.get(q("yes, cancel it", BASE)) is None
     assert cache.get(q("Yes,  cancel it", BASE, context=netflix)).tier == "l1"
     assert cache.get(q("yes please cancel it", NEAR, context=netflix)) is not None
+
+
+def test_percentile_rule_in_a_cache_sees_misses_too():
+    cache = cache_with({"rule": "percentile", "percentile": 50, "window": 20, "min_samples": 10,
+                        "delta": {"text": 0.1}, "delta_min": 0.01, "delta_max": 0.5})
+    for i in range(20):                                        # lookups far from the entry
+        assert cache.get(q(f"far {i}", unit(RNG.normal(size=DIM)))) is None
+    assert cache.thresholds.delta("text", "s") == pytest.approx(0.5)   # δ grew: no ratchet
+    assert cache.thresholds.delta("text", "other") == pytest.approx(0.1)
+
+
+def test_a_verifier_error_changes_nothing_stored():
+    cache = cache_with({"rule": "static", "delta": {"text": 0.1}, "verifier_band": 0.5},
+                       verifier=lambda query, entry: 1 / 0)
+    before = snapshot(cache)
+    with pytest.raises(ZeroDivisionError):
+        cache.get(q("near question", NEAR))
+    assert snapshot(cache) == before
