@@ -29,6 +29,14 @@ through this cache lets a guaranteed exact miss skip the lookups in tiers that
 only this process writes; a spherical-cap bound lets a guaranteed semantic miss
 skip the vector search.
 
+Hit decisions (:mod:`mmcache.thresholds`): every lookup, hit or miss, is shown to the
+threshold rule with its nearest candidate's similarities; a candidate the rule accepts
+within ``thresholds.verifier_band`` of its threshold goes to the verifier (the one named
+by ``thresholds.verifier`` or ``TieredCache(verifier=...)``; :mod:`mmcache.verifiers`),
+which may veto it. ``feedback(hit, correct)`` labels a served semantic hit and the rule
+learns from it. A query's conversation ``context`` is part of its exact key and, on the
+semantic side, a context channel with its own threshold (:mod:`mmcache.context`).
+
 Benchmark settings: ``{"l2": {"index": "flat"}}`` is exact flat search at every
 size; the default ``{"l2": {"index": "auto"}}`` switches each (scope, modality set,
 modality) index to ``l2.ann_factory`` (HNSW32, ``ef_search`` 128) at ``l2.ann_min_size``
