@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
 
-.PHONY: help setup sysdeps test smoke figures check-readme models lab pair bench bench-cache bench-replay bench-guard bench-encoders clean
+.PHONY: help setup sysdeps test smoke figures check-readme models priors lab pair bench bench-cache bench-replay bench-guard bench-encoders bench-thresholds clean
 
 help:
 	@echo "make figures   regenerate every figure (full notebooks) into figures/, with MANIFEST.md"
@@ -19,6 +19,7 @@ help:
 	@echo "make test      unit, property and notebook smoke tests"
 	@echo "make smoke     run every notebook with SMOKE=True into runs/<name>-smoke/"
 	@echo "make models    train/cache the offline CLIP (data/models/)"
+	@echo "make priors    refit data/threshold_priors.json (error-budget prior, calibration)"
 	@echo "make bench     performance benchmarks (ratios against baselines run side by side)"
 	@echo "make lab       open JupyterLab on notebooks/"
 	@echo "make pair      regenerate notebooks/*.ipynb (no outputs) from their .py sources"
@@ -63,6 +64,10 @@ figures: setup models
 check-readme: setup
 	$(PY) -m mmcache.readme_check
 
+# The shipped threshold priors / calibration curves, fitted on labelled pairs (training split).
+priors: setup
+	$(PY) -m mmcache.thresholds.prior
+
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
@@ -71,7 +76,7 @@ pair: setup
 	$(VENV)/bin/jupytext --to ipynb --update notebooks/[0-9][0-9]_*.py
 	$(VENV)/bin/nbstripout notebooks/[0-9][0-9]_*.ipynb
 
-bench: bench-cache bench-replay bench-guard bench-encoders
+bench: bench-cache bench-replay bench-guard bench-encoders bench-thresholds
 
 bench-cache: setup $(BENCH_STAMP)
 	$(PY) -m mmcache.bench.cache_bench
@@ -84,6 +89,9 @@ bench-guard: setup
 
 bench-encoders: setup
 	$(PY) -m mmcache.bench.encoder_bench
+
+bench-thresholds: setup
+	$(PY) -m mmcache.bench.threshold_bench
 
 clean:
 	rm -rf runs figures/*.png figures/*.pdf figures/*.json figures/MANIFEST.md .pytest_cache

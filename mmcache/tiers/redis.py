@@ -14,6 +14,8 @@ Layout under ``prefix`` (default ``"mmcache"``) on one server, no pickle anywher
   (type-tagged bytes, :mod:`mmcache.tiers.codec`), ``size``, ``created_at``,
   ``expires_at``, ``ground_truth`` (JSON), ``hints`` (the entry's policy hints, JSON;
   empty when it has none, absent in entries written before hints existed),
+  ``question``, ``context`` (the conversation turns, JSON) and ``context_vector`` (raw
+  float32; all three empty when absent, and absent in entries written before them),
   ``version`` (absent in entries written before versions: 0) and ``vec:{modality}``
   (raw float32). An entry with a TTL carries an EXPIRE (its expiry plus the cache's
   stale windows), so expired entries leave Redis by themselves.
@@ -52,8 +54,9 @@ from ..errors import ConfigError, StorageError
 from ..policies import EvictionPolicy
 from ..types import Entry
 from .base import Capacity
-from .codec import (decode_hints, decode_label, decode_value, encode_hints, encode_label,
-                    encode_value, vector_from_bytes, vector_to_bytes)
+from .codec import (decode_hints, decode_label, decode_turns, decode_value, encode_hints,
+                    encode_label, encode_turns, encode_value, vector_from_bytes,
+                    vector_to_bytes)
 from .skew import SKEW_WINDOW, SkewWatch
 from .store import Change, Removal, Store, StoreTier
 from .vectors import IndexSpec
@@ -378,6 +381,11 @@ def _entry_fields(entry: Entry) -> list[Any]:
         "expires_at": "" if entry.expires_at is None else repr(float(entry.expires_at)),
         "ground_truth": "" if label is None else label,
         "hints": encode_hints(entry.hints) or "",
+        "question": "" if entry.question is None else entry.question,
+        "has_question": int(entry.question is not None),
+        "context": encode_turns(entry.context) or "",
+        "context_vector": b"" if entry.context_vector is None
+        else vector_to_bytes(entry.context_vector),
     }
     for modality, vec in entry.embeddings.items():
         fields[VECTOR_FIELD + modality] = vector_to_bytes(vec)
@@ -399,6 +407,11 @@ def _decode_entry(raw: Mapping[bytes, bytes], url: str) -> Entry:
                      expires_at=float(expires) if expires else None,
                      ground_truth=decode_label(label) if label else None,
                      hints=decode_hints(text.get("hints") or None),
-                     version=int(text.get("version", 0)))
+                     version=int(text.get("version", 0)),
+                     question=text["question"].decode("utf-8", "surrogatepass")
+                     if int(text.get("has_question", 0)) else None,
+                     context=decode_turns(text.get("context") or None),
+                     context_vector=vector_from_bytes(text["context_vector"])
+                     if text.get("context_vector") else None)
     except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         raise StorageError(f"Redis tier {url} holds a malformed entry: {exc!r}") from None
