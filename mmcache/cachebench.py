@@ -34,13 +34,14 @@ under Belady.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
 from .errors import ConfigError
+from .latency import LogNormal, ServerPool, load_profile
 from .policies import make_policy
 from .types import MODALITIES
 from .workload import Workload
@@ -92,25 +93,88 @@ class TierSpec:
         make_policy(self.policy, capacity=int(self.capacity_bytes))  # raises early if unknown
 
 
+#: Per-modality model-inference time of a miss. **An assumption, not a measurement**: no model
+#: (LLM or otherwise) is served on this machine, so there is nothing to time; these log-normals
+#: (medians 400 / 700 / 1000 ms, σ 0.5) are a parameter to vary (``LatencyModel.measured(
+#: inference_ms=...)``), kept in the order text < image < audio of v1's assumed table.
+ASSUMED_INFERENCE: Mapping[str, LogNormal] = {
+    m: LogNormal(median, 0.5, "assumption: no model is served here; a parameter, not measured")
+    for m, median in (("text", 400.0), ("image", 700.0), ("audio", 1000.0))}
+
+#: Which measured profile stage times each :func:`three_tier` tier's lookup.
+THREE_TIER_STAGES: Mapping[str, str] = {"L1-gpu": "l1.exact", "L2-cpu": "l2.semantic",
+                                        "L3-nvme": "l3.exact"}
+
+Cost = float | LogNormal
+
+
 @dataclass(frozen=True)
 class LatencyModel:
-    """Costs outside the tiers (assumed defaults, not measured): per-modality encoder
-    and model-inference milliseconds, and the SLA bound a request's latency must meet."""
+    """Costs outside the tiers' transfers: per-modality encoder and model-inference time (ms,
+    each a constant or a :class:`mmcache.latency.LogNormal`), tier lookups by tier name
+    (``lookup_ms``, overriding a :class:`TierSpec`'s ``lookup_us``), a pool of ``servers``
+    inference servers that misses queue for (None: unbounded, no queueing), the SLA bound, and
+    the seed of the per-request draws.
 
-    encode_ms: Mapping[str, float] = field(
+    ``LatencyModel()`` is v1's table of **assumed constants** with no load;
+    :meth:`measured` is the measured profile of this machine with a bounded server pool.
+    """
+
+    encode_ms: Mapping[str, Cost] = field(
         default_factory=lambda: {"text": 5.0, "image": 15.0, "audio": 40.0})
-    inference_ms: Mapping[str, float] = field(
+    inference_ms: Mapping[str, Cost] = field(
         default_factory=lambda: {"text": 400.0, "image": 700.0, "audio": 1000.0})
     sla_ms: float = 150.0
+    servers: int | None = None
+    lookup_ms: Mapping[str, LogNormal] = field(default_factory=dict)
+    seed: int = 0
+    kind: str = "assumed constants, not measured"
 
     def __post_init__(self) -> None:
         for name in ("encode_ms", "inference_ms"):
             table = getattr(self, name)
             missing = set(MODALITIES) - set(table)
-            if missing or min(table.values()) < 0:
+            if missing or min(_dist(v).median_ms for v in table.values()) < 0:
                 raise ConfigError(f"{name} needs a non-negative cost for each of {MODALITIES}")
         if self.sla_ms <= 0:
             raise ConfigError("sla_ms must be positive")
+        ServerPool(self.servers)  # raises for a bad pool size
+
+    @classmethod
+    def measured(cls, *, servers: int = 4, inference_ms: Mapping[str, Cost] | None = None,
+                 sla_ms: float = 150.0, seed: int = 0, profile: Mapping[str, LogNormal] | None
+                 = None, tier_stages: Mapping[str, str] = THREE_TIER_STAGES) -> LatencyModel:
+        """The model of this machine: encoders and tier lookups from ``profile`` (default: the
+        committed :func:`mmcache.latency.load_profile`), tier names mapped to profile stages by
+        ``tier_stages``, inference from ``inference_ms`` (default :data:`ASSUMED_INFERENCE`)
+        on ``servers`` FCFS servers."""
+        profile = load_profile() if profile is None else profile
+        unknown = sorted({*(f"encode.{m}" for m in MODALITIES), *tier_stages.values()}
+                         - set(profile))
+        if unknown:
+            raise ConfigError(f"the latency profile has no entries {unknown}")
+        return cls(encode_ms={m: profile[f"encode.{m}"] for m in MODALITIES},
+                   inference_ms=dict(inference_ms or ASSUMED_INFERENCE), sla_ms=sla_ms,
+                   servers=servers, seed=seed,
+                   lookup_ms={tier: profile[stage] for tier, stage in tier_stages.items()},
+                   kind="measured encoders and tier lookups (data/latency_profile.json), "
+                        "inference as given (default: a labelled assumption), "
+                        f"{servers} FCFS inference servers")
+
+    def mean_inference_ms(self, modality: str) -> float:
+        """Mean model-inference time of a ``modality`` miss (the policies' cost hint)."""
+        return _dist(self.inference_ms[modality]).mean_ms
+
+    def describe(self) -> dict[str, Any]:
+        """Every cost with its source, JSON-ready."""
+        out = asdict(self)
+        for name in ("encode_ms", "inference_ms", "lookup_ms"):
+            out[name] = {k: asdict(_dist(v)) for k, v in getattr(self, name).items()}
+        return out
+
+
+def _dist(cost: Cost) -> LogNormal:
+    return cost if isinstance(cost, LogNormal) else LogNormal(float(cost), 0.0)
 
 
 def three_tier(capacity_bytes: int, *, policy: str = "lru", threshold: float = 0.85,
@@ -157,16 +221,65 @@ class Report:
     latency_ms: dict[str, float]
     sla_ms: float
     sla_violation_rate: float
+    queue: dict[str, Any]
     limits: dict[str, Any]
     provenance: dict[str, Any]
     latencies_ms: np.ndarray = field(repr=False)
+    waits_ms: np.ndarray = field(repr=False)
 
     def as_dict(self) -> dict[str, Any]:
-        """Everything but the per-request latencies, JSON-ready."""
+        """Everything but the per-request latencies and waits, JSON-ready."""
         out = asdict(self)
         out.pop("latencies_ms")
+        out.pop("waits_ms")
         out["tiers"] = list(self.tiers)
         return out
+
+
+class _RequestCosts:
+    """A :class:`LatencyModel`'s seeded per-request draws on one workload (encoder of the
+    request's modality, inference service time, each tier's lookup) and its inference queue."""
+
+    def __init__(self, latency: LatencyModel, workload: Workload,
+                 tier_lookups: Sequence[LogNormal]) -> None:
+        rng = np.random.default_rng(latency.seed)
+        self.encode_ms = _per_modality(latency.encode_ms, workload.modality, rng)
+        self.service_ms = _per_modality(latency.inference_ms, workload.modality, rng)
+        n = len(workload)
+        self.lookup_ms = np.array([d.sample(rng, n) for d in tier_lookups]).reshape(-1, n)
+        self.arrival_ms = 1e3 * workload.time
+        self.pool = ServerPool(latency.servers)
+        self.wait_ms = np.zeros(n)
+
+    def miss_ms(self, i: int, before_ms: float) -> float:
+        """Latency of request ``i`` missing after ``before_ms`` of lookups and encoding: it
+        queues for an inference server, then is served."""
+        wait = self.pool.wait_ms(self.arrival_ms[i] + before_ms, self.service_ms[i])
+        self.wait_ms[i] = wait
+        return before_ms + wait + self.service_ms[i]
+
+    def summary(self, missed: np.ndarray, workload: Workload) -> dict[str, Any]:
+        """Queueing of the misses: waits, share that waited, servers' utilisation."""
+        waits = self.wait_ms[missed]
+        span_ms = max(1e-9, float(self.arrival_ms[-1] - self.arrival_ms[0])) if len(workload) \
+            else 1e-9
+        busy = float(self.service_ms[missed].sum())
+        servers = self.pool.servers
+        return {"servers": servers,
+                "mean_wait_ms": float(waits.mean()) if waits.size else 0.0,
+                "p99_wait_ms": float(np.percentile(waits, 99)) if waits.size else 0.0,
+                "queued_share_of_misses": float((waits > 0).mean()) if waits.size else 0.0,
+                "utilisation": busy / (servers * span_ms) if servers else None}
+
+
+def _per_modality(table: Mapping[str, Cost], modality: np.ndarray,
+                  rng: np.random.Generator) -> np.ndarray:
+    """One draw per request from its modality's cost in ``table``."""
+    out = np.zeros(modality.shape[0])
+    for k, m in enumerate(MODALITIES):
+        rows = np.flatnonzero(modality == k)
+        out[rows] = _dist(table[m]).sample(rng, rows.size)
+    return out
 
 
 class _VectorIndex:
@@ -314,26 +427,29 @@ class Replayer:
         self.hit_tier = np.full(n, -1, dtype=np.int16)
         self.false_hit = np.zeros(n, dtype=bool)
         self.lat_ms = np.zeros(n)
-        self._encode = [self.latency.encode_ms[m] for m in MODALITIES]
-        self._infer = [self.latency.inference_ms[m] for m in MODALITIES]
+        self.costs = _RequestCosts(self.latency, workload, [
+            self.latency.lookup_ms.get(t.name, LogNormal(t.lookup_us / 1e3, 0.0,
+                                                         f"TierSpec {t.name}.lookup_us"))
+            for t in self.specs])
+        self._hint = [self.latency.mean_inference_ms(m) for m in MODALITIES]
 
     def serve(self, i: int, offsets: Mapping[str, float] | None = None,
               admit: bool = True, skip: Collection[str] = ()) -> None:
         """Serve request ``i``: record its hit tier, false hit and latency."""
         key, m = int(self.keys[i]), self.modality[i]
         offset = (offsets or {}).get(MODALITIES[m], 0.0)
-        vec, cost_us, found = None, 0.0, None
+        vec, cost_ms, found = None, 0.0, None
         for k, tier in enumerate(self.state):
             if tier.spec.name in skip:
                 continue
-            cost_us += tier.spec.lookup_us
+            cost_ms += self.costs.lookup_ms[k, i]
             if tier.index is not None and vec is None:
                 vec = self.workload.embedding(i)
-                cost_us += 1000.0 * self._encode[m]
+                cost_ms += self.costs.encode_ms[i]
             found = tier.find(key, m, vec, offset, self.now_s[i] - self._ttl)
             if found is not None:
                 break
-        infer = self._infer[m]
+        infer = self._hint[m]
         if found is None:
             if admit:
                 if vec is None and any(t.index is not None for t in self.state):
@@ -342,7 +458,7 @@ class Replayer:
                 hints = {"next_access": self.next_use.after(key, i), "now": i, "cost": infer}
                 for tier in self.state:
                     tier.admit(key, entry, **hints)
-            self.lat_ms[i] = cost_us / 1000.0 + infer
+            self.lat_ms[i] = self.costs.miss_ms(i, cost_ms)
             return
         entry = self.state[k].entries[found]
         hints = {"next_access": self.next_use.after(found, i), "now": i, "cost": infer}
@@ -350,13 +466,13 @@ class Replayer:
             tier.admit(found, entry, **hints)
         self.hit_tier[i] = k
         self.false_hit[i] = entry[1] != self.intent[i]
-        self.lat_ms[i] = cost_us / 1000.0 + entry[0] / (self.specs[k].bandwidth_gbps * 1e6)
+        self.lat_ms[i] = cost_ms + entry[0] / (self.specs[k].bandwidth_gbps * 1e6)
 
     def report(self, *, limits: bool = True) -> Report:
         """The :class:`Report` of every request (serve them all first)."""
         capacity = sum(t.capacity_bytes for t in self.specs) if limits else None
         return _report(self.workload, [t.name for t in self.specs], self.latency,
-                       self.hit_tier, self.false_hit, self.lat_ms, capacity,
+                       self.hit_tier, self.false_hit, self.lat_ms, self.costs, capacity,
                        self.specs[0].policy,
                        {"tiers": [asdict(t) for t in self.specs], "ttl_s": self.ttl_s})
 
@@ -374,6 +490,50 @@ def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel 
     for i in range(len(workload)):
         replayer.serve(i)
     return replayer.report(limits=limits)
+
+
+def offered_load(workload: Workload, latency: LatencyModel) -> float:
+    """Arrival rate ÷ the inference servers' capacity: requests per ms × mean inference ms of
+    the stream's modality mix ÷ servers (the servers' utilisation if nothing hit)."""
+    if not latency.servers:
+        raise ConfigError("offered load needs a bounded pool (LatencyModel.servers)")
+    span_ms = 1e3 * float(workload.time[-1] - workload.time[0])
+    mix = np.bincount(workload.modality, minlength=len(MODALITIES)) / len(workload)
+    service = sum(p * latency.mean_inference_ms(m) for p, m in zip(mix, MODALITIES))
+    return (len(workload) - 1) / span_ms * service / latency.servers
+
+
+def at_load(workload: Workload, latency: LatencyModel, load: float) -> Workload:
+    """``workload`` with its arrival times scaled so its :func:`offered_load` is ``load``."""
+    if not load > 0:
+        raise ConfigError(f"load must be positive, got {load!r}")
+    start = workload.time[0]
+    scale = offered_load(workload, latency) / load
+    return replace(workload, time=start + (workload.time - start) * scale)
+
+
+def load_reports(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
+                 loads: Sequence[float], *, ttl_s: float | None = None) -> dict[float, Report]:
+    """:func:`replay` (no limits) at each offered load, arrival times rescaled by :func:`at_load`."""
+    return {float(load): replay(at_load(workload, latency, load), tiers, latency, limits=False,
+                                ttl_s=ttl_s) for load in loads}
+
+
+def load_sweep(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
+               loads: Sequence[float], *, ttl_s: float | None = None) -> list[dict[str, Any]]:
+    """One row per offered load of :func:`load_reports` (see :func:`load_row`)."""
+    return [load_row(load, r) for load, r in
+            load_reports(workload, tiers, latency, loads, ttl_s=ttl_s).items()]
+
+
+def load_row(load: float, report: Report) -> dict[str, Any]:
+    """``load, p50_ms, p95_ms, p99_ms, sla_violation_rate, miss_rate`` of one replay, with its
+    queue's ``mean_wait_ms`` and ``utilisation``."""
+    return {"load": float(load),
+            **{f"{q}_ms": report.latency_ms[q] for q in ("p50", "p95", "p99")},
+            "sla_violation_rate": report.sla_violation_rate, "miss_rate": 1 - report.hit_rate,
+            "mean_wait_ms": report.queue["mean_wait_ms"],
+            "utilisation": report.queue["utilisation"]}
 
 
 def replay_cache(workload: Workload, cache: Any, latency: LatencyModel | None = None, *,
@@ -400,19 +560,19 @@ def replay_cache(workload: Workload, cache: Any, latency: LatencyModel | None = 
     hit_tier = np.full(n, -1, dtype=np.int16)
     false_hit = np.zeros(n, dtype=bool)
     lat_ms = np.zeros(n)
+    draws = _RequestCosts(latency, workload, [])
     for i in range(n):
-        m, intent, size = MODALITIES[int(workload.modality[i])], int(workload.intent[i]), \
-            int(workload.size[i])
+        intent, size = int(workload.intent[i]), int(workload.size[i])
         query = workload.query(i, scope=scope)
         hit = cache.get(query)
         if hit is None:
-            lat_ms[i] = lookups[-1] / 1000.0 + latency.encode_ms[m] + latency.inference_ms[m]
+            lat_ms[i] = draws.miss_ms(i, lookups[-1] / 1000.0 + draws.encode_ms[i])
             cache.put(query, _answer(intent, size))
             continue
         k = names.index(hit.tier)
         exact = min(hit.similarities.values(), default=hit.similarity) >= 1.0
         lookup_ms = (lookups[k] if exact else lookups[-1]) / 1000.0
-        lat_ms[i] = lookup_ms + (0.0 if exact else latency.encode_ms[m]) + \
+        lat_ms[i] = lookup_ms + (0.0 if exact else draws.encode_ms[i]) + \
             size / (costs[hit.tier][1] * 1e6)
         hit_tier[i] = k
         false_hit[i] = int(str(hit.value).split(":", 1)[0]) != intent
@@ -421,7 +581,7 @@ def replay_cache(workload: Workload, cache: Any, latency: LatencyModel | None = 
     capacity = sum(budgets) if limits and None not in budgets else None
     policy = getattr(cache.config, names[0]).policy if hasattr(cache.config, names[0]) \
         else "lru"
-    return _report(workload, names, latency, hit_tier, false_hit, lat_ms, capacity, policy,
+    return _report(workload, names, latency, hit_tier, false_hit, lat_ms, draws, capacity, policy,
                    {"tiered_cache_config": cache.config.to_dict(), "tier_costs": costs})
 
 
@@ -469,7 +629,8 @@ def replay_limits(workload: Workload, capacity_bytes: int, policy: str = "lru", 
 
 def _report(workload: Workload, names: Sequence[str], latency: LatencyModel,
             hit_tier: np.ndarray, false_hit: np.ndarray, lat_ms: np.ndarray,
-            capacity: int | None, policy: str, setup: dict[str, Any]) -> Report:
+            costs: _RequestCosts, capacity: int | None, policy: str,
+            setup: dict[str, Any]) -> Report:
     hit = hit_tier >= 0
     per_mod = {m: float(hit[workload.modality == k].mean())
                for k, m in enumerate(MODALITIES) if (workload.modality == k).any()}
@@ -482,13 +643,13 @@ def _report(workload: Workload, names: Sequence[str], latency: LatencyModel,
         latency_ms={f"p{q}": float(np.percentile(lat_ms, q)) for q in (50, 95, 99)}
         | {"mean": float(lat_ms.mean())},
         sla_ms=latency.sla_ms, sla_violation_rate=float((lat_ms > latency.sla_ms).mean()),
+        queue=costs.summary(~hit, workload),
         limits={} if capacity is None else
         replay_limits(workload, capacity, policy) | {"capacity_bytes": capacity},
         provenance={"workload": workload.describe(), "embeddings": workload.embedding_kinds(),
                     **setup,
-                    "latency_model": {**asdict(latency),
-                                      "kind": "assumed constants, not measured"}},
-        latencies_ms=lat_ms)
+                    "latency_model": latency.describe()},
+        latencies_ms=lat_ms, waits_ms=costs.wait_ms)
 
 
 def miss_ratio_curves(trace: Any, policies: Sequence[str], sizes: Sequence[int]):
