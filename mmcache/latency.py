@@ -67,9 +67,10 @@ class LogNormal:
 
 def fit_samples(samples_ms: Sequence[float], source: str) -> LogNormal:
     """The log-normal of ``samples_ms`` (maximum likelihood: mean and σ of the logs)."""
-    logs = np.log(np.asarray(samples_ms, dtype=float))
-    if logs.size < 2 or not np.isfinite(logs).all():
+    samples = np.asarray(samples_ms, dtype=float)
+    if samples.size < 2 or not (np.isfinite(samples).all() and (samples > 0).all()):
         raise InvalidInputError("fit_samples needs at least two positive, finite samples")
+    logs = np.log(samples)
     return LogNormal(float(np.exp(logs.mean())), float(logs.std(ddof=1)), source)
 
 
