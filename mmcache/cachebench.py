@@ -259,10 +259,11 @@ class _RequestCosts:
         return before_ms + wait + self.service_ms[i]
 
     def summary(self, missed: np.ndarray, workload: Workload) -> dict[str, Any]:
-        """Queueing of the misses: waits, share that waited, servers' utilisation."""
+        """Queueing of the misses: waits, share that waited, and the servers' utilisation (busy
+        time ÷ servers × the time from the first arrival to the last arrival or completion)."""
         waits = self.wait_ms[missed]
-        span_ms = max(1e-9, float(self.arrival_ms[-1] - self.arrival_ms[0])) if len(workload) \
-            else 1e-9
+        end = max(self.pool.last_finish_ms, float(self.arrival_ms[-1])) if len(workload) else 0
+        span_ms = max(1e-9, end - float(self.arrival_ms[0])) if len(workload) else 1e-9
         busy = float(self.service_ms[missed].sum())
         servers = self.pool.servers
         return {"servers": servers,

@@ -131,14 +131,15 @@ class ServerPool:
         self.servers = servers
         self._free = [0.0] * servers if servers else []
         self.busy_ms = 0.0
+        self.last_finish_ms = -math.inf
 
     def wait_ms(self, arrival_ms: float, service_ms: float) -> float:
         """Queue a job arriving at ``arrival_ms`` needing ``service_ms``; its wait before service."""
         self.busy_ms += service_ms
-        if not self._free:
-            return 0.0
-        start = max(arrival_ms, self._free[0])
-        heapq.heapreplace(self._free, start + service_ms)
+        start = max(arrival_ms, self._free[0]) if self._free else arrival_ms
+        if self._free:
+            heapq.heapreplace(self._free, start + service_ms)
+        self.last_finish_ms = max(self.last_finish_ms, start + service_ms)
         return start - arrival_ms
 
 
