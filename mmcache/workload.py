@@ -4,16 +4,21 @@
 (one intent = one answer), each asked through paraphrase *variants* per modality
 (text rewrites; image crops / brightness / resizes of one photo; speech of one
 sentence by different voices and rates), a share of *novel* queries that match
-no earlier intent, *sessions* (a user re-asks the same intent), *bursts* (an
-intent suddenly trends) and *drift* (popularity ranks reshuffle over time). The
-intent id travels with every query as ground truth, so false hits are measurable.
+no earlier intent, *bursts* (an intent suddenly trends, and its queries arrive
+faster), *drift* (every ``drift_period`` queries popularity ranks reshuffle, new
+intents appear and the ones they replace fade) and *sessions* (a user re-asks the
+intent that opened the session; assigned last, so a session keeps one intent and
+a novel query is a session of its own). The intent id travels with every query
+as ground truth, so false hits are measurable.
 
 Vectors are **synthetic** (labelled so in :data:`EMBEDDING_KIND`): per modality,
 intents cluster in topics; two variants of one intent have cosine about
 ``paraphrase_cos`` (each intent its own value within ± ``paraphrase_spread``);
 variants of sibling intents (same topic) about ``paraphrase_cos * sibling_cos``;
 unrelated ones about 0 (± 1/sqrt(dim)). Timing
-is synthetic too (Poisson arrivals at ``qps``). Real text comes from ShareGPT
+is synthetic too: Poisson arrivals at ``qps`` modulated by a daily cycle
+(amplitude ``cycle_amplitude``, one cycle per ``cycle_s`` seconds, by default one
+compressed "day" over the stream) and ``burst_speedup`` times faster for burst queries. Real text comes from ShareGPT
 prompts when the caller passes them (see :mod:`mmcache.datasets.prompts`), and
 :meth:`Workload.with_text_encoder` swaps the synthetic text vectors for a real
 encoder's embeddings of exactly those texts (image and audio stay synthetic;
@@ -39,7 +44,8 @@ if TYPE_CHECKING:
 #: How the workload's vectors were made; print it next to results that use them.
 EMBEDDING_KIND = "synthetic (seeded random vectors with controlled paraphrase similarity)"
 #: How the workload's arrival times were made.
-TIMING_KIND = "synthetic (Poisson arrivals; bursts and sessions drawn by the generator)"
+TIMING_KIND = ("synthetic (Poisson arrivals with a daily cycle, faster in bursts; sessions and "
+               "bursts drawn by the generator)")
 #: Keys :meth:`Workload.to_trace` can key a trace by.
 TRACE_KEYS = ("exact", "intent", "intent-modality")
 _TEXT = MODALITIES.index("text")
@@ -74,7 +80,11 @@ class WorkloadConfig:
     burst_intensity: float = 0.5
     drift_period: int = 5_000
     drift_fraction: float = 0.2
+    drift_new_fraction: float = 0.05
     qps: float = 100.0
+    cycle_amplitude: float = 0.5
+    cycle_s: float | None = None
+    burst_speedup: float = 3.0
     dim: int = 128
     paraphrase_cos: float = 0.88
     paraphrase_spread: float = 0.06
@@ -89,7 +99,7 @@ class WorkloadConfig:
                "n_queries, n_intents and n_variants must be >= 1")
         _check(self.dim >= 2 and self.intents_per_topic >= 1, "dim >= 2, intents_per_topic >= 1")
         for name in ("novel_share", "session_continue", "burst_rate", "burst_intensity",
-                     "drift_fraction"):
+                     "drift_fraction", "drift_new_fraction", "cycle_amplitude"):
             _check(0.0 <= getattr(self, name) < 1.0, f"{name} must be in [0, 1)")
         for name in ("paraphrase_cos", "sibling_cos"):
             _check(0.0 < getattr(self, name) < 1.0, f"{name} must be in (0, 1)")
@@ -99,6 +109,8 @@ class WorkloadConfig:
         _check(self.qps > 0 and self.value_bytes_median >= 1 and self.value_bytes_sigma >= 0,
                "qps > 0, value_bytes_median >= 1, value_bytes_sigma >= 0")
         _check(self.drift_period >= 0 and self.burst_len >= 1, "drift_period >= 0, burst_len >= 1")
+        _check(self.burst_speedup >= 1 and (self.cycle_s is None or self.cycle_s > 0),
+               "burst_speedup >= 1 and cycle_s > 0 (or None)")
         unknown = set(self.modality_mix) - set(MODALITIES)
         _check(not unknown, f"unknown modalities {sorted(unknown)}; known: {MODALITIES}")
         weights = list(self.modality_mix.values())
@@ -173,7 +185,7 @@ class Workload:
     @property
     def novel(self) -> np.ndarray:
         """True for queries whose intent never occurs elsewhere in the stream."""
-        return self.intent >= self.config.n_intents
+        return self.intent >= catalogue_size(self.config)
 
     def exact_keys(self) -> np.ndarray:
         """Exact-match key per query: (intent, modality, variant) as one uint64."""
@@ -355,17 +367,18 @@ def generate(config: WorkloadConfig | None = None, **overrides) -> Workload:
     rng = np.random.default_rng(cfg.seed)
     n = cfg.n_queries
     intent = _drifting_zipf(rng, cfg)
-    intent = _sessions(rng, intent, cfg.session_continue)
-    session = np.cumsum(np.r_[True, intent[1:] != intent[:-1]]) - 1
     burst = _bursts(rng, intent, cfg)
-    novel = rng.random(n) < cfg.novel_share
-    intent[novel] = cfg.n_intents + np.arange(int(novel.sum()))
-    n_topics = -(-cfg.n_intents // cfg.intents_per_topic)
+    starts, novel = _session_starts(rng, n, cfg.session_continue, cfg.novel_share)
+    intent[novel] = catalogue_size(cfg) + np.arange(int(novel.sum()))
+    session = np.cumsum(starts) - 1
+    first = np.flatnonzero(starts)[session]
+    intent, burst = intent[first], burst[first]  # a session keeps the intent that opened it
+    n_topics = -(-catalogue_size(cfg) // cfg.intents_per_topic)
     topic = np.where(novel, rng.integers(0, n_topics, n), intent // cfg.intents_per_topic)
     mix = np.array([cfg.modality_mix.get(m, 0.0) for m in MODALITIES], dtype=float)
     modality = rng.choice(len(MODALITIES), size=n, p=mix / mix.sum()).astype(np.int8)
     variant = rng.choice(cfg.n_variants, size=n, p=_zipf_probs(cfg.n_variants, cfg.variant_alpha))
-    time = np.cumsum(rng.exponential(1.0 / cfg.qps, n))
+    time = _arrivals(rng, cfg, burst)
     intent_bytes = np.maximum(1, rng.lognormal(np.log(cfg.value_bytes_median),
                                                cfg.value_bytes_sigma, int(intent.max()) + 1))
     return Workload(cfg, intent.astype(np.int64), modality, variant.astype(np.int32),
@@ -463,26 +476,57 @@ def _encode_texts(encoder: Encoder, texts: list[str],
     return vectors
 
 
+def catalogue_size(cfg: WorkloadConfig) -> int:
+    """How many recurring intent ids a stream of ``cfg`` can draw: the first ``n_intents`` and
+    those drift brings in (ids from here on are novel queries)."""
+    period = cfg.drift_period or cfg.n_queries
+    periods = -(-cfg.n_queries // period)
+    return cfg.n_intents + (periods - 1) * int(cfg.drift_new_fraction * cfg.n_intents)
+
+
 def _drifting_zipf(rng: np.random.Generator, cfg: WorkloadConfig) -> np.ndarray:
-    """Intent per query: Zipf over ranks; every ``drift_period`` queries ranks are reshuffled."""
+    """Intent per query: Zipf over ranks; every ``drift_period`` queries ``drift_fraction`` of
+    the ranks are reshuffled and ``drift_new_fraction`` of them go to new intents (the intents
+    they held fade out)."""
     probs = _zipf_probs(cfg.n_intents, cfg.zipf_alpha)
     perm = rng.permutation(cfg.n_intents)
     period = cfg.drift_period or cfg.n_queries
+    fresh, n_new = cfg.n_intents, int(cfg.drift_new_fraction * cfg.n_intents)
     out = []
     for start in range(0, cfg.n_queries, period):
+        if start:
+            moved = rng.choice(cfg.n_intents, size=int(cfg.drift_fraction * cfg.n_intents),
+                               replace=False)
+            perm[moved] = perm[rng.permutation(moved)]
+            perm[rng.choice(cfg.n_intents, size=n_new, replace=False)] = \
+                fresh + np.arange(n_new)
+            fresh += n_new
         count = min(period, cfg.n_queries - start)
         out.append(perm[rng.choice(cfg.n_intents, size=count, p=probs)])
-        moved = rng.choice(cfg.n_intents, size=int(cfg.drift_fraction * cfg.n_intents),
-                           replace=False)
-        perm[moved] = perm[rng.permutation(moved)]
     return np.concatenate(out)
 
 
-def _sessions(rng: np.random.Generator, intent: np.ndarray, p_continue: float) -> np.ndarray:
-    """With probability ``p_continue`` a query repeats the previous query's intent."""
-    starts = np.r_[True, rng.random(intent.shape[0] - 1) >= p_continue]
-    first = np.maximum.accumulate(np.where(starts, np.arange(intent.shape[0]), 0))
-    return intent[first]
+def _session_starts(rng: np.random.Generator, n: int, p_continue: float,
+                    novel_share: float) -> tuple[np.ndarray, np.ndarray]:
+    """Which queries open a session (a query continues one with probability ``p_continue``)
+    and which are novel: only an opening query is, about ``novel_share`` of all, and the query
+    after it opens a new session (a novel query is never re-asked)."""
+    starts = np.r_[True, rng.random(n - 1) >= p_continue]
+    # P(novel | start) so that novel queries are novel_share of all, starts forced included
+    novel = starts & (rng.random(n) < novel_share / (1 - p_continue + novel_share * p_continue))
+    starts[1:] |= novel[:-1]
+    return starts, novel
+
+
+def _arrivals(rng: np.random.Generator, cfg: WorkloadConfig, burst: np.ndarray) -> np.ndarray:
+    """Arrival seconds: Poisson at ``qps`` × the daily cycle at the query's nominal time
+    (× ``burst_speedup`` for burst queries)."""
+    n = cfg.n_queries
+    cycle_s = cfg.cycle_s or n / cfg.qps
+    nominal = np.arange(n) / cfg.qps
+    rate = cfg.qps * (1 + cfg.cycle_amplitude * np.sin(2 * np.pi * nominal / cycle_s))
+    rate = np.where(burst, cfg.burst_speedup * rate, rate)
+    return np.cumsum(rng.exponential(1.0, n) / rate)
 
 
 def _bursts(rng: np.random.Generator, intent: np.ndarray, cfg: WorkloadConfig) -> np.ndarray:

@@ -288,3 +288,49 @@ def test_minilm_on_sharegpt_prompts():
     i = int(np.flatnonzero(w.variant > 0)[0])
     np.testing.assert_allclose(real.embedding(i), minilm.encode([real.query(i).text])[0],
                                atol=1e-5)
+
+
+def test_a_session_keeps_one_intent_and_novel_queries_stand_alone():
+    w = generate(n_queries=20_000, n_intents=2_000, session_continue=0.5, novel_share=0.1,
+                 burst_rate=0.002, seed=8)
+    same_session = w.session[1:] == w.session[:-1]
+    assert same_session.mean() > 0.3
+    assert (w.intent[1:][same_session] == w.intent[:-1][same_session]).mean() == 1.0
+    sizes = np.bincount(w.session)
+    assert (sizes[w.session[w.novel]] == 1).all()  # a novel query is a session of its own
+    assert abs(w.novel.mean() - 0.1) < 0.02
+
+
+def test_arrivals_follow_a_daily_cycle_and_speed_up_in_bursts():
+    kw = dict(n_queries=40_000, n_intents=1_000, qps=50.0, seed=9)
+    flat = generate(cycle_amplitude=0.0, burst_rate=0.0, **kw)
+    cycle = generate(cycle_amplitude=0.8, burst_rate=0.0, **kw)
+    gaps = lambda w, part: np.diff(w.time)[part]  # noqa: E731
+    assert np.diff(flat.time).mean() == pytest.approx(1 / 50.0, rel=0.03)
+    half = np.arange(len(cycle) - 1) < len(cycle) // 2
+    assert gaps(cycle, half).mean() < 0.6 * gaps(cycle, ~half).mean()  # the day's peak, then night
+    bursty = generate(cycle_amplitude=0.0, burst_rate=0.002, burst_speedup=4.0, **kw)
+    in_burst = bursty.burst[1:]
+    assert gaps(bursty, in_burst).mean() == pytest.approx(gaps(bursty, ~in_burst).mean() / 4,
+                                                          rel=0.15)
+    assert (np.diff(bursty.time) > 0).all()
+
+
+def test_drift_brings_new_intents_and_old_ones_fade():
+    kw = dict(n_queries=30_000, n_intents=1_000, zipf_alpha=0.8, session_continue=0.0,
+              burst_rate=0.0, novel_share=0.0, drift_period=10_000, seed=6)
+    w = generate(drift_new_fraction=0.3, **kw)
+    first, last = set(w.intent[:10_000].tolist()), set(w.intent[20_000:].tolist())
+    new = {i for i in last if i >= 1_000}
+    assert len(new) > 200 and not new & first  # new intents appear
+    assert len(first - last) > 200  # old ones fade
+    assert not w.novel.any()
+    still = generate(drift_new_fraction=0.0, **kw)
+    assert still.intent.max() < 1_000
+
+
+@pytest.mark.parametrize("bad", [dict(cycle_amplitude=1.0), dict(burst_speedup=0.5),
+                                 dict(cycle_s=0.0), dict(drift_new_fraction=-0.1)])
+def test_bad_timing_or_drift_is_a_config_error(bad):
+    with pytest.raises(ConfigError):
+        generate(n_queries=10, **bad)
