@@ -44,7 +44,7 @@ from .errors import ConfigError
 from .latency import LogNormal, ServerPool, load_profile
 from .policies import make_policy
 from .types import MODALITIES
-from .workload import Workload
+from .workload import MODALITY_SET_NAMES, MODALITY_SETS, Workload
 
 #: Nominal link / device bandwidths in GB/s (assumptions, not measurements): HBM3 on-device,
 #: NVLink 4 per link as seed 000 §2.3 states it, PCIe 4.0 x16 effective, NVMe SSD read,
@@ -208,13 +208,20 @@ def three_tier_cache_config(capacity_bytes: int, l3_path: str | Path, *,
 
 @dataclass
 class Report:
-    """What one replay measured (rates are over all requests unless named otherwise)."""
+    """What one replay measured (rates are over all requests unless named otherwise).
+
+    ``hit_rate_per_modality`` is keyed by modality set (``"text"``, ``"text+image"``, ...);
+    ``cross_modal_hit_rate`` is the hit rate of the multimodal queries (a hit matches every
+    modality, so at least two hit; None without multimodal queries); ``queue`` summarises
+    the misses' waits for an inference server and ``waits_ms`` holds them per request.
+    """
 
     n_req: int
     tiers: tuple[str, ...]
     hit_rate: float
     hit_rate_per_tier: dict[str, float]
     hit_rate_per_modality: dict[str, float]
+    cross_modal_hit_rate: float | None
     false_hit_rate: float
     hit_precision: float
     byte_hit_rate: float
@@ -237,14 +244,19 @@ class Report:
 
 
 class _RequestCosts:
-    """A :class:`LatencyModel`'s seeded per-request draws on one workload (encoder of the
-    request's modality, inference service time, each tier's lookup) and its inference queue."""
+    """A :class:`LatencyModel`'s seeded per-request draws on one workload (encoding: the sum of
+    the request's modalities' encoders, one after another; inference: the slowest of its
+    modalities' draws; each tier's lookup) and its inference queue."""
 
     def __init__(self, latency: LatencyModel, workload: Workload,
                  tier_lookups: Sequence[LogNormal]) -> None:
         rng = np.random.default_rng(latency.seed)
-        self.encode_ms = _per_modality(latency.encode_ms, workload.modality, rng)
-        self.service_ms = _per_modality(latency.inference_ms, workload.modality, rng)
+        member = np.array([[m in ms for m in MODALITIES] for ms in MODALITY_SETS])[
+            workload.modality_set]
+        self.encode_ms = np.where(member, _per_modality(latency.encode_ms, len(workload), rng),
+                                  0.0).sum(axis=1)
+        self.service_ms = np.where(member, _per_modality(latency.inference_ms, len(workload),
+                                                         rng), 0.0).max(axis=1)
         n = len(workload)
         self.lookup_ms = np.array([d.sample(rng, n) for d in tier_lookups]).reshape(-1, n)
         self.arrival_ms = 1e3 * workload.time
@@ -273,64 +285,69 @@ class _RequestCosts:
                 "utilisation": busy / (servers * span_ms) if servers else None}
 
 
-def _per_modality(table: Mapping[str, Cost], modality: np.ndarray,
-                  rng: np.random.Generator) -> np.ndarray:
-    """One draw per request from its modality's cost in ``table``."""
-    out = np.zeros(modality.shape[0])
-    for k, m in enumerate(MODALITIES):
-        rows = np.flatnonzero(modality == k)
-        out[rows] = _dist(table[m]).sample(rng, rows.size)
-    return out
+def _per_modality(table: Mapping[str, Cost], n: int, rng: np.random.Generator) -> np.ndarray:
+    """``(n, modalities)`` draws: per request, one from each modality's cost in ``table``."""
+    return np.stack([_dist(table[m]).sample(rng, n) for m in MODALITIES], axis=1)
 
 
 class _VectorIndex:
-    """Resident vectors of one modality in a tier, searched exactly (max inner product)."""
+    """Resident vectors of one modality set in a tier (one matrix per modality, of ``dims``,
+    sharing slots), searched exactly: an entry matches a query only as well as its worst
+    modality does."""
 
-    def __init__(self, dim: int) -> None:
-        self.vecs = np.zeros((64, dim), dtype=np.float32)
+    def __init__(self, dims: Sequence[int]) -> None:
+        self.vecs = [np.zeros((64, d), dtype=np.float32) for d in dims]
         self.keys: list[int | None] = [None] * 64
         self.slot: dict[int, int] = {}
         self.free: list[int] = list(range(63, -1, -1))
 
-    def add(self, key: int, vec: np.ndarray) -> None:
+    def add(self, key: int, vecs: Sequence[np.ndarray]) -> None:
         if not self.free:
-            n = self.vecs.shape[0]
-            self.vecs = np.vstack([self.vecs, np.zeros_like(self.vecs)])
+            n = self.vecs[0].shape[0]
+            self.vecs = [np.vstack([v, np.zeros_like(v)]) for v in self.vecs]
             self.keys += [None] * n
             self.free = list(range(2 * n - 1, n - 1, -1))
         s = self.free.pop()
-        self.vecs[s], self.keys[s], self.slot[key] = vec, key, s
+        for mat, vec in zip(self.vecs, vecs):
+            mat[s] = vec
+        self.keys[s], self.slot[key] = key, s
 
     def remove(self, key: int) -> None:
         s = self.slot.pop(key)
-        self.vecs[s], self.keys[s] = 0.0, None
+        for mat in self.vecs:
+            mat[s] = 0.0
+        self.keys[s] = None
         self.free.append(s)
 
-    def best(self, vec: np.ndarray) -> tuple[int | None, float]:
+    def best(self, vecs: Sequence[np.ndarray], floors: Sequence[float]) -> tuple[int | None, float]:
+        """The entry whose smallest margin (cosine - that modality's floor) is largest, and it."""
         if not self.slot:
-            return None, -1.0
-        sims = self.vecs @ vec
-        s = int(np.argmax(sims))
-        return self.keys[s], float(sims[s])
+            return None, -np.inf
+        margin = self.vecs[0] @ vecs[0] - floors[0]
+        for mat, vec, floor in zip(self.vecs[1:], vecs[1:], floors[1:]):
+            margin = np.minimum(margin, mat @ vec - floor)
+        s = int(np.argmax(margin))
+        return self.keys[s], float(margin[s])
 
 
 class _Tier:
-    """A tier's resident entries (key → (size, intent, modality, vector, produced-at seconds))
-    under one policy;
-    a semantic tier keeps one vector index per modality, of that modality's ``dims``."""
+    """A tier's resident entries (key → (size, intent, modality set, vectors, produced-at
+    seconds)) under one policy;
+    a semantic tier keeps one vector index per modality set, of its modalities' ``dims``."""
 
-    def __init__(self, spec: TierSpec, dims: Sequence[int]) -> None:
+    def __init__(self, spec: TierSpec, dims: Sequence[Sequence[int]]) -> None:
         self.spec = spec
         self.policy = make_policy(spec.policy, capacity=spec.capacity_bytes)
         self.entries: dict[int, tuple[int, int, int, np.ndarray | None]] = {}
         self.used = 0
         self.index = [_VectorIndex(d) for d in dims] if spec.match == "semantic" else None
 
-    def find(self, key: int, modality: int, vec: np.ndarray | None,
-             offset: float = 0.0, fresh_after: float = -np.inf) -> int | None:
-        """The resident key this request matches (exact, or semantic at cosine >= the tier's
-        threshold - ``offset``), dropping expired matches (produced before ``fresh_after``)
-        until a fresh one matches or none does."""
+    def find(self, key: int, modality: int, vec: Sequence[np.ndarray] | None,
+             offset: Sequence[float] = (0.0,), fresh_after: float = -np.inf) -> int | None:
+        """The resident key this request matches (exact, or semantic: an entry of the same
+        modality set whose every modality is at cosine >= the tier's threshold - that modality's
+        ``offset``), dropping expired matches (produced before ``fresh_after``) until a fresh
+        one matches or none does."""
         found = self._match(key, modality, vec, offset)
         while found is not None and self.entries[found][4] < fresh_after:
             self.policy.remove(found)
@@ -338,14 +355,14 @@ class _Tier:
             found = self._match(key, modality, vec, offset)
         return found
 
-    def _match(self, key: int, modality: int, vec: np.ndarray | None,
-               offset: float) -> int | None:
+    def _match(self, key: int, modality: int, vec: Sequence[np.ndarray] | None,
+               offset: Sequence[float]) -> int | None:
         if key in self.entries:
             return key
         if self.index is None:
             return None
-        best, sim = self.index[modality].best(vec)
-        return best if sim >= self.spec.threshold - offset else None
+        best, margin = self.index[modality].best(vec, [self.spec.threshold - o for o in offset])
+        return best if margin >= 0 else None
 
     def admit(self, key: int, entry: tuple, **hints: Any) -> None:
         """Access a resident key, or admit it as the policy protocol says (bypass, self-drops,
@@ -401,7 +418,7 @@ class Replayer:
     :func:`replay` is one uninterrupted run of it; a caller that changes settings
     between requests (e.g. :mod:`mmcache.scheduler` between windows) serves them
     itself. ``serve(i, offsets, admit, skip)`` lowers semantic tiers' cosine threshold by
-    ``offsets[modality]`` (a δ offset) for this request, does not consult the tiers named
+    ``offsets[modality]`` (a δ offset) for each modality of this request, does not consult the tiers named
     in ``skip`` (nor pay their lookup), and on a miss stores the answer (in every tier)
     only when ``admit``. ``ttl_s``: every answer's TTL in workload seconds (None: no expiry).
     """
@@ -418,7 +435,9 @@ class Replayer:
         self._ttl = np.inf if ttl_s is None else float(ttl_s)
         self.now_s = workload.time.tolist()
         self.workload = workload
-        self.state = [_Tier(spec, [workload.dim(m) for m in MODALITIES]) for spec in self.specs]
+        dims = [[workload.dim(m) for m in ms] for ms in MODALITY_SETS]
+        self.state = [_Tier(spec, dims) for spec in self.specs]
+        self.modality_set = workload.modality_set.tolist()
         self.keys = workload.exact_keys().astype(np.int64)
         self.next_use = _NextUse(self.keys)
         self.intent, self.modality, self.size = (workload.intent.tolist(),
@@ -432,20 +451,20 @@ class Replayer:
             self.latency.lookup_ms.get(t.name, LogNormal(t.lookup_us / 1e3, 0.0,
                                                          f"TierSpec {t.name}.lookup_us"))
             for t in self.specs])
-        self._hint = [self.latency.mean_inference_ms(m) for m in MODALITIES]
+        self._hint = [max(self.latency.mean_inference_ms(m) for m in ms) for ms in MODALITY_SETS]
 
     def serve(self, i: int, offsets: Mapping[str, float] | None = None,
               admit: bool = True, skip: Collection[str] = ()) -> None:
         """Serve request ``i``: record its hit tier, false hit and latency."""
-        key, m = int(self.keys[i]), self.modality[i]
-        offset = (offsets or {}).get(MODALITIES[m], 0.0)
+        key, m = int(self.keys[i]), self.modality_set[i]
+        offset = [(offsets or {}).get(mod, 0.0) for mod in MODALITY_SETS[m]]
         vec, cost_ms, found = None, 0.0, None
         for k, tier in enumerate(self.state):
             if tier.spec.name in skip:
                 continue
             cost_ms += self.costs.lookup_ms[k, i]
             if tier.index is not None and vec is None:
-                vec = self.workload.embedding(i)
+                vec = self.workload.vectors(i)
                 cost_ms += self.costs.encode_ms[i]
             found = tier.find(key, m, vec, offset, self.now_s[i] - self._ttl)
             if found is not None:
@@ -454,7 +473,7 @@ class Replayer:
         if found is None:
             if admit:
                 if vec is None and any(t.index is not None for t in self.state):
-                    vec = self.workload.embedding(i)  # a skipped semantic tier still stores it
+                    vec = self.workload.vectors(i)  # a skipped semantic tier still stores them
                 entry = (self.size[i], self.intent[i], m, vec, self.now_s[i])
                 hints = {"next_access": self.next_use.after(key, i), "now": i, "cost": infer}
                 for tier in self.state:
@@ -633,12 +652,15 @@ def _report(workload: Workload, names: Sequence[str], latency: LatencyModel,
             costs: _RequestCosts, capacity: int | None, policy: str,
             setup: dict[str, Any]) -> Report:
     hit = hit_tier >= 0
-    per_mod = {m: float(hit[workload.modality == k].mean())
-               for k, m in enumerate(MODALITIES) if (workload.modality == k).any()}
+    per_mod = {m: float(hit[workload.modality_set == k].mean())
+               for k, m in enumerate(MODALITY_SET_NAMES) if (workload.modality_set == k).any()}
+    multimodal = workload.modality_set >= len(MODALITIES)
     return Report(
         n_req=int(hit.shape[0]), tiers=tuple(names), hit_rate=float(hit.mean()),
         hit_rate_per_tier={t: float((hit_tier == k).mean()) for k, t in enumerate(names)},
-        hit_rate_per_modality=per_mod, false_hit_rate=float(false_hit.mean()),
+        hit_rate_per_modality=per_mod,
+        cross_modal_hit_rate=float(hit[multimodal].mean()) if multimodal.any() else None,
+        false_hit_rate=float(false_hit.mean()),
         hit_precision=float(1.0 - false_hit.sum() / hit.sum()) if hit.any() else 1.0,
         byte_hit_rate=float(workload.size[hit].sum() / workload.size.sum()),
         latency_ms={f"p{q}": float(np.percentile(lat_ms, q)) for q in (50, 95, 99)}

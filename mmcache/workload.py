@@ -49,6 +49,13 @@ TIMING_KIND = ("synthetic (Poisson arrivals with a daily cycle, faster in bursts
 #: Keys :meth:`Workload.to_trace` can key a trace by.
 TRACE_KEYS = ("exact", "intent", "intent-modality")
 _TEXT = MODALITIES.index("text")
+#: The modality sets a query can carry, by index: each single modality at its
+#: :data:`mmcache.types.MODALITIES` index, then the pairs and the triple.
+MODALITY_SETS: tuple[tuple[str, ...], ...] = (
+    ("text",), ("image",), ("audio",), ("text", "image"), ("text", "audio"), ("image", "audio"),
+    ("text", "image", "audio"))
+#: Their names, modalities joined by ``+`` (keys of :attr:`WorkloadConfig.multimodal_mix`).
+MODALITY_SET_NAMES: tuple[str, ...] = tuple("+".join(ms) for ms in MODALITY_SETS)
 
 _TEXT_REWRITES: tuple[Callable[[str], str], ...] = (
     lambda s: s,
@@ -71,6 +78,7 @@ class WorkloadConfig:
     zipf_alpha: float = 0.9
     modality_mix: Mapping[str, float] = field(
         default_factory=lambda: {"text": 0.5, "image": 0.3, "audio": 0.2})
+    multimodal_mix: Mapping[str, float] = field(default_factory=dict)
     n_variants: int = 8
     variant_alpha: float = 1.0
     novel_share: float = 0.1
@@ -116,6 +124,12 @@ class WorkloadConfig:
         weights = list(self.modality_mix.values())
         _check(bool(weights) and min(weights) >= 0 and sum(weights) > 0,
                "modality_mix needs non-negative weights with a positive sum")
+        unknown = set(self.multimodal_mix) - set(MODALITY_SET_NAMES[len(MODALITIES):])
+        _check(not unknown, f"unknown modality sets {sorted(unknown)}; known: "
+                            f"{MODALITY_SET_NAMES[len(MODALITIES):]}")
+        shares = list(self.multimodal_mix.values())
+        _check(all(v >= 0 for v in shares) and sum(shares) < 1,
+               "multimodal_mix needs non-negative shares summing to less than 1")
 
 
 @dataclass(frozen=True)
@@ -161,7 +175,9 @@ class Workload:
     """A generated query stream, one row per query (columns are numpy arrays).
 
     ``intent`` is the ground truth (ids >= ``config.n_intents`` are novel, each
-    unique); ``modality`` indexes :data:`mmcache.types.MODALITIES`; ``variant``
+    unique); ``modality`` indexes :data:`mmcache.types.MODALITIES` (a multimodal
+    query's first modality); ``modality_set`` indexes :data:`MODALITY_SETS`, every
+    modality the query carries (one variant index for all of them); ``variant``
     is the paraphrase variant; ``size`` is the byte size of the answer (one per
     intent); ``time`` is the synthetic arrival time in seconds; ``real_text``
     holds real text vectors (see :meth:`with_text_encoder`), ``None`` for synthetic.
@@ -176,6 +192,7 @@ class Workload:
     burst: np.ndarray
     time: np.ndarray
     size: np.ndarray
+    modality_set: np.ndarray
     real_text: TextEmbeddings | None = field(default=None, repr=False)
     _vectors: dict = field(default_factory=dict, repr=False)
 
@@ -187,11 +204,15 @@ class Workload:
         """True for queries whose intent never occurs elsewhere in the stream."""
         return self.intent >= catalogue_size(self.config)
 
+    def modalities(self, i: int) -> tuple[str, ...]:
+        """The modalities query ``i`` carries."""
+        return MODALITY_SETS[int(self.modality_set[i])]
+
     def exact_keys(self) -> np.ndarray:
-        """Exact-match key per query: (intent, modality, variant) as one uint64."""
-        per_intent = len(MODALITIES) * self.config.n_variants
+        """Exact-match key per query: (intent, modality set, variant) as one uint64."""
+        per_intent = len(MODALITY_SETS) * self.config.n_variants
         return (self.intent.astype(np.uint64) * np.uint64(per_intent)
-                + self.modality.astype(np.uint64) * np.uint64(self.config.n_variants)
+                + self.modality_set.astype(np.uint64) * np.uint64(self.config.n_variants)
                 + self.variant.astype(np.uint64))
 
     def to_trace(self, key: str = "exact"):
@@ -200,8 +221,8 @@ class Workload:
 
         The intent-keyed trace is the *cross-modal oracle semantic cache*: every
         paraphrase, in any modality, of an intent hits its answer, and nothing else
-        does; keyed by intent and modality it is the oracle of a cache that matches
-        within a modality only (no cross-modal retrieval).
+        does; keyed by intent and modality (set) it is the oracle of a cache that matches
+        within a modality set only (no cross-modal retrieval).
         """
         from .trace import make_trace
 
@@ -212,8 +233,8 @@ class Workload:
         elif key == "intent":
             ids = self.intent.astype(np.uint64)
         else:
-            ids = (self.intent.astype(np.uint64) * np.uint64(len(MODALITIES))
-                   + self.modality.astype(np.uint64))
+            ids = (self.intent.astype(np.uint64) * np.uint64(len(MODALITY_SETS))
+                   + self.modality_set.astype(np.uint64))
         return make_trace(ids, self.size, np.floor(self.time).astype(np.int64))
 
     def with_text_encoder(self, encoder: Encoder, prompts: Sequence[str], *,
@@ -233,7 +254,8 @@ class Workload:
             raise ConfigError(f"with_text_encoder needs a text encoder, got modality "
                               f"{getattr(encoder, 'modality', None)!r}")
         prompts = _checked_prompts(prompts)
-        is_text = self.modality == _TEXT
+        is_text = np.isin(self.modality_set, [k for k, ms in enumerate(MODALITY_SETS)
+                                              if "text" in ms])
         pairs = sorted(set(zip(self.intent[is_text].tolist(), self.variant[is_text].tolist())))
         texts = [text_variant(prompts[intent % len(prompts)], v) for intent, v in pairs]
         distinct = sorted(set(texts), key=lambda t: (len(t), t))  # similar lengths pad little
@@ -266,7 +288,14 @@ class Workload:
         Equal for queries with the same (intent, modality, variant); synthetic
         ones are kept once computed.
         """
-        m, intent, topic = int(self.modality[i]), int(self.intent[i]), int(self.topic[i])
+        return self._vector(i, int(self.modality[i]))
+
+    def vectors(self, i: int) -> tuple[np.ndarray, ...]:
+        """Query ``i``'s unit vectors, one per modality of :meth:`modalities`, in that order."""
+        return tuple(self._vector(i, MODALITIES.index(m)) for m in self.modalities(i))
+
+    def _vector(self, i: int, m: int) -> np.ndarray:
+        intent, topic = int(self.intent[i]), int(self.topic[i])
         if m == _TEXT and self.real_text is not None:
             return self.real_text.vector(intent, int(self.variant[i]))
         key = (intent, m, int(self.variant[i]))
@@ -322,7 +351,8 @@ class Workload:
     def query(self, i: int, *, prompts: Sequence[str] | None = None, scope: str = "bench",
               images: Callable[[int], np.ndarray] | None = None,
               speech: Callable[[int, SpeechVariant], np.ndarray] | None = None) -> Query:
-        """Query ``i`` as an :class:`mmcache.types.Query` with its embedding.
+        """Query ``i`` as an :class:`mmcache.types.Query` with the embedding of every modality
+        it carries.
 
         Text queries get a templated rewrite of ``prompts[intent % len(prompts)]``
         when ``prompts`` is given (pass one per intent id, novel ones included, for
@@ -333,7 +363,7 @@ class Workload:
         float32, e.g. espeak-ng through :func:`mmcache.datasets.speech.synthesize`).
         ``ground_truth`` is the intent id.
         """
-        m = MODALITIES[int(self.modality[i])]
+        mods = self.modalities(i)
         intent, variant = int(self.intent[i]), int(self.variant[i])
         if self.real_text is not None:
             if prompts is not None and tuple(prompts) != self.real_text.prompts:
@@ -341,21 +371,26 @@ class Workload:
                                   "pass no prompts (or the same ones)")
             prompts = self.real_text.prompts
         text = image = audio = None
-        if m == "text" and prompts:
+        if "text" in mods and prompts:
             text = text_variant(prompts[intent % len(prompts)], variant)
-        if m == "image" and images is not None:
+        if "image" in mods and images is not None:
             image = apply_image_variant(images(intent), image_variant(variant))
-        if m == "audio" and speech is not None:
+        if "audio" in mods and speech is not None:
             audio = np.asarray(speech(intent, speech_variant(variant)), dtype=np.float32)
-        return Query(text=text, image=image, audio=audio, embeddings={m: self.embedding(i)},
-                     scope=scope, ground_truth=intent)
+        return Query(text=text, image=image, audio=audio,
+                     embeddings=dict(zip(mods, self.vectors(i))), scope=scope,
+                     ground_truth=intent)
 
     def describe(self) -> dict:
         """Parameters and summary counts, for provenance sidecars and metrics."""
         mods = {m: int((self.modality == k).sum()) for k, m in enumerate(MODALITIES)}
-        return {"config": {**asdict(self.config), "modality_mix": dict(self.config.modality_mix)},
+        return {"config": {**asdict(self.config), "modality_mix": dict(self.config.modality_mix),
+                           "multimodal_mix": dict(self.config.multimodal_mix)},
                 "n_queries": len(self), "n_distinct_intents": int(np.unique(self.intent).size),
                 "novel_share": float(self.novel.mean()), "per_modality": mods,
+                "per_modality_set": {name: int((self.modality_set == k).sum())
+                                     for k, name in enumerate(MODALITY_SET_NAMES)
+                                     if (self.modality_set == k).any()},
                 "embeddings": self.embedding_kinds(), "timing": TIMING_KIND}
 
 
@@ -377,13 +412,16 @@ def generate(config: WorkloadConfig | None = None, **overrides) -> Workload:
     topic = np.where(novel, rng.integers(0, n_topics, n), intent // cfg.intents_per_topic)
     mix = np.array([cfg.modality_mix.get(m, 0.0) for m in MODALITIES], dtype=float)
     modality = rng.choice(len(MODALITIES), size=n, p=mix / mix.sum()).astype(np.int8)
+    modality_set = _modality_sets(rng, cfg, modality)
+    modality = np.array([MODALITIES.index(MODALITY_SETS[k][0]) for k in range(len(MODALITY_SETS))],
+                        dtype=np.int8)[modality_set]
     variant = rng.choice(cfg.n_variants, size=n, p=_zipf_probs(cfg.n_variants, cfg.variant_alpha))
     time = _arrivals(rng, cfg, burst)
     intent_bytes = np.maximum(1, rng.lognormal(np.log(cfg.value_bytes_median),
                                                cfg.value_bytes_sigma, int(intent.max()) + 1))
     return Workload(cfg, intent.astype(np.int64), modality, variant.astype(np.int32),
                     topic.astype(np.int64), session.astype(np.int64), burst, time,
-                    intent_bytes.astype(np.int64)[intent])
+                    intent_bytes.astype(np.int64)[intent], modality_set)
 
 
 def zipf_trace(n_req: int, n_obj: int, alpha: float = 1.0, seed: int = 0, *,
@@ -516,6 +554,20 @@ def _session_starts(rng: np.random.Generator, n: int, p_continue: float,
     novel = starts & (rng.random(n) < novel_share / (1 - p_continue + novel_share * p_continue))
     starts[1:] |= novel[:-1]
     return starts, novel
+
+
+def _modality_sets(rng: np.random.Generator, cfg: WorkloadConfig,
+                   modality: np.ndarray) -> np.ndarray:
+    """Index into :data:`MODALITY_SETS` per query: ``multimodal_mix`` of them carry a set, the
+    rest their single ``modality``."""
+    out = modality.astype(np.int8)
+    if cfg.multimodal_mix:
+        names = list(cfg.multimodal_mix)
+        pick = np.searchsorted(np.cumsum([cfg.multimodal_mix[k] for k in names]),
+                               rng.random(modality.shape[0]), side="right")
+        multi = pick < len(names)
+        out[multi] = np.array([MODALITY_SET_NAMES.index(k) for k in names], np.int8)[pick[multi]]
+    return out
 
 
 def _arrivals(rng: np.random.Generator, cfg: WorkloadConfig, burst: np.ndarray) -> np.ndarray:
