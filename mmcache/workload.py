@@ -124,9 +124,9 @@ class WorkloadConfig:
         weights = list(self.modality_mix.values())
         _check(bool(weights) and min(weights) >= 0 and sum(weights) > 0,
                "modality_mix needs non-negative weights with a positive sum")
-        unknown = set(self.multimodal_mix) - set(MODALITY_SET_NAMES[len(MODALITIES):])
+        unknown = [k for k in self.multimodal_mix if modality_set_index(k) < len(MODALITIES)]
         _check(not unknown, f"unknown modality sets {sorted(unknown)}; known: "
-                            f"{MODALITY_SET_NAMES[len(MODALITIES):]}")
+                            f"{MODALITY_SET_NAMES[len(MODALITIES):]} (any order)")
         shares = list(self.multimodal_mix.values())
         _check(all(v >= 0 for v in shares) and sum(shares) < 1,
                "multimodal_mix needs non-negative shares summing to less than 1")
@@ -556,6 +556,12 @@ def _session_starts(rng: np.random.Generator, n: int, p_continue: float,
     return starts, novel
 
 
+def modality_set_index(name: str) -> int:
+    """The :data:`MODALITY_SETS` index of ``"text+image"`` (any order); -1 if there is none."""
+    parts = sorted(p.strip() for p in name.split("+"))
+    return next((k for k, ms in enumerate(MODALITY_SETS) if sorted(ms) == parts), -1)
+
+
 def _modality_sets(rng: np.random.Generator, cfg: WorkloadConfig,
                    modality: np.ndarray) -> np.ndarray:
     """Index into :data:`MODALITY_SETS` per query: ``multimodal_mix`` of them carry a set, the
@@ -566,7 +572,7 @@ def _modality_sets(rng: np.random.Generator, cfg: WorkloadConfig,
         pick = np.searchsorted(np.cumsum([cfg.multimodal_mix[k] for k in names]),
                                rng.random(modality.shape[0]), side="right")
         multi = pick < len(names)
-        out[multi] = np.array([MODALITY_SET_NAMES.index(k) for k in names], np.int8)[pick[multi]]
+        out[multi] = np.array([modality_set_index(k) for k in names], np.int8)[pick[multi]]
     return out
 
 

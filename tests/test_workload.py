@@ -334,3 +334,30 @@ def test_drift_brings_new_intents_and_old_ones_fade():
 def test_bad_timing_or_drift_is_a_config_error(bad):
     with pytest.raises(ConfigError):
         generate(n_queries=10, **bad)
+
+
+def test_multimodal_queries_carry_every_modality():
+    from mmcache.workload import MODALITY_SET_NAMES, MODALITY_SETS, modality_set_index
+
+    mix = {"text+image": 0.2, "audio+image": 0.1, "text+audio": 0.1}
+    w = generate(n_queries=8_000, n_intents=500, multimodal_mix=mix, seed=4)
+    for name, share in mix.items():  # "audio+image" names the set "image+audio"
+        assert (w.modality_set == modality_set_index(name)).mean() == \
+            pytest.approx(share, abs=0.02)
+    assert (w.modality_set < 3).mean() == pytest.approx(0.6, abs=0.02)
+    i = int(np.flatnonzero(w.modality_set == MODALITY_SET_NAMES.index("image+audio"))[0])
+    assert w.modalities(i) == ("image", "audio") == MODALITY_SETS[w.modality_set[i]]
+    q = w.query(i)
+    assert set(q.embeddings) == {"image", "audio"}
+    assert MODALITIES[w.modality[i]] == "image"
+    keys = w.exact_keys()
+    sets = set(zip(w.intent.tolist(), w.modality_set.tolist(), w.variant.tolist()))
+    assert np.unique(keys).size == len(sets)
+    assert w.describe()["per_modality_set"]["text+image"] > 0
+
+
+@pytest.mark.parametrize("bad", [{"text+smell": 0.1}, {"text": 0.1}, {"text+image": 1.0},
+                                 {"text+image": -0.1}])
+def test_bad_multimodal_mix_is_a_config_error(bad):
+    with pytest.raises(ConfigError):
+        generate(n_queries=10, multimodal_mix=bad)
