@@ -2,16 +2,20 @@
 
 The engine (seed 002 §4.3) replays a :class:`mmcache.workload.Workload` through a
 hierarchy of tiers, each a bare eviction policy from :mod:`mmcache.policies` with a
-byte capacity and a match rule (``"exact"`` key or ``"semantic"``: cosine of the
-query's vector to a resident entry of the same modality ≥ the tier's threshold;
-exact search over the resident vectors). A lookup walks the tiers top-down; a hit
-is copied up into the tiers above it (promote on hit); a miss runs the model and
-writes the answer through to every tier (as LMCache does).
+byte capacity and a match rule (``"exact"`` key or ``"semantic"``: the query's vector
+of every modality it carries at cosine ≥ the tier's threshold to the same resident
+entry of the same modality set; exact search over the resident vectors). A lookup
+walks the tiers top-down; a hit is copied up into the tiers above it (promote on
+hit); a miss runs the model and writes the answer through to every tier (as LMCache does).
 
 Latency of one request = lookup cost of every tier consulted + the encoder cost
-(once, when a semantic tier is consulted) + on a hit, ``size / bandwidth`` of the
-hit tier, or on a miss the model-inference cost of the query's modality. Write
-back is off the critical path.
+(once, when a semantic tier is consulted: every modality of the query, one after
+another) + on a hit, ``size / bandwidth`` of the hit tier, or on a miss the wait for
+one of the :class:`LatencyModel`'s ``servers`` inference servers (FCFS, at the
+request's arrival time; :class:`mmcache.latency.ServerPool`) and the model-inference
+time (the slowest of the query's modalities). Each cost is drawn per request from its
+distribution, seeded. Write back is off the critical path. Load: :func:`offered_load`,
+:func:`at_load`, :func:`load_sweep`.
 
 Freshness: ``replay(..., ttl_s=τ)`` gives every answer a TTL of τ seconds of workload
 time from the moment the model produced it (a copy promoted up a tier keeps that
@@ -19,9 +23,13 @@ moment). A lookup that matches an expired entry drops it from the tier and searc
 on, so the request misses unless a fresh entry matches; the miss writes a fresh
 answer through. ``ttl_s=None`` (the default) never expires anything.
 
-Every constant of :class:`LatencyModel`, :data:`BANDWIDTH_GBPS` and :func:`three_tier`
-is an **assumed nominal value** (spec-sheet order of magnitude), a parameter to vary,
-never a measurement.
+Where costs come from: :meth:`LatencyModel.measured` takes encoder and tier-lookup
+times from the profile the workbench measured on this machine
+(``data/latency_profile.json``, ``make latency-profile``) and model inference from
+:data:`ASSUMED_INFERENCE`, a labelled assumption (no model is served here).
+``LatencyModel()``, :data:`BANDWIDTH_GBPS`, :data:`CACHE_TIER_COSTS` and
+:func:`three_tier`'s ``lookup_us`` are **assumed nominal values** (spec-sheet order of
+magnitude), parameters to vary, never measurements.
 
 Every :class:`Report` also carries the limits on the same stream, at the
 hierarchy's total capacity (:func:`replay_limits`): a lower bound on the misses of
@@ -513,13 +521,13 @@ def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel 
 
 
 def offered_load(workload: Workload, latency: LatencyModel) -> float:
-    """Arrival rate ÷ the inference servers' capacity: requests per ms × mean inference ms of
-    the stream's modality mix ÷ servers (the servers' utilisation if nothing hit)."""
+    """Arrival rate ÷ the inference servers' capacity: the stream's mean requests per ms × the
+    mean inference time of its requests (the model's seeded draws) ÷ servers (the servers'
+    utilisation if nothing hit; the daily cycle and bursts push the peak above it)."""
     if not latency.servers:
         raise ConfigError("offered load needs a bounded pool (LatencyModel.servers)")
     span_ms = 1e3 * float(workload.time[-1] - workload.time[0])
-    mix = np.bincount(workload.modality, minlength=len(MODALITIES)) / len(workload)
-    service = sum(p * latency.mean_inference_ms(m) for p, m in zip(mix, MODALITIES))
+    service = float(_RequestCosts(latency, workload, []).service_ms.mean())
     return (len(workload) - 1) / span_ms * service / latency.servers
 
 

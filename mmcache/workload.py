@@ -9,7 +9,9 @@ faster), *drift* (every ``drift_period`` queries popularity ranks reshuffle, new
 intents appear and the ones they replace fade) and *sessions* (a user re-asks the
 intent that opened the session; assigned last, so a session keeps one intent and
 a novel query is a session of its own). The intent id travels with every query
-as ground truth, so false hits are measurable.
+as ground truth, so false hits are measurable. A share of queries
+(``multimodal_mix``) carries several modalities (text + image, speech + image,
+text + speech, or all three; :data:`MODALITY_SETS`), one vector per modality.
 
 Vectors are **synthetic** (labelled so in :data:`EMBEDDING_KIND`): per modality,
 intents cluster in topics; two variants of one intent have cosine about
@@ -21,8 +23,9 @@ is synthetic too: Poisson arrivals at ``qps`` modulated by a daily cycle
 compressed "day" over the stream) and ``burst_speedup`` times faster for burst queries. Real text comes from ShareGPT
 prompts when the caller passes them (see :mod:`mmcache.datasets.prompts`), and
 :meth:`Workload.with_text_encoder` swaps the synthetic text vectors for a real
-encoder's embeddings of exactly those texts (image and audio stay synthetic;
-:meth:`Workload.embedding_kinds` says which is which).
+encoder's embeddings of exactly those texts (image and audio stay synthetic,
+the labelled stand-in for CLIP / Whisper vectors; :meth:`Workload.embedding_kinds`
+says which is which).
 
 :func:`zipf_trace` draws an object trace (ids + sizes) in the same
 :class:`mmcache.trace.Trace` layout that :func:`mmcache.trace.read_oracle_general` returns.

@@ -132,5 +132,8 @@ def test_latency_depends_on_load(metrics):
     assert any(abs(r["sla_violation_rate"] - r["miss_rate"]) > 1e-3 for r in sweep)
     assert "measured" in metrics["latency_setup"]["kind"]
     assert metrics["latency_setup"]["profile_command"] == "python -m mmcache.bench.latency_profile"
-    assert set(metrics["hit_rate_per_modality"]) <= {"text", "image", "audio"}
-    assert all(0.0 < v < 1.0 for v in metrics["hit_rate_per_modality"].values())
+    per_set = metrics["hit_rate_per_modality"]
+    assert {"text", "image", "audio", "text+image"} <= set(per_set)
+    assert all(0.0 < v < 1.0 for v in per_set.values())
+    multi = [v for k, v in per_set.items() if "+" in k]
+    assert min(multi) <= metrics["cross_modal_hit_rate"] <= max(multi)
