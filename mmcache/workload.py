@@ -20,7 +20,8 @@ variants of sibling intents (same topic) about ``paraphrase_cos * sibling_cos``;
 unrelated ones about 0 (± 1/sqrt(dim)). Timing
 is synthetic too: Poisson arrivals at ``qps`` modulated by a daily cycle
 (amplitude ``cycle_amplitude``, one cycle per ``cycle_s`` seconds, by default one
-compressed "day" over the stream) and ``burst_speedup`` times faster for burst queries. Real text comes from ShareGPT
+compressed "day" over the stream) and ``burst_speedup`` times faster for burst queries
+(both off by default, so a default stream keeps v1's homogeneous Poisson timing). Real text comes from ShareGPT
 prompts when the caller passes them (see :mod:`mmcache.datasets.prompts`), and
 :meth:`Workload.with_text_encoder` swaps the synthetic text vectors for a real
 encoder's embeddings of exactly those texts (image and audio stay synthetic,
@@ -93,9 +94,9 @@ class WorkloadConfig:
     drift_fraction: float = 0.2
     drift_new_fraction: float = 0.05
     qps: float = 100.0
-    cycle_amplitude: float = 0.5
+    cycle_amplitude: float = 0.0
     cycle_s: float | None = None
-    burst_speedup: float = 3.0
+    burst_speedup: float = 1.0
     dim: int = 128
     paraphrase_cos: float = 0.88
     paraphrase_spread: float = 0.06

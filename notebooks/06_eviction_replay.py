@@ -50,6 +50,8 @@ ZIPF_N_OBJ = 100_000
 MM_QUERIES = 50_000
 MM_INTENTS = 5_000
 MM_MULTIMODAL = {"text+image": 0.15, "audio+image": 0.1, "text+audio": 0.1}
+CYCLE_AMPLITUDE = 0.5  # arrival rate 1 ± 0.5 × qps over one compressed "day" (synthetic)
+BURST_SPEEDUP = 3.0  # burst queries arrive 3× faster (synthetic)
 THRESHOLDS = [0.75, 0.8, 0.85, 0.9, 0.95]
 RT_QUERIES = 20_000
 RT_INTENTS = 2_000
@@ -105,7 +107,7 @@ cloud = read_oracle_general(cp_path)
 zipf = zipf_trace(ZIPF_N_REQ, ZIPF_N_OBJ, alpha=1.0, seed=SEED)
 zipf_lognormal = zipf_trace(ZIPF_N_REQ, ZIPF_N_OBJ, alpha=1.0, seed=SEED, obj_size=None)
 mm = generate(n_queries=MM_QUERIES, n_intents=MM_INTENTS, multimodal_mix=MM_MULTIMODAL,
-              seed=SEED)
+              cycle_amplitude=CYCLE_AMPLITUDE, burst_speedup=BURST_SPEEDUP, seed=SEED)
 mm_exact, mm_oracle = mm.to_trace("exact"), mm.to_trace("intent-modality")
 
 
