@@ -58,7 +58,7 @@ RT_INTENTS = 2_000
 RT_THRESHOLDS = [0.7, 0.75, 0.8, 0.85, 0.9, 0.95]
 SERVERS = 4
 BASE_LOAD = 0.8
-LOADS = [0.25, 0.5, 0.8, 1.0, 1.25, 1.5]
+LOADS = [0.25, 0.5, 0.8, 1.0, 1.25]
 
 # %%
 import tempfile
