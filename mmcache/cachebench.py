@@ -327,7 +327,8 @@ class _VectorIndex:
         self.keys[s] = None
         self.free.append(s)
 
-    def best(self, vecs: Sequence[np.ndarray], floors: Sequence[float]) -> tuple[int | None, float]:
+    def best(self, vecs: Sequence[np.ndarray],
+             floors: Sequence[float]) -> tuple[int | None, float]:
         """The entry whose smallest margin (cosine - that modality's floor) is largest, and it."""
         if not self.slot:
             return None, -np.inf
@@ -426,9 +427,11 @@ class Replayer:
     :func:`replay` is one uninterrupted run of it; a caller that changes settings
     between requests (e.g. :mod:`mmcache.scheduler` between windows) serves them
     itself. ``serve(i, offsets, admit, skip)`` lowers semantic tiers' cosine threshold by
-    ``offsets[modality]`` (a δ offset) for each modality of this request, does not consult the tiers named
-    in ``skip`` (nor pay their lookup), and on a miss stores the answer (in every tier)
-    only when ``admit``. ``ttl_s``: every answer's TTL in workload seconds (None: no expiry).
+    ``offsets[modality]`` (a δ offset) for each modality of this request, does not consult
+    the tiers named in ``skip`` (nor pay their lookup), and on a miss stores the answer (in
+    every tier) only when ``admit``. Misses queue for the model's inference servers at the
+    request's arrival time (``workload.time``). ``ttl_s``: every answer's TTL in workload
+    seconds (None: no expiry).
     """
 
     def __init__(self, workload: Workload, tiers: Sequence[TierSpec],
@@ -542,7 +545,7 @@ def at_load(workload: Workload, latency: LatencyModel, load: float) -> Workload:
 
 def load_reports(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
                  loads: Sequence[float], *, ttl_s: float | None = None) -> dict[float, Report]:
-    """:func:`replay` (no limits) at each offered load, arrival times rescaled by :func:`at_load`."""
+    """:func:`replay` (no limits) at each offered load, arrival times scaled by :func:`at_load`."""
     return {float(load): replay(at_load(workload, latency, load), tiers, latency, limits=False,
                                 ttl_s=ttl_s) for load in loads}
 

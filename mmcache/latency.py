@@ -134,7 +134,7 @@ class ServerPool:
         self.last_finish_ms = -math.inf
 
     def wait_ms(self, arrival_ms: float, service_ms: float) -> float:
-        """Queue a job arriving at ``arrival_ms`` needing ``service_ms``; its wait before service."""
+        """Queue a job arriving at ``arrival_ms`` needing ``service_ms``; returns its wait."""
         self.busy_ms += service_ms
         start = max(arrival_ms, self._free[0]) if self._free else arrival_ms
         if self._free:

@@ -21,8 +21,9 @@ unrelated ones about 0 (± 1/sqrt(dim)). Timing
 is synthetic too: Poisson arrivals at ``qps`` modulated by a daily cycle
 (amplitude ``cycle_amplitude``, one cycle per ``cycle_s`` seconds, by default one
 compressed "day" over the stream) and ``burst_speedup`` times faster for burst queries
-(both off by default, so a default stream keeps v1's homogeneous Poisson timing). Real text comes from ShareGPT
-prompts when the caller passes them (see :mod:`mmcache.datasets.prompts`), and
+(both off by default, so a default stream keeps v1's homogeneous Poisson timing).
+Real text comes from ShareGPT prompts when the caller passes them (see
+:mod:`mmcache.datasets.prompts`), and
 :meth:`Workload.with_text_encoder` swaps the synthetic text vectors for a real
 encoder's embeddings of exactly those texts (image and audio stay synthetic,
 the labelled stand-in for CLIP / Whisper vectors; :meth:`Workload.embedding_kinds`

@@ -32,8 +32,8 @@
 #   modality is the oracle semantic cache of a cache that matches within a modality, as the tiers
 #   below do (ground-truth equivalence, zero false hits; no cross-modal retrieval).
 #
-# Then the CacheBench-MM engine replays the multimodal stream through a GPU → CPU → NVMe hierarchy
-# under its latency model (`LatencyModel.measured`): encoder and tier-lookup times are log-normals
+# Then the CacheBench-MM engine replays the multimodal stream through a GPU → CPU → NVMe
+# hierarchy under its latency model (`LatencyModel.measured`): encoder and tier-lookup times are log-normals
 # fitted to what `python -m mmcache.bench.latency_profile` measured on this machine
 # (`data/latency_profile.json`, which names the machine, date and command); model inference is a
 # labelled **assumption** (no model is served here; `mmcache.cachebench.ASSUMED_INFERENCE`), run on
