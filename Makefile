@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
 
-.PHONY: help setup sysdeps test smoke figures check-readme models priors lab pair bench bench-cache bench-replay bench-guard bench-encoders bench-thresholds clean
+.PHONY: help setup sysdeps test smoke figures check-readme models priors lab pair bench bench-cache bench-replay bench-guard bench-encoders bench-thresholds latency-profile clean
 
 help:
 	@echo "make figures   regenerate every figure (full notebooks) into figures/, with MANIFEST.md"
@@ -21,6 +21,7 @@ help:
 	@echo "make models    train/cache the offline CLIP (data/models/)"
 	@echo "make priors    refit data/threshold_priors.json (error-budget prior, calibration)"
 	@echo "make bench     performance benchmarks (ratios against baselines run side by side)"
+	@echo "make latency-profile  re-measure data/latency_profile.json (CacheBench-MM's latencies)"
 	@echo "make lab       open JupyterLab on notebooks/"
 	@echo "make pair      regenerate notebooks/*.ipynb (no outputs) from their .py sources"
 
@@ -77,6 +78,10 @@ pair: setup
 	$(VENV)/bin/nbstripout notebooks/[0-9][0-9]_*.ipynb
 
 bench: bench-cache bench-replay bench-guard bench-encoders bench-thresholds
+
+# CacheBench-MM's measured latencies (encoders, cache tiers) on this machine; committed.
+latency-profile: setup
+	$(PY) -m mmcache.bench.latency_profile
 
 bench-cache: setup $(BENCH_STAMP)
 	$(PY) -m mmcache.bench.cache_bench
