@@ -52,6 +52,7 @@ from .errors import ConfigError
 from .latency import LogNormal, ServerPool, load_profile
 from .policies import make_policy
 from .types import MODALITIES
+from .degrade import LEVELS, Degrader, check_level
 from .workload import MODALITY_SET_NAMES, MODALITY_SETS, Workload
 
 #: Nominal link / device bandwidths in GB/s (assumptions, not measurements): HBM3 on-device,
@@ -60,6 +61,10 @@ from .workload import MODALITY_SET_NAMES, MODALITY_SETS, Workload
 BANDWIDTH_GBPS: Mapping[str, float] = {
     "hbm": 2000.0, "nvlink": 32.0, "pcie4_x16": 25.0, "nvme": 3.0, "sata_ssd": 0.5,
     "net_10g": 1.25}
+
+_TEXT = MODALITIES.index("text")
+#: Keyword-proxy keys live above every exact key (exact keys are intent × sets × variants).
+KEYWORD_KEY_BASE = 1 << 62
 
 MATCH_RULES = ("exact", "semantic")
 
@@ -261,22 +266,26 @@ class _RequestCosts:
         rng = np.random.default_rng(latency.seed)
         member = np.array([[m in ms for m in MODALITIES] for ms in MODALITY_SETS])[
             workload.modality_set]
-        self.encode_ms = np.where(member, _per_modality(latency.encode_ms, len(workload), rng),
-                                  0.0).sum(axis=1)
-        self.service_ms = np.where(member, _per_modality(latency.inference_ms, len(workload),
-                                                         rng), 0.0).max(axis=1)
+        encode = _per_modality(latency.encode_ms, len(workload), rng)
+        service = _per_modality(latency.inference_ms, len(workload), rng)
+        self.encode_ms = np.where(member, encode, 0.0).sum(axis=1)
+        self.service_ms = np.where(member, service, 0.0).max(axis=1)
+        self.text_encode_ms = encode[:, _TEXT]  # the same draws, text alone (degradation)
+        self.text_service_ms = service[:, _TEXT]
         n = len(workload)
         self.lookup_ms = np.array([d.sample(rng, n) for d in tier_lookups]).reshape(-1, n)
         self.arrival_ms = 1e3 * workload.time
         self.pool = ServerPool(latency.servers)
         self.wait_ms = np.zeros(n)
 
-    def miss_ms(self, i: int, before_ms: float) -> float:
+    def miss_ms(self, i: int, before_ms: float, service_ms: float | None = None) -> float:
         """Latency of request ``i`` missing after ``before_ms`` of lookups and encoding: it
-        queues for an inference server, then is served."""
-        wait = self.pool.wait_ms(self.arrival_ms[i] + before_ms, self.service_ms[i])
+        queues for an inference server, then is served (for ``service_ms``, by default its
+        own modalities' inference time)."""
+        service = self.service_ms[i] if service_ms is None else service_ms
+        wait = self.pool.wait_ms(self.arrival_ms[i] + before_ms, service)
         self.wait_ms[i] = wait
-        return before_ms + wait + self.service_ms[i]
+        return before_ms + wait + service
 
     def summary(self, missed: np.ndarray, workload: Workload) -> dict[str, Any]:
         """Queueing of the misses: waits, share that waited, and the servers' utilisation (busy
@@ -416,7 +425,9 @@ class _NextUse:
         self.positions = {int(sorted_keys[a]): order[a:b] for a, b in zip(cuts[:-1], cuts[1:])}
 
     def after(self, key: int, i: int) -> int:
-        pos = self.positions[key]
+        pos = self.positions.get(key)
+        if pos is None:  # a key no request carries (a keyword-proxy key)
+            return -1
         j = int(np.searchsorted(pos, i, side="right"))
         return int(pos[j]) if j < pos.shape[0] else -1
 
@@ -431,11 +442,16 @@ class Replayer:
     the tiers named in ``skip`` (nor pay their lookup), and on a miss stores the answer (in
     every tier) only when ``admit``. Misses queue for the model's inference servers at the
     request's arrival time (``workload.time``). ``ttl_s``: every answer's TTL in workload
-    seconds (None: no expiry).
+    seconds (None: no expiry). ``serve(..., level=...)`` serves the request at a degradation
+    level of :mod:`mmcache.degrade` (text-fallback looks up at ``text_offset`` below the
+    semantic tiers' text threshold); :meth:`prefill` stores an answer without serving it.
+    ``hit_key`` and ``level_served`` record, per served request, the key it hit (-1: none)
+    and the index of its level in :data:`mmcache.degrade.LEVELS`.
     """
 
     def __init__(self, workload: Workload, tiers: Sequence[TierSpec],
-                 latency: LatencyModel | None = None, *, ttl_s: float | None = None) -> None:
+                 latency: LatencyModel | None = None, *, ttl_s: float | None = None,
+                 text_offset: float = 0.05) -> None:
         self.latency = latency or LatencyModel()
         self.specs = tuple(tiers)
         if not self.specs or len({t.name for t in self.specs}) != len(self.specs):
@@ -450,13 +466,19 @@ class Replayer:
         self.state = [_Tier(spec, dims) for spec in self.specs]
         self.modality_set = workload.modality_set.tolist()
         self.keys = workload.exact_keys().astype(np.int64)
+        self.text_keys = self.keys - workload.modality_set.astype(np.int64) * \
+            workload.config.n_variants  # the exact key of the query's text alone
         self.next_use = _NextUse(self.keys)
+        self.topic = workload.topic.tolist()
+        self.text_offset = text_offset
         self.intent, self.modality, self.size = (workload.intent.tolist(),
                                                  workload.modality.tolist(),
                                                  workload.size.tolist())
         n = len(workload)
         self.hit_tier = np.full(n, -1, dtype=np.int16)
         self.false_hit = np.zeros(n, dtype=bool)
+        self.hit_key = np.full(n, -1, dtype=np.int64)
+        self.level_served = np.zeros(n, dtype=np.int8)
         self.lat_ms = np.zeros(n)
         self.costs = _RequestCosts(self.latency, workload, [
             self.latency.lookup_ms.get(t.name, LogNormal(t.lookup_us / 1e3, 0.0,
@@ -465,9 +487,10 @@ class Replayer:
         self._hint = [max(self.latency.mean_inference_ms(m) for m in ms) for ms in MODALITY_SETS]
 
     def serve(self, i: int, offsets: Mapping[str, float] | None = None,
-              admit: bool = True, skip: Collection[str] = ()) -> None:
-        """Serve request ``i``: record its hit tier, false hit and latency."""
-        key, m = int(self.keys[i]), self.modality_set[i]
+              admit: bool = True, skip: Collection[str] = (), level: str = "full-modal") -> None:
+        """Serve request ``i`` at degradation ``level`` (:mod:`mmcache.degrade`): record its hit
+        tier, false hit and latency."""
+        key, m, encode_ms, service_ms, offsets, skip = self._degraded(i, level, offsets, skip)
         offset = [(offsets or {}).get(mod, 0.0) for mod in MODALITY_SETS[m]]
         vec, cost_ms, found = None, 0.0, None
         for k, tier in enumerate(self.state):
@@ -475,29 +498,68 @@ class Replayer:
                 continue
             cost_ms += self.costs.lookup_ms[k, i]
             if tier.index is not None and vec is None:
-                vec = self.workload.vectors(i)
-                cost_ms += self.costs.encode_ms[i]
+                vec = self._vectors(i, m)
+                cost_ms += encode_ms
             found = tier.find(key, m, vec, offset, self.now_s[i] - self._ttl)
             if found is not None:
                 break
         infer = self._hint[m]
         if found is None:
+            self.level_served[i] = LEVELS.index(level)
             if admit:
-                if vec is None and any(t.index is not None for t in self.state):
-                    vec = self.workload.vectors(i)  # a skipped semantic tier still stores them
-                entry = (self.size[i], self.intent[i], m, vec, self.now_s[i])
-                hints = {"next_access": self.next_use.after(key, i), "now": i, "cost": infer}
-                for tier in self.state:
-                    tier.admit(key, entry, **hints)
-            self.lat_ms[i] = self.costs.miss_ms(i, cost_ms)
+                self._store(i, key, m, vec, level != "keyword-proxy", infer)
+            self.lat_ms[i] = self.costs.miss_ms(i, cost_ms, service_ms)
             return
         entry = self.state[k].entries[found]
         hints = {"next_access": self.next_use.after(found, i), "now": i, "cost": infer}
         for tier in self.state[:k + 1]:
-            tier.admit(found, entry, **hints)
-        self.hit_tier[i] = k
+            if entry[3] is not None or tier.index is None:  # keyword answers have no vectors
+                tier.admit(found, entry, **hints)
+        self.hit_tier[i], self.hit_key[i] = k, found
+        self.level_served[i] = LEVELS.index(level)
         self.false_hit[i] = entry[1] != self.intent[i]
         self.lat_ms[i] = cost_ms + entry[0] / (self.specs[k].bandwidth_gbps * 1e6)
+
+    def prefill(self, i: int) -> None:
+        """Store request ``i``'s answer in every tier without serving it (a prefetch / warm-up:
+        its cost is paid before the measured part, not counted in any request's latency)."""
+        key, m = int(self.keys[i]), self.modality_set[i]
+        vec = self._vectors(i, m) if any(t.index is not None for t in self.state) else None
+        self._store(i, key, m, vec, True, self._hint[m])
+
+    def _store(self, i: int, key: int, m: int, vec: Any, semantic: bool, infer: float) -> None:
+        """Admit request ``i``'s answer under ``key`` into every tier (the semantic ones only
+        when ``semantic``)."""
+        if semantic and vec is None and any(t.index is not None for t in self.state):
+            vec = self._vectors(i, m)  # a skipped semantic tier still stores them
+        entry = (self.size[i], self.intent[i], m, vec, self.now_s[i])
+        hints = {"next_access": self.next_use.after(key, i), "now": i, "cost": infer}
+        for tier in self.state:
+            if semantic or tier.index is None:
+                tier.admit(key, entry, **hints)
+
+    def _degraded(self, i: int, level: str, offsets: Mapping[str, float] | None,
+                  skip: Collection[str]) -> tuple:
+        """Request ``i``'s exact key, modality set, encode and inference cost, offsets and
+        skipped tiers at ``level``."""
+        m = self.modality_set[i]
+        if check_level(level) == "full-modal" or (
+                level == "text-fallback" and "text" not in MODALITY_SETS[m]):
+            return int(self.keys[i]), m, self.costs.encode_ms[i], None, offsets, skip
+        text_service = self.costs.text_service_ms[i]
+        if level == "text-fallback":
+            offsets = {**(offsets or {})}
+            offsets["text"] = offsets.get("text", 0.0) + self.text_offset
+            return (int(self.text_keys[i]), 0, self.costs.text_encode_ms[i], text_service,
+                    offsets, skip)
+        semantic = {t.spec.name for t in self.state if t.index is not None}
+        return (KEYWORD_KEY_BASE + self.topic[i], 0, 0.0, text_service, offsets,
+                {*skip, *semantic})
+
+    def _vectors(self, i: int, m: int) -> tuple[np.ndarray, ...]:
+        """Request ``i``'s vectors for modality set ``m`` (its own, or its text alone)."""
+        vecs = self.workload.vectors(i)
+        return vecs if m == self.modality_set[i] else (vecs[0],)
 
     def report(self, *, limits: bool = True) -> Report:
         """The :class:`Report` of every request (serve them all first)."""
@@ -521,6 +583,43 @@ def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel 
     for i in range(len(workload)):
         replayer.serve(i)
     return replayer.report(limits=limits)
+
+
+def degradation_replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
+                       level: str | Degrader, *, text_offset: float = 0.05,
+                       ttl_s: float | None = None) -> tuple[Report, dict[str, float]]:
+    """:func:`replay` (no limits) with every request at one degradation ``level``, or at the
+    level a :class:`mmcache.degrade.Degrader` picks from the inference queue at its arrival;
+    returns the report and the share of requests served at each level."""
+    replayer = Replayer(workload, tiers, latency, ttl_s=ttl_s, text_offset=text_offset)
+    arrival = replayer.costs.arrival_ms
+    for i in range(len(workload)):
+        if isinstance(level, Degrader):
+            replayer.serve(i, level=level.level(float(arrival[i])))
+            if replayer.hit_tier[i] < 0:
+                level.observe(float(arrival[i] + replayer.lat_ms[i]))
+        else:
+            replayer.serve(i, level=level)
+    shares = np.bincount(replayer.level_served, minlength=len(LEVELS)) / max(1, len(workload))
+    return replayer.report(limits=False), dict(zip(LEVELS, shares.tolist()))
+
+
+def degradation_rows(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel, *,
+                     adaptive: Degrader | None = None, text_offset: float = 0.05
+                     ) -> dict[str, dict[str, Any]]:
+    """``{level: {"p99_ms", "false_hit_rate", "hit_rate", "mean_encode_ms", "shares"}}``: each
+    level forced for the whole of ``workload``, plus ``"adaptive"`` when a degrader is given."""
+    runs: dict[str, str | Degrader] = {lv: lv for lv in LEVELS}
+    if adaptive is not None:
+        runs["adaptive"] = adaptive
+    rows = {}
+    for name, level in runs.items():
+        report, shares = degradation_replay(workload, tiers, latency, level,
+                                            text_offset=text_offset)
+        rows[name] = {"p99_ms": report.latency_ms["p99"], "p50_ms": report.latency_ms["p50"],
+                      "false_hit_rate": report.false_hit_rate, "hit_rate": report.hit_rate,
+                      "sla_violation_rate": report.sla_violation_rate, "shares": shares}
+    return rows
 
 
 def offered_load(workload: Workload, latency: LatencyModel) -> float:
