@@ -224,8 +224,11 @@ class Report:
     """What one replay measured (rates are over all requests unless named otherwise).
 
     ``hit_rate_per_modality`` is keyed by modality set (``"text"``, ``"text+image"``, ...);
-    ``cross_modal_hit_rate`` is the hit rate of the multimodal queries (a hit matches every
-    modality, so at least two hit; None without multimodal queries); ``queue`` summarises
+    ``cross_modal_hit_rate`` is seed 001 §4.4's CrossModalHitRate, the share of multimodal
+    queries where at least two modalities hit: a tier serves a hit only when every modality
+    of the query matches one entry, so it is their hit rate (a triple with two matching
+    modalities and a third that does not is not served, and is not counted; None without
+    multimodal queries); ``queue`` summarises
     the misses' waits for an inference server and ``waits_ms`` holds them per request.
     """
 
@@ -620,6 +623,31 @@ def degradation_rows(workload: Workload, tiers: Sequence[TierSpec], latency: Lat
                       "false_hit_rate": report.false_hit_rate, "hit_rate": report.hit_rate,
                       "sla_violation_rate": report.sla_violation_rate, "shares": shares}
     return rows
+
+
+def report_prometheus(report: Report, workload: Workload, *, model_type: str,
+                      warmup_n: int | None = None, registry: Any = None) -> str:
+    """Seed 001 §4.4's metrics of one replay (:func:`mmcache.metrics.register_serving`):
+    CrossModalHitRate per multimodal modality set and, over the first ``warmup_n`` requests
+    after its cold start, CacheWarmupLatencyP99 per modality set. Registers them on
+    ``registry`` (a ``prometheus_client`` registry; default a fresh one) and returns the
+    registry's exposition text."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from .metrics import register_serving
+
+    registry = CollectorRegistry(auto_describe=False) if registry is None else registry
+    sets = workload.modality_set[:report.n_req]
+    warm = {}
+    if warmup_n is not None:
+        if not 1 <= warmup_n <= report.n_req:
+            raise ConfigError(f"warmup_n must be in [1, {report.n_req}], got {warmup_n!r}")
+        window = sets[:warmup_n]
+        warm = {MODALITY_SET_NAMES[k]: report.latencies_ms[:warmup_n][window == k].tolist()
+                for k in np.unique(window).tolist()}
+    cross = {name: v for name, v in report.hit_rate_per_modality.items() if "+" in name}
+    register_serving(registry, model_type=model_type, cross_modal=cross, warmup_ms=warm)
+    return generate_latest(registry).decode()
 
 
 def offered_load(workload: Workload, latency: LatencyModel) -> float:

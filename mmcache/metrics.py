@@ -10,7 +10,9 @@ counts its requests per shard in ``shard_requests`` and, in ``skew_alerts``, the
 in which a shard took over 1.8x (by default) the mean: the skew watch of seed 000 §2.4,
 :mod:`mmcache.tiers.skew`; both are keyed by the shard's ``host:port``. Export with
 :meth:`CacheMetrics.to_dataframe` (tidy pandas) or :meth:`CacheMetrics.to_prometheus`
-(text exposition format).
+(text exposition format). ``cross_modal_hits`` counts hits of multimodal queries (seed 001
+§4.4's CrossModalHitRate is it over their lookups); :func:`register_serving` exports that rate
+and CacheWarmupLatencyP99 labelled ``model_type`` and ``modality_set``, as the seed names them.
 
 Threads: a :class:`CacheMetrics` has its own lock. Its methods (counting, ``reset``,
 ``snapshot``, the exports, ``hit_ratio``) hold it, so a thread may export or reset the
@@ -23,7 +25,11 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+import numpy as np
+
+from .errors import InvalidInputError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,7 +73,7 @@ class Histogram:
 #: The counters of a CacheMetrics, by attribute name.
 COUNTERS: tuple[str, ...] = ("hits", "false_hits", "judged_hits", "stale_hits", "misses",
                              "bypasses", "puts", "not_stored", "evictions", "guard_skips",
-                             "errors", "shard_requests", "skew_alerts")
+                             "errors", "shard_requests", "skew_alerts", "cross_modal_hits")
 
 
 class CacheMetrics:
@@ -111,12 +117,15 @@ class CacheMetrics:
         self.errors: Counter[str] = Counter()
         self.shard_requests: Counter[str] = Counter()
         self.skew_alerts: Counter[str] = Counter()
+        self.cross_modal_hits: Counter[tuple[str, str]] = Counter()
         self.latency: dict[str, Histogram] = {}
 
     def hit(self, tier: str, modalities: str, freshness: str, correct: bool | None) -> None:
         """Count a hit served by ``tier``."""
         with self._lock:
             self.hits[(tier, modalities)] += 1
+            if "+" in modalities:  # a hit matches every modality: two or more hit
+                self.cross_modal_hits[(tier, modalities)] += 1
             if freshness != "fresh":
                 self.stale_hits[(tier, freshness)] += 1
             if correct is not None:
@@ -149,13 +158,88 @@ class CacheMetrics:
         """Tidy table: one row per counter (by tier, modalities or shard) and latency summary."""
         return _frame(self.snapshot())
 
-    def to_prometheus(self, prefix: str = "mmcache") -> str:
-        """The metrics in Prometheus text exposition format (via ``prometheus_client``)."""
+    def to_prometheus(self, prefix: str = "mmcache", model_type: str = "unknown") -> str:
+        """The metrics in Prometheus text exposition format (via ``prometheus_client``), with
+        seed 001 §4.4's CrossModalHitRate per modality set labelled ``model_type``."""
         from prometheus_client import CollectorRegistry, generate_latest
 
+        snap = self.snapshot()
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Collector(self.snapshot(), prefix))
+        registry.register(_Collector(snap, prefix))
+        register_serving(registry, model_type=model_type,
+                         cross_modal=_cross_modal_rates(snap), prefix=prefix)
         return generate_latest(registry).decode()
+
+
+def _cross_modal_rates(snap: "CacheMetrics") -> dict[str, float]:
+    """Cross-modal hits ÷ lookups per multimodal modality set."""
+    hits, lookups = Counter(), Counter(snap.misses)
+    for (_, mods), n in snap.hits.items():
+        lookups[mods] += n
+    for (_, mods), n in snap.cross_modal_hits.items():
+        hits[mods] += n
+    return {mods: hits[mods] / n for mods, n in lookups.items() if "+" in mods and n}
+
+
+def register_serving(registry: Any, *, model_type: str, cross_modal: Mapping[str, float],
+                     warmup_ms: Mapping[str, Iterable[float]] | None = None,
+                     prefix: str = "mmcache") -> None:
+    """Register seed 001 §4.4's metrics on a ``prometheus_client`` ``registry``, labelled
+    ``model_type`` and ``modality_set``: ``{prefix}_cross_modal_hit_rate`` (share of a
+    multimodal modality set's queries where at least two modalities hit) and, from the
+    latencies (ms) of the requests after a cold start, the histogram
+    ``{prefix}_cache_warmup_latency_seconds`` with its p99 as
+    ``{prefix}_cache_warmup_latency_p99_seconds`` (CacheWarmupLatencyP99)."""
+    if not model_type:
+        raise InvalidInputError("model_type must be a non-empty label value")
+    registry.register(_ServingCollector(model_type, dict(cross_modal),
+                                        {k: list(v) for k, v in (warmup_ms or {}).items()},
+                                        prefix))
+
+
+class _ServingCollector:
+    """prometheus_client adapter of :func:`register_serving`'s values."""
+
+    def __init__(self, model_type: str, cross_modal: dict[str, float],
+                 warmup_ms: dict[str, list[float]], prefix: str) -> None:
+        self.model_type, self.cross_modal, self.warmup_ms, self.prefix = \
+            model_type, cross_modal, warmup_ms, prefix
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+
+        labels = ["model_type", "modality_set"]
+        rate = GaugeMetricFamily(f"{self.prefix}_cross_modal_hit_rate", "CrossModalHitRate: share "
+                                 "of multimodal queries where at least two modalities hit",
+                                 labels=labels)
+        for mods, value in sorted(self.cross_modal.items()):
+            rate.add_metric([self.model_type, mods], value)
+        yield rate
+        if not self.warmup_ms:
+            return
+        hist = HistogramMetricFamily(f"{self.prefix}_cache_warmup_latency_seconds",
+                                     "Latency of the requests after a cold start", labels=labels)
+        p99 = GaugeMetricFamily(f"{self.prefix}_cache_warmup_latency_p99_seconds",
+                                "CacheWarmupLatencyP99: p99 latency after a cold start",
+                                labels=labels)
+        for mods, samples in sorted(self.warmup_ms.items()):
+            h = Histogram()
+            for ms in samples:
+                h.observe(ms / 1e3)
+            hist.add_metric([self.model_type, mods], _buckets(h), h.sum)
+            p99.add_metric([self.model_type, mods], float(np.percentile(samples, 99)) / 1e3
+                           if samples else float("nan"))
+        yield hist
+        yield p99
+
+
+def _buckets(hist: Histogram) -> list[tuple[str, int]]:
+    """A histogram's cumulative buckets as prometheus_client takes them."""
+    cumulative, buckets = 0, []
+    for bound, n in zip(hist.buckets + (float("inf"),), hist.counts):
+        cumulative += n
+        buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+    return buckets
 
 
 def _frame(snap: CacheMetrics) -> "pd.DataFrame":
@@ -164,7 +248,8 @@ def _frame(snap: CacheMetrics) -> "pd.DataFrame":
 
     rows: list[dict[str, Any]] = []
     for metric, counter in (("hits", snap.hits), ("false_hits", snap.false_hits),
-                            ("judged_hits", snap.judged_hits)):
+                            ("judged_hits", snap.judged_hits),
+                            ("cross_modal_hits", snap.cross_modal_hits)):
         rows += [{"metric": metric, "tier": t, "modalities": m, "value": v}
                  for (t, m), v in sorted(counter.items())]
     rows += [{"metric": "stale_hits", "tier": t, "modalities": f, "value": v}
@@ -212,6 +297,8 @@ class _Collector:
                  ["tier"]),
                 ("shard_requests", "Requests a sharded store sent to each shard",
                  m.shard_requests, ["shard"]),
+                ("cross_modal_hits", "Hits of multimodal queries (every modality matched)",
+                 m.cross_modal_hits, ["tier", "modality_set"]),
                 ("skew_alerts", "Windows in which a shard took over the skew factor times the "
                  "mean of requests", m.skew_alerts, ["shard"])):
             family = CounterMetricFamily(f"{p}_{name}", doc, labels=labels)
@@ -221,9 +308,5 @@ class _Collector:
         hist_family = HistogramMetricFamily(f"{p}_latency_seconds", "Latency per stage",
                                             labels=["stage"])
         for stage, hist in sorted(m.latency.items()):
-            cumulative, buckets = 0, []
-            for bound, n in zip(hist.buckets + (float("inf"),), hist.counts):
-                cumulative += n
-                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
-            hist_family.add_metric([stage], buckets, hist.sum)
+            hist_family.add_metric([stage], _buckets(hist), hist.sum)
         yield hist_family
