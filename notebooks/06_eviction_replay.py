@@ -60,6 +60,11 @@ RT_THRESHOLDS = [0.7, 0.75, 0.8, 0.85, 0.9, 0.95]
 SERVERS = 4
 BASE_LOAD = 0.8
 LOADS = [0.25, 0.5, 0.8, 1.0, 1.25]
+DEGRADE_LOAD = 1.25  # the one high load at which each degradation level is forced
+TEXT_OFFSET = 0.05  # text-fallback loosens the text threshold by this much
+TRAIN_SHARE = 0.5  # the reference graph is built from this prefix of the stream
+PREFETCH_X = 1.0  # prefetch nodes whose PageRank is at least PREFETCH_X / number of nodes
+WARMUP_N = 2_000  # CacheWarmupLatencyP99: p99 of the first WARMUP_N requests after a cold start
 
 # %%
 import tempfile
@@ -71,9 +76,12 @@ import seaborn as sns
 from IPython.display import Markdown, display
 
 from mmcache import TieredCache
-from mmcache.cachebench import (LatencyModel, TierSpec, at_load, belady_gap, load_reports,
-                                load_row, lower_bound_curve, miss_ratio_curves, replay,
-                                replay_cache, replay_limits, three_tier, three_tier_cache_config)
+from mmcache.cachebench import (LatencyModel, TierSpec, at_load, belady_gap, degradation_rows,
+                                load_reports, load_row, lower_bound_curve, miss_ratio_curves,
+                                replay, replay_cache, replay_limits, report_prometheus,
+                                three_tier, three_tier_cache_config)
+from mmcache.degrade import DEFAULT_QUEUE_THRESHOLDS, LEVELS, Degrader
+from mmcache.prefetch import TAU_S, prefetch_replay, reference_graph
 from mmcache.latency import read_profile
 from mmcache.datasets.prompts import PROMPTS_PROVENANCE, load_prompts
 from mmcache.encoders import EmbeddingStore, get_encoder
@@ -90,6 +98,7 @@ if SMOKE:
     THRESHOLDS = [0.8, 0.9]
     RT_QUERIES, RT_INTENTS, RT_THRESHOLDS = 1_500, 150, [0.7, 0.8, 0.9, 0.95]
     LOADS = [0.25, 0.8, 1.25, 1.5]
+    WARMUP_N = 300
     POLICY_NAMES = ["lru", "fifo", "clock", "sieve", "belady"]
     CP_SIZES = [256 << 20, GiB]
     FRACTIONS = [0.05, 0.2]
@@ -393,6 +402,97 @@ save_figure(fig, "06_hit_rate_per_modality", {**provenance, "embeddings": mm.emb
 per_modality
 
 # %% [markdown]
+# ## Degradation under load: full-modal → text-fallback → keyword-proxy
+#
+# Seed 001 §4.3's three levels (`mmcache.degrade`), each forced for the whole stream at offered
+# load `DEGRADE_LOAD`, then the adaptive switch (`Degrader`): a request's level follows the
+# inference queue at its arrival (misses in service or waiting, per server: text-fallback from
+# `DEFAULT_QUEUE_THRESHOLDS["text-fallback"]`, keyword-proxy from `["keyword-proxy"]`; an
+# assumption to vary). **text-fallback** looks a query that carries text up by its text vector
+# alone at cos ≥ threshold − `TEXT_OFFSET`, and a miss runs the text model only; a query without
+# text stays full-modal. **keyword-proxy** runs no encoder and skips the semantic tier: its key
+# is the intent's *topic*, a labelled proxy of a keyword engine (sibling intents of one topic share
+# it, so it cannot tell them apart); a miss runs the text model. What the model guarantees: each
+# level encodes less than the one before (same per-request draws) and keyword-proxy merges whole
+# topics; the p99 and false hits below are what this stream measured.
+
+# %%
+degrade_stream = at_load(mm, model, DEGRADE_LOAD)
+degrader = Degrader(SERVERS)
+degradation = degradation_rows(degrade_stream, three_tier(capacity, threshold=0.85), model,
+                               adaptive=degrader, text_offset=TEXT_OFFSET)
+degrade_frame = pd.DataFrame(degradation).T
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
+for k, (name, row) in enumerate(degrade_frame.iterrows()):
+    ax1.scatter(100 * row.false_hit_rate, row.p99_ms, s=60, color=f"C{k}",
+                marker="o" if name in LEVELS else "*", label=name)
+ax1.set(xlabel="false hits (% of requests)", ylabel="p99 latency (ms)", yscale="log",
+        title=f"load {DEGRADE_LOAD}, {SERVERS} servers")
+ax1.legend(fontsize=8)
+shares = pd.DataFrame({name: row["shares"] for name, row in degradation.items()}).T
+shares.plot.barh(stacked=True, ax=ax2, width=0.6)
+ax2.set(xlabel="share of requests served at each level", xlim=(0, 1))
+ax2.legend(fontsize=8, loc="lower right")
+save_figure(fig, "06_degradation", {**provenance, "latency_model": latency_provenance,
+                                    "load": DEGRADE_LOAD, "text_offset": TEXT_OFFSET,
+                                    "queue_thresholds": dict(DEFAULT_QUEUE_THRESHOLDS),
+                                    "keyword_key": "intent topic (synthetic proxy)",
+                                    "capacity_bytes": capacity, "timing": TIMING_KIND})
+degrade_frame.drop(columns="shares").round(4)
+
+# %% [markdown]
+# ## Reference-graph prefetch and warm-up
+#
+# Seed 002 §3.3 / seed 001 §4.1: the reference graph of the first `TRAIN_SHARE` of the stream
+# (one node per intent and modality set, an edge between consecutive requests weighted
+# exp(−Δt / 300 s)), its PageRank, and every node at PageRank ≥ `PREFETCH_X` / nodes prefetched
+# into a cold cache before the rest of the stream is replayed (its last training request as the
+# stored answer). The prefix is never measured and the rest never used to choose (`mmcache.prefetch`).
+# Sessions keep one intent and follow each other independently in this synthetic stream, so the
+# graph ranks mostly by recent popularity. Wasted bytes: prefetched and gone (evicted or expired)
+# without a hit; CacheWarmupLatencyP99: p99 latency of the first `WARMUP_N` requests after the
+# cold start, at load `BASE_LOAD`.
+
+# %%
+train_end = int(TRAIN_SHARE * len(mm_base))
+n_nodes = reference_graph(mm_base, train_end).number_of_nodes()
+warm = prefetch_replay(mm_base, three_tier(capacity, threshold=0.85), model, train_end=train_end,
+                       threshold=PREFETCH_X / n_nodes, warmup_n=WARMUP_N)
+window = max(50, len(warm.hits_on) // 40)
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
+for hits, name in ((warm.hits_off, "cold start"), (warm.hits_on, "PageRank warm-up")):
+    ax1.plot(pd.Series(hits.astype(float)).rolling(window).mean().to_numpy(), label=name)
+ax1.set(xlabel="request after the training prefix", ylabel=f"hit ratio (rolling {window})",
+        ylim=(0, 1))
+ax1.legend(fontsize=8)
+for lat, name in ((warm.warmup_ms_off, "cold start"), (warm.warmup_ms_on, "PageRank warm-up")):
+    ax2.ecdf(lat, label=name)
+ax2.axvline(model.sla_ms, c="k", ls="--", lw=1)
+ax2.set(xscale="log", xlabel=f"latency of the first {WARMUP_N} requests (ms)", ylabel="CDF")
+ax2.legend(fontsize=8)
+save_figure(fig, "06_prefetch", {**provenance, "latency_model": latency_provenance,
+                                 "train_end": train_end, "graph_nodes": n_nodes,
+                                 "tau_s": TAU_S, **warm.as_dict(), "timing": TIMING_KIND})
+# seed 001 §4.4's metrics through prometheus_client, from the whole stream's replay at BASE_LOAD
+# (cold start at its first request; the load sweep's replay when it has that load)
+cold_report = under_load.get(float(BASE_LOAD)) or replay(
+    mm_base, three_tier(capacity, threshold=0.85), model, limits=False)
+exposition = report_prometheus(cold_report, mm_base, model_type="cachebench-mm-synthetic",
+                               warmup_n=WARMUP_N)
+print(exposition[:1500])
+pd.Series(warm.as_dict())
+
+# %%
+display(Markdown(
+    f"**Observed.** At load {DEGRADE_LOAD}: p99 "
+    + ", ".join(f"{name} {row['p99_ms']:,.0f} ms ({row['false_hit_rate']:.2%} false hits)"
+                for name, row in degradation.items())
+    + f". Prefetching {warm.n_prefetched:,} answers ({warm.prefetched_bytes:,} B) chosen from "
+    f"{n_nodes:,} graph nodes moves the hit ratio after the prefix from {warm.hit_ratio_off:.3f} "
+    f"to {warm.hit_ratio_on:.3f}, wastes {warm.wasted_bytes:,} B, and moves the warm-up p99 from "
+    f"{warm.warmup_p99_ms_off:,.0f} ms to {warm.warmup_p99_ms_on:,.0f} ms."))
+
+# %% [markdown]
 # ## CacheBench-MM on real text embeddings
 #
 # A text-only stream (`modality_mix={"text": 1.0}`, same generator, same seed) whose vectors are
@@ -528,6 +628,14 @@ write_metrics({
     "load_sweep": load_sweep,
     "hit_rate_per_modality": per_modality,
     "cross_modal_hit_rate": one_load.cross_modal_hit_rate,
+    "degradation": degradation,
+    "degradation_setup": {"load": DEGRADE_LOAD, "text_offset": TEXT_OFFSET,
+                          "queue_thresholds": dict(DEFAULT_QUEUE_THRESHOLDS),
+                          "keyword_key": "intent topic (synthetic proxy)"},
+    "prefetch": {"hit_ratio_on": warm.hit_ratio_on, "hit_ratio_off": warm.hit_ratio_off,
+                 "wasted_bytes": warm.wasted_bytes, **warm.as_dict(), "graph_nodes": n_nodes},
+    "warmup_p99_ms": warm.warmup_p99_ms_off,
+    "prometheus": exposition,
     "latency_setup": {"servers": SERVERS, "base_load": BASE_LOAD, "sla_ms": model.sla_ms,
                       "kind": model.kind, "profile_date": profile["date"],
                       "profile_command": profile["command"]},

@@ -137,3 +137,38 @@ def test_latency_depends_on_load(metrics):
     assert all(0.0 < v < 1.0 for v in per_set.values())
     multi = [v for k, v in per_set.items() if "+" in k]
     assert min(multi) <= metrics["cross_modal_hit_rate"] <= max(multi)
+
+
+def test_degradation_trades_latency_for_false_hits(metrics):
+    """Each level forced at one high load. The model guarantees less encoding per level and
+    keyword keys that merge a topic's intents; the ordering of p99 and false hits is what the
+    smoke stream measures, by wide margins (about 9x per level in p99)."""
+    rows = metrics["degradation"]
+    assert {"full-modal", "text-fallback", "keyword-proxy"} <= set(rows)
+    full, text, keyword = (rows[k] for k in ("full-modal", "text-fallback", "keyword-proxy"))
+    for name in ("full-modal", "text-fallback", "keyword-proxy"):
+        assert rows[name]["shares"][name] == 1.0
+        assert rows[name]["p99_ms"] > 0 and 0.0 <= rows[name]["false_hit_rate"] <= 1.0
+    assert full["p99_ms"] > text["p99_ms"] > keyword["p99_ms"]
+    assert full["false_hit_rate"] < text["false_hit_rate"] < keyword["false_hit_rate"]
+    if "adaptive" in rows:
+        assert sum(rows["adaptive"]["shares"].values()) == pytest.approx(1.0)
+        assert rows["adaptive"]["p99_ms"] < full["p99_ms"]
+
+
+def test_prefetch_and_warmup_metrics(metrics):
+    pre = metrics["prefetch"]
+    assert {"hit_ratio_on", "hit_ratio_off", "wasted_bytes"} <= set(pre)
+    assert 0.0 <= pre["hit_ratio_off"] <= 1.0 and 0.0 <= pre["hit_ratio_on"] <= 1.0
+    assert 0 <= pre["wasted_bytes"] <= pre["prefetched_bytes"]
+    assert pre["n_prefetched"] > 0 and pre["train_end"] > 0
+    assert metrics["warmup_p99_ms"] > 0
+    assert metrics["warmup_p99_ms"] == pre["warmup_p99_ms_off"]
+
+
+def test_seed_metrics_are_exported_through_prometheus(metrics):
+    text = metrics["prometheus"]
+    for name in ("mmcache_cross_modal_hit_rate{", "mmcache_cache_warmup_latency_seconds_bucket{",
+                 "mmcache_cache_warmup_latency_p99_seconds{"):
+        assert name in text
+    assert 'model_type="cachebench-mm-synthetic"' in text and 'modality_set="text+image"' in text
