@@ -32,6 +32,7 @@ import numpy as np
 from .bounds import lower_bound
 from .errors import ConfigError, TraceFormatError, UnknownPolicyError
 from .policies import POLICIES, make_policy
+from .policies.admission import admit_miss
 from .policies.kernels import KERNELS, run_kernel
 from .trace import (ORACLE_GENERAL_DTYPE, Trace, make_trace, read_oracle_general,
                     write_oracle_general)
@@ -165,30 +166,28 @@ def _replay_online(trace: Trace, pol: Any, cache_size: int) -> tuple[int, int]:
     nxt = trace.next_access.tolist()
     resident: dict[int, int] = {}
     used = miss_cnt = miss_byte = 0
+
+    def overfull(size: int) -> bool:
+        return used + size > cache_size
+
+    def keep(key: int, size: int) -> None:
+        nonlocal used
+        resident[key] = size
+        used += size
+
+    def drop(keys: Iterable[int]) -> None:
+        nonlocal used
+        for victim in keys:
+            used -= resident.pop(victim)
+
     for i, key in enumerate(ids.tolist()):
         size = sizes[i]
         if key in resident:
             pol.access(key, next_access=nxt[i], now=i)
-        else:
-            miss_cnt += 1
-            miss_byte += size
-            admit = pol.on_miss(key, size, next_access=nxt[i], now=i, free=cache_size - used) \
-                and size <= cache_size
-            for victim in pol.take_dropped():
-                used -= resident.pop(victim)
-            if not admit:
-                continue
-            while used + size > cache_size:
-                victim = pol.evict()
-                if victim is None:  # the incoming key itself lost (GDSF)
-                    break
-                used -= resident.pop(victim)
-                for victim in pol.take_dropped():
-                    used -= resident.pop(victim)
-            else:
-                pol.insert(key, size, next_access=nxt[i], now=i)
-                resident[key] = size
-                used += size
-        for victim in pol.take_dropped():
-            used -= resident.pop(victim)
+            drop(pol.take_dropped())
+            continue
+        miss_cnt += 1
+        miss_byte += size
+        admit_miss(pol, key, size, overfull=overfull, keep=keep, drop=drop,
+                   fits=size <= cache_size, next_access=nxt[i], now=i, free=cache_size - used)
     return miss_cnt, miss_byte
