@@ -23,6 +23,7 @@ KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
     "gdsf": ("gdsf", {}),
     "lfuda": ("lfuda", {}),
     "arc": ("arc", {}),
+    "arc-paper": ("arc", {"paper_step": True}),
     "s3fifo": ("s3fifo", {}),
     "lirs": ("lirs", {}),
     "belady": ("belady", {}),
