@@ -23,9 +23,9 @@ class LIRS(EvictionPolicy):
     that is in Q but not in S makes room for LIR bytes first (libCacheSim's byte-sized
     step; the paper evicts nothing on this hit and the key stays resident HIR), and that
     can push the key itself out of Q. Here it then counts as evicted (the bytes are
-    freed); libCacheSim's bookkeeping turns inconsistent and it serves the key as a hit
-    later. Neither is the paper's outcome for that request (the paper never gets there);
-    ours keeps the cache's byte accounting exact. On a log-normal-size Zipf trace at 1% of
+    freed); libCacheSim still serves the key as a hit later, so its outcome for the key
+    is the paper's while its bytes no longer add up (the evictions were made for a key it
+    keeps outside Q). Ours keeps the byte accounting exact. On a log-normal-size Zipf trace at 1% of
     the working set this is a few misses in 10^4 (``tests/test_replay_bench.py``, where
     libcachesim also warns "object size too large").
     """
