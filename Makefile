@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 # Pinned in every pip call: an unpinned open_clip_torch resolves to other torch builds.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 APT_PACKAGES := espeak-ng dataset-fashion-mnist asterisk-core-sounds-en-wav \
-                asterisk-core-sounds-en pocketsphinx-testdata redis-server sox
+                asterisk-core-sounds-en pocketsphinx-testdata redis-server sox wordnet-base
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=

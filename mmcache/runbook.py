@@ -58,8 +58,12 @@ def read_metrics(name: str, smoke: bool = True) -> dict[str, Any]:
 
 
 def execute(source: Path | str, smoke: bool, parameters: Mapping[str, Any] | None = None,
-            timeout_s: int = 3600) -> Path:
-    """Execute one notebook source with papermill; returns its run folder."""
+            timeout_s: int = 3600, out_dir: Path | str | None = None) -> Path:
+    """Execute one notebook source with papermill; returns its run folder.
+
+    The run folder is ``out_dir`` when given (a sweep point's folder), else
+    ``runs/<name>[-smoke]/``.
+    """
     import jupytext
     import papermill as pm
 
@@ -69,7 +73,7 @@ def execute(source: Path | str, smoke: bool, parameters: Mapping[str, Any] | Non
     if not source.exists():
         raise InvalidInputError(f"no notebook source {source}; known: "
                                 f"{[p.stem for p in notebook_sources()]}")
-    out = _batch_dir(source.stem, smoke)
+    out = Path(out_dir) if out_dir is not None else _batch_dir(source.stem, smoke)
     out.mkdir(parents=True, exist_ok=True)
     built = out / f"{source.stem}.source.ipynb"
     nb = jupytext.read(source)

@@ -4,7 +4,8 @@ Images: :func:`load_fashion_mnist`, :func:`load_skimage_photos` (real photos wit
 captions) and :func:`make_scenes` (rendered shape × colour × position scenes
 with paraphrased captions). Speech: :mod:`mmcache.datasets.speech` (espeak-ng
 renderings, labelled synthetic; Asterisk prompts and LibriVox clips, real).
-Splits: :func:`split_of` / :func:`assign_splits` (fixed, seeded, per key).
+Splits: :func:`split_of` / :func:`assign_splits` (fixed, seeded, per key). Labelled
+hit / no-hit query pairs for threshold studies: :mod:`mmcache.datasets.pairs`.
 """
 
 from __future__ import annotations

@@ -58,14 +58,27 @@ def iter_json_array(stream: IO[str]) -> Iterator[object]:
         pos = end
 
 
-def iter_sharegpt_prompts() -> Iterator[tuple[str, str]]:
-    """Yield ``(conversation id, first human prompt)`` in file order."""
+#: ShareGPT's speaker names → the chat roles of :attr:`mmcache.Query` contexts.
+SHAREGPT_ROLES = {"human": "user", "gpt": "assistant"}
+
+
+def iter_sharegpt_conversations() -> Iterator[tuple[str, list[dict[str, str]]]]:
+    """Yield ``(conversation id, turns)`` in file order; a turn is ``{"role", "content"}``
+    with role "user" or "assistant" (turns of other speakers or without text are dropped)."""
     with _open_sharegpt() as stream:
         for conv in iter_json_array(stream):
-            turns = conv.get("conversations") or [] if isinstance(conv, dict) else []
-            first = next((t.get("value") for t in turns if t.get("from") == "human"), None)
-            if isinstance(first, str):
-                yield str(conv.get("id", "")), first
+            raw = conv.get("conversations") or [] if isinstance(conv, dict) else []
+            turns = [{"role": SHAREGPT_ROLES[t["from"]], "content": t["value"]} for t in raw
+                     if t.get("from") in SHAREGPT_ROLES and isinstance(t.get("value"), str)]
+            yield str(conv.get("id", "")), turns
+
+
+def iter_sharegpt_prompts() -> Iterator[tuple[str, str]]:
+    """Yield ``(conversation id, first human prompt)`` in file order."""
+    for conv_id, turns in iter_sharegpt_conversations():
+        first = next((t["content"] for t in turns if t["role"] == "user"), None)
+        if first is not None:
+            yield conv_id, first
 
 
 def load_prompts(n: int, *, min_chars: int = 8, max_chars: int = 500) -> list[str]:

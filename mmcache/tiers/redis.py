@@ -193,12 +193,8 @@ class RedisTier(StoreTier):
                  policy: EvictionPolicy | str = "lru", spec: IndexSpec = IndexSpec(),
                  precheck: bool = True, prefix: str = "mmcache", name: str = "l3",
                  socket_timeout: float = 5.0, max_staleness: float = 0.0) -> None:
-        store = RedisStore(url, prefix, socket_timeout)
-        try:
-            super().__init__(store, capacity, policy, spec, precheck, name, max_staleness)
-        except BaseException:
-            store.close()
-            raise
+        super().__init__(RedisStore(url, prefix, socket_timeout), capacity, policy, spec, precheck, name,
+                         max_staleness)
 
     @property
     def url(self) -> str:

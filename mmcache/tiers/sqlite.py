@@ -279,12 +279,8 @@ class SQLiteTier(StoreTier):
                  policy: EvictionPolicy | str = "lru", spec: IndexSpec = IndexSpec(),
                  synchronous: str = "NORMAL", shared: bool = False, precheck: bool = True,
                  name: str = "l3", max_staleness: float = 0.0) -> None:
-        store = SQLiteStore(path, synchronous, shared)
-        try:
-            super().__init__(store, capacity, policy, spec, precheck, name, max_staleness)
-        except BaseException:
-            store.close()
-            raise
+        super().__init__(SQLiteStore(path, synchronous, shared), capacity, policy, spec, precheck, name,
+                         max_staleness)
 
     @property
     def path(self) -> Path:

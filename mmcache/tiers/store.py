@@ -135,6 +135,15 @@ class StoreTier(BudgetedTier):
     def __init__(self, store: Store, capacity: Capacity | None = None,
                  policy: EvictionPolicy | str = "lru", spec: IndexSpec = IndexSpec(),
                  precheck: bool = True, name: str = "l3", max_staleness: float = 0.0) -> None:
+        """The tier owns ``store`` from here on: it closes it when it cannot be opened."""
+        try:
+            self._open(store, capacity, policy, spec, precheck, name, max_staleness)
+        except BaseException:
+            store.close()
+            raise
+
+    def _open(self, store: Store, capacity: Capacity | None, policy: EvictionPolicy | str,
+              spec: IndexSpec, precheck: bool, name: str, max_staleness: float) -> None:
         if isinstance(max_staleness, bool) or not isinstance(max_staleness, (int, float)) or \
                 not 0 <= max_staleness < float("inf"):
             raise ConfigError(f"max_staleness must be a finite number of seconds >= 0, "
