@@ -2,8 +2,8 @@
 
 Counts grow by the current age on every hit, so buckets (head/tail pairs in ``heads``,
 one per distinct count, FIFO by the time a key reached the count) are found through a
-typed dict from count to slot, and each key remembers its slot. The counts of non-empty
-buckets sit in a min-heap with lazy deletion; the next non-empty count above the age is
+typed dict from count to slot (``cnt`` maps back), and each key remembers its slot. The
+slots of non-empty buckets sit in a min-heap by count with lazy deletion; the next non-empty count above the age is
 found by setting the (rare) counts below it aside and putting them back.
 """
 
@@ -20,12 +20,12 @@ COUNT_LIMIT = 2**62
 
 
 @njit(cache=True)
-def _heap_push(heap, n, f):
+def _heap_push(heap, cnt, n, f):
     j = n
     heap[j] = f
     while j > 0:
         parent = (j - 1) >> 1
-        if heap[parent] <= heap[j]:
+        if cnt[heap[parent]] <= cnt[heap[j]]:
             break
         heap[j], heap[parent] = heap[parent], heap[j]
         j = parent
@@ -33,7 +33,7 @@ def _heap_push(heap, n, f):
 
 
 @njit(cache=True)
-def _heap_pop(heap, n):
+def _heap_pop(heap, cnt, n):
     n -= 1
     heap[0] = heap[n]
     j = 0
@@ -41,9 +41,9 @@ def _heap_pop(heap, n):
         child = 2 * j + 1
         if child >= n:
             break
-        if child + 1 < n and heap[child + 1] < heap[child]:
+        if child + 1 < n and cnt[heap[child + 1]] < cnt[heap[child]]:
             child += 1
-        if heap[j] <= heap[child]:
+        if cnt[heap[j]] <= cnt[heap[child]]:
             break
         heap[j], heap[child] = heap[child], heap[j]
         j = child
@@ -51,46 +51,47 @@ def _heap_pop(heap, n):
 
 
 @njit(cache=True)
-def _slot(slots, f):
+def _slot(slots, cnt, f):
     """Slot of the bucket for count ``f``, allocated on first use."""
     if f in slots:
         return slots[f]
     s = len(slots)
     slots[f] = s
+    cnt[s] = f
     return s
 
 
 @njit(cache=True)
-def _live_top(heap, n, heads, slots, queued):
+def _live_top(heap, cnt, n, heads, queued):
     """Drop heap tops whose bucket is empty; the new heap size."""
     while n > 0:
-        s = slots[heap[0]]
+        s = heap[0]
         if heads[s, 0] >= 0:
             break
         queued[s] = False
-        n = _heap_pop(heap, n)
+        n = _heap_pop(heap, cnt, n)
     return n
 
 
 @njit(cache=True)
-def _successor(heap, n, heads, slots, queued, aside, v):
+def _successor(heap, cnt, n, heads, queued, aside, v):
     """(smallest non-empty count above ``v``, or ``v`` if none; heap size)."""
     k = 0
-    n = _live_top(heap, n, heads, slots, queued)
-    while n > 0 and heap[0] <= v:
+    n = _live_top(heap, cnt, n, heads, queued)
+    while n > 0 and cnt[heap[0]] <= v:
         aside[k] = heap[0]
         k += 1
-        n = _heap_pop(heap, n)
-        n = _live_top(heap, n, heads, slots, queued)
-    out = heap[0] if n > 0 else v
+        n = _heap_pop(heap, cnt, n)
+        n = _live_top(heap, cnt, n, heads, queued)
+    out = cnt[heap[0]] if n > 0 else v
     for j in range(k):
-        n = _heap_push(heap, n, aside[j])
+        n = _heap_push(heap, cnt, n, aside[j])
     return out, n
 
 
 @njit(cache=True)
-def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, obj_slot, slots, queued,
-            heap, aside):
+def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, obj_slot, slots, cnt,
+            queued, heap, aside):
     used = 0
     miss_cnt = 0
     miss_byte = 0
@@ -107,11 +108,11 @@ def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, obj_slot, 
             so = obj_slot[x]
             unlink(prev, nxt, heads[so], x)
             if old == min_freq and heads[so, 0] < 0:
-                min_freq, n = _successor(heap, n, heads, slots, queued, aside, min_freq)
-            sn = _slot(slots, new)
+                min_freq, n = _successor(heap, cnt, n, heads, queued, aside, min_freq)
+            sn = _slot(slots, cnt, new)
             if not queued[sn]:
                 queued[sn] = True
-                n = _heap_push(heap, n, new)
+                n = _heap_push(heap, cnt, n, sn)
             push_head(prev, nxt, heads[sn], x)
             obj_slot[x] = sn
             continue
@@ -124,21 +125,21 @@ def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, obj_slot, 
             f = max(min_freq, 1)
             sf = slots[f] if f in slots else -1
             if sf < 0 or heads[sf, 0] < 0:  # stale minimum: the lowest non-empty count
-                n = _live_top(heap, n, heads, slots, queued)
-                f = heap[0]
-                sf = slots[f]
+                n = _live_top(heap, cnt, n, heads, queued)
+                sf = heap[0]
+                f = cnt[sf]
             min_freq = f
             v = heads[sf, 1]
             unlink(prev, nxt, heads[sf], v)
             if heads[sf, 0] < 0:
-                min_freq, n = _successor(heap, n, heads, slots, queued, aside, min_freq)
+                min_freq, n = _successor(heap, cnt, n, heads, queued, aside, min_freq)
             freq[v] = 0
             used -= obj_size[v]
         f = min_freq + 1
-        sn = _slot(slots, f)
+        sn = _slot(slots, cnt, f)
         if not queued[sn]:
             queued[sn] = True
-            n = _heap_push(heap, n, f)
+            n = _heap_push(heap, cnt, n, sn)
         freq[x] = f
         push_head(prev, nxt, heads[sn], x)
         obj_slot[x] = sn
@@ -156,6 +157,6 @@ def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: i
     heads = np.full((n_slots, 2), -1, np.int64)
     counts = _replay(ids, sizes, cache_size, prev, nxt, heads, np.zeros(n_obj, np.int64),
                      np.zeros(n_obj, np.int64), np.zeros(n_obj, np.int64), slots,
-                     np.zeros(n_slots, np.bool_),
+                     np.zeros(n_slots, np.int64), np.zeros(n_slots, np.bool_),
                      np.zeros(n_slots, np.int64), np.zeros(n_slots, np.int64))
     return None if counts[0] < 0 else counts
