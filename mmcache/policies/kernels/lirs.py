@@ -49,7 +49,8 @@ def _prune(sp, sn, hs, nhp, nhn, hn, in_s, lir, res, in_nh, size, st):
 
 
 @njit(cache=True, inline="always")
-def _evict_lir(sp, sn, hs, qp, qn, hq, nhp, nhn, hn, in_s, lir, res, in_q, in_nh, size, st, hirs_limit):
+def _evict_lir(sp, sn, hs, qp, qn, hq, nhp, nhn, hn, in_s, lir, res, in_q, in_nh, size, st,
+               hirs_limit):
     """Prune, then demote S's bottom LIR object to Q; False when S holds no LIR object."""
     _prune(sp, sn, hs, nhp, nhn, hn, in_s, lir, res, in_nh, size, st)
     if hs[1] < 0 or not lir[hs[1]]:
@@ -88,7 +89,8 @@ def _limit_stack(sp, sn, hs, nhp, nhn, hn, in_s, in_nh, size, st, cache_size):
 
 
 @njit(cache=True)
-def _replay(ids, sizes, cache_size, hirs_limit, sp, sn, qp, qn, nhp, nhn, in_s, lir, res, in_q, in_nh, size):
+def _replay(ids, sizes, cache_size, hirs_limit, sp, sn, qp, qn, nhp, nhn, in_s, lir, res, in_q,
+            in_nh, size):
     lirs_limit = cache_size - hirs_limit
     hs = np.full(2, -1, np.int64)
     hq = np.full(2, -1, np.int64)
@@ -111,13 +113,15 @@ def _replay(ids, sizes, cache_size, hirs_limit, sp, sn, qp, qn, nhp, nhn, in_s, 
                     in_q[x] = False
                     st[HC] -= size[x]
                 while st[LC] + size[x] > lirs_limit and _evict_lir(
-                        sp, sn, hs, qp, qn, hq, nhp, nhn, hn, in_s, lir, res, in_q, in_nh, size, st, hirs_limit):
+                        sp, sn, hs, qp, qn, hq, nhp, nhn, hn, in_s, lir, res, in_q, in_nh, size, st,
+                        hirs_limit):
                     pass
                 lir[x] = True
                 st[LC] += size[x]
             else:  # resident HIR only in Q
                 while st[LC] + size[x] > lirs_limit and _evict_lir(
-                        sp, sn, hs, qp, qn, hq, nhp, nhn, hn, in_s, lir, res, in_q, in_nh, size, st, hirs_limit):
+                        sp, sn, hs, qp, qn, hq, nhp, nhn, hn, in_s, lir, res, in_q, in_nh, size, st,
+                        hirs_limit):
                     pass
                 if in_q[x]:
                     _push_s(sp, sn, hs, in_s, lir, res, size, st, x, False, True)
@@ -135,7 +139,8 @@ def _replay(ids, sizes, cache_size, hirs_limit, sp, sn, qp, qn, nhp, nhn, in_s, 
             admit = False
         elif in_s[x]:  # non-resident HIR in S
             while st[LC] + size[x] > lirs_limit and _evict_lir(
-                    sp, sn, hs, qp, qn, hq, nhp, nhn, hn, in_s, lir, res, in_q, in_nh, size, st, hirs_limit):
+                    sp, sn, hs, qp, qn, hq, nhp, nhn, hn, in_s, lir, res, in_q, in_nh, size, st,
+                        hirs_limit):
                 pass
             if in_nh[x]:
                 unlink(nhp, nhn, hn, x)
@@ -151,8 +156,8 @@ def _replay(ids, sizes, cache_size, hirs_limit, sp, sn, qp, qn, nhp, nhn, in_s, 
                 if in_s[x]:
                     while st[HC] >= hirs_limit and hq[1] >= 0:
                         _evict_hir(qp, qn, hq, nhp, nhn, hn, in_q, in_s, res, in_nh, size, st)
-                    if not _evict_lir(sp, sn, hs, qp, qn, hq, nhp, nhn, hn, in_s, lir, res, in_q, in_nh, size,
-                                      st, hirs_limit) and hq[1] < 0:
+                    if not _evict_lir(sp, sn, hs, qp, qn, hq, nhp, nhn, hn, in_s, lir, res,
+                                      in_q, in_nh, size, st, hirs_limit) and hq[1] < 0:
                         raise RuntimeError("LIRS: nothing left to evict")
                 else:
                     _evict_hir(qp, qn, hq, nhp, nhn, hn, in_q, in_s, res, in_nh, size, st)
