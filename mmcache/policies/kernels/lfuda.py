@@ -4,8 +4,8 @@ Counts grow by the current age on every hit, so buckets (head/tail pairs in ``he
 one per distinct count, FIFO by the time a key reached the count) are found through a
 typed dict from count to slot (``cnt`` maps back), and each key remembers its slot. The
 slots of non-empty buckets sit in a min-heap by count with lazy deletion; the next
-non-empty count above the age is
-found by setting the (rare) counts below it aside and putting them back.
+non-empty count above the age is found by setting the (rare) counts below it aside and
+putting them back.
 """
 
 from __future__ import annotations
