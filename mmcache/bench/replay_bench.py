@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> None:
         rows += bench_trace("zipf1.0", zipf, path, wss // 10, args.policies, args.repeats)
     print_table(rows)
     print("\nmmcache M/s: simulate() per call, id renumbering included; libcachesim M/s: "
-          "process_trace() of the libcachesim PyPI binding (C reader over the oracleGeneral file); ratio = "
-          "mmcache / libcachesim; /ODict-LRU = mmcache / plain Python OrderedDict LRU.")
+          "process_trace() of the libcachesim PyPI binding (C reader over the oracleGeneral "
+          "file); ratio = mmcache / libcachesim; /ODict-LRU = mmcache / plain Python OrderedDict LRU.")
 
 
 if __name__ == "__main__":
