@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     print_table(rows)
     print("\nmmcache M/s: simulate() per call, id renumbering included; libcachesim M/s: "
           "process_trace() of the libcachesim PyPI binding (C reader over the oracleGeneral "
-          "file); ratio = mmcache / libcachesim; /ODict-LRU = mmcache / plain Python OrderedDict LRU.")
+          "file); ratio = mmcache / libcachesim; /ODict-LRU = mmcache / plain Python "
+          "OrderedDict LRU.")
 
 
 if __name__ == "__main__":
