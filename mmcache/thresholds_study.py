@@ -1,0 +1,202 @@
+"""Threshold studies on labelled pairs (notebook 02 and its widget panel call these).
+
+:func:`score_pairs` embeds every pair once (through the embedding store) and scores it:
+cosine per modality, the built-in verifier's probability. :func:`replay` streams the
+pairs' lookups through any :class:`mmcache.thresholds.ThresholdRule` in a seeded order,
+one candidate per lookup (the pair's cached entry), with every lookup's label fed back as
+vCache's exploration does. :func:`summarise` counts as vCache does: hit rate = served ÷
+lookups, realised error = wrong answers served ÷ lookups. Static thresholds are swept in
+closed form (:func:`static_curve`, :func:`best_static`), and :func:`gptcache_decisions`
+applies GPTCache's own similarity evaluation at its defaults to the same vectors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .datasets.pairs import Pair
+from .edit_verifier import verify_edits
+from .errors import InvalidInputError
+
+#: Encoder per modality of the study (names for :func:`mmcache.encoders.get_encoder`).
+STUDY_ENCODERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "text": ("minilm", {}), "image": ("clip", {"modality": "image"}), "audio": ("whisper", {})}
+#: The primary modality of each pair family: the one whose embedding decides alone.
+PRIMARY = {"text": "text", "image": "image", "audio": "audio"}
+#: GPTCache 0.1.44's default ``similarity_threshold`` (``gptcache.Config``).
+GPTCACHE_DEFAULT_THRESHOLD = 0.8
+
+
+@dataclass(frozen=True, eq=False)
+class PairScores:
+    """Per-pair arrays (aligned): labels, the entry each lookup hits, cosines, verifier."""
+
+    modality: np.ndarray
+    kind: np.ndarray
+    same: np.ndarray
+    entry: np.ndarray
+    similarities: Mapping[str, np.ndarray]  # modality -> cosine (NaN where absent)
+    verifier: np.ndarray
+    encoder_ids: Mapping[str, str]
+
+    def __len__(self) -> int:
+        return len(self.same)
+
+    def subset(self, mask: np.ndarray) -> "PairScores":
+        """The pairs where ``mask`` is true."""
+        return PairScores(self.modality[mask], self.kind[mask], self.same[mask], self.entry[mask],
+                          {m: s[mask] for m, s in self.similarities.items()},
+                          self.verifier[mask], self.encoder_ids)
+
+    def min_similarity(self) -> np.ndarray:
+        """Each pair's smallest cosine over its modalities (what a multimodal hit needs)."""
+        return np.nanmin(np.vstack(list(self.similarities.values())), axis=0)
+
+    def lookup(self, i: int) -> dict[str, float]:
+        """Pair ``i``'s similarities as a rule sees them (present modalities only)."""
+        return {m: float(s[i]) for m, s in self.similarities.items() if not np.isnan(s[i])}
+
+
+def score_pairs(pairs: Sequence[Pair], encoders: Mapping[str, Any] | None = None,
+                store: Any = None,
+                verifier: Callable[..., float] = verify_edits) -> PairScores:
+    """Embed and score ``pairs``; ``encoders`` maps a modality to an encoder (default
+    :data:`STUDY_ENCODERS`), ``store`` an :class:`~mmcache.encoders.EmbeddingStore`."""
+    if not pairs:
+        raise InvalidInputError("score_pairs needs at least one pair")
+    encoders = dict(encoders or {})
+    present = sorted({m for p in pairs for m in p.query.modalities()})
+    for m in present:
+        if m not in encoders:
+            from .encoders import get_encoder
+            name, kw = STUDY_ENCODERS[m]
+            encoders[m] = get_encoder(name, **kw)
+    sims = {m: _cosines(pairs, m, encoders[m], store) for m in present}
+    return PairScores(
+        modality=np.array([p.modality for p in pairs]), kind=np.array([p.kind for p in pairs]),
+        same=np.array([p.same for p in pairs]), entry=np.array([p.source for p in pairs]),
+        similarities=sims,
+        verifier=np.array([_verify(p, verifier) for p in pairs]),
+        encoder_ids={m: encoders[m].encoder_id for m in present})
+
+
+def _raw(query: Any, modality: str) -> Any:
+    return {"text": query.text, "image": query.image, "audio": query.audio}[modality]
+
+
+def _cosines(pairs: Sequence[Pair], modality: str, encoder: Any, store: Any) -> np.ndarray:
+    rows = [i for i, p in enumerate(pairs) if modality in p.query.modalities()]
+    out = np.full(len(pairs), np.nan)
+    if not rows:
+        return out
+    items = [_raw(pairs[i].query, modality) for i in rows] + \
+            [_raw(pairs[i].cached, modality) for i in rows]
+    vectors = store.encode(encoder, items) if store is not None else encoder.encode(items)
+    vectors = np.asarray(vectors, np.float64)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    q, e = vectors[:len(rows)], vectors[len(rows):]
+    out[rows] = np.clip(np.einsum("nd,nd->n", q, e), -1.0, 1.0)
+    return out
+
+
+def _verify(pair: Pair, verifier: Callable[..., float]) -> float:
+    if pair.query.text is None or pair.cached.text is None:
+        return 1.0
+    return float(verifier(pair.query.text, pair.query_context, pair.cached.text,
+                          pair.cached_context))
+
+
+@dataclass(frozen=True, eq=False)
+class Replay:
+    """What one replay served: per lookup (in stream order) served / correct / observations."""
+
+    order: np.ndarray
+    served: np.ndarray
+    same: np.ndarray
+    observations: np.ndarray  # labels the entry had before this lookup
+    modality: np.ndarray
+
+
+def replay(scores: PairScores, rule: Any, seed: int = 0, use_verifier: bool = True,
+           scope: str = "study") -> Replay:
+    """Stream every pair's lookup through ``rule`` in a ``seed``-ed order; feed each label back."""
+    order = np.random.default_rng(seed).permutation(len(scores))
+    served = np.zeros(len(order), bool)
+    seen: dict[str, int] = {}
+    observations = np.zeros(len(order), int)
+    for k, i in enumerate(order):
+        sims, entry = scores.lookup(int(i)), str(scores.entry[i])
+        evidence = {"verifier": float(scores.verifier[i])} if use_verifier else None
+        rule.observe_lookup(scope, tuple(sims), sims)
+        observations[k] = seen.get(entry, 0)
+        if rule.accepts(sims, entry, scope, evidence):
+            served[k] = True
+            rule.served(sims, entry, scope, evidence)
+        rule.feedback(sims, entry, bool(scores.same[i]), scope)
+        seen[entry] = seen.get(entry, 0) + 1
+    return Replay(order, served, scores.same[order], observations, scores.modality[order])
+
+
+def summarise(served: np.ndarray, same: np.ndarray) -> dict[str, float]:
+    """hit rate, realised error (wrong served ÷ lookups), precision of hits, recall of true hits."""
+    served, same = np.asarray(served, bool), np.asarray(same, bool)
+    n, hits, wrong = len(served), int(served.sum()), int((served & ~same).sum())
+    return {"hit_rate": hits / max(n, 1), "realised_error": wrong / max(n, 1),
+            "precision": (hits - wrong) / hits if hits else 1.0,
+            "recall": (hits - wrong) / max(int(same.sum()), 1), "lookups": n}
+
+
+def cold_start_hit_rate(result: Replay, max_observations: int = 6) -> float:
+    """Hit rate of lookups whose entry had fewer than ``max_observations`` labels."""
+    cold = result.observations < max_observations
+    return float(result.served[cold].mean()) if cold.any() else float("nan")
+
+
+def static_decisions(scores: PairScores, delta: float, use_verifier: bool = False,
+                     level: float = 0.5) -> np.ndarray:
+    """Which pairs a static δ serves (every modality's cosine ≥ 1 − δ; verifier ≥ ``level``)."""
+    served = scores.min_similarity() >= 1.0 - delta
+    return served & (scores.verifier >= level) if use_verifier else served
+
+
+def static_curve(scores: PairScores, deltas: Sequence[float] | None = None,
+                 use_verifier: bool = False) -> list[dict[str, float]]:
+    """:func:`summarise` of a static δ for each of ``deltas`` (default: every distinct one)."""
+    if deltas is None:
+        deltas = np.unique(np.clip(1.0 - scores.min_similarity(), 0.0, 2.0))
+    return [{"delta": float(d), **summarise(static_decisions(scores, d, use_verifier), scores.same)}
+            for d in deltas]
+
+
+def best_static(scores: PairScores, budget: float, use_verifier: bool = False) -> dict[str, float]:
+    """The static δ chosen in hindsight: the most hits with realised error ≤ ``budget``."""
+    ok = [row for row in static_curve(scores, use_verifier=use_verifier)
+          if row["realised_error"] <= budget]
+    if not ok:
+        return {"delta": 0.0, **summarise(np.zeros(len(scores), bool), scores.same)}
+    return max(ok, key=lambda row: (row["hit_rate"], -row["delta"]))
+
+
+def gptcache_decisions(scores: PairScores,
+                       threshold: float = GPTCACHE_DEFAULT_THRESHOLD) -> np.ndarray | None:
+    """Which pairs GPTCache serves at its defaults (None when gptcache is not installed).
+
+    GPTCache keeps one vector per entry: each pair's primary modality is used. Its
+    faiss store returns the squared L2 distance; its default ``SearchDistanceEvaluation``
+    scores ``4 − d`` and ``adapter.api.get`` serves when the score reaches
+    ``threshold × 4`` (the evaluation's range) — for unit vectors, cos ≥ 2·threshold − 1.
+    """
+    try:
+        from gptcache.similarity_evaluation.distance import SearchDistanceEvaluation
+    except ImportError:
+        return None
+    evaluation = SearchDistanceEvaluation()
+    low, high = evaluation.range()
+    rank_threshold = (high - low) * threshold + low
+    cos = np.array([scores.similarities[PRIMARY[m]][i] for i, m in enumerate(scores.modality)])
+    distance = 2.0 - 2.0 * cos  # squared L2 of unit vectors
+    rank = np.array([evaluation.evaluation({}, {"search_result": (d, None)}) for d in distance])
+    return rank >= rank_threshold

@@ -1,0 +1,101 @@
+"""Threshold study helpers on synthetic scores: counting, hindsight δ, replay, GPTCache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mmcache.datasets.pairs import Pair
+from mmcache.encoders import HashingTestEncoder
+from mmcache.errors import InvalidInputError
+from mmcache.thresholds_study import (PairScores, best_static, cold_start_hit_rate,
+                                      gptcache_decisions, replay, score_pairs, static_curve,
+                                      static_decisions, summarise)
+from mmcache.types import Query
+
+
+def _scores(sims, same, verifier=None, entry=None, modality="text") -> PairScores:
+    n = len(sims)
+    return PairScores(modality=np.array([modality] * n), kind=np.array(["k"] * n),
+                      same=np.array(same, bool),
+                      entry=np.array(entry if entry is not None else [f"e{i}" for i in range(n)]),
+                      similarities={modality: np.array(sims, float)},
+                      verifier=np.array(verifier if verifier is not None else [1.0] * n),
+                      encoder_ids={modality: "test"})
+
+
+def test_summary_counts_errors_over_all_lookups() -> None:
+    out = summarise(np.array([1, 1, 1, 0]), np.array([1, 0, 1, 1]))
+    assert out["hit_rate"] == 0.75 and out["realised_error"] == 0.25
+    assert out["precision"] == pytest.approx(2 / 3) and out["recall"] == pytest.approx(2 / 3)
+
+
+def test_best_static_in_hindsight_respects_the_budget() -> None:
+    sims = [0.99, 0.97, 0.96, 0.95, 0.90, 0.80, 0.70, 0.60]
+    same = [1, 1, 0, 1, 1, 0, 1, 0]
+    scores = _scores(sims, same)
+    best = best_static(scores, budget=0.0)
+    assert best["hit_rate"] == 0.25 and best["realised_error"] == 0.0
+    assert best["delta"] == pytest.approx(0.03)
+    loose = best_static(scores, budget=0.125)
+    assert loose["hit_rate"] == 0.625 and loose["realised_error"] <= 0.125
+    curve = static_curve(scores, [0.0, 0.05, 0.5])
+    assert [row["hit_rate"] for row in curve] == sorted(row["hit_rate"] for row in curve)
+
+
+def test_verifier_vetoes_static_hits() -> None:
+    scores = _scores([0.99, 0.99], [1, 0], verifier=[0.97, 0.03])
+    assert static_decisions(scores, 0.1).tolist() == [True, True]
+    assert static_decisions(scores, 0.1, use_verifier=True).tolist() == [True, False]
+
+
+class _CountingRule:
+    """Serves an entry once it has two labels; records the calls a replay makes."""
+
+    def __init__(self) -> None:
+        self.labels: dict[str, int] = {}
+        self.calls: list[str] = []
+
+    def observe_lookup(self, scope, modalities, nearest) -> None:
+        self.calls.append("lookup")
+
+    def accepts(self, sims, entry_id, scope, evidence) -> bool:
+        return self.labels.get(entry_id, 0) >= 2 and (evidence or {}).get("verifier", 1) > 0.5
+
+    def served(self, sims, entry_id, scope, evidence) -> None:
+        self.calls.append("served")
+
+    def feedback(self, sims, entry_id, correct, scope) -> None:
+        self.labels[entry_id] = self.labels.get(entry_id, 0) + 1
+
+
+def test_replay_feeds_every_label_back_and_counts_cold_lookups() -> None:
+    scores = _scores([0.9] * 6, [1] * 6, entry=["a"] * 3 + ["b"] * 3)
+    rule = _CountingRule()
+    result = replay(scores, rule, seed=1)
+    assert rule.labels == {"a": 3, "b": 3} and rule.calls.count("lookup") == 6
+    assert result.served.sum() == 2 == rule.calls.count("served")
+    assert sorted(result.observations.tolist()) == [0, 0, 1, 1, 2, 2]
+    assert cold_start_hit_rate(result, max_observations=2) == 0.0
+    assert cold_start_hit_rate(result, max_observations=6) == pytest.approx(1 / 3)
+    again = replay(scores, _CountingRule(), seed=1)
+    assert again.order.tolist() == result.order.tolist()
+
+
+def test_gptcache_default_serves_from_cosine_point_six() -> None:
+    pytest.importorskip("gptcache")
+    scores = _scores([0.95, 0.61, 0.59, 0.1], [1, 1, 0, 0])
+    assert gptcache_decisions(scores).tolist() == [True, True, False, False]
+
+
+def test_score_pairs_embeds_both_sides_and_verifies_text() -> None:
+    pairs = [Pair(Query(text="Is it safe?", scope="s"), Query(text="Is it safe?", scope="s"),
+                  True, "paraphrase", "text", "p1", "test"),
+             Pair(Query(text="Is it not safe?", scope="s"), Query(text="Is it safe?", scope="s"),
+                  False, "negation", "text", "p1", "test")]
+    scores = score_pairs(pairs, encoders={"text": HashingTestEncoder()})
+    assert scores.similarities["text"][0] == pytest.approx(1.0)
+    assert scores.similarities["text"][1] < 1.0
+    assert scores.verifier[0] > 0.9 > 0.1 > scores.verifier[1]
+    with pytest.raises(InvalidInputError):
+        score_pairs([])
