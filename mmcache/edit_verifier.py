@@ -6,7 +6,7 @@ word, or the same follow-up message after another conversation. :func:`check_edi
 compares the query's and the entry's question (and their chat histories) token by
 token and returns P(the entry's answer fits the query) with the reason. It is
 rule-based: the cue lists below are general English (negation words, month / weekday /
-relative-date words, years); it knows nothing of how :mod:`mmcache.datasets.pairs` makes its
+relative-date words, years) and WordNet antonyms ("on" / "off"); it knows nothing of how :mod:`mmcache.datasets.pairs` makes its
 traps beyond "one token changed", and its precision / recall per trap kind is measured
 on the pairs' held-out split (notebook 02). Meaning-preserving rewrites it forgives:
 reordering, politeness words, letter case, punctuation, and WordNet synonyms.
@@ -19,12 +19,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from .datasets.wordnet import POS_FILES, synonyms
+from .datasets.wordnet import POS_FILES, antonyms, synonyms
 
 #: P(answer fits) returned for each reason (round numbers, not fitted: see module doc).
 PROBABILITIES: dict[str, float] = {
     "identical": 0.99, "rewrite": 0.97, "negation": 0.03, "number": 0.03, "date": 0.03,
-    "entity": 0.05, "context": 0.05, "context-missing": 0.3}
+    "entity": 0.05, "antonym": 0.03, "context": 0.05, "context-missing": 0.3}
 #: Each unmatched content word (not a synonym of one on the other side) halves P.
 CONTENT_WORD_FACTOR = 0.5
 #: Least share of the shorter history's content words the other history must contain.
@@ -38,7 +38,7 @@ DATE_WORDS = frozenset(
     "next last previous ago q1 q2 q3 q4".split())
 #: Function and politeness words: adding or dropping them does not change what is asked.
 FILLER_WORDS = frozenset(
-    """a an the and or but if of to in on at by for with from as is are was were be been being do
+    """a an the and or but if of to in at by for with from as is are was were be been being do
     does did have has had can could should would will shall may might must this that these those
     it its i me my we our you your he she they them their what which who whom how why when where
     there here yes please hi hello hey thanks thank help quick question need some any just also
@@ -73,6 +73,9 @@ def check_edits(query_text: str, query_context: Sequence[Mapping[str, str]] | No
         if a != b:
             return Verdict(PROBABILITIES[reason], reason, _diff(a, b))
     unmatched = _unmatched_content(q, e)
+    opposite = _antonym_pair(unmatched)
+    if opposite:
+        return Verdict(PROBABILITIES["antonym"], "antonym", opposite)
     p = PROBABILITIES["rewrite"] * CONTENT_WORD_FACTOR ** len(unmatched)
     return Verdict(p, "content" if unmatched else "rewrite", " ".join(sorted(unmatched)))
 
@@ -146,6 +149,16 @@ def _unmatched_content(q: list[str], e: list[str]) -> list[str]:
         else:
             only_b.remove(match)
     return left + only_b
+
+
+def _antonym_pair(words: list[str]) -> str:
+    """"a / b" for the first two unmatched words that are WordNet antonyms ("" if none)."""
+    for i, a in enumerate(words):
+        opposites = antonyms(a)
+        for b in words[i + 1:]:
+            if b in opposites:
+                return f"{a} / {b}"
+    return ""
 
 
 def _synonymous(a: str, b: str) -> bool:

@@ -61,10 +61,14 @@ class PairScores:
 
 
 def score_pairs(pairs: Sequence[Pair], encoders: Mapping[str, Any] | None = None,
-                store: Any = None,
-                verifier: Callable[..., float] = verify_edits) -> PairScores:
+                store: Any = None, verifier: Callable[..., float] = verify_edits,
+                transcribe: Callable[[list[np.ndarray]], list[str]] | None = None) -> PairScores:
     """Embed and score ``pairs``; ``encoders`` maps a modality to an encoder (default
-    :data:`STUDY_ENCODERS`), ``store`` an :class:`~mmcache.encoders.EmbeddingStore`."""
+    :data:`STUDY_ENCODERS`), ``store`` an :class:`~mmcache.encoders.EmbeddingStore`.
+
+    The verifier reads each pair's texts; speech pairs have none, so it reads their
+    transcripts when ``transcribe`` (clips → texts, e.g. Whisper's) is given, else 1.0.
+    """
     if not pairs:
         raise InvalidInputError("score_pairs needs at least one pair")
     encoders = dict(encoders or {})
@@ -79,7 +83,7 @@ def score_pairs(pairs: Sequence[Pair], encoders: Mapping[str, Any] | None = None
         modality=np.array([p.modality for p in pairs]), kind=np.array([p.kind for p in pairs]),
         same=np.array([p.same for p in pairs]), entry=np.array([p.source for p in pairs]),
         similarities=sims,
-        verifier=np.array([_verify(p, verifier) for p in pairs]),
+        verifier=_verify_all(pairs, verifier, transcribe),
         encoder_ids={m: encoders[m].encoder_id for m in present})
 
 
@@ -102,11 +106,18 @@ def _cosines(pairs: Sequence[Pair], modality: str, encoder: Any, store: Any) -> 
     return out
 
 
-def _verify(pair: Pair, verifier: Callable[..., float]) -> float:
-    if pair.query.text is None or pair.cached.text is None:
-        return 1.0
-    return float(verifier(pair.query.text, pair.query_context, pair.cached.text,
-                          pair.cached_context))
+def _verify_all(pairs: Sequence[Pair], verifier: Callable[..., float],
+                transcribe: Callable[[list[np.ndarray]], list[str]] | None) -> np.ndarray:
+    texts = [(p.query.text, p.cached.text) for p in pairs]
+    spoken = [i for i, p in enumerate(pairs) if p.query.text is None and p.query.audio is not None]
+    if transcribe is not None and spoken:
+        said = transcribe([pairs[i].query.audio for i in spoken] +
+                          [pairs[i].cached.audio for i in spoken])
+        for k, i in enumerate(spoken):
+            texts[i] = (said[k], said[len(spoken) + k])
+    return np.array([1.0 if q is None or e is None else
+                     float(verifier(q, p.query_context, e, p.cached_context))
+                     for p, (q, e) in zip(pairs, texts)])
 
 
 @dataclass(frozen=True, eq=False)

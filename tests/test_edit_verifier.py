@@ -25,6 +25,8 @@ SMALL_TALK = ({"role": "user", "content": "Hi there, hope you are doing well!"},
     ("Write a sorting function in Python", "Write a sorting function in Rust", "entity"),
     ("Compare Google and Apple", "Compare Google and Tesla", "entity"),
     ("Explain recursion to beginners", "Explain recursion to experts", "content"),
+    ("please turn on the kitchen lights", "please turn off the kitchen lights", "antonym"),
+    ("Lock the front door", "Unlock the front door", "antonym"),
 ])
 def test_traps_score_low_with_their_reason(query, entry, reason) -> None:
     verdict = check_edits(query, None, entry, None)

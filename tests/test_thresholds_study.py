@@ -99,3 +99,17 @@ def test_score_pairs_embeds_both_sides_and_verifies_text() -> None:
     assert scores.verifier[0] > 0.9 > 0.1 > scores.verifier[1]
     with pytest.raises(InvalidInputError):
         score_pairs([])
+
+
+def test_speech_pairs_are_verified_on_their_transcripts() -> None:
+    on, off = np.zeros(1600, np.float32), np.ones(1600, np.float32) * 0.1
+    pair = Pair(Query(audio=off, scope="s"), Query(audio=on, scope="s"), False,
+                "one-word-change", "audio", "s1", "test")
+    said = {0.0: "please turn on the fan", 0.1: "please turn off the fan"}
+
+    def transcribe(clips):
+        return [said[round(float(c[0]), 1)] for c in clips]
+
+    encoders = {"audio": HashingTestEncoder(modality="audio")}
+    assert score_pairs([pair], encoders=encoders).verifier[0] == 1.0
+    assert score_pairs([pair], encoders=encoders, transcribe=transcribe).verifier[0] < 0.5
