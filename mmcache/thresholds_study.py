@@ -132,9 +132,15 @@ class Replay:
 
 
 def replay(scores: PairScores, rule: Any, seed: int = 0, use_verifier: bool = True,
-           scope: str = "study") -> Replay:
-    """Stream every pair's lookup through ``rule`` in a ``seed``-ed order; feed each label back."""
-    order = np.random.default_rng(seed).permutation(len(scores))
+           scope: str = "study", order: np.ndarray | None = None,
+           same: np.ndarray | None = None) -> Replay:
+    """Stream the pairs' lookups through ``rule`` and feed each label back.
+
+    The stream is a ``seed``-ed permutation of the pairs unless ``order`` (pair indices,
+    repeats allowed) is given; ``same`` overrides the label of each stream position.
+    """
+    order = np.random.default_rng(seed).permutation(len(scores)) if order is None else order
+    same = scores.same[order] if same is None else np.asarray(same, bool)
     served = np.zeros(len(order), bool)
     seen: dict[str, int] = {}
     observations = np.zeros(len(order), int)
@@ -146,9 +152,38 @@ def replay(scores: PairScores, rule: Any, seed: int = 0, use_verifier: bool = Tr
         if rule.accepts(sims, entry, scope, evidence):
             served[k] = True
             rule.served(sims, entry, scope, evidence)
-        rule.feedback(sims, entry, bool(scores.same[i]), scope)
+        rule.feedback(sims, entry, bool(same[k]), scope)
         seen[entry] = seen.get(entry, 0) + 1
-    return Replay(order, served, scores.same[order], observations, scores.modality[order])
+    return Replay(np.asarray(order), served, same, observations, scores.modality[order])
+
+
+def drifting_stream(scores: PairScores, seed: int = 0, epochs: int = 2,
+                    stale_share: float = 0.5) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(order, same, drift_at)``: the pairs ``epochs`` times over in seeded orders; from the
+    start of the second epoch, ``stale_share`` of the entries have a stale answer (their
+    should-hit lookups become wrong hits). Synthetic drift: the labels change, not the data."""
+    rng = np.random.default_rng(seed)
+    order = np.concatenate([rng.permutation(len(scores)) for _ in range(epochs)])
+    entries = np.unique(scores.entry)
+    stale = set(rng.choice(entries, int(round(stale_share * len(entries))), replace=False))
+    drift_at = len(scores)
+    same = scores.same[order].copy()
+    after = np.arange(len(order)) >= drift_at
+    same[after & np.isin(scores.entry[order], list(stale))] = False
+    return order, same, drift_at
+
+
+def retrack_lookups(result: Replay, drift_at: int, budget: float, window: int = 100) -> float:
+    """Lookups after ``drift_at`` until the error over the last ``window`` lookups is back
+    within ``budget`` (0 if it never left; inf if it never came back)."""
+    wrong = (result.served & ~result.same).astype(float)
+    rolling = np.convolve(wrong, np.ones(window) / window, mode="full")[:len(wrong)]
+    after = rolling[drift_at:]
+    if not (after > budget).any():
+        return 0.0
+    first_bad = int(np.argmax(after > budget))
+    back = np.flatnonzero(after[first_bad:] <= budget)
+    return float(first_bad + back[0]) if back.size else float("inf")
 
 
 def summarise(served: np.ndarray, same: np.ndarray) -> dict[str, float]:
@@ -211,3 +246,41 @@ def gptcache_decisions(scores: PairScores,
     distance = 2.0 - 2.0 * cos  # squared L2 of unit vectors
     rank = np.array([evaluation.evaluation({}, {"search_result": (d, None)}) for d in distance])
     return rank >= rank_threshold
+
+
+#: The seed's δ sweep (seed 000 §2.5): 13 cosine thresholds from 0.65 to 0.95.
+SEED_THRESHOLDS = tuple(float(t) for t in np.linspace(0.65, 0.95, 13))
+
+
+def delta_sweep(vectors: np.ndarray, labels: np.ndarray,
+                thresholds: Sequence[float] = SEED_THRESHOLDS) -> list[dict[str, float]]:
+    """seed 000 §2.5 on real embeddings: for each threshold, the share of query pairs above it
+    (hit rate), their mean semantic drift (1 − cos between the two queries' class centres in the
+    same embedding space; 0 within a class) and the share of those hits across classes."""
+    v = np.asarray(vectors, np.float64)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    labels = np.asarray(labels)
+    classes = np.unique(labels)
+    centres = np.stack([v[labels == c].mean(0) for c in classes])
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    gap = 1.0 - centres @ centres.T
+    idx = np.searchsorted(classes, labels)
+    upper = np.triu_indices(len(v), 1)
+    cos = (v @ v.T)[upper]
+    drift = gap[idx[upper[0]], idx[upper[1]]]
+    rows = []
+    for t in thresholds:
+        hit = cos > t
+        rows.append({"threshold": float(t), "hit_rate": float(hit.mean()),
+                     "drift": float(drift[hit].mean()) if hit.any() else 0.0,
+                     "false_hit_share": float((drift[hit] > 0).mean()) if hit.any() else 0.0})
+    return rows
+
+
+def false_hit_pairs(vectors: np.ndarray, labels: np.ndarray, threshold: float) -> np.ndarray:
+    """``(k, 2)`` index pairs above ``threshold`` whose classes differ (the false hits)."""
+    v = np.asarray(vectors, np.float64)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    i, j = np.triu_indices(len(v), 1)
+    keep = ((v @ v.T)[i, j] > threshold) & (np.asarray(labels)[i] != np.asarray(labels)[j])
+    return np.stack([i[keep], j[keep]], axis=1)

@@ -113,3 +113,37 @@ def test_speech_pairs_are_verified_on_their_transcripts() -> None:
     encoders = {"audio": HashingTestEncoder(modality="audio")}
     assert score_pairs([pair], encoders=encoders).verifier[0] == 1.0
     assert score_pairs([pair], encoders=encoders, transcribe=transcribe).verifier[0] < 0.5
+
+
+def test_drifting_stream_makes_stale_entries_wrong_only_after_the_drift() -> None:
+    from mmcache.thresholds_study import drifting_stream
+
+    scores = _scores([0.9] * 8, [1] * 8, entry=list("aabbccdd"))
+    order, same, drift_at = drifting_stream(scores, seed=0, epochs=2, stale_share=0.5)
+    assert len(order) == 16 and drift_at == 8 and same[:8].all()
+    stale = {scores.entry[i] for i, ok in zip(order[8:], same[8:]) if not ok}
+    assert len(stale) == 2 and all(same[8:][~np.isin(scores.entry[order[8:]], list(stale))])
+
+
+def test_retrack_counts_lookups_until_the_rolling_error_is_back() -> None:
+    from mmcache.thresholds_study import Replay, retrack_lookups
+
+    served = np.ones(30, bool)
+    same = np.ones(30, bool)
+    same[10:14] = False  # four wrong hits just after the drift
+    result = Replay(np.arange(30), served, same, np.zeros(30, int), np.array(["text"] * 30))
+    assert retrack_lookups(result, drift_at=10, budget=0.1, window=5) == 8.0  # 13 + 5 - 10
+    assert retrack_lookups(result, drift_at=20, budget=0.1, window=5) == 0.0
+    same[10:] = False
+    assert retrack_lookups(result, drift_at=10, budget=0.1, window=5) == float("inf")
+
+
+def test_delta_sweep_counts_pairs_above_each_threshold_and_their_drift() -> None:
+    from mmcache.thresholds_study import SEED_THRESHOLDS, delta_sweep, false_hit_pairs
+
+    assert len(SEED_THRESHOLDS) == 13 and SEED_THRESHOLDS[0] == 0.65 and SEED_THRESHOLDS[-1] == 0.95
+    v = np.array([[1, 0], [0.99, 0.14], [0.8, 0.6], [0, 1]], float)
+    rows = delta_sweep(v, np.array([0, 0, 1, 1]), thresholds=[0.5, 0.95])
+    assert rows[0]["hit_rate"] == pytest.approx(3 / 6) and rows[0]["false_hit_share"] > 0
+    assert rows[1]["hit_rate"] == pytest.approx(1 / 6) and rows[1]["drift"] == 0.0
+    assert false_hit_pairs(v, np.array([0, 0, 1, 1]), 0.5).tolist() == [[0, 2], [1, 2]]
