@@ -144,6 +144,6 @@ def test_delta_sweep_counts_pairs_above_each_threshold_and_their_drift() -> None
     assert len(SEED_THRESHOLDS) == 13 and SEED_THRESHOLDS[0] == 0.65 and SEED_THRESHOLDS[-1] == 0.95
     v = np.array([[1, 0], [0.99, 0.14], [0.8, 0.6], [0, 1]], float)
     rows = delta_sweep(v, np.array([0, 0, 1, 1]), thresholds=[0.5, 0.95])
-    assert rows[0]["hit_rate"] == pytest.approx(3 / 6) and rows[0]["false_hit_share"] > 0
+    assert rows[0]["hit_rate"] == pytest.approx(4 / 6) and rows[0]["false_hit_share"] > 0
     assert rows[1]["hit_rate"] == pytest.approx(1 / 6) and rows[1]["drift"] == 0.0
     assert false_hit_pairs(v, np.array([0, 0, 1, 1]), 0.5).tolist() == [[0, 2], [1, 2]]
