@@ -3,8 +3,8 @@
 :func:`score_pairs` embeds every pair once (through the embedding store) and scores it:
 cosine per modality, the built-in verifier's probability. :func:`replay` streams the
 pairs' lookups through any :class:`mmcache.thresholds.ThresholdRule` in a seeded order,
-one candidate per lookup (the pair's cached entry), with every lookup's label fed back as
-vCache's exploration does. :func:`summarise` counts as vCache does: hit rate = served ÷
+one candidate per lookup (the pair's cached entry), feeding labels back as vCache's
+exploration does. :func:`summarise` counts as vCache does: hit rate = served ÷
 lookups, realised error = wrong answers served ÷ lookups. Static thresholds are swept in
 closed form (:func:`static_curve`, :func:`best_static`), and :func:`gptcache_decisions`
 applies GPTCache's own similarity evaluation at its defaults to the same vectors.
@@ -12,20 +12,24 @@ applies GPTCache's own similarity evaluation at its defaults to the same vectors
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from .datasets.pairs import Pair
 from .edit_verifier import verify_edits
-from .errors import InvalidInputError
+from .errors import InvalidInputError, MMCacheError
 
 #: Encoder per modality of the study (names for :func:`mmcache.encoders.get_encoder`).
 STUDY_ENCODERS: dict[str, tuple[str, dict[str, Any]]] = {
     "text": ("minilm", {}), "image": ("clip", {"modality": "image"}), "audio": ("whisper", {})}
 #: The primary modality of each pair family: the one whose embedding decides alone.
 PRIMARY = {"text": "text", "image": "image", "audio": "audio"}
+#: The verifier probability at and above which a candidate counts as passed.
+VERIFIER_PASS = 0.5
 #: GPTCache 0.1.44's default ``similarity_threshold`` (``gptcache.Config``).
 GPTCACHE_DEFAULT_THRESHOLD = 0.8
 
@@ -56,8 +60,10 @@ class PairScores:
         return np.nanmin(np.vstack(list(self.similarities.values())), axis=0)
 
     def lookup(self, i: int) -> dict[str, float]:
-        """Pair ``i``'s similarities as a rule sees them (present modalities only)."""
-        return {m: float(s[i]) for m, s in self.similarities.items() if not np.isnan(s[i])}
+        """Pair ``i``'s similarity as a rule sees it: its family's primary modality (an image
+        pair asks the same question of both photos, so its text similarity is 1 by design)."""
+        m = PRIMARY[str(self.modality[i])]
+        return {m: float(self.similarities[m][i])}
 
 
 def score_pairs(pairs: Sequence[Pair], encoders: Mapping[str, Any] | None = None,
@@ -134,10 +140,13 @@ class Replay:
 def replay(scores: PairScores, rule: Any, seed: int = 0, use_verifier: bool = True,
            scope: str = "study", order: np.ndarray | None = None,
            same: np.ndarray | None = None) -> Replay:
-    """Stream the pairs' lookups through ``rule`` and feed each label back.
+    """Stream the pairs' lookups through ``rule`` and feed the labels back (see below).
 
     The stream is a ``seed``-ed permutation of the pairs unless ``order`` (pair indices,
-    repeats allowed) is given; ``same`` overrides the label of each stream position.
+    repeats allowed) is given; ``same`` overrides the label of each stream position. A served
+    hit's label goes back with its scope (it settles the hit's risk in the budget ledger);
+    every other lookup's label goes back without one (vCache's exploration), except, with
+    the verifier, for candidates the verifier rejected.
     """
     order = np.random.default_rng(seed).permutation(len(scores)) if order is None else order
     same = scores.same[order] if same is None else np.asarray(same, bool)
@@ -152,8 +161,12 @@ def replay(scores: PairScores, rule: Any, seed: int = 0, use_verifier: bool = Tr
         if rule.accepts(sims, entry, scope, evidence):
             served[k] = True
             rule.served(sims, entry, scope, evidence)
-        rule.feedback(sims, entry, bool(same[k]), scope)
-        seen[entry] = seen.get(entry, 0) + 1
+        if served[k] or not use_verifier or scores.verifier[i] >= VERIFIER_PASS:
+            # a served hit's label settles its risk in the scope's ledger (scope given); an
+            # explored one only teaches the entry's curve, which under the verifier is the curve
+            # given that the verifier passed: labels of candidates it rejected stay out
+            rule.feedback(sims, entry, bool(same[k]), scope if served[k] else None)
+            seen[entry] = seen.get(entry, 0) + 1
     return Replay(np.asarray(order), served, same, observations, scores.modality[order])
 
 
@@ -202,7 +215,7 @@ def cold_start_hit_rate(result: Replay, max_observations: int = 6) -> float:
 
 
 def static_decisions(scores: PairScores, delta: float, use_verifier: bool = False,
-                     level: float = 0.5) -> np.ndarray:
+                     level: float = VERIFIER_PASS) -> np.ndarray:
     """Which pairs a static δ serves (every modality's cosine ≥ 1 − δ; verifier ≥ ``level``)."""
     served = scores.min_similarity() >= 1.0 - delta
     return served & (scores.verifier >= level) if use_verifier else served
@@ -284,3 +297,82 @@ def false_hit_pairs(vectors: np.ndarray, labels: np.ndarray, threshold: float) -
     i, j = np.triu_indices(len(v), 1)
     keep = ((v @ v.T)[i, j] > threshold) & (np.asarray(labels)[i] != np.asarray(labels)[j])
     return np.stack([i[keep], j[keep]], axis=1)
+
+
+def study_rule(name: str, modality: str, budget: float = 0.02, **overrides: Any) -> Any:
+    """A fresh rule from :data:`mmcache.thresholds.RULES` set up for one modality's pairs.
+
+    Budgeted rules get ``budget``; rules with shipped curves get the study encoder's
+    channel (:data:`STUDY_ENCODERS`); ``overrides`` replace any parameter.
+    """
+    from .thresholds import RULES
+
+    channel = {modality: STUDY_ENCODERS[modality][0]}
+    defaults: dict[str, dict[str, Any]] = {
+        "error-budget": {"budget": budget, "encoders": channel},
+        "vcache-paper": {"budget": budget},
+        "calibrated": {"encoders": channel}}
+    if name not in RULES:
+        raise InvalidInputError(f"unknown rule {name!r}; known: {sorted(RULES)}")
+    return RULES[name](**{**defaults.get(name, {}), **overrides})
+
+
+def panel_summary(scores: PairScores, modality: str, delta: float, budget: float,
+                  use_verifier: bool, seed: int = 0) -> list[dict[str, Any]]:
+    """What the notebook's widget panel shows for one setting: static δ, the error-budget
+    rule, the vCache-paper rule and GPTCache's default on ``modality``'s pairs."""
+    part = scores.subset(scores.modality == modality)
+    rows = [{"rule": f"static δ={delta:.3f}",
+             **summarise(static_decisions(part, delta, use_verifier), part.same)}]
+    for name in ("error-budget", "vcache-paper"):
+        try:
+            result = replay(part, study_rule(name, modality, budget), seed, use_verifier)
+        except MMCacheError as err:  # e.g. no shipped prior for this channel
+            rows.append({"rule": f"{name} (absent: {err})"})
+            continue
+        rows.append({"rule": f"{name} budget={budget}", **summarise(result.served, result.same)})
+    gpt = gptcache_decisions(part)
+    rows.append({"rule": "GPTCache default (absent: gptcache not installed)"} if gpt is None else
+                {"rule": "GPTCache default", **summarise(gpt, part.same)})
+    return rows
+
+
+def fit_priors(scores: PairScores, path: str | Path, use_verifier: bool,
+               level: float = VERIFIER_PASS) -> Path:
+    """Fit a priors file (:mod:`mmcache.thresholds.prior`'s format) on *training* pairs: one
+    channel per modality (:data:`STUDY_ENCODERS`), fitted on every pair, or with
+    ``use_verifier`` on the pairs the verifier passes (P(correct | s, verifier passed): the
+    curve a rule needs when it already multiplies in the verifier's probability). A class
+    the pairs lack gets one pseudo-observation (add-one smoothing: a wrong pair at the least
+    similarity, a right one at the greatest), so "no wrong pair passed" is a curve near 1,
+    not a failed fit."""
+    from .thresholds.prior import FORMAT, channel, fit_channel
+
+    priors, skipped = {}, {}
+    for m in sorted(set(scores.modality)):
+        part = scores.subset(scores.modality == m)
+        keep = part.verifier >= level if use_verifier else np.ones(len(part), bool)
+        sims, same = _add_one(part.similarities[PRIMARY[m]][keep], part.same[keep])
+        try:
+            priors[channel(m, STUDY_ENCODERS[m][0])] = fit_channel(sims, same)
+        except InvalidInputError as err:  # too few pairs, or one class only: no curve
+            skipped[m] = str(err)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"format": FORMAT, "priors": priors, "provenance": {
+        "data": "training split of mmcache.datasets.pairs", "encoders": dict(scores.encoder_ids),
+        "conditioned_on": f"verifier ≥ {level}" if use_verifier else "nothing",
+        "smoothing": "one pseudo-pair per missing class",
+        "skipped": skipped}}, indent=1))
+    return path
+
+
+def _add_one(sims: np.ndarray, same: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(sims, same)`` plus one pseudo-pair of each class that is missing (see fit_priors)."""
+    if not len(sims):
+        return sims, same
+    if same.all():
+        sims, same = np.append(sims, sims.min()), np.append(same, False)
+    elif not same.any():
+        sims, same = np.append(sims, sims.max()), np.append(same, True)
+    return sims, same
