@@ -58,9 +58,11 @@ class Verdict:
     detail: str = ""
 
 
-def check_edits(query_text: str, query_context: Sequence[Mapping[str, str]] | None,
-                entry_text: str, entry_context: Sequence[Mapping[str, str]] | None) -> Verdict:
-    """Compare the query's question and history with the entry's; see the module doc."""
+def check_edits(query_text: str, query_context: Sequence[Any] | None,
+                entry_text: str, entry_context: Sequence[Any] | None) -> Verdict:
+    """Compare the query's question and history with the entry's; see the module doc.
+
+    A history is a sequence of turns, ``{"role", "content"}`` or ``(role, content)``."""
     context = _check_context(query_context or (), entry_context or ())
     if context is not None:
         return context
@@ -80,25 +82,24 @@ def check_edits(query_text: str, query_context: Sequence[Mapping[str, str]] | No
     return Verdict(p, "content" if unmatched else "rewrite", " ".join(sorted(unmatched)))
 
 
-def verify_edits(query_text: str, query_context: Sequence[Mapping[str, str]] | None,
-                 entry_text: str, entry_context: Sequence[Mapping[str, str]] | None) -> float:
+def verify_edits(query_text: str, query_context: Sequence[Any] | None,
+                 entry_text: str, entry_context: Sequence[Any] | None) -> float:
     """P(the entry's answer fits the query): :func:`check_edits`' probability."""
     return check_edits(query_text, query_context, entry_text, entry_context).probability
 
 
 class EditVerifier:
-    """The built-in verifier as a ``verifier(query, entry) -> probability`` callable.
-
-    Queries or entries without text (image-only, speech) are not its business: 1.0.
-    """
+    """The built-in verifier as a ``verifier(query, entry) -> probability`` callable
+    (:class:`mmcache.verifiers.Verifier`): reads ``query.text`` / ``query.context`` and
+    ``entry.question`` / ``entry.context``. Without text on either side (image-only,
+    speech) there is nothing to compare: 1.0."""
 
     name = "edits"
 
     def __call__(self, query: Any, entry: Any) -> float:
-        query_text, entry_text = query.text, entry.text
-        if query_text is None or entry_text is None:
+        if query.text is None or entry.question is None:
             return 1.0
-        return verify_edits(query_text, query.context, entry_text, entry.context)
+        return verify_edits(query.text, query.context, entry.question, entry.context)
 
 
 def _tokens(text: str) -> list[str]:
@@ -165,19 +166,24 @@ def _synonymous(a: str, b: str) -> bool:
     return any(b in synonyms(a, pos) or a in synonyms(b, pos) for pos in POS_FILES)
 
 
-def _check_context(query_context: Sequence[Mapping[str, str]],
-                   entry_context: Sequence[Mapping[str, str]]) -> Verdict | None:
+def _check_context(query_context: Sequence[Any],
+                   entry_context: Sequence[Any]) -> Verdict | None:
     """A verdict when the histories disagree; None when they agree or both are empty."""
     if not query_context and not entry_context:
         return None
     if not query_context or not entry_context:
         return Verdict(PROBABILITIES["context-missing"], "context-missing")
-    q = set(_content(_tokens(" ".join(t["content"] for t in query_context))))
-    e = set(_content(_tokens(" ".join(t["content"] for t in entry_context))))
+    q = set(_content(_tokens(" ".join(_turn_text(t) for t in query_context))))
+    e = set(_content(_tokens(" ".join(_turn_text(t) for t in entry_context))))
     overlap = len(q & e) / max(1, min(len(q), len(e)))
     if overlap < MIN_CONTEXT_OVERLAP:
         return Verdict(PROBABILITIES["context"], "context", f"history overlap {overlap:.2f}")
     return None
+
+
+def _turn_text(turn: Mapping[str, str] | Sequence[str]) -> str:
+    """A turn's text: ``{"role", "content"}`` (a query's) or ``(role, content)`` (an entry's)."""
+    return turn["content"] if isinstance(turn, Mapping) else turn[1]
 
 
 def _diff(a: Counter, b: Counter) -> str:

@@ -54,8 +54,14 @@ def test_history_decides_follow_ups() -> None:
     assert check_edits("continue", HISTORY, "continue", None).reason == "context-missing"
 
 
-def test_class_wrapper_reads_text_and_context_and_ignores_textless() -> None:
+def test_class_wrapper_reads_query_text_and_entry_question_and_ignores_textless() -> None:
     verifier = EditVerifier()
-    query = SimpleNamespace(text="Is it safe?", context=())
-    assert verifier(query, SimpleNamespace(text="Is it not safe?", context=())) < 0.5
-    assert verifier(SimpleNamespace(text=None, context=()), query) == 1.0
+    query = SimpleNamespace(text="continue", context=OTHER)
+    entry_turns = tuple((t["role"], t["content"]) for t in HISTORY)  # how entries keep turns
+    assert verifier(query, SimpleNamespace(question="continue", context=entry_turns)) < 0.5
+    assert verifier(SimpleNamespace(text="continue", context=HISTORY),
+                    SimpleNamespace(question="continue", context=entry_turns)) > 0.9
+    assert verifier(SimpleNamespace(text="Is it safe?", context=()),
+                    SimpleNamespace(question="Is it not safe?", context=())) < 0.5
+    assert verifier(SimpleNamespace(text=None, context=()),
+                    SimpleNamespace(question="Is it safe?", context=())) == 1.0
