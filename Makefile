@@ -11,14 +11,17 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
 
-.PHONY: help setup sysdeps test smoke figures models lab pair bench bench-cache bench-replay bench-guard bench-encoders clean
+.PHONY: help setup sysdeps test smoke figures check-readme models priors lab pair bench bench-cache bench-replay bench-guard bench-encoders bench-thresholds latency-profile clean
 
 help:
-	@echo "make figures   regenerate every figure (full notebooks) into figures/"
+	@echo "make figures   regenerate every figure (full notebooks) into figures/, with MANIFEST.md"
+	@echo "make check-readme  compare the README's numbers with the runs make figures wrote"
 	@echo "make test      unit, property and notebook smoke tests"
 	@echo "make smoke     run every notebook with SMOKE=True into runs/<name>-smoke/"
 	@echo "make models    train/cache the offline CLIP (data/models/)"
+	@echo "make priors    refit data/threshold_priors.json (error-budget prior, calibration)"
 	@echo "make bench     performance benchmarks (ratios against baselines run side by side)"
+	@echo "make latency-profile  re-measure data/latency_profile.json (CacheBench-MM's latencies)"
 	@echo "make lab       open JupyterLab on notebooks/"
 	@echo "make pair      regenerate notebooks/*.ipynb (no outputs) from their .py sources"
 
@@ -55,8 +58,16 @@ smoke: setup
 models: setup
 	$(PY) -m mmcache.encoders.clip_train
 
+# Every notebook in full mode through the sweep runner (two at a time on 2 cores), then MANIFEST.md.
 figures: setup models
-	$(PY) -m mmcache.runbook
+	$(PY) -m mmcache.figures
+
+check-readme: setup
+	$(PY) -m mmcache.readme_check
+
+# The shipped threshold priors / calibration curves, fitted on labelled pairs (training split).
+priors: setup
+	$(PY) -m mmcache.thresholds.prior
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
@@ -66,7 +77,11 @@ pair: setup
 	$(VENV)/bin/jupytext --to ipynb --update notebooks/[0-9][0-9]_*.py
 	$(VENV)/bin/nbstripout notebooks/[0-9][0-9]_*.ipynb
 
-bench: bench-cache bench-replay bench-guard bench-encoders
+bench: bench-cache bench-replay bench-guard bench-encoders bench-thresholds
+
+# CacheBench-MM's measured latencies (encoders, cache tiers) on this machine; committed.
+latency-profile: setup
+	$(PY) -m mmcache.bench.latency_profile
 
 bench-cache: setup $(BENCH_STAMP)
 	$(PY) -m mmcache.bench.cache_bench
@@ -80,5 +95,8 @@ bench-guard: setup
 bench-encoders: setup
 	$(PY) -m mmcache.bench.encoder_bench
 
+bench-thresholds: setup
+	$(PY) -m mmcache.bench.threshold_bench
+
 clean:
-	rm -rf runs figures/*.png figures/*.pdf figures/*.json .pytest_cache
+	rm -rf runs figures/*.png figures/*.pdf figures/*.json figures/MANIFEST.md .pytest_cache

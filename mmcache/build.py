@@ -74,12 +74,15 @@ def tier_policy(name: str, options: Mapping[str, Any], max_bytes: int | None) ->
     return make_policy(name, **{"capacity": max_bytes, **options})
 
 
-def make_threshold(section: ThresholdConfig) -> ThresholdRule:
+def make_threshold(section: ThresholdConfig,
+                   encoders: Mapping[str, str] | None = None) -> ThresholdRule:
     """The rule named by ``section.rule``, given the section's settings that its constructor
-    takes (a registered rule names its parameters as the ``thresholds`` keys they come from)."""
+    takes (a registered rule names its parameters as the ``thresholds`` keys they come from)
+    and, if it names ``encoders``, the config's encoder name per modality (rules with
+    priors pick the (modality, encoder) channel by it)."""
     factory = RULES[section.rule]
     accepted = inspect.signature(factory).parameters
-    settings = dataclasses.asdict(section)
+    settings = {**dataclasses.asdict(section), "encoders": dict(encoders or {})}
     return factory(**{k: v for k, v in settings.items() if k in accepted and k != "rule"})
 
 

@@ -29,6 +29,14 @@ through this cache lets a guaranteed exact miss skip the lookups in tiers that
 only this process writes; a spherical-cap bound lets a guaranteed semantic miss
 skip the vector search.
 
+Hit decisions (:mod:`mmcache.thresholds`): every lookup, hit or miss, is shown to the
+threshold rule with its nearest candidate's similarities; a candidate the rule accepts
+within ``thresholds.verifier_band`` of its threshold goes to the verifier (the one named
+by ``thresholds.verifier`` or ``TieredCache(verifier=...)``; :mod:`mmcache.verifiers`),
+which may veto it. ``feedback(hit, correct)`` labels a served semantic hit and the rule
+learns from it. A query's conversation ``context`` is part of its exact key and, on the
+semantic side, a context channel with its own threshold (:mod:`mmcache.context`).
+
 Benchmark settings: ``{"l2": {"index": "flat"}}`` is exact flat search at every
 size; the default ``{"l2": {"index": "auto"}}`` switches each (scope, modality set,
 modality) index to ``l2.ann_factory`` (HNSW32, ``ef_search`` 128) at ``l2.ann_min_size``
@@ -67,11 +75,13 @@ guard, so they are looked up in L1 again.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import numbers
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -79,8 +89,10 @@ import numpy as np
 
 from .build import build_tiers, make_encoder, make_threshold
 from .config import CacheConfig, check_ann_factory
+from .context import context_similarity, context_vector, turn_texts
 from .encoders.base import Encoder
-from .errors import ConfigError, InvalidEmbeddingError, InvalidInputError, MMCacheError
+from .errors import (ConfigError, InvalidEmbeddingError, InvalidInputError, MMCacheError,
+                     UnknownHitError)
 from .guard import ExactKeyFilter
 from .inputs import PreparedQuery, prepare, unit_vector
 from .metrics import CacheMetrics
@@ -89,11 +101,14 @@ from .tiers import Candidate, Tier
 from .tiers.codec import canonical_value, detached, encode_label, value_size
 from .tiers.store import StoreTier
 from .types import HINT_NAMES, MODALITIES, Entry, Hit, Query
+from .verifiers import Verifier, checked_probability, make_verifier
 
 #: Candidates fetched per semantic tier search (stale ones are skipped).
 SEARCH_K = 4
 #: Seconds (cache clock) after an ``on_stale`` call before a still-stale entry gets another.
 REFRESH_TIMEOUT = 30.0
+#: Served hits remembered for ``feedback`` (older ones can no longer be labelled).
+FEEDBACK_WINDOW = 100_000
 
 
 class TieredCache:
@@ -108,14 +123,17 @@ class TieredCache:
     from ``config.thresholds``; ``on_stale(query, hit)`` is called for a
     stale-while-revalidate answer, to start the refresh (e.g. submit it to an executor
     that calls ``put``): once per entry until it is put again or ``REFRESH_TIMEOUT``
-    seconds pass.
+    seconds pass. ``verifier(query, entry) -> probability`` overrides the verifier named
+    by ``config.thresholds.verifier`` (:mod:`mmcache.verifiers`; it runs under the
+    cache's lock, so a slow judge serialises lookups).
     """
 
     def __init__(self, config: CacheConfig | Mapping[str, Any] | str | Path | None = None,
                  encoders: Mapping[str, Encoder] | None = None, *,
                  clock: Callable[[], float] = time.time,
                  threshold: ThresholdRule | None = None,
-                 on_stale: Callable[[Query, Hit], None] | None = None) -> None:
+                 on_stale: Callable[[Query, Hit], None] | None = None,
+                 verifier: Verifier | None = None) -> None:
         self.config = CacheConfig.load(config)
         #: Held by every public call, so threads may share one cache.
         self._lock = threading.RLock()
@@ -132,7 +150,14 @@ class TieredCache:
         self._encoders: dict[str, Encoder] = {}
         for modality, encoder in (encoders or {}).items():
             self._add_encoder(modality, encoder)
-        self.thresholds = threshold or make_threshold(self.config.thresholds)
+        self.thresholds = threshold or make_threshold(self.config.thresholds,
+                                                      self.config.encoders)
+        if verifier is not None and not callable(verifier):
+            raise ConfigError("verifier must be a callable verifier(query, entry) -> float")
+        self.verifier = verifier or make_verifier(self.config.thresholds.verifier)
+        #: Lookup serial -> (entry id, scope, similarities, semantic?) of recent served hits.
+        self._served: OrderedDict[int, tuple[str, str, dict[str, float], bool]] = OrderedDict()
+        self._serial = itertools.count(1)
         self._metrics = CacheMetrics()
         self.tiers: list[Tier] = build_tiers(self.config)
         if not self.tiers:
@@ -142,6 +167,7 @@ class TieredCache:
             if isinstance(tier, StoreTier):
                 tier.expiry_grace = max(self.config.freshness.stale_while_revalidate,
                                         self.config.freshness.stale_if_error)
+                tier.store.metrics = self._metrics  # requests per shard, skew alerts
         self.guard = ExactKeyFilter(self.config.guard.expected_items,
                                     self.config.guard.error_rate) \
             if self.config.guard.enabled else None
@@ -237,6 +263,30 @@ class TieredCache:
             self._on_stale(query, hit)  # outside the lock: it may hand a put to another thread
         return hit
 
+    def feedback(self, hit: Hit, correct: bool) -> bool:
+        """Label a hit this cache served (ground truth, a user's thumbs-down, a verifier); the
+        threshold rule learns from it. Returns whether the rule was updated: False (a
+        documented no-op) for an exact hit, which no rule decided, or for an entry evicted or
+        invalidated since. A hit this cache did not serve (another cache's, one already
+        labelled, or older than the last ``FEEDBACK_WINDOW`` hits) raises UnknownHitError;
+        a non-bool ``correct`` raises InvalidInputError. Each hit is labelled once."""
+        if not isinstance(correct, bool):
+            raise InvalidInputError(f"feedback needs correct=True or False, got {correct!r}")
+        with self._lock:
+            self._check_open()
+            served = self._served.get(hit.lookup) if isinstance(hit, Hit) else None
+            if served is None or served[0] != hit.entry_id:
+                raise UnknownHitError("feedback got a hit this cache did not serve (from another "
+                                      "cache, already labelled, or older than the last "
+                                      f"{FEEDBACK_WINDOW} hits); pass the Hit that get() "
+                                      "returned, once")
+            del self._served[hit.lookup]
+            entry_id, scope, sims, semantic = served
+            if not semantic or not any(entry_id in tier for tier in self.tiers):
+                return False
+            self.thresholds.feedback(sims, entry_id, correct, scope)
+            return True
+
     def invalidate(self, query: Query) -> bool:
         """Remove the entry stored under ``query``'s exact key from every tier."""
         with self._lock:
@@ -302,6 +352,7 @@ class TieredCache:
         vectors, complete = self._vectors(prepared, dims, encode_times)
         if not complete:  # indexed under fewer modalities, it would answer other queries
             vectors = {}
+        turns_vector = self._context_vector(prepared, encode_times)
         now = self._clock()
         size = value_size(stored) + sum(4 * len(v) for v in vectors.values())
         if not any(t.capacity.admits(size) for t in self.tiers):
@@ -314,7 +365,8 @@ class TieredCache:
         return Entry(entry_id=prepared.key, scope=prepared.scope, exact_key=prepared.key,
                      value=stored, embeddings=vectors, size=size, created_at=now,
                      expires_at=None if lifetime is None else now + lifetime,
-                     ground_truth=query.ground_truth, hints=hints)
+                     ground_truth=query.ground_truth, hints=hints, question=query.text,
+                     context=prepared.context, context_vector=turns_vector)
 
     def _write(self, entries: list[Entry]) -> list[str | None]:
         """Write checked entries through every tier, durable first, one batch per run of
@@ -379,6 +431,7 @@ class TieredCache:
         prepared = prepare(query, dims)
         unencoded = [m for m in prepared.modalities if m not in prepared.vectors]
         encodable = all(m in self._encoders or m in self.config.encoders for m in unencoded)
+        context_pending = bool(prepared.context) and self._has_text_encoder()
         with self._lock:
             self._check_open()
             self._check_dims([prepared.vectors])
@@ -386,33 +439,44 @@ class TieredCache:
                 self._metrics.count("bypasses", "+".join(prepared.modalities))
                 return None, False
             now = self._clock()
-            found = self._exact(prepared, now, origin_failed)
-            if found is None and not unencoded:  # every vector given: search at once
-                found = self._semantic(prepared, prepared.vectors, now, origin_failed)
-            if found is not None or not unencoded or not encodable:
-                return self._answer(query, prepared, found, start)
+            found, nearest = self._exact(prepared, now, origin_failed), None
+            if found is None and not unencoded and not context_pending:  # search at once
+                found, nearest = self._semantic(query, prepared, prepared.vectors, None, now,
+                                                origin_failed)
+            if found is not None or (not unencoded and not context_pending) or not encodable:
+                return self._answer(query, prepared, found, nearest, start)
         vectors, _ = self._vectors(prepared, dims)
+        turns_vector = self._context_vector(prepared)
         with self._lock:
             self._check_open()
             self._check_dims([vectors])
-            found = self._semantic(prepared, vectors, self._clock(), origin_failed)
-            return self._answer(query, prepared, found, start)
+            found, nearest = self._semantic(query, prepared, vectors, turns_vector,
+                                            self._clock(), origin_failed)
+            return self._answer(query, prepared, found, nearest, start)
 
     def _answer(self, query: Query, p: PreparedQuery, found: tuple[Hit, Entry] | None,
+                nearest: Mapping[str, float] | None,
                 start: float) -> tuple[Hit | None, bool]:
-        """Count the outcome of a lookup (and let the threshold rule observe a δ-neighbour
-        hit); return the hit and whether this call is the one to start its refresh."""
+        """Count the outcome of a lookup, show it to the threshold rule (every lookup's
+        nearest similarities) and remember a hit for ``feedback``; return the hit and whether
+        this call is the one to start its refresh."""
         modalities = "+".join(p.modalities)
+        if found is not None:
+            nearest = found[0].similarities
+        self.thresholds.observe_lookup(p.scope, p.modalities, nearest)
         if found is None:
             self._metrics.count("misses", modalities)
             self._metrics.time("get", time.perf_counter() - start)
             return None, False
         hit, entry = found
+        hit = dataclasses.replace(hit, lookup=next(self._serial))
+        self._served[hit.lookup] = (hit.entry_id, p.scope, dict(hit.similarities),
+                                    hit.entry_id != p.key)
+        if len(self._served) > FEEDBACK_WINDOW:
+            self._served.popitem(last=False)
         correct = None if query.ground_truth is None or entry.ground_truth is None \
             else query.ground_truth == entry.ground_truth
         self._metrics.hit(hit.tier, modalities, hit.freshness, correct)
-        if hit.entry_id != p.key:  # a δ-neighbour, not an exact hit
-            self.thresholds.observe(hit.similarities, hit.entry_id, correct)
         self._metrics.time("get", time.perf_counter() - start)
         return hit, hit.freshness == "stale-while-revalidate" and self._claims_refresh(hit)
 
@@ -448,11 +512,17 @@ class TieredCache:
             return self._hit(entry, tier.name, freshness, {m: 1.0 for m in p.modalities}), entry
         return None
 
-    def _semantic(self, p: PreparedQuery, vectors: Mapping[str, np.ndarray], now: float,
-                  origin_failed: bool) -> tuple[Hit, Entry] | None:
+    def _semantic(self, query: Query, p: PreparedQuery, vectors: Mapping[str, np.ndarray],
+                  turns_vector: np.ndarray | None, now: float, origin_failed: bool
+                  ) -> tuple[tuple[Hit, Entry] | None, dict[str, float] | None]:
+        """The first servable δ-neighbour over the semantic tiers, and the similarities of
+        the nearest candidate seen (None when none reached the search floor)."""
         if len(vectors) != len(p.modalities):
-            return None
+            return None, None
         floors = {m: self.thresholds.floor(m) for m in vectors}
+        if any(f > 1.0 for f in floors.values()):  # δ = 0: exact only
+            return None, None
+        nearest: dict[str, float] | None = None
         for level, tier in enumerate(self.tiers):
             if not tier.semantic or self._covered[tier.name]:
                 continue
@@ -460,21 +530,48 @@ class TieredCache:
             candidates = self._search(tier, p.scope, vectors, floors)
             found = None
             for cand in candidates:
-                if not self.thresholds.accepts(cand.similarities, cand.entry_id):
+                if nearest is None or min(cand.similarities.values()) > min(nearest.values()):
+                    nearest = dict(cand.similarities)
+                if not self.thresholds.accepts(cand.similarities, cand.entry_id, p.scope):
                     continue
                 entry = tier.get(p.scope, cand.entry_id)
                 if entry is not None and not self._current(entry, level):
                     entry = None
                 freshness = None if entry is None else self._freshness(entry, now, origin_failed)
-                if freshness is not None:
-                    found = entry, freshness, cand.similarities
+                if freshness is None or not self._context_matches(p, turns_vector, entry):
+                    continue
+                evidence = self._verified(query, p, cand.similarities, entry)
+                if evidence is not None:
+                    found = entry, freshness, cand.similarities, evidence
                     break
             self._metrics.time(f"{tier.name}.semantic", time.perf_counter() - start)
             if found is not None:
-                entry, freshness, sims = found
+                entry, freshness, sims, evidence = found
+                self.thresholds.served(sims, entry.entry_id, p.scope, evidence)
                 self._promote(entry, level)
-                return self._hit(entry, tier.name, freshness, sims), entry
-        return None
+                return (self._hit(entry, tier.name, freshness, sims), entry), nearest
+        return None, nearest
+
+    def _context_matches(self, p: PreparedQuery, turns_vector: np.ndarray | None,
+                         entry: Entry) -> bool:
+        """Whether the candidate's conversation context is close enough to the query's."""
+        sim = context_similarity(p.context, turns_vector, entry.context, entry.context_vector)
+        return sim is None or sim >= 1.0 - self.config.thresholds.context_delta
+
+    def _verified(self, query: Query, p: PreparedQuery, sims: Mapping[str, float],
+                  entry: Entry) -> dict[str, float] | None:
+        """The evidence to serve an accepted candidate with (empty: far enough above the
+        threshold, or no verifier), or None when the verifier vetoes it."""
+        th = self.config.thresholds
+        if self.verifier is None or \
+                self.thresholds.margin(sims, entry.entry_id, p.scope) >= th.verifier_band:
+            return {}
+        probability = checked_probability(self.verifier(query, entry), self.verifier)
+        evidence = {"verifier": probability}
+        if probability < th.verifier_min or not self.thresholds.accepts(
+                sims, entry.entry_id, p.scope, evidence):
+            return None
+        return evidence
 
     def _search(self, tier: Tier, scope: str, vectors: Mapping[str, np.ndarray],
                 floors: Mapping[str, float]) -> list[Candidate]:
@@ -568,6 +665,25 @@ class TieredCache:
             else:
                 encode_times.append(seconds)
         return vectors, len(vectors) == len(p.modalities)
+
+    def _has_text_encoder(self) -> bool:
+        return "text" in self._encoders or "text" in self.config.encoders
+
+    def _context_vector(self, p: PreparedQuery,
+                        encode_times: list[float] | None = None) -> np.ndarray | None:
+        """The unit context vector of the query's relevant turns (None: no context or no text
+        encoder; the context channel then compares the turns themselves)."""
+        encoder = self._encoder("text") if p.context else None
+        if encoder is None:
+            return None
+        start = time.perf_counter()
+        vector = context_vector(np.asarray(encoder.encode(turn_texts(p.context)), np.float32))
+        seconds = time.perf_counter() - start
+        if encode_times is None:
+            self._metrics.time("encode", seconds)
+        else:
+            encode_times.append(seconds)
+        return vector
 
     def _dims_now(self) -> dict[str, int]:
         """A copy of the embedding dimension per modality, to check inputs outside the lock."""

@@ -2,16 +2,20 @@
 
 The engine (seed 002 §4.3) replays a :class:`mmcache.workload.Workload` through a
 hierarchy of tiers, each a bare eviction policy from :mod:`mmcache.policies` with a
-byte capacity and a match rule (``"exact"`` key or ``"semantic"``: cosine of the
-query's vector to a resident entry of the same modality ≥ the tier's threshold;
-exact search over the resident vectors). A lookup walks the tiers top-down; a hit
-is copied up into the tiers above it (promote on hit); a miss runs the model and
-writes the answer through to every tier (as LMCache does).
+byte capacity and a match rule (``"exact"`` key or ``"semantic"``: the query's vector
+of every modality it carries at cosine ≥ the tier's threshold to the same resident
+entry of the same modality set; exact search over the resident vectors). A lookup
+walks the tiers top-down; a hit is copied up into the tiers above it (promote on
+hit); a miss runs the model and writes the answer through to every tier (as LMCache does).
 
 Latency of one request = lookup cost of every tier consulted + the encoder cost
-(once, when a semantic tier is consulted) + on a hit, ``size / bandwidth`` of the
-hit tier, or on a miss the model-inference cost of the query's modality. Write
-back is off the critical path.
+(once, when a semantic tier is consulted: every modality of the query, one after
+another) + on a hit, ``size / bandwidth`` of the hit tier, or on a miss the wait for
+one of the :class:`LatencyModel`'s ``servers`` inference servers (FCFS, at the
+request's arrival time; :class:`mmcache.latency.ServerPool`) and the model-inference
+time (the slowest of the query's modalities). Each cost is drawn per request from its
+distribution, seeded. Write back is off the critical path. Load: :func:`offered_load`,
+:func:`at_load`, :func:`load_sweep`.
 
 Freshness: ``replay(..., ttl_s=τ)`` gives every answer a TTL of τ seconds of workload
 time from the moment the model produced it (a copy promoted up a tier keeps that
@@ -19,9 +23,13 @@ moment). A lookup that matches an expired entry drops it from the tier and searc
 on, so the request misses unless a fresh entry matches; the miss writes a fresh
 answer through. ``ttl_s=None`` (the default) never expires anything.
 
-Every constant of :class:`LatencyModel`, :data:`BANDWIDTH_GBPS` and :func:`three_tier`
-is an **assumed nominal value** (spec-sheet order of magnitude), a parameter to vary,
-never a measurement.
+Where costs come from: :meth:`LatencyModel.measured` takes encoder and tier-lookup
+times from the profile the workbench measured on this machine
+(``data/latency_profile.json``, ``make latency-profile``) and model inference from
+:data:`ASSUMED_INFERENCE`, a labelled assumption (no model is served here).
+``LatencyModel()``, :data:`BANDWIDTH_GBPS`, :data:`CACHE_TIER_COSTS` and
+:func:`three_tier`'s ``lookup_us`` are **assumed nominal values** (spec-sheet order of
+magnitude), parameters to vary, never measurements.
 
 Every :class:`Report` also carries the limits on the same stream, at the
 hierarchy's total capacity (:func:`replay_limits`): a lower bound on the misses of
@@ -34,16 +42,17 @@ under Belady.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
 from .errors import ConfigError
+from .latency import LogNormal, ServerPool, load_profile
 from .policies import make_policy
 from .types import MODALITIES
-from .workload import Workload
+from .workload import MODALITY_SET_NAMES, MODALITY_SETS, Workload
 
 #: Nominal link / device bandwidths in GB/s (assumptions, not measurements): HBM3 on-device,
 #: NVLink 4 per link as seed 000 §2.3 states it, PCIe 4.0 x16 effective, NVMe SSD read,
@@ -92,25 +101,88 @@ class TierSpec:
         make_policy(self.policy, capacity=int(self.capacity_bytes))  # raises early if unknown
 
 
+#: Per-modality model-inference time of a miss. **An assumption, not a measurement**: no model
+#: (LLM or otherwise) is served on this machine, so there is nothing to time; these log-normals
+#: (medians 400 / 700 / 1000 ms, σ 0.5) are a parameter to vary (``LatencyModel.measured(
+#: inference_ms=...)``), kept in the order text < image < audio of v1's assumed table.
+ASSUMED_INFERENCE: Mapping[str, LogNormal] = {
+    m: LogNormal(median, 0.5, "assumption: no model is served here; a parameter, not measured")
+    for m, median in (("text", 400.0), ("image", 700.0), ("audio", 1000.0))}
+
+#: Which measured profile stage times each :func:`three_tier` tier's lookup.
+THREE_TIER_STAGES: Mapping[str, str] = {"L1-gpu": "l1.exact", "L2-cpu": "l2.semantic",
+                                        "L3-nvme": "l3.exact"}
+
+Cost = float | LogNormal
+
+
 @dataclass(frozen=True)
 class LatencyModel:
-    """Costs outside the tiers (assumed defaults, not measured): per-modality encoder
-    and model-inference milliseconds, and the SLA bound a request's latency must meet."""
+    """Costs outside the tiers' transfers: per-modality encoder and model-inference time (ms,
+    each a constant or a :class:`mmcache.latency.LogNormal`), tier lookups by tier name
+    (``lookup_ms``, overriding a :class:`TierSpec`'s ``lookup_us``), a pool of ``servers``
+    inference servers that misses queue for (None: unbounded, no queueing), the SLA bound, and
+    the seed of the per-request draws.
 
-    encode_ms: Mapping[str, float] = field(
+    ``LatencyModel()`` is v1's table of **assumed constants** with no load;
+    :meth:`measured` is the measured profile of this machine with a bounded server pool.
+    """
+
+    encode_ms: Mapping[str, Cost] = field(
         default_factory=lambda: {"text": 5.0, "image": 15.0, "audio": 40.0})
-    inference_ms: Mapping[str, float] = field(
+    inference_ms: Mapping[str, Cost] = field(
         default_factory=lambda: {"text": 400.0, "image": 700.0, "audio": 1000.0})
     sla_ms: float = 150.0
+    servers: int | None = None
+    lookup_ms: Mapping[str, LogNormal] = field(default_factory=dict)
+    seed: int = 0
+    kind: str = "assumed constants, not measured"
 
     def __post_init__(self) -> None:
         for name in ("encode_ms", "inference_ms"):
             table = getattr(self, name)
             missing = set(MODALITIES) - set(table)
-            if missing or min(table.values()) < 0:
+            if missing or min(_dist(v).median_ms for v in table.values()) < 0:
                 raise ConfigError(f"{name} needs a non-negative cost for each of {MODALITIES}")
         if self.sla_ms <= 0:
             raise ConfigError("sla_ms must be positive")
+        ServerPool(self.servers)  # raises for a bad pool size
+
+    @classmethod
+    def measured(cls, *, servers: int = 4, inference_ms: Mapping[str, Cost] | None = None,
+                 sla_ms: float = 150.0, seed: int = 0, profile: Mapping[str, LogNormal] | None
+                 = None, tier_stages: Mapping[str, str] = THREE_TIER_STAGES) -> LatencyModel:
+        """The model of this machine: encoders and tier lookups from ``profile`` (default: the
+        committed :func:`mmcache.latency.load_profile`), tier names mapped to profile stages by
+        ``tier_stages``, inference from ``inference_ms`` (default :data:`ASSUMED_INFERENCE`)
+        on ``servers`` FCFS servers."""
+        profile = load_profile() if profile is None else profile
+        unknown = sorted({*(f"encode.{m}" for m in MODALITIES), *tier_stages.values()}
+                         - set(profile))
+        if unknown:
+            raise ConfigError(f"the latency profile has no entries {unknown}")
+        return cls(encode_ms={m: profile[f"encode.{m}"] for m in MODALITIES},
+                   inference_ms=dict(inference_ms or ASSUMED_INFERENCE), sla_ms=sla_ms,
+                   servers=servers, seed=seed,
+                   lookup_ms={tier: profile[stage] for tier, stage in tier_stages.items()},
+                   kind="measured encoders and tier lookups (data/latency_profile.json), "
+                        "inference as given (default: a labelled assumption), "
+                        f"{servers} FCFS inference servers")
+
+    def mean_inference_ms(self, modality: str) -> float:
+        """Mean model-inference time of a ``modality`` miss (the policies' cost hint)."""
+        return _dist(self.inference_ms[modality]).mean_ms
+
+    def describe(self) -> dict[str, Any]:
+        """Every cost with its source, JSON-ready."""
+        out = asdict(self)
+        for name in ("encode_ms", "inference_ms", "lookup_ms"):
+            out[name] = {k: asdict(_dist(v)) for k, v in getattr(self, name).items()}
+        return out
+
+
+def _dist(cost: Cost) -> LogNormal:
+    return cost if isinstance(cost, LogNormal) else LogNormal(float(cost), 0.0)
 
 
 def three_tier(capacity_bytes: int, *, policy: str = "lru", threshold: float = 0.85,
@@ -144,79 +216,147 @@ def three_tier_cache_config(capacity_bytes: int, l3_path: str | Path, *,
 
 @dataclass
 class Report:
-    """What one replay measured (rates are over all requests unless named otherwise)."""
+    """What one replay measured (rates are over all requests unless named otherwise).
+
+    ``hit_rate_per_modality`` is keyed by modality set (``"text"``, ``"text+image"``, ...);
+    ``cross_modal_hit_rate`` is the hit rate of the multimodal queries (a hit matches every
+    modality, so at least two hit; None without multimodal queries); ``queue`` summarises
+    the misses' waits for an inference server and ``waits_ms`` holds them per request.
+    """
 
     n_req: int
     tiers: tuple[str, ...]
     hit_rate: float
     hit_rate_per_tier: dict[str, float]
     hit_rate_per_modality: dict[str, float]
+    cross_modal_hit_rate: float | None
     false_hit_rate: float
     hit_precision: float
     byte_hit_rate: float
     latency_ms: dict[str, float]
     sla_ms: float
     sla_violation_rate: float
+    queue: dict[str, Any]
     limits: dict[str, Any]
     provenance: dict[str, Any]
     latencies_ms: np.ndarray = field(repr=False)
+    waits_ms: np.ndarray = field(repr=False)
 
     def as_dict(self) -> dict[str, Any]:
-        """Everything but the per-request latencies, JSON-ready."""
+        """Everything but the per-request latencies and waits, JSON-ready."""
         out = asdict(self)
         out.pop("latencies_ms")
+        out.pop("waits_ms")
         out["tiers"] = list(self.tiers)
         return out
 
 
-class _VectorIndex:
-    """Resident vectors of one modality in a tier, searched exactly (max inner product)."""
+class _RequestCosts:
+    """A :class:`LatencyModel`'s seeded per-request draws on one workload (encoding: the sum of
+    the request's modalities' encoders, one after another; inference: the slowest of its
+    modalities' draws; each tier's lookup) and its inference queue."""
 
-    def __init__(self, dim: int) -> None:
-        self.vecs = np.zeros((64, dim), dtype=np.float32)
+    def __init__(self, latency: LatencyModel, workload: Workload,
+                 tier_lookups: Sequence[LogNormal]) -> None:
+        rng = np.random.default_rng(latency.seed)
+        member = np.array([[m in ms for m in MODALITIES] for ms in MODALITY_SETS])[
+            workload.modality_set]
+        self.encode_ms = np.where(member, _per_modality(latency.encode_ms, len(workload), rng),
+                                  0.0).sum(axis=1)
+        self.service_ms = np.where(member, _per_modality(latency.inference_ms, len(workload),
+                                                         rng), 0.0).max(axis=1)
+        n = len(workload)
+        self.lookup_ms = np.array([d.sample(rng, n) for d in tier_lookups]).reshape(-1, n)
+        self.arrival_ms = 1e3 * workload.time
+        self.pool = ServerPool(latency.servers)
+        self.wait_ms = np.zeros(n)
+
+    def miss_ms(self, i: int, before_ms: float) -> float:
+        """Latency of request ``i`` missing after ``before_ms`` of lookups and encoding: it
+        queues for an inference server, then is served."""
+        wait = self.pool.wait_ms(self.arrival_ms[i] + before_ms, self.service_ms[i])
+        self.wait_ms[i] = wait
+        return before_ms + wait + self.service_ms[i]
+
+    def summary(self, missed: np.ndarray, workload: Workload) -> dict[str, Any]:
+        """Queueing of the misses: waits, share that waited, and the servers' utilisation (busy
+        time ÷ servers × the time from the first arrival to the last arrival or completion)."""
+        waits = self.wait_ms[missed]
+        end = max(self.pool.last_finish_ms, float(self.arrival_ms[-1])) if len(workload) else 0
+        span_ms = max(1e-9, end - float(self.arrival_ms[0])) if len(workload) else 1e-9
+        busy = float(self.service_ms[missed].sum())
+        servers = self.pool.servers
+        return {"servers": servers,
+                "mean_wait_ms": float(waits.mean()) if waits.size else 0.0,
+                "p99_wait_ms": float(np.percentile(waits, 99)) if waits.size else 0.0,
+                "queued_share_of_misses": float((waits > 0).mean()) if waits.size else 0.0,
+                "utilisation": busy / (servers * span_ms) if servers else None}
+
+
+def _per_modality(table: Mapping[str, Cost], n: int, rng: np.random.Generator) -> np.ndarray:
+    """``(n, modalities)`` draws: per request, one from each modality's cost in ``table``."""
+    return np.stack([_dist(table[m]).sample(rng, n) for m in MODALITIES], axis=1)
+
+
+class _VectorIndex:
+    """Resident vectors of one modality set in a tier (one matrix per modality, of ``dims``,
+    sharing slots), searched exactly: an entry matches a query only as well as its worst
+    modality does."""
+
+    def __init__(self, dims: Sequence[int]) -> None:
+        self.vecs = [np.zeros((64, d), dtype=np.float32) for d in dims]
         self.keys: list[int | None] = [None] * 64
         self.slot: dict[int, int] = {}
         self.free: list[int] = list(range(63, -1, -1))
 
-    def add(self, key: int, vec: np.ndarray) -> None:
+    def add(self, key: int, vecs: Sequence[np.ndarray]) -> None:
         if not self.free:
-            n = self.vecs.shape[0]
-            self.vecs = np.vstack([self.vecs, np.zeros_like(self.vecs)])
+            n = self.vecs[0].shape[0]
+            self.vecs = [np.vstack([v, np.zeros_like(v)]) for v in self.vecs]
             self.keys += [None] * n
             self.free = list(range(2 * n - 1, n - 1, -1))
         s = self.free.pop()
-        self.vecs[s], self.keys[s], self.slot[key] = vec, key, s
+        for mat, vec in zip(self.vecs, vecs):
+            mat[s] = vec
+        self.keys[s], self.slot[key] = key, s
 
     def remove(self, key: int) -> None:
         s = self.slot.pop(key)
-        self.vecs[s], self.keys[s] = 0.0, None
+        for mat in self.vecs:
+            mat[s] = 0.0
+        self.keys[s] = None
         self.free.append(s)
 
-    def best(self, vec: np.ndarray) -> tuple[int | None, float]:
+    def best(self, vecs: Sequence[np.ndarray],
+             floors: Sequence[float]) -> tuple[int | None, float]:
+        """The entry whose smallest margin (cosine - that modality's floor) is largest, and it."""
         if not self.slot:
-            return None, -1.0
-        sims = self.vecs @ vec
-        s = int(np.argmax(sims))
-        return self.keys[s], float(sims[s])
+            return None, -np.inf
+        margin = self.vecs[0] @ vecs[0] - floors[0]
+        for mat, vec, floor in zip(self.vecs[1:], vecs[1:], floors[1:]):
+            margin = np.minimum(margin, mat @ vec - floor)
+        s = int(np.argmax(margin))
+        return self.keys[s], float(margin[s])
 
 
 class _Tier:
-    """A tier's resident entries (key → (size, intent, modality, vector, produced-at seconds))
-    under one policy;
-    a semantic tier keeps one vector index per modality, of that modality's ``dims``."""
+    """A tier's resident entries (key → (size, intent, modality set, vectors, produced-at
+    seconds)) under one policy;
+    a semantic tier keeps one vector index per modality set, of its modalities' ``dims``."""
 
-    def __init__(self, spec: TierSpec, dims: Sequence[int]) -> None:
+    def __init__(self, spec: TierSpec, dims: Sequence[Sequence[int]]) -> None:
         self.spec = spec
         self.policy = make_policy(spec.policy, capacity=spec.capacity_bytes)
         self.entries: dict[int, tuple[int, int, int, np.ndarray | None]] = {}
         self.used = 0
         self.index = [_VectorIndex(d) for d in dims] if spec.match == "semantic" else None
 
-    def find(self, key: int, modality: int, vec: np.ndarray | None,
-             offset: float = 0.0, fresh_after: float = -np.inf) -> int | None:
-        """The resident key this request matches (exact, or semantic at cosine >= the tier's
-        threshold - ``offset``), dropping expired matches (produced before ``fresh_after``)
-        until a fresh one matches or none does."""
+    def find(self, key: int, modality: int, vec: Sequence[np.ndarray] | None,
+             offset: Sequence[float] = (0.0,), fresh_after: float = -np.inf) -> int | None:
+        """The resident key this request matches (exact, or semantic: an entry of the same
+        modality set whose every modality is at cosine >= the tier's threshold - that modality's
+        ``offset``), dropping expired matches (produced before ``fresh_after``) until a fresh
+        one matches or none does."""
         found = self._match(key, modality, vec, offset)
         while found is not None and self.entries[found][4] < fresh_after:
             self.policy.remove(found)
@@ -224,14 +364,14 @@ class _Tier:
             found = self._match(key, modality, vec, offset)
         return found
 
-    def _match(self, key: int, modality: int, vec: np.ndarray | None,
-               offset: float) -> int | None:
+    def _match(self, key: int, modality: int, vec: Sequence[np.ndarray] | None,
+               offset: Sequence[float]) -> int | None:
         if key in self.entries:
             return key
         if self.index is None:
             return None
-        best, sim = self.index[modality].best(vec)
-        return best if sim >= self.spec.threshold - offset else None
+        best, margin = self.index[modality].best(vec, [self.spec.threshold - o for o in offset])
+        return best if margin >= 0 else None
 
     def admit(self, key: int, entry: tuple, **hints: Any) -> None:
         """Access a resident key, or admit it as the policy protocol says (bypass, self-drops,
@@ -287,9 +427,11 @@ class Replayer:
     :func:`replay` is one uninterrupted run of it; a caller that changes settings
     between requests (e.g. :mod:`mmcache.scheduler` between windows) serves them
     itself. ``serve(i, offsets, admit, skip)`` lowers semantic tiers' cosine threshold by
-    ``offsets[modality]`` (a δ offset) for this request, does not consult the tiers named
-    in ``skip`` (nor pay their lookup), and on a miss stores the answer (in every tier)
-    only when ``admit``. ``ttl_s``: every answer's TTL in workload seconds (None: no expiry).
+    ``offsets[modality]`` (a δ offset) for each modality of this request, does not consult
+    the tiers named in ``skip`` (nor pay their lookup), and on a miss stores the answer (in
+    every tier) only when ``admit``. Misses queue for the model's inference servers at the
+    request's arrival time (``workload.time``). ``ttl_s``: every answer's TTL in workload
+    seconds (None: no expiry).
     """
 
     def __init__(self, workload: Workload, tiers: Sequence[TierSpec],
@@ -304,7 +446,9 @@ class Replayer:
         self._ttl = np.inf if ttl_s is None else float(ttl_s)
         self.now_s = workload.time.tolist()
         self.workload = workload
-        self.state = [_Tier(spec, [workload.dim(m) for m in MODALITIES]) for spec in self.specs]
+        dims = [[workload.dim(m) for m in ms] for ms in MODALITY_SETS]
+        self.state = [_Tier(spec, dims) for spec in self.specs]
+        self.modality_set = workload.modality_set.tolist()
         self.keys = workload.exact_keys().astype(np.int64)
         self.next_use = _NextUse(self.keys)
         self.intent, self.modality, self.size = (workload.intent.tolist(),
@@ -314,35 +458,38 @@ class Replayer:
         self.hit_tier = np.full(n, -1, dtype=np.int16)
         self.false_hit = np.zeros(n, dtype=bool)
         self.lat_ms = np.zeros(n)
-        self._encode = [self.latency.encode_ms[m] for m in MODALITIES]
-        self._infer = [self.latency.inference_ms[m] for m in MODALITIES]
+        self.costs = _RequestCosts(self.latency, workload, [
+            self.latency.lookup_ms.get(t.name, LogNormal(t.lookup_us / 1e3, 0.0,
+                                                         f"TierSpec {t.name}.lookup_us"))
+            for t in self.specs])
+        self._hint = [max(self.latency.mean_inference_ms(m) for m in ms) for ms in MODALITY_SETS]
 
     def serve(self, i: int, offsets: Mapping[str, float] | None = None,
               admit: bool = True, skip: Collection[str] = ()) -> None:
         """Serve request ``i``: record its hit tier, false hit and latency."""
-        key, m = int(self.keys[i]), self.modality[i]
-        offset = (offsets or {}).get(MODALITIES[m], 0.0)
-        vec, cost_us, found = None, 0.0, None
+        key, m = int(self.keys[i]), self.modality_set[i]
+        offset = [(offsets or {}).get(mod, 0.0) for mod in MODALITY_SETS[m]]
+        vec, cost_ms, found = None, 0.0, None
         for k, tier in enumerate(self.state):
             if tier.spec.name in skip:
                 continue
-            cost_us += tier.spec.lookup_us
+            cost_ms += self.costs.lookup_ms[k, i]
             if tier.index is not None and vec is None:
-                vec = self.workload.embedding(i)
-                cost_us += 1000.0 * self._encode[m]
+                vec = self.workload.vectors(i)
+                cost_ms += self.costs.encode_ms[i]
             found = tier.find(key, m, vec, offset, self.now_s[i] - self._ttl)
             if found is not None:
                 break
-        infer = self._infer[m]
+        infer = self._hint[m]
         if found is None:
             if admit:
                 if vec is None and any(t.index is not None for t in self.state):
-                    vec = self.workload.embedding(i)  # a skipped semantic tier still stores it
+                    vec = self.workload.vectors(i)  # a skipped semantic tier still stores them
                 entry = (self.size[i], self.intent[i], m, vec, self.now_s[i])
                 hints = {"next_access": self.next_use.after(key, i), "now": i, "cost": infer}
                 for tier in self.state:
                     tier.admit(key, entry, **hints)
-            self.lat_ms[i] = cost_us / 1000.0 + infer
+            self.lat_ms[i] = self.costs.miss_ms(i, cost_ms)
             return
         entry = self.state[k].entries[found]
         hints = {"next_access": self.next_use.after(found, i), "now": i, "cost": infer}
@@ -350,13 +497,13 @@ class Replayer:
             tier.admit(found, entry, **hints)
         self.hit_tier[i] = k
         self.false_hit[i] = entry[1] != self.intent[i]
-        self.lat_ms[i] = cost_us / 1000.0 + entry[0] / (self.specs[k].bandwidth_gbps * 1e6)
+        self.lat_ms[i] = cost_ms + entry[0] / (self.specs[k].bandwidth_gbps * 1e6)
 
     def report(self, *, limits: bool = True) -> Report:
         """The :class:`Report` of every request (serve them all first)."""
         capacity = sum(t.capacity_bytes for t in self.specs) if limits else None
         return _report(self.workload, [t.name for t in self.specs], self.latency,
-                       self.hit_tier, self.false_hit, self.lat_ms, capacity,
+                       self.hit_tier, self.false_hit, self.lat_ms, self.costs, capacity,
                        self.specs[0].policy,
                        {"tiers": [asdict(t) for t in self.specs], "ttl_s": self.ttl_s})
 
@@ -374,6 +521,50 @@ def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel 
     for i in range(len(workload)):
         replayer.serve(i)
     return replayer.report(limits=limits)
+
+
+def offered_load(workload: Workload, latency: LatencyModel) -> float:
+    """Arrival rate ÷ the inference servers' capacity: the stream's mean requests per ms × the
+    mean inference time of its requests (the model's seeded draws) ÷ servers (the servers'
+    utilisation if nothing hit; the daily cycle and bursts push the peak above it)."""
+    if not latency.servers:
+        raise ConfigError("offered load needs a bounded pool (LatencyModel.servers)")
+    span_ms = 1e3 * float(workload.time[-1] - workload.time[0])
+    service = float(_RequestCosts(latency, workload, []).service_ms.mean())
+    return (len(workload) - 1) / span_ms * service / latency.servers
+
+
+def at_load(workload: Workload, latency: LatencyModel, load: float) -> Workload:
+    """``workload`` with its arrival times scaled so its :func:`offered_load` is ``load``."""
+    if not load > 0:
+        raise ConfigError(f"load must be positive, got {load!r}")
+    start = workload.time[0]
+    scale = offered_load(workload, latency) / load
+    return replace(workload, time=start + (workload.time - start) * scale)
+
+
+def load_reports(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
+                 loads: Sequence[float], *, ttl_s: float | None = None) -> dict[float, Report]:
+    """:func:`replay` (no limits) at each offered load, arrival times scaled by :func:`at_load`."""
+    return {float(load): replay(at_load(workload, latency, load), tiers, latency, limits=False,
+                                ttl_s=ttl_s) for load in loads}
+
+
+def load_sweep(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
+               loads: Sequence[float], *, ttl_s: float | None = None) -> list[dict[str, Any]]:
+    """One row per offered load of :func:`load_reports` (see :func:`load_row`)."""
+    return [load_row(load, r) for load, r in
+            load_reports(workload, tiers, latency, loads, ttl_s=ttl_s).items()]
+
+
+def load_row(load: float, report: Report) -> dict[str, Any]:
+    """``load, p50_ms, p95_ms, p99_ms, sla_violation_rate, miss_rate`` of one replay, with its
+    queue's ``mean_wait_ms`` and ``utilisation``."""
+    return {"load": float(load),
+            **{f"{q}_ms": report.latency_ms[q] for q in ("p50", "p95", "p99")},
+            "sla_violation_rate": report.sla_violation_rate, "miss_rate": 1 - report.hit_rate,
+            "mean_wait_ms": report.queue["mean_wait_ms"],
+            "utilisation": report.queue["utilisation"]}
 
 
 def replay_cache(workload: Workload, cache: Any, latency: LatencyModel | None = None, *,
@@ -400,19 +591,19 @@ def replay_cache(workload: Workload, cache: Any, latency: LatencyModel | None = 
     hit_tier = np.full(n, -1, dtype=np.int16)
     false_hit = np.zeros(n, dtype=bool)
     lat_ms = np.zeros(n)
+    draws = _RequestCosts(latency, workload, [])
     for i in range(n):
-        m, intent, size = MODALITIES[int(workload.modality[i])], int(workload.intent[i]), \
-            int(workload.size[i])
+        intent, size = int(workload.intent[i]), int(workload.size[i])
         query = workload.query(i, scope=scope)
         hit = cache.get(query)
         if hit is None:
-            lat_ms[i] = lookups[-1] / 1000.0 + latency.encode_ms[m] + latency.inference_ms[m]
+            lat_ms[i] = draws.miss_ms(i, lookups[-1] / 1000.0 + draws.encode_ms[i])
             cache.put(query, _answer(intent, size))
             continue
         k = names.index(hit.tier)
         exact = min(hit.similarities.values(), default=hit.similarity) >= 1.0
         lookup_ms = (lookups[k] if exact else lookups[-1]) / 1000.0
-        lat_ms[i] = lookup_ms + (0.0 if exact else latency.encode_ms[m]) + \
+        lat_ms[i] = lookup_ms + (0.0 if exact else draws.encode_ms[i]) + \
             size / (costs[hit.tier][1] * 1e6)
         hit_tier[i] = k
         false_hit[i] = int(str(hit.value).split(":", 1)[0]) != intent
@@ -421,7 +612,7 @@ def replay_cache(workload: Workload, cache: Any, latency: LatencyModel | None = 
     capacity = sum(budgets) if limits and None not in budgets else None
     policy = getattr(cache.config, names[0]).policy if hasattr(cache.config, names[0]) \
         else "lru"
-    return _report(workload, names, latency, hit_tier, false_hit, lat_ms, capacity, policy,
+    return _report(workload, names, latency, hit_tier, false_hit, lat_ms, draws, capacity, policy,
                    {"tiered_cache_config": cache.config.to_dict(), "tier_costs": costs})
 
 
@@ -469,26 +660,30 @@ def replay_limits(workload: Workload, capacity_bytes: int, policy: str = "lru", 
 
 def _report(workload: Workload, names: Sequence[str], latency: LatencyModel,
             hit_tier: np.ndarray, false_hit: np.ndarray, lat_ms: np.ndarray,
-            capacity: int | None, policy: str, setup: dict[str, Any]) -> Report:
+            costs: _RequestCosts, capacity: int | None, policy: str,
+            setup: dict[str, Any]) -> Report:
     hit = hit_tier >= 0
-    per_mod = {m: float(hit[workload.modality == k].mean())
-               for k, m in enumerate(MODALITIES) if (workload.modality == k).any()}
+    per_mod = {m: float(hit[workload.modality_set == k].mean())
+               for k, m in enumerate(MODALITY_SET_NAMES) if (workload.modality_set == k).any()}
+    multimodal = workload.modality_set >= len(MODALITIES)
     return Report(
         n_req=int(hit.shape[0]), tiers=tuple(names), hit_rate=float(hit.mean()),
         hit_rate_per_tier={t: float((hit_tier == k).mean()) for k, t in enumerate(names)},
-        hit_rate_per_modality=per_mod, false_hit_rate=float(false_hit.mean()),
+        hit_rate_per_modality=per_mod,
+        cross_modal_hit_rate=float(hit[multimodal].mean()) if multimodal.any() else None,
+        false_hit_rate=float(false_hit.mean()),
         hit_precision=float(1.0 - false_hit.sum() / hit.sum()) if hit.any() else 1.0,
         byte_hit_rate=float(workload.size[hit].sum() / workload.size.sum()),
         latency_ms={f"p{q}": float(np.percentile(lat_ms, q)) for q in (50, 95, 99)}
         | {"mean": float(lat_ms.mean())},
         sla_ms=latency.sla_ms, sla_violation_rate=float((lat_ms > latency.sla_ms).mean()),
+        queue=costs.summary(~hit, workload),
         limits={} if capacity is None else
         replay_limits(workload, capacity, policy) | {"capacity_bytes": capacity},
         provenance={"workload": workload.describe(), "embeddings": workload.embedding_kinds(),
                     **setup,
-                    "latency_model": {**asdict(latency),
-                                      "kind": "assumed constants, not measured"}},
-        latencies_ms=lat_ms)
+                    "latency_model": latency.describe()},
+        latencies_ms=lat_ms, waits_ms=costs.wait_ms)
 
 
 def miss_ratio_curves(trace: Any, policies: Sequence[str], sizes: Sequence[int]):

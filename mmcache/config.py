@@ -9,6 +9,7 @@ Example (YAML)::
     l2: {max_entries: 200000, index: auto, ann_factory: HNSW32, ef_search: 128}
     l3: {backend: sqlite, path: runs/cache.db, synchronous: NORMAL}
     # l3: {backend: redis, url: "redis://127.0.0.1:6379/0"}   # remote tier instead
+    # l3: {backend: redis, url: "redis://127.0.0.1:7000", options: {cluster: true}}
     thresholds: {rule: static, delta: {text: 0.1, image: 0.15}}
     freshness: {ttl: 300, stale_while_revalidate: 60, stale_if_error: 86400,
                 ttl_factors: {"demo*": 0.3}}   # demo tenants' answers live 90 s
@@ -91,7 +92,9 @@ class StoreTierConfig:
     """L3: persistent (``sqlite``, needs ``path``) or remote (``redis``, needs ``url``); off when
     ``backend`` is null. ``options`` go to the backend's constructor unchanged (e.g.
     ``max_staleness``: seconds a shared store's view may be old when private copies are
-    revalidated, default 0; Redis ``prefix``); ``policy_options`` as for L1.
+    revalidated, default 0; Redis ``prefix``; Redis ``cluster: true`` for a Redis Cluster,
+    with the URL of any node, and ``skew_window``, the requests per window of its skew
+    watch); ``policy_options`` as for L1.
 
     ``shared: true`` lets several caches open one SQLite file (Redis is always shared);
     without it a second open of the file is refused. The capacity (``max_entries``,
@@ -112,12 +115,29 @@ class StoreTierConfig:
 
 @dataclass
 class ThresholdConfig:
-    """δ-neighbour rule: a hit needs cosine ≥ 1 − δ on every modality of the query.
+    """δ-neighbour rule (:mod:`mmcache.thresholds`), its verifier stage and the context channel.
 
-    ``static`` uses ``delta`` per modality; ``percentile`` (seed 000 §3.1) sets
-    δ = 1 − percentile(recent hit similarities, ``percentile``) over a sliding
-    ``window``, starting from ``delta`` until ``min_samples`` hits were seen and
-    clipped to ``[delta_min, delta_max]``.
+    Scale: cosine of unit embeddings; a static δ means a hit needs cosine ≥ 1 − δ (δ = 0:
+    exact only; δ = 2: every candidate). ``rule`` picks one of
+    :data:`mmcache.thresholds.RULES`; each takes the keys its constructor names:
+
+    - ``static``: ``delta`` per modality;
+    - ``percentile`` (seed 000 §3.1, fed by every lookup, per scope and modality):
+      ``delta`` (start), ``percentile``, ``window``, ``min_samples``, ``delta_min``,
+      ``delta_max``;
+    - ``calibrated``: hit when P(same answer) ≥ ``level``, curves (``calibration``:
+      isotonic or platt) per (modality, encoder) from ``prior`` (null: the shipped file);
+    - ``error-budget``: per-entry learned P(correct) with the shared ``prior``; serve
+      while expected wrong answers ÷ lookups ≤ ``budget`` (``max_risk``: most P(wrong) of
+      one hit; ``credit``: lookups of allowance a new cache starts with;
+      ``search_floor``: least cosine searched);
+    - ``vcache-paper``: vCache's per-entry rule from its paper (``budget``,
+      ``min_observations``, ``z``, ``search_floor``).
+
+    ``verifier`` names one of :data:`mmcache.verifiers.VERIFIERS` (``none``: no stage),
+    called on accepted candidates less than ``verifier_band`` (cosine) above the rule's
+    threshold; below ``verifier_min`` it vetoes the hit. ``context_delta``: a candidate
+    needs context-vector cosine ≥ 1 − ``context_delta`` (:mod:`mmcache.context`).
     """
 
     rule: str = "static"
@@ -127,6 +147,19 @@ class ThresholdConfig:
     min_samples: int = 50
     delta_min: float = 0.01
     delta_max: float = 0.5
+    level: float = 0.9
+    calibration: str = "isotonic"
+    prior: str | None = None
+    budget: float = 0.02
+    max_risk: float = 0.5
+    credit: float = 10.0
+    search_floor: float = 0.5
+    min_observations: int = 6
+    z: float = 1.645
+    verifier: str = "none"
+    verifier_band: float = 0.05
+    verifier_min: float = 0.5
+    context_delta: float = 0.15
 
 
 @dataclass
@@ -342,12 +375,13 @@ def _validate(cfg: CacheConfig) -> None:
     _choice(th.rule, tuple(RULES), "thresholds.rule")
     for modality, delta in th.delta.items():
         _modality(modality, f"thresholds.delta.{modality}")
-        _in_range(delta, 0.0, 2.0, f"thresholds.delta.{modality}", low_open=True)
+        _in_range(delta, 0.0, 2.0, f"thresholds.delta.{modality}")
     _in_range(th.percentile, 0.0, 100.0, "thresholds.percentile")
     _positive(th.window, "thresholds.window")
     _positive(th.min_samples, "thresholds.min_samples")
     _in_range(th.delta_min, 0.0, 2.0, "thresholds.delta_min", low_open=True)
     _in_range(th.delta_max, th.delta_min, 2.0, "thresholds.delta_max")
+    _check_rule_settings(th)
     fr = cfg.freshness
     if fr.ttl is not None and not fr.ttl > 0:
         raise ConfigError(f"freshness.ttl must be a positive number of seconds or null, "
@@ -371,6 +405,27 @@ def _validate(cfg: CacheConfig) -> None:
     for modality, name in cfg.encoders.items():
         _modality(modality, f"encoders.{modality}")
         _encoder_name(name, f"encoders.{modality}")
+
+
+def _check_rule_settings(th: ThresholdConfig) -> None:
+    """The settings of the probabilistic rules, the verifier stage and the context channel."""
+    from .verifiers import VERIFIERS
+
+    _in_range(th.level, 0.0, 1.0, "thresholds.level", low_open=True)
+    _choice(th.calibration, ("isotonic", "platt"), "thresholds.calibration")
+    if th.prior is not None and not th.prior.strip():
+        raise ConfigError("thresholds.prior must be a path to a priors JSON file or null "
+                          "(the shipped data/threshold_priors.json)")
+    _in_range(th.budget, 0.0, 1.0, "thresholds.budget", low_open=True, high_open=True)
+    _in_range(th.max_risk, 0.0, 1.0, "thresholds.max_risk", low_open=True)
+    _in_range(th.credit, 0.0, math.inf, "thresholds.credit", high_open=True)
+    _in_range(th.search_floor, -1.0, 1.0, "thresholds.search_floor")
+    _positive(th.min_observations, "thresholds.min_observations")
+    _in_range(th.z, 0.0, math.inf, "thresholds.z", high_open=True)
+    _choice(th.verifier, tuple(VERIFIERS), "thresholds.verifier")
+    _in_range(th.verifier_band, 0.0, 2.0, "thresholds.verifier_band")
+    _in_range(th.verifier_min, 0.0, 1.0, "thresholds.verifier_min")
+    _in_range(th.context_delta, 0.0, 2.0, "thresholds.context_delta")
 
 
 def _positive_or_none(value: Any, key: str) -> None:

@@ -72,3 +72,14 @@ class ConvexityError(ConfigError):
 
 class SolverError(MMCacheError, RuntimeError):
     """A convex solver returned without an optimal solution (infeasible, unbounded, inaccurate)."""
+
+
+class PriorFileError(ConfigError):
+    """A threshold prior / calibration file that is missing or malformed.
+
+    The message names the file and how to regenerate it (``make priors``).
+    """
+
+
+class UnknownHitError(InvalidInputError):
+    """Feedback on something that is not a hit this cache served (another cache's, a copy)."""

@@ -21,6 +21,7 @@ import numpy as np
 from scipy.signal import resample_poly
 
 from . import keys
+from .context import Turns, check_context, context_key
 from .errors import (InvalidEmbeddingError, InvalidInputError, InvalidMediaError,
                      UnknownModalityError)
 from .types import AUDIO_SAMPLE_RATE, MODALITIES, Query
@@ -39,6 +40,7 @@ class PreparedQuery:
     raw: dict[str, Any] = field(default_factory=dict)
     vectors: dict[str, np.ndarray] = field(default_factory=dict)
     text: str | None = None
+    context: Turns = ()
 
 
 def prepare(query: Query, dims: Mapping[str, int]) -> PreparedQuery:
@@ -68,8 +70,11 @@ def prepare(query: Query, dims: Mapping[str, int]) -> PreparedQuery:
     if not hashes:
         raise InvalidInputError("query has no text, image, audio or embedding")
     modalities = tuple(m for m in MODALITIES if m in hashes)
+    turns = check_context(query.context)
+    if turns:
+        hashes["context"] = context_key(turns)
     return PreparedQuery(scope, keys.exact_key(scope, hashes), modalities, raw, vectors,
-                         query.text)
+                         query.text, turns)
 
 
 def unit_vector(vector: Any, modality: str, dim: int | None) -> np.ndarray:

@@ -5,8 +5,12 @@ Counters are plain dictionaries keyed by ``(tier, modalities)`` where
 ``not_stored`` counts puts that no tier admitted (every tier's policy declined the
 entry), by the modalities of the entry's vectors (``"none"``: an exact key only).
 A hit is *false* when the query carries ``ground_truth`` and the entry's stored
-ground truth differs. Export with :meth:`CacheMetrics.to_dataframe` (tidy
-pandas) or :meth:`CacheMetrics.to_prometheus` (text exposition format).
+ground truth differs. A sharded store (the Redis tier, most usefully on a cluster)
+counts its requests per shard in ``shard_requests`` and, in ``skew_alerts``, the windows
+in which a shard took over 1.8x (by default) the mean: the skew watch of seed 000 §2.4,
+:mod:`mmcache.tiers.skew`; both are keyed by the shard's ``host:port``. Export with
+:meth:`CacheMetrics.to_dataframe` (tidy pandas) or :meth:`CacheMetrics.to_prometheus`
+(text exposition format).
 
 Threads: a :class:`CacheMetrics` has its own lock. Its methods (counting, ``reset``,
 ``snapshot``, the exports, ``hit_ratio``) hold it, so a thread may export or reset the
@@ -63,7 +67,7 @@ class Histogram:
 #: The counters of a CacheMetrics, by attribute name.
 COUNTERS: tuple[str, ...] = ("hits", "false_hits", "judged_hits", "stale_hits", "misses",
                              "bypasses", "puts", "not_stored", "evictions", "guard_skips",
-                             "errors")
+                             "errors", "shard_requests", "skew_alerts")
 
 
 class CacheMetrics:
@@ -105,6 +109,8 @@ class CacheMetrics:
         self.evictions: Counter[str] = Counter()
         self.guard_skips: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
+        self.shard_requests: Counter[str] = Counter()
+        self.skew_alerts: Counter[str] = Counter()
         self.latency: dict[str, Histogram] = {}
 
     def hit(self, tier: str, modalities: str, freshness: str, correct: bool | None) -> None:
@@ -140,7 +146,7 @@ class CacheMetrics:
         return hits / lookups if lookups else float("nan")
 
     def to_dataframe(self) -> "pd.DataFrame":
-        """Tidy table: one row per (metric, tier, modalities) counter and latency summary."""
+        """Tidy table: one row per counter (by tier, modalities or shard) and latency summary."""
         return _frame(self.snapshot())
 
     def to_prometheus(self, prefix: str = "mmcache") -> str:
@@ -171,13 +177,16 @@ def _frame(snap: CacheMetrics) -> "pd.DataFrame":
                                     ("guard_skips", snap.guard_skips, "tier"),
                                     ("errors", snap.errors, "tier")):
         rows += [{"metric": metric, column: k, "value": v} for k, v in sorted(counter.items())]
+    for metric, counter in (("shard_requests", snap.shard_requests),
+                            ("skew_alerts", snap.skew_alerts)):
+        rows += [{"metric": metric, "shard": k, "value": v} for k, v in sorted(counter.items())]
     for stage, hist in sorted(snap.latency.items()):
         rows += [{"metric": "latency_count", "tier": stage, "value": hist.count},
                  {"metric": "latency_mean_s", "tier": stage,
                   "value": hist.sum / hist.count if hist.count else float("nan")},
                  {"metric": "latency_p50_s", "tier": stage, "value": hist.quantile(0.5)},
                  {"metric": "latency_p99_s", "tier": stage, "value": hist.quantile(0.99)}]
-    return pd.DataFrame(rows, columns=["metric", "tier", "modalities", "value"])
+    return pd.DataFrame(rows, columns=["metric", "tier", "modalities", "shard", "value"])
 
 
 class _Collector:
@@ -200,7 +209,11 @@ class _Collector:
                 ("not_stored", "Puts that no tier admitted", m.not_stored, ["modalities"]),
                 ("evictions", "Entries evicted", m.evictions, ["tier"]),
                 ("guard_skips", "Lookups skipped by the penetration guard", m.guard_skips,
-                 ["tier"])):
+                 ["tier"]),
+                ("shard_requests", "Requests a sharded store sent to each shard",
+                 m.shard_requests, ["shard"]),
+                ("skew_alerts", "Windows in which a shard took over the skew factor times the "
+                 "mean of requests", m.skew_alerts, ["shard"])):
             family = CounterMetricFamily(f"{p}_{name}", doc, labels=labels)
             for key, value in sorted(counter.items()):
                 family.add_metric(list(key) if isinstance(key, tuple) else [key], value)

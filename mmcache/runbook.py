@@ -36,16 +36,22 @@ def notebook_sources() -> list[Path]:
     return sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.py"))
 
 
-def run_dir(name: str | None = None) -> Path:
-    """This run's output folder: ``$MMCACHE_RUN_DIR`` inside a batch run, else ``runs/<name>``."""
+def run_dir(name: str | None = None, smoke: bool = False) -> Path:
+    """This run's output folder.
+
+    ``$MMCACHE_RUN_DIR`` inside a batch run (runbook, sweeps); else the notebook's own
+    ``runs/<name>[-smoke]/`` (a plain papermill or Jupyter run passes its ``NOTEBOOK``
+    parameter as ``name``); ``runs/interactive/`` when nothing names the notebook.
+    """
     if RUN_DIR_ENV in os.environ:
         return Path(os.environ[RUN_DIR_ENV])
-    return RUNS_DIR / (name or "interactive")
+    return _batch_dir(name, smoke) if name else RUNS_DIR / "interactive"
 
 
-def write_metrics(metrics: Mapping[str, Any], name: str | None = None) -> Path:
-    """Write a notebook's key numbers to ``metrics.json`` in its run folder."""
-    out = run_dir(name)
+def write_metrics(metrics: Mapping[str, Any], name: str | None = None,
+                  smoke: bool = False) -> Path:
+    """Write a notebook's key numbers to ``metrics.json`` in its run folder (see :func:`run_dir`)."""
+    out = run_dir(name, smoke)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "metrics.json"
     path.write_text(json.dumps(dict(metrics), indent=2, sort_keys=True, default=_jsonable) + "\n")
@@ -58,8 +64,12 @@ def read_metrics(name: str, smoke: bool = True) -> dict[str, Any]:
 
 
 def execute(source: Path | str, smoke: bool, parameters: Mapping[str, Any] | None = None,
-            timeout_s: int = 3600) -> Path:
-    """Execute one notebook source with papermill; returns its run folder."""
+            timeout_s: int = 3600, out_dir: Path | str | None = None) -> Path:
+    """Execute one notebook source with papermill; returns its run folder.
+
+    The run folder is ``out_dir`` when given (a sweep point's folder), else
+    ``runs/<name>[-smoke]/``.
+    """
     import jupytext
     import papermill as pm
 
@@ -69,7 +79,7 @@ def execute(source: Path | str, smoke: bool, parameters: Mapping[str, Any] | Non
     if not source.exists():
         raise InvalidInputError(f"no notebook source {source}; known: "
                                 f"{[p.stem for p in notebook_sources()]}")
-    out = _batch_dir(source.stem, smoke)
+    out = Path(out_dir) if out_dir is not None else _batch_dir(source.stem, smoke)
     out.mkdir(parents=True, exist_ok=True)
     built = out / f"{source.stem}.source.ipynb"
     nb = jupytext.read(source)

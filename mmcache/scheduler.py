@@ -395,16 +395,28 @@ class OffsetThreshold(ThresholdRule):
     def floor(self, modality: str) -> float:
         return self.inner.floor(modality) - self.offsets.get(modality, 0.0)
 
-    def threshold(self, modality: str, entry_id: str | None = None) -> float:
-        return self.inner.threshold(modality, entry_id) - self.offsets.get(modality, 0.0)
+    def threshold(self, modality: str, entry_id: str | None = None,
+                  scope: str | None = None) -> float:
+        return self.inner.threshold(modality, entry_id, scope) - self.offsets.get(modality, 0.0)
 
-    def accepts(self, similarities: Mapping[str, float], entry_id: str | None = None) -> bool:
-        shifted = {m: s + self.offsets.get(m, 0.0) for m, s in similarities.items()}
-        return self.inner.accepts(shifted, entry_id)
+    def accepts(self, similarities: Mapping[str, float], entry_id: str | None = None,
+                scope: str | None = None, evidence: Mapping[str, float] | None = None) -> bool:
+        return self.inner.accepts(self._shifted(similarities), entry_id, scope, evidence)
 
-    def observe(self, similarities: Mapping[str, float], entry_id: str,
-                correct: bool | None = None) -> None:
-        self.inner.observe(similarities, entry_id, correct)
+    def served(self, similarities: Mapping[str, float], entry_id: str, scope: str,
+               evidence: Mapping[str, float] | None = None) -> None:
+        self.inner.served(self._shifted(similarities), entry_id, scope, evidence)
+
+    def observe_lookup(self, scope: str, modalities: Sequence[str],
+                       nearest: Mapping[str, float] | None) -> None:
+        self.inner.observe_lookup(scope, modalities, nearest)
+
+    def feedback(self, similarities: Mapping[str, float], entry_id: str, correct: bool,
+                 scope: str | None = None) -> None:
+        self.inner.feedback(similarities, entry_id, correct, scope)
+
+    def _shifted(self, similarities: Mapping[str, float]) -> dict[str, float]:
+        return {m: s + self.offsets.get(m, 0.0) for m, s in similarities.items()}
 
     def forget(self, entry_id: str) -> None:
         self.inner.forget(entry_id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -23,7 +23,9 @@ class Query:
     ``audio_rate`` Hz (16 kHz by default). ``embeddings`` maps a modality name to a
     precomputed 1-D float32 vector, which the cache uses instead of its encoders.
     ``scope`` is the isolation namespace (tenant, model, system-prompt hash, ...):
-    required, and entries never match across scopes.
+    required, and entries never match across scopes. ``context`` is the conversation
+    before ``text`` (the last user message): ``[{"role": ..., "content": ...}, ...]``,
+    oldest first; its latest turns are part of the hit decision (:mod:`mmcache.context`).
     """
 
     text: str | None = None
@@ -33,6 +35,7 @@ class Query:
     scope: str | None = None
     audio_rate: int = AUDIO_SAMPLE_RATE
     ground_truth: Any = None  # optional label (e.g. intent id) used only for false-hit metrics
+    context: Sequence[Mapping[str, str]] = ()
 
     def modalities(self) -> tuple[str, ...]:
         """The modalities present in this query, as raw input or as embedding."""
@@ -59,6 +62,8 @@ class Hit:
     entry_id: str
     freshness: str = "fresh"
     similarities: Mapping[str, float] = field(default_factory=dict)
+    #: The serial of the lookup that served it, in the cache that served it (for feedback).
+    lookup: int | None = None
 
 
 #: Per-entry signals a put may give the tiers' eviction policies (``TieredCache.put(hints=)``):
@@ -84,3 +89,9 @@ class Entry:
     #: The shared store's sequence number of the write that stored this entry (None: not
     #: stored there); a private copy of another version is stale.
     version: int | None = None
+    #: What the entry was asked: the query's text and its relevant conversation turns
+    #: (``((role, content), ...)``, :mod:`mmcache.context`), for verifiers.
+    question: str | None = None
+    context: tuple[tuple[str, str], ...] = ()
+    #: The unit context vector of those turns (None: no context, or no text encoder).
+    context_vector: np.ndarray | None = None

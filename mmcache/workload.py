@@ -4,20 +4,30 @@
 (one intent = one answer), each asked through paraphrase *variants* per modality
 (text rewrites; image crops / brightness / resizes of one photo; speech of one
 sentence by different voices and rates), a share of *novel* queries that match
-no earlier intent, *sessions* (a user re-asks the same intent), *bursts* (an
-intent suddenly trends) and *drift* (popularity ranks reshuffle over time). The
-intent id travels with every query as ground truth, so false hits are measurable.
+no earlier intent, *bursts* (an intent suddenly trends, and its queries arrive
+faster), *drift* (every ``drift_period`` queries popularity ranks reshuffle, new
+intents appear and the ones they replace fade) and *sessions* (a user re-asks the
+intent that opened the session; assigned last, so a session keeps one intent and
+a novel query is a session of its own). The intent id travels with every query
+as ground truth, so false hits are measurable. A share of queries
+(``multimodal_mix``) carries several modalities (text + image, speech + image,
+text + speech, or all three; :data:`MODALITY_SETS`), one vector per modality.
 
 Vectors are **synthetic** (labelled so in :data:`EMBEDDING_KIND`): per modality,
 intents cluster in topics; two variants of one intent have cosine about
 ``paraphrase_cos`` (each intent its own value within ± ``paraphrase_spread``);
 variants of sibling intents (same topic) about ``paraphrase_cos * sibling_cos``;
 unrelated ones about 0 (± 1/sqrt(dim)). Timing
-is synthetic too (Poisson arrivals at ``qps``). Real text comes from ShareGPT
-prompts when the caller passes them (see :mod:`mmcache.datasets.prompts`), and
+is synthetic too: Poisson arrivals at ``qps`` modulated by a daily cycle
+(amplitude ``cycle_amplitude``, one cycle per ``cycle_s`` seconds, by default one
+compressed "day" over the stream) and ``burst_speedup`` times faster for burst queries
+(both off by default, so a default stream keeps v1's homogeneous Poisson timing).
+Real text comes from ShareGPT prompts when the caller passes them (see
+:mod:`mmcache.datasets.prompts`), and
 :meth:`Workload.with_text_encoder` swaps the synthetic text vectors for a real
-encoder's embeddings of exactly those texts (image and audio stay synthetic;
-:meth:`Workload.embedding_kinds` says which is which).
+encoder's embeddings of exactly those texts (image and audio stay synthetic,
+the labelled stand-in for CLIP / Whisper vectors; :meth:`Workload.embedding_kinds`
+says which is which).
 
 :func:`zipf_trace` draws an object trace (ids + sizes) in the same
 :class:`mmcache.trace.Trace` layout that :func:`mmcache.trace.read_oracle_general` returns.
@@ -39,10 +49,18 @@ if TYPE_CHECKING:
 #: How the workload's vectors were made; print it next to results that use them.
 EMBEDDING_KIND = "synthetic (seeded random vectors with controlled paraphrase similarity)"
 #: How the workload's arrival times were made.
-TIMING_KIND = "synthetic (Poisson arrivals; bursts and sessions drawn by the generator)"
+TIMING_KIND = ("synthetic (Poisson arrivals with a daily cycle, faster in bursts; sessions and "
+               "bursts drawn by the generator)")
 #: Keys :meth:`Workload.to_trace` can key a trace by.
 TRACE_KEYS = ("exact", "intent", "intent-modality")
 _TEXT = MODALITIES.index("text")
+#: The modality sets a query can carry, by index: each single modality at its
+#: :data:`mmcache.types.MODALITIES` index, then the pairs and the triple.
+MODALITY_SETS: tuple[tuple[str, ...], ...] = (
+    ("text",), ("image",), ("audio",), ("text", "image"), ("text", "audio"), ("image", "audio"),
+    ("text", "image", "audio"))
+#: Their names, modalities joined by ``+`` (keys of :attr:`WorkloadConfig.multimodal_mix`).
+MODALITY_SET_NAMES: tuple[str, ...] = tuple("+".join(ms) for ms in MODALITY_SETS)
 
 _TEXT_REWRITES: tuple[Callable[[str], str], ...] = (
     lambda s: s,
@@ -65,6 +83,7 @@ class WorkloadConfig:
     zipf_alpha: float = 0.9
     modality_mix: Mapping[str, float] = field(
         default_factory=lambda: {"text": 0.5, "image": 0.3, "audio": 0.2})
+    multimodal_mix: Mapping[str, float] = field(default_factory=dict)
     n_variants: int = 8
     variant_alpha: float = 1.0
     novel_share: float = 0.1
@@ -74,7 +93,11 @@ class WorkloadConfig:
     burst_intensity: float = 0.5
     drift_period: int = 5_000
     drift_fraction: float = 0.2
+    drift_new_fraction: float = 0.05
     qps: float = 100.0
+    cycle_amplitude: float = 0.0
+    cycle_s: float | None = None
+    burst_speedup: float = 1.0
     dim: int = 128
     paraphrase_cos: float = 0.88
     paraphrase_spread: float = 0.06
@@ -89,7 +112,7 @@ class WorkloadConfig:
                "n_queries, n_intents and n_variants must be >= 1")
         _check(self.dim >= 2 and self.intents_per_topic >= 1, "dim >= 2, intents_per_topic >= 1")
         for name in ("novel_share", "session_continue", "burst_rate", "burst_intensity",
-                     "drift_fraction"):
+                     "drift_fraction", "drift_new_fraction", "cycle_amplitude"):
             _check(0.0 <= getattr(self, name) < 1.0, f"{name} must be in [0, 1)")
         for name in ("paraphrase_cos", "sibling_cos"):
             _check(0.0 < getattr(self, name) < 1.0, f"{name} must be in (0, 1)")
@@ -99,11 +122,19 @@ class WorkloadConfig:
         _check(self.qps > 0 and self.value_bytes_median >= 1 and self.value_bytes_sigma >= 0,
                "qps > 0, value_bytes_median >= 1, value_bytes_sigma >= 0")
         _check(self.drift_period >= 0 and self.burst_len >= 1, "drift_period >= 0, burst_len >= 1")
+        _check(self.burst_speedup >= 1 and (self.cycle_s is None or self.cycle_s > 0),
+               "burst_speedup >= 1 and cycle_s > 0 (or None)")
         unknown = set(self.modality_mix) - set(MODALITIES)
         _check(not unknown, f"unknown modalities {sorted(unknown)}; known: {MODALITIES}")
         weights = list(self.modality_mix.values())
         _check(bool(weights) and min(weights) >= 0 and sum(weights) > 0,
                "modality_mix needs non-negative weights with a positive sum")
+        unknown = [k for k in self.multimodal_mix if modality_set_index(k) < len(MODALITIES)]
+        _check(not unknown, f"unknown modality sets {sorted(unknown)}; known: "
+                            f"{MODALITY_SET_NAMES[len(MODALITIES):]} (any order)")
+        shares = list(self.multimodal_mix.values())
+        _check(all(v >= 0 for v in shares) and sum(shares) < 1,
+               "multimodal_mix needs non-negative shares summing to less than 1")
 
 
 @dataclass(frozen=True)
@@ -149,7 +180,9 @@ class Workload:
     """A generated query stream, one row per query (columns are numpy arrays).
 
     ``intent`` is the ground truth (ids >= ``config.n_intents`` are novel, each
-    unique); ``modality`` indexes :data:`mmcache.types.MODALITIES`; ``variant``
+    unique); ``modality`` indexes :data:`mmcache.types.MODALITIES` (a multimodal
+    query's first modality); ``modality_set`` indexes :data:`MODALITY_SETS`, every
+    modality the query carries (one variant index for all of them); ``variant``
     is the paraphrase variant; ``size`` is the byte size of the answer (one per
     intent); ``time`` is the synthetic arrival time in seconds; ``real_text``
     holds real text vectors (see :meth:`with_text_encoder`), ``None`` for synthetic.
@@ -164,6 +197,7 @@ class Workload:
     burst: np.ndarray
     time: np.ndarray
     size: np.ndarray
+    modality_set: np.ndarray
     real_text: TextEmbeddings | None = field(default=None, repr=False)
     _vectors: dict = field(default_factory=dict, repr=False)
 
@@ -173,13 +207,17 @@ class Workload:
     @property
     def novel(self) -> np.ndarray:
         """True for queries whose intent never occurs elsewhere in the stream."""
-        return self.intent >= self.config.n_intents
+        return self.intent >= catalogue_size(self.config)
+
+    def modalities(self, i: int) -> tuple[str, ...]:
+        """The modalities query ``i`` carries."""
+        return MODALITY_SETS[int(self.modality_set[i])]
 
     def exact_keys(self) -> np.ndarray:
-        """Exact-match key per query: (intent, modality, variant) as one uint64."""
-        per_intent = len(MODALITIES) * self.config.n_variants
+        """Exact-match key per query: (intent, modality set, variant) as one uint64."""
+        per_intent = len(MODALITY_SETS) * self.config.n_variants
         return (self.intent.astype(np.uint64) * np.uint64(per_intent)
-                + self.modality.astype(np.uint64) * np.uint64(self.config.n_variants)
+                + self.modality_set.astype(np.uint64) * np.uint64(self.config.n_variants)
                 + self.variant.astype(np.uint64))
 
     def to_trace(self, key: str = "exact"):
@@ -188,8 +226,8 @@ class Workload:
 
         The intent-keyed trace is the *cross-modal oracle semantic cache*: every
         paraphrase, in any modality, of an intent hits its answer, and nothing else
-        does; keyed by intent and modality it is the oracle of a cache that matches
-        within a modality only (no cross-modal retrieval).
+        does; keyed by intent and modality (set) it is the oracle of a cache that matches
+        within a modality set only (no cross-modal retrieval).
         """
         from .trace import make_trace
 
@@ -200,8 +238,8 @@ class Workload:
         elif key == "intent":
             ids = self.intent.astype(np.uint64)
         else:
-            ids = (self.intent.astype(np.uint64) * np.uint64(len(MODALITIES))
-                   + self.modality.astype(np.uint64))
+            ids = (self.intent.astype(np.uint64) * np.uint64(len(MODALITY_SETS))
+                   + self.modality_set.astype(np.uint64))
         return make_trace(ids, self.size, np.floor(self.time).astype(np.int64))
 
     def with_text_encoder(self, encoder: Encoder, prompts: Sequence[str], *,
@@ -221,7 +259,8 @@ class Workload:
             raise ConfigError(f"with_text_encoder needs a text encoder, got modality "
                               f"{getattr(encoder, 'modality', None)!r}")
         prompts = _checked_prompts(prompts)
-        is_text = self.modality == _TEXT
+        is_text = np.isin(self.modality_set, [k for k, ms in enumerate(MODALITY_SETS)
+                                              if "text" in ms])
         pairs = sorted(set(zip(self.intent[is_text].tolist(), self.variant[is_text].tolist())))
         texts = [text_variant(prompts[intent % len(prompts)], v) for intent, v in pairs]
         distinct = sorted(set(texts), key=lambda t: (len(t), t))  # similar lengths pad little
@@ -254,7 +293,14 @@ class Workload:
         Equal for queries with the same (intent, modality, variant); synthetic
         ones are kept once computed.
         """
-        m, intent, topic = int(self.modality[i]), int(self.intent[i]), int(self.topic[i])
+        return self._vector(i, int(self.modality[i]))
+
+    def vectors(self, i: int) -> tuple[np.ndarray, ...]:
+        """Query ``i``'s unit vectors, one per modality of :meth:`modalities`, in that order."""
+        return tuple(self._vector(i, MODALITIES.index(m)) for m in self.modalities(i))
+
+    def _vector(self, i: int, m: int) -> np.ndarray:
+        intent, topic = int(self.intent[i]), int(self.topic[i])
         if m == _TEXT and self.real_text is not None:
             return self.real_text.vector(intent, int(self.variant[i]))
         key = (intent, m, int(self.variant[i]))
@@ -310,7 +356,8 @@ class Workload:
     def query(self, i: int, *, prompts: Sequence[str] | None = None, scope: str = "bench",
               images: Callable[[int], np.ndarray] | None = None,
               speech: Callable[[int, SpeechVariant], np.ndarray] | None = None) -> Query:
-        """Query ``i`` as an :class:`mmcache.types.Query` with its embedding.
+        """Query ``i`` as an :class:`mmcache.types.Query` with the embedding of every modality
+        it carries.
 
         Text queries get a templated rewrite of ``prompts[intent % len(prompts)]``
         when ``prompts`` is given (pass one per intent id, novel ones included, for
@@ -321,7 +368,7 @@ class Workload:
         float32, e.g. espeak-ng through :func:`mmcache.datasets.speech.synthesize`).
         ``ground_truth`` is the intent id.
         """
-        m = MODALITIES[int(self.modality[i])]
+        mods = self.modalities(i)
         intent, variant = int(self.intent[i]), int(self.variant[i])
         if self.real_text is not None:
             if prompts is not None and tuple(prompts) != self.real_text.prompts:
@@ -329,21 +376,26 @@ class Workload:
                                   "pass no prompts (or the same ones)")
             prompts = self.real_text.prompts
         text = image = audio = None
-        if m == "text" and prompts:
+        if "text" in mods and prompts:
             text = text_variant(prompts[intent % len(prompts)], variant)
-        if m == "image" and images is not None:
+        if "image" in mods and images is not None:
             image = apply_image_variant(images(intent), image_variant(variant))
-        if m == "audio" and speech is not None:
+        if "audio" in mods and speech is not None:
             audio = np.asarray(speech(intent, speech_variant(variant)), dtype=np.float32)
-        return Query(text=text, image=image, audio=audio, embeddings={m: self.embedding(i)},
-                     scope=scope, ground_truth=intent)
+        return Query(text=text, image=image, audio=audio,
+                     embeddings=dict(zip(mods, self.vectors(i))), scope=scope,
+                     ground_truth=intent)
 
     def describe(self) -> dict:
         """Parameters and summary counts, for provenance sidecars and metrics."""
         mods = {m: int((self.modality == k).sum()) for k, m in enumerate(MODALITIES)}
-        return {"config": {**asdict(self.config), "modality_mix": dict(self.config.modality_mix)},
+        return {"config": {**asdict(self.config), "modality_mix": dict(self.config.modality_mix),
+                           "multimodal_mix": dict(self.config.multimodal_mix)},
                 "n_queries": len(self), "n_distinct_intents": int(np.unique(self.intent).size),
                 "novel_share": float(self.novel.mean()), "per_modality": mods,
+                "per_modality_set": {name: int((self.modality_set == k).sum())
+                                     for k, name in enumerate(MODALITY_SET_NAMES)
+                                     if (self.modality_set == k).any()},
                 "embeddings": self.embedding_kinds(), "timing": TIMING_KIND}
 
 
@@ -355,22 +407,26 @@ def generate(config: WorkloadConfig | None = None, **overrides) -> Workload:
     rng = np.random.default_rng(cfg.seed)
     n = cfg.n_queries
     intent = _drifting_zipf(rng, cfg)
-    intent = _sessions(rng, intent, cfg.session_continue)
-    session = np.cumsum(np.r_[True, intent[1:] != intent[:-1]]) - 1
     burst = _bursts(rng, intent, cfg)
-    novel = rng.random(n) < cfg.novel_share
-    intent[novel] = cfg.n_intents + np.arange(int(novel.sum()))
-    n_topics = -(-cfg.n_intents // cfg.intents_per_topic)
+    starts, novel = _session_starts(rng, n, cfg.session_continue, cfg.novel_share)
+    intent[novel] = catalogue_size(cfg) + np.arange(int(novel.sum()))
+    session = np.cumsum(starts) - 1
+    first = np.flatnonzero(starts)[session]
+    intent, burst = intent[first], burst[first]  # a session keeps the intent that opened it
+    n_topics = -(-catalogue_size(cfg) // cfg.intents_per_topic)
     topic = np.where(novel, rng.integers(0, n_topics, n), intent // cfg.intents_per_topic)
     mix = np.array([cfg.modality_mix.get(m, 0.0) for m in MODALITIES], dtype=float)
     modality = rng.choice(len(MODALITIES), size=n, p=mix / mix.sum()).astype(np.int8)
+    modality_set = _modality_sets(rng, cfg, modality)
+    modality = np.array([MODALITIES.index(MODALITY_SETS[k][0]) for k in range(len(MODALITY_SETS))],
+                        dtype=np.int8)[modality_set]
     variant = rng.choice(cfg.n_variants, size=n, p=_zipf_probs(cfg.n_variants, cfg.variant_alpha))
-    time = np.cumsum(rng.exponential(1.0 / cfg.qps, n))
+    time = _arrivals(rng, cfg, burst)
     intent_bytes = np.maximum(1, rng.lognormal(np.log(cfg.value_bytes_median),
                                                cfg.value_bytes_sigma, int(intent.max()) + 1))
     return Workload(cfg, intent.astype(np.int64), modality, variant.astype(np.int32),
                     topic.astype(np.int64), session.astype(np.int64), burst, time,
-                    intent_bytes.astype(np.int64)[intent])
+                    intent_bytes.astype(np.int64)[intent], modality_set)
 
 
 def zipf_trace(n_req: int, n_obj: int, alpha: float = 1.0, seed: int = 0, *,
@@ -463,26 +519,77 @@ def _encode_texts(encoder: Encoder, texts: list[str],
     return vectors
 
 
+def catalogue_size(cfg: WorkloadConfig) -> int:
+    """How many recurring intent ids a stream of ``cfg`` can draw: the first ``n_intents`` and
+    those drift brings in (ids from here on are novel queries)."""
+    period = cfg.drift_period or cfg.n_queries
+    periods = -(-cfg.n_queries // period)
+    return cfg.n_intents + (periods - 1) * int(cfg.drift_new_fraction * cfg.n_intents)
+
+
 def _drifting_zipf(rng: np.random.Generator, cfg: WorkloadConfig) -> np.ndarray:
-    """Intent per query: Zipf over ranks; every ``drift_period`` queries ranks are reshuffled."""
+    """Intent per query: Zipf over ranks; every ``drift_period`` queries ``drift_fraction`` of
+    the ranks are reshuffled and ``drift_new_fraction`` of them go to new intents (the intents
+    they held fade out)."""
     probs = _zipf_probs(cfg.n_intents, cfg.zipf_alpha)
     perm = rng.permutation(cfg.n_intents)
     period = cfg.drift_period or cfg.n_queries
+    fresh, n_new = cfg.n_intents, int(cfg.drift_new_fraction * cfg.n_intents)
     out = []
     for start in range(0, cfg.n_queries, period):
+        if start:
+            moved = rng.choice(cfg.n_intents, size=int(cfg.drift_fraction * cfg.n_intents),
+                               replace=False)
+            perm[moved] = perm[rng.permutation(moved)]
+            perm[rng.choice(cfg.n_intents, size=n_new, replace=False)] = \
+                fresh + np.arange(n_new)
+            fresh += n_new
         count = min(period, cfg.n_queries - start)
         out.append(perm[rng.choice(cfg.n_intents, size=count, p=probs)])
-        moved = rng.choice(cfg.n_intents, size=int(cfg.drift_fraction * cfg.n_intents),
-                           replace=False)
-        perm[moved] = perm[rng.permutation(moved)]
     return np.concatenate(out)
 
 
-def _sessions(rng: np.random.Generator, intent: np.ndarray, p_continue: float) -> np.ndarray:
-    """With probability ``p_continue`` a query repeats the previous query's intent."""
-    starts = np.r_[True, rng.random(intent.shape[0] - 1) >= p_continue]
-    first = np.maximum.accumulate(np.where(starts, np.arange(intent.shape[0]), 0))
-    return intent[first]
+def _session_starts(rng: np.random.Generator, n: int, p_continue: float,
+                    novel_share: float) -> tuple[np.ndarray, np.ndarray]:
+    """Which queries open a session (a query continues one with probability ``p_continue``)
+    and which are novel: only an opening query is, about ``novel_share`` of all, and the query
+    after it opens a new session (a novel query is never re-asked)."""
+    starts = np.r_[True, rng.random(n - 1) >= p_continue]
+    # P(novel | start) so that novel queries are novel_share of all, starts forced included
+    novel = starts & (rng.random(n) < novel_share / (1 - p_continue + novel_share * p_continue))
+    starts[1:] |= novel[:-1]
+    return starts, novel
+
+
+def modality_set_index(name: str) -> int:
+    """The :data:`MODALITY_SETS` index of ``"text+image"`` (any order); -1 if there is none."""
+    parts = sorted(p.strip() for p in name.split("+"))
+    return next((k for k, ms in enumerate(MODALITY_SETS) if sorted(ms) == parts), -1)
+
+
+def _modality_sets(rng: np.random.Generator, cfg: WorkloadConfig,
+                   modality: np.ndarray) -> np.ndarray:
+    """Index into :data:`MODALITY_SETS` per query: ``multimodal_mix`` of them carry a set, the
+    rest their single ``modality``."""
+    out = modality.astype(np.int8)
+    if cfg.multimodal_mix:
+        names = list(cfg.multimodal_mix)
+        pick = np.searchsorted(np.cumsum([cfg.multimodal_mix[k] for k in names]),
+                               rng.random(modality.shape[0]), side="right")
+        multi = pick < len(names)
+        out[multi] = np.array([modality_set_index(k) for k in names], np.int8)[pick[multi]]
+    return out
+
+
+def _arrivals(rng: np.random.Generator, cfg: WorkloadConfig, burst: np.ndarray) -> np.ndarray:
+    """Arrival seconds: Poisson at ``qps`` × the daily cycle at the query's nominal time
+    (× ``burst_speedup`` for burst queries)."""
+    n = cfg.n_queries
+    cycle_s = cfg.cycle_s or n / cfg.qps
+    nominal = np.arange(n) / cfg.qps
+    rate = cfg.qps * (1 + cfg.cycle_amplitude * np.sin(2 * np.pi * nominal / cycle_s))
+    rate = np.where(burst, cfg.burst_speedup * rate, rate)
+    return np.cumsum(rng.exponential(1.0, n) / rate)
 
 
 def _bursts(rng: np.random.Generator, intent: np.ndarray, cfg: WorkloadConfig) -> np.ndarray:

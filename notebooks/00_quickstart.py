@@ -23,6 +23,7 @@
 # the same (its exact key is a hash of the decoded pixels, so a re-encoded PNG still hits).
 
 # %% tags=["parameters"]
+NOTEBOOK = "00_quickstart"  # this notebook: metrics go to runs/<NOTEBOOK>[-smoke]/
 SMOKE = False
 TEXT_DELTA = 0.15    # text hit when cos ≥ 1 − δ
 AUDIO_DELTA = 0.15   # audio (ASR→text) hit when cos ≥ 1 − δ
@@ -198,4 +199,4 @@ write_metrics({
     "freshness_cases": freshness.to_dict(orient="records"),
     "image_semantic": "image" in encoders,
     "weights": weights,
-})
+}, NOTEBOOK, SMOKE)

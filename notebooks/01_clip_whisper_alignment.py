@@ -31,6 +31,7 @@
 # * **synthetic, Fashion-MNIST class captions** — a sanity check (10 classes, unseen voice).
 
 # %% tags=["parameters"]
+NOTEBOOK = "01_clip_whisper_alignment"  # this notebook: metrics go to runs/<NOTEBOOK>[-smoke]/
 SMOKE = False
 SEED = 0
 SPLIT_SEEDS = [0, 1, 2, 3, 4]       # real-speech splits (the learned map varies with the split)
@@ -401,4 +402,4 @@ metrics = {
     "real_diagnostics_split0": diagnostics,
     "image_summary": image_summary,
 }
-write_metrics(metrics)
+write_metrics(metrics, NOTEBOOK, SMOKE)

@@ -48,6 +48,7 @@
 # MiniLM token states as queries, raw patches plus Whisper tiny.en frames of spoken captions as keys.
 
 # %% tags=["parameters"]
+NOTEBOOK = "03_cold_start_collapse"  # this notebook: metrics go to runs/<NOTEBOOK>[-smoke]/
 SMOKE = False
 SEEDS = 5                            # seeds per arm and learning rate
 STEPS = 200                          # training steps per run
@@ -55,6 +56,7 @@ BATCH = 24                           # scenes per batch (batch² caption-image p
 TUNE_LRS = [1e-3, 2e-3, 4e-3, 8e-3]  # baseline learning-rate grid
 TUNE_SEEDS = 2                       # seeds 100.. (disjoint from the sweep's 0..SEEDS-1)
 TUNE_TOLERANCE = 0.1                 # relative held-out loss gap still counted as "as good"
+TUNED_LR = 1e-3                      # recorded "1x" rate (section 1 shows the tuning evidence)
 LR_MULTIPLIERS = [1, 4, 16, 32]      # x the tuned baseline learning rate (see section 1)
 WARMUP_FRACTION = 0.1                # "short warmup": linear over the first 10% of steps
 COLLAPSE_FRACTION = 0.1
@@ -66,21 +68,23 @@ FROZEN_SEEDS = 5                     # section 9: seeds per arm and learning rat
 # %%
 if SMOKE:
     SEEDS, STEPS, BATCH, TUNE_SEEDS, N_JOBS = 1, 30, 16, 1, 1
-    TUNE_LRS, LR_MULTIPLIERS, COLLAPSE_PATIENCE = [2e-3, 8e-3], [1, 4], 5
+    TUNE_LRS, LR_MULTIPLIERS, COLLAPSE_PATIENCE = [1e-3, 8e-3], [1, 4], 5
     FROZEN_SEEDS = 1
 
 import math
 import time
+import warnings
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import seaborn as sns
 import torch
 from IPython.display import Markdown, display
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from mmcache.collapse import (FROZEN, LEARNED, SEED_COMBO, CollapseCriterion, TrainConfig,
                               best_pair, frozen_features, rank_arms, remedy_effect, runs_table,
-                              single_remedies, summarise, sweep, sweep_tables, tuned_lr)
+                              single_remedies, summarise, sweep, sweep_tables, tuning_check)
 from mmcache.collapse.data import CAPTION_LEN, CAPTIONS, DATA_ID, N_PATCHES
 from mmcache.collapse.features import AUDIO_FRAMES, RATE, VOICE
 from mmcache.plotting import save_figure
@@ -100,9 +104,16 @@ PROVENANCE = {"weights": "none: every model trained from scratch in this noteboo
 
 # %% [markdown]
 # ## 1 · Tune the baseline learning rate
-# Baseline only, on seeds disjoint from the sweep's. "1×" is the **largest** grid learning rate
-# whose mean held-out loss is within `TUNE_TOLERANCE` of the best (and that never diverged): among
-# equally good rates one tunes to the fastest. The table below shows which rate won.
+# Baseline only, on seeds disjoint from the sweep's. The tuning rule: the **largest** grid learning
+# rate whose mean held-out loss is within `TUNE_TOLERANCE` of the best (and that never diverged):
+# among equally good rates one tunes to the fastest.
+#
+# **"1×" is the recorded parameter `TUNED_LR`, not the rule's output.** The rule sits on a knife
+# edge here: rates within a few percent of the 10% tolerance win on one machine and lose on
+# another (it chose 1e-3 on one machine and 8e-3 on another), and every collapse rate after it
+# moves with that choice. So the tuning runs as evidence: the table below shows each rate's
+# held-out loss and its gap to the best, and a warning is printed (and `tuning.agrees` is false
+# in metrics.json) when the rule would choose a rate other than the recorded one.
 #
 # **Learning-rate range, chosen honestly:** the issue asked for 1×, 2× and 4× the tuned rate. A
 # first full run of this notebook at exactly those rates (5 seeds, all nine arms) recorded no
@@ -116,11 +127,17 @@ tune = runs_table(sweep({"baseline": SINGLES["baseline"]}, TUNE_LRS,
 tune_summary = tune.groupby("lr").agg(final_loss=("final_loss", "mean"),
                                       final_acc=("final_acc", "mean"),
                                       collapse_rate=("collapsed", "mean"))
-TUNED_LR = tuned_lr(tune, TUNE_TOLERANCE)
+TUNING = tuning_check(tune, TUNED_LR, TUNE_TOLERANCE)
 LRS = [TUNED_LR * m for m in LR_MULTIPLIERS]
 MULT = dict(zip(LRS, LR_MULTIPLIERS))
-display(tune_summary)
-print(f"tuned baseline lr = {TUNED_LR:g}; sweep lrs = {LRS}")
+display(tune_summary.assign(relative_gap=[TUNING["relative_gap"][f"{lr:g}"]
+                                          for lr in tune_summary.index]))
+print(f"recorded baseline lr = {TUNED_LR:g}; the tuning rule would choose "
+      f"{TUNING['would_choose']:g} (closest gap {TUNING['margin']:.3f} from the "
+      f"{TUNE_TOLERANCE:g} edge); sweep lrs = {LRS}")
+if not TUNING["agrees"]:
+    warnings.warn(f"the tuning rule would choose lr {TUNING['would_choose']:g}, not the recorded "
+                  f"TUNED_LR {TUNED_LR:g}; the sweep below uses the recorded rate", stacklevel=1)
 
 # %% [markdown]
 # ## 2 · Each remedy alone, and the seed's combination
@@ -174,24 +191,49 @@ def _legend_below(fig: plt.Figure, ax: plt.Axes) -> None:
                fontsize=9, frameon=False)
 
 
-panels = [("entropy", "attention entropy (nats, mean over heads)", False),
-          ("loss", "training loss", False),
-          ("grad_qk", "Q/K gradient norm (sum of heads)", True),
-          ("grad_v", "V gradient norm (sum of heads)", True)]
+def _log_ticks(ax: plt.Axes) -> None:
+    """Plain-number log ticks: 1-2-5 within two decades, decades beyond."""
+    low, high = ax.get_ylim()
+    subs = (1.0, 2.0, 5.0) if math.log10(high / low) <= 2 else (1.0,)
+    ax.yaxis.set_major_locator(LogLocator(subs=subs))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+# Loss is drawn on a log axis (a diverging run reaches 1e5 while normal runs stay near
+# log(batch)). Gradient norms below `GRAD_FLOOR` (exact zeros included) are drawn at the floor,
+# and ▼ marks each step where some run's gradient was exactly zero.
+GRAD_FLOOR = 1e-8
+panels = [("entropy", "attention entropy (nats)", "linear"),
+          ("loss", "training loss", "log"),
+          ("grad_qk", "Q/K gradient norm", "floor"),
+          ("grad_v", "V gradient norm", "floor")]
+floored = curves.assign(**{col: curves[col].clip(lower=GRAD_FLOOR)
+                           for col, _, scale in panels if scale == "floor"})
 fig, axes = plt.subplots(len(panels), len(LRS), figsize=(4.2 * len(LRS), 3.0 * len(panels)),
                          sharex=True, sharey="row", squeeze=False)
-for row, (col, label, log) in enumerate(panels):
+for row, (col, label, scale) in enumerate(panels):
     for c, lr in enumerate(LRS):
         ax = axes[row, c]
-        sns.lineplot(data=curves[curves["lr"] == lr], x="step", y=col, hue="arm",
+        sns.lineplot(data=floored[floored["lr"] == lr], x="step", y=col, hue="arm",
                      hue_order=ORDER, errorbar=("pi", 100), ax=ax, legend=(row == 0 and c == 0),
                      linewidth=1.2)
         if row == 0:
             ax.axhline(COLLAPSE_FRACTION * runs["entropy_init"].mean(), ls="--", c="k", lw=0.8)
             ax.set_title(f"{MULT[lr]}× tuned lr ({lr:.3g})")
-        if log:
+        if scale == "log":
             ax.set_yscale("log")
+        if scale == "floor":
+            ax.set_yscale("log")
+            zeros = curves[(curves["lr"] == lr) & (curves[col] == 0)]["step"].unique()
+            ax.scatter(zeros, [GRAD_FLOOR] * len(zeros), marker="v", s=14, c="k", zorder=3)
+            ax.set_ylim(bottom=GRAD_FLOOR / 3)
+            if c == 0:
+                ax.text(0.02, 0.04, f"sum of heads; < {GRAD_FLOOR:g} drawn at {GRAD_FLOOR:g}, "
+                        "▼ exact zero", transform=ax.transAxes, fontsize=7)
         ax.set_ylabel(label if c == 0 else "")
+    if scale == "log":
+        _log_ticks(axes[row, 0])   # the row shares its y axis
 _legend_below(fig, axes[0, 0])
 save_figure(fig, "03_collapse_curves", {**PROVENANCE, "lrs": LRS})
 plt.show()
@@ -462,7 +504,8 @@ write_metrics({
     "smoke": SMOKE, "seeds": SEEDS, "steps": STEPS, "batch": BATCH,
     "weights": PROVENANCE["weights"], "data": DATA_ID, "features": LEARNED,
     "collapse_definition": PROVENANCE["collapse"],
-    "tune_lrs": TUNE_LRS, "tuned_lr": TUNED_LR, "lr_multipliers": LR_MULTIPLIERS, "lrs": LRS,
+    "tune_lrs": TUNE_LRS, "tuned_lr": TUNED_LR, "tuning": TUNING,
+    "lr_multipliers": LR_MULTIPLIERS, "lrs": LRS,
     "arms": list(ARMS), "best_pair": list(PAIR), "best_arm": best_arm,
     "n_runs": len(runs),
     "collapse_rate": _per_arm("collapse_rate"),
@@ -498,4 +541,4 @@ write_metrics({
     "frozen_conclusions": frozen_conclusions,
     "frozen_runtime_s": FROZEN_RUNTIME_S,
     "runtime_s": time.perf_counter() - T0,
-})
+}, NOTEBOOK, SMOKE)

@@ -35,6 +35,7 @@
 #   mean latency `L` (ms), inconsistency `1 − I`.
 
 # %% tags=["parameters"]
+NOTEBOOK = "05_pareto_bound"  # this notebook: metrics go to runs/<NOTEBOOK>[-smoke]/
 SMOKE = False
 SEED = 0
 N_QUERIES = 6_000
@@ -358,4 +359,4 @@ write_metrics({
              "latency_model": "CacheBench-MM v1: assumed constants, not measured",
              "consistency": "I = 1 - ttl_s / ttl_max (normalised staleness bound)",
              "ttl_max_s": TTL_MAX},
-})
+}, NOTEBOOK, SMOKE)

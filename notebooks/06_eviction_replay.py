@@ -25,28 +25,41 @@
 # * **Zipf(1.0) log-normal** — the same generator, each object its own log-normal size (σ = 1)
 #   around 4 KiB.
 # * **Multimodal** — `mmcache.workload.generate`: Zipf intents asked through text / image / speech
-#   paraphrase variants, novel queries, sessions, bursts, drift. Its vectors and timing are
+#   paraphrase variants, a share of queries carrying two modalities (`MM_MULTIMODAL`: text + image,
+#   speech + image, text + speech), novel queries, sessions that keep their intent, bursts, drift
+#   that brings new intents, Poisson arrivals with a daily cycle. Its vectors and timing are
 #   **synthetic**; the exact-key trace is what an exact cache sees, the trace keyed by intent and
 #   modality is the oracle semantic cache of a cache that matches within a modality, as the tiers
 #   below do (ground-truth equivalence, zero false hits; no cross-modal retrieval).
 #
-# Then the CacheBench-MM engine replays the multimodal stream through a GPU → CPU → NVMe hierarchy
-# with a latency model whose constants are **assumptions** (documented defaults in
-# `mmcache.cachebench`), not measurements. Replay throughput is measured in this notebook.
+# Then the CacheBench-MM engine replays the multimodal stream through a GPU → CPU → NVMe
+# hierarchy under its latency model (`LatencyModel.measured`): encoder and tier-lookup times are log-normals
+# fitted to what `python -m mmcache.bench.latency_profile` measured on this machine
+# (`data/latency_profile.json`, which names the machine, date and command); model inference is a
+# labelled **assumption** (no model is served here; `mmcache.cachebench.ASSUMED_INFERENCE`), run on
+# a bounded pool of inference servers that misses queue for, so the tail depends on the load.
+# Replay throughput is measured in this notebook.
 # The last section replays a text-only stream whose vectors are **real**: MiniLM embeddings of
 # ShareGPT prompts and their templated rewrites.
 
 # %% tags=["parameters"]
+NOTEBOOK = "06_eviction_replay"  # this notebook: metrics go to runs/<NOTEBOOK>[-smoke]/
 SMOKE = False
 SEED = 0
 ZIPF_N_REQ = 1_000_000
 ZIPF_N_OBJ = 100_000
 MM_QUERIES = 50_000
 MM_INTENTS = 5_000
+MM_MULTIMODAL = {"text+image": 0.15, "audio+image": 0.1, "text+audio": 0.1}
+CYCLE_AMPLITUDE = 0.5  # arrival rate 1 ± 0.5 × qps over one compressed "day" (synthetic)
+BURST_SPEEDUP = 3.0  # burst queries arrive 3× faster (synthetic)
 THRESHOLDS = [0.75, 0.8, 0.85, 0.9, 0.95]
 RT_QUERIES = 20_000
 RT_INTENTS = 2_000
 RT_THRESHOLDS = [0.7, 0.75, 0.8, 0.85, 0.9, 0.95]
+SERVERS = 4
+BASE_LOAD = 0.8
+LOADS = [0.25, 0.5, 0.8, 1.0, 1.25]
 
 # %%
 import tempfile
@@ -58,9 +71,10 @@ import seaborn as sns
 from IPython.display import Markdown, display
 
 from mmcache import TieredCache
-from mmcache.cachebench import (LatencyModel, TierSpec, belady_gap, lower_bound_curve,
-                                miss_ratio_curves, replay, replay_cache, replay_limits, three_tier,
-                                three_tier_cache_config)
+from mmcache.cachebench import (LatencyModel, TierSpec, at_load, belady_gap, load_reports,
+                                load_row, lower_bound_curve, miss_ratio_curves, replay,
+                                replay_cache, replay_limits, three_tier, three_tier_cache_config)
+from mmcache.latency import read_profile
 from mmcache.datasets.prompts import PROMPTS_PROVENANCE, load_prompts
 from mmcache.encoders import EmbeddingStore, get_encoder
 from mmcache.paths import DATA_DIR
@@ -75,6 +89,7 @@ if SMOKE:
     ZIPF_N_REQ, ZIPF_N_OBJ, MM_QUERIES, MM_INTENTS = 50_000, 5_000, 4_000, 500
     THRESHOLDS = [0.8, 0.9]
     RT_QUERIES, RT_INTENTS, RT_THRESHOLDS = 1_500, 150, [0.7, 0.8, 0.9, 0.95]
+    LOADS = [0.25, 0.8, 1.25, 1.5]
     POLICY_NAMES = ["lru", "fifo", "clock", "sieve", "belady"]
     CP_SIZES = [256 << 20, GiB]
     FRACTIONS = [0.05, 0.2]
@@ -92,7 +107,8 @@ cp_path = DATA_DIR / "cloudPhysicsIO.oracleGeneral.bin"
 cloud = read_oracle_general(cp_path)
 zipf = zipf_trace(ZIPF_N_REQ, ZIPF_N_OBJ, alpha=1.0, seed=SEED)
 zipf_lognormal = zipf_trace(ZIPF_N_REQ, ZIPF_N_OBJ, alpha=1.0, seed=SEED, obj_size=None)
-mm = generate(n_queries=MM_QUERIES, n_intents=MM_INTENTS, seed=SEED)
+mm = generate(n_queries=MM_QUERIES, n_intents=MM_INTENTS, multimodal_mix=MM_MULTIMODAL,
+              cycle_amplitude=CYCLE_AMPLITUDE, burst_speedup=BURST_SPEEDUP, seed=SEED)
 mm_exact, mm_oracle = mm.to_trace("exact"), mm.to_trace("intent-modality")
 
 
@@ -176,8 +192,15 @@ bound_rows = bounds.assign(
 curves = pd.concat(curves + [oracle, bound_rows[["trace", "policy", "cache_size", "miss_cnt",
                                                  "miss_ratio"]]], ignore_index=True)
 LIMITS = ("lower bound", "oracle-semantic lower bound")
+# One colour (tab20: 20 distinct) and one marker per policy, the same in every panel, so no two
+# of the 16 policies share a look.
+drawn = [p for p in curves.policy.unique() if p not in LIMITS]
+palette = sns.color_palette("tab20", len(drawn))
+MARKERS = "osD^v<>pXP*h"
+style = {p: {"color": palette[k], "marker": MARKERS[k % len(MARKERS)]}
+         for k, p in enumerate(drawn)}
 
-fig, axes = plt.subplots(1, len(traces), figsize=(5 * len(traces), 4.2))
+fig, axes = plt.subplots(1, len(traces), figsize=(5 * len(traces), 4.6))
 for ax, (name, group) in zip(axes, curves.groupby("trace", sort=False)):
     for policy, g in group.groupby("policy"):
         if policy in LIMITS:
@@ -185,10 +208,15 @@ for ax, (name, group) in zip(axes, curves.groupby("trace", sort=False)):
                     ls="-" if policy == "lower bound" else ":")
             continue
         heuristic = policy.startswith("belady") or policy.startswith("oracle")
-        ax.plot(g.cache_size / 2**20, g.miss_ratio, marker="o", ms=3, label=policy,
+        ax.plot(g.cache_size / 2**20, g.miss_ratio, ms=4, label=policy, **style[policy],
                 lw=2.2 if heuristic else 1.2, ls="--" if heuristic else "-")
     ax.set(title=name, xlabel="cache size (MiB)", ylabel="miss ratio")
-axes[-1].legend(fontsize=7, ncol=2)
+handles = {}
+for ax in axes:
+    for h, lab in zip(*ax.get_legend_handles_labels()):
+        handles.setdefault(lab, h)
+fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=10, fontsize=7,
+           bbox_to_anchor=(0.5, -0.08))
 provenance = {"data": {"cloudPhysics": f"{cp_path.name} (libCacheSim sample, data/README.md)",
                        "Zipf": f"zipf_trace(n_req={ZIPF_N_REQ}, n_obj={ZIPF_N_OBJ}, alpha=1.0, "
                                f"seed={SEED}), 4 KiB objects; log-normal: obj_size=None "
@@ -238,7 +266,11 @@ speed.pivot(index="policy", columns="trace", values="req_per_s").round(0)
 # baseline is one CPU tier holding the hierarchy's total bytes. The last row replays the same
 # stream through the real `mmcache.TieredCache` (memory L1, FAISS L2, SQLite L3) with the same
 # byte budgets; its values are stand-in strings of each answer's size that name their intent.
-# Latency constants are assumed defaults (`LatencyModel()`, `three_tier`), never measured. The
+# Latency: `LatencyModel.measured(servers=SERVERS)` (measured encoders and tier lookups, assumed
+# inference) with the stream's arrival times scaled to an offered load of `BASE_LOAD` (arrival
+# rate ÷ the servers' capacity, as if nothing hit: `mmcache.cachebench.offered_load`); hits and
+# misses do not depend on the load, latencies do. Hit transfers use nominal bandwidths
+# (`BANDWIDTH_GBPS`, spec-sheet assumptions; sub-µs for these answer sizes). The
 # limits, at the hierarchy's total capacity: a lower bound on the misses of any exact-key cache
 # (Belady beside it, a heuristic here: answer sizes vary), and the oracle semantic cache keyed by
 # intent and modality (the tiers search one index per modality, so a hit no cross-modal match can
@@ -247,10 +279,12 @@ speed.pivot(index="policy", columns="trace", values="req_per_s").round(0)
 # %%
 capacity = int(0.1 * wss(mm_exact))
 total = sum(t.capacity_bytes for t in three_tier(capacity))
-model = LatencyModel()
-reports = {"exact, one CPU tier (lru)": replay(mm, [TierSpec("cpu", total, "lru")], model)}
+model = LatencyModel.measured(servers=SERVERS, seed=SEED)
+profile = read_profile()
+mm_base = at_load(mm, model, BASE_LOAD)
+reports = {"exact, one CPU tier (lru)": replay(mm_base, [TierSpec("cpu", total, "lru")], model)}
 for th in THRESHOLDS:
-    reports[f"3-tier lru, cos≥{th}"] = replay(mm, three_tier(capacity, threshold=th), model,
+    reports[f"3-tier lru, cos≥{th}"] = replay(mm_base, three_tier(capacity, threshold=th), model,
                                                  limits=False)
 limits = reports["exact, one CPU tier (lru)"].limits
 
@@ -258,7 +292,7 @@ limits = reports["exact, one CPU tier (lru)"].limits
 # δ = 0.15 (cos ≥ 0.85) on every modality, same byte budgets as three_tier(capacity).
 with tempfile.TemporaryDirectory() as tmp, \
         TieredCache(three_tier_cache_config(capacity, f"{tmp}/l3.db", threshold=0.85)) as cache:
-    reports["TieredCache l1/l2/l3, cos≥0.85"] = replay_cache(mm, cache, model, limits=False)
+    reports["TieredCache l1/l2/l3, cos≥0.85"] = replay_cache(mm_base, cache, model, limits=False)
 rows = {name: {"hit_rate": r.hit_rate, "false_hit_rate": r.false_hit_rate,
                "precision": r.hit_precision, "byte_hit_rate": r.byte_hit_rate,
                **{f"{k}_ms": v for k, v in r.latency_ms.items()},
@@ -290,13 +324,73 @@ ax1.legend(fontsize=8)
 for name, r in reports.items():
     ax2.ecdf(r.latencies_ms, label=name)
 ax2.axvline(model.sla_ms, c="k", ls="--", lw=1)
-ax2.set(xscale="log", xlabel="modelled latency (ms; assumed constants)", ylabel="CDF")
+ax2.set(xscale="log", xlabel=f"modelled latency (ms; load {BASE_LOAD}, {SERVERS} servers)",
+        ylabel="CDF")
 ax2.legend(fontsize=7)
+latency_provenance = {"kind": model.kind, "profile": {k: profile[k] for k in ("command", "date",
+                                                                              "machine")},
+                      "costs": model.describe()}
 save_figure(fig, "06_cachebench_mm", {**provenance, "embeddings": EMBEDDING_KIND,
-                                      "timing": TIMING_KIND,
-                                      "latency_model": "assumed constants (LatencyModel, "
-                                                       "three_tier defaults), not measured",
+                                      "timing": TIMING_KIND, "latency_model": latency_provenance,
                                       "capacity_bytes": capacity})
+
+# %% [markdown]
+# ## Latency under load
+#
+# The same stream and the 3-tier hierarchy at cos ≥ 0.85, replayed at several offered loads (the
+# arrival times rescaled; load 1 = the servers would be saturated if nothing hit; their actual
+# utilisation is load × miss rate). Misses wait for one of `SERVERS` FCFS inference servers, so
+# the tail grows with the load while the hit ratio stays put. The dashed line is the seed's
+# 150 ms SLA: with the assumed inference times almost every miss exceeds it on its own, so at low
+# load the violation rate is close to the miss rate (it differs by the hits whose encoder time
+# exceeds the SLA and the misses whose inference draw is short); under load queueing adds more.
+# The measured costs are in the table below (log-normal fits; `data/latency_profile.json`).
+
+# %%
+display(pd.DataFrame({name: {"median_ms": e["median_ms"], "sigma": e["sigma"],
+                             "source": e["source"][:90]}
+                      for name, e in profile["entries"].items()}).T)
+under_load = load_reports(mm, three_tier(capacity, threshold=0.85), model, LOADS)
+load_sweep = [load_row(load, r) for load, r in under_load.items()]
+fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.2))
+for load, r in under_load.items():
+    ax1.ecdf(r.latencies_ms, label=f"load {load}")
+ax1.axvline(model.sla_ms, c="k", ls="--", lw=1)
+ax1.set(xscale="log", xlabel="modelled latency (ms)", ylabel="CDF")
+ax1.legend(fontsize=8)
+sweep_frame = pd.DataFrame(load_sweep)
+ax2.plot(sweep_frame.load, sweep_frame.sla_violation_rate, marker="o",
+         label=f"SLA violations (> {model.sla_ms:.0f} ms)")
+ax2.plot(sweep_frame.load, sweep_frame.miss_rate, marker="s", ls="--", label="miss rate")
+ax2.set(xlabel="offered load (arrival rate ÷ servers' capacity)", ylabel="share of requests",
+        ylim=(0, 1))
+ax2.legend(fontsize=8)
+for q in ("p50_ms", "p95_ms", "p99_ms"):
+    ax3.plot(sweep_frame.load, sweep_frame[q], marker="o", label=q.replace("_ms", ""))
+ax3.set(xlabel="offered load", ylabel="latency (ms)", yscale="log")
+ax3.legend(fontsize=8)
+save_figure(fig, "06_latency_under_load", {**provenance, "latency_model": latency_provenance,
+                                           "loads": LOADS, "servers": SERVERS,
+                                           "capacity_bytes": capacity, "timing": TIMING_KIND})
+sweep_frame.round(3)
+
+# %% [markdown]
+# Hit rates per modality set of the same replay (they do not depend on the load). A multimodal
+# query hits only when every one of its modalities matches the same entry, so its hit rate is the
+# CrossModalHitRate (seed 001 §4.4: at least two modalities hit).
+
+# %%
+one_load = next(iter(under_load.values()))
+per_modality = one_load.hit_rate_per_modality
+fig, ax = plt.subplots(figsize=(7, 3.4))
+ax.bar(list(per_modality), list(per_modality.values()),
+       color=sns.color_palette()[:len(per_modality)])
+ax.axhline(one_load.cross_modal_hit_rate, c="k", ls=":", lw=1, label="CrossModalHitRate")
+ax.set(ylabel="hit rate", ylim=(0, 1), title="3-tier lru, cos≥0.85")
+ax.legend(fontsize=8)
+save_figure(fig, "06_hit_rate_per_modality", {**provenance, "embeddings": mm.embedding_kinds(),
+                                               "capacity_bytes": capacity})
+per_modality
 
 # %% [markdown]
 # ## CacheBench-MM on real text embeddings
@@ -324,13 +418,14 @@ rt_total = sum(t.capacity_bytes for t in three_tier(rt_capacity))
 rt_limits = {name.replace("opt_lower_miss_ratio", "max_hit_ratio").replace("miss_ratio",
                                                                           "hit_ratio"): 1 - v
              for name, v in replay_limits(rt, rt_total).items() if name.endswith("miss_ratio")}
-rt_reports = {th: replay(rt, three_tier(rt_capacity, threshold=th), model, limits=False)
+rt_base = at_load(rt, model, BASE_LOAD)
+rt_reports = {th: replay(rt_base, three_tier(rt_capacity, threshold=th), model, limits=False)
               for th in RT_THRESHOLDS}
 # The same real-text stream through the real mmcache.TieredCache (memory L1, FAISS L2, SQLite
 # L3 with its own vector search) at cos ≥ 0.85 with the same byte budgets.
 with tempfile.TemporaryDirectory() as tmp, \
         TieredCache(three_tier_cache_config(rt_capacity, f"{tmp}/l3.db", threshold=0.85)) as cache:
-    rt_cache = replay_cache(rt, cache, model, limits=False)
+    rt_cache = replay_cache(rt_base, cache, model, limits=False)
 real_text_cache = {"threshold": 0.85, "hit_ratio": rt_cache.hit_rate,
                    "true_hit_ratio": rt_cache.hit_rate - rt_cache.false_hit_rate,
                    "false_hit_share": 1 - rt_cache.hit_precision,
@@ -387,8 +482,7 @@ ax2.set(xlabel="cosine threshold of the semantic tier", ylabel="false hits (% of
 save_figure(fig, "06_cachebench_real_text", {
     "data": {"stream": rt.describe(), "prompts": PROMPTS_PROVENANCE},
     "weights": minilm.encoder_id, "embeddings": rt.embedding_kinds(), "timing": TIMING_KIND,
-    "capacity_bytes": rt_capacity, "smoke": SMOKE,
-    "latency_model": "assumed constants (LatencyModel, three_tier defaults), not measured"})
+    "capacity_bytes": rt_capacity, "smoke": SMOKE, "latency_model": latency_provenance})
 
 # %%
 loose, strict = real_text[min(RT_THRESHOLDS)], real_text[max(RT_THRESHOLDS)]
@@ -431,6 +525,12 @@ write_metrics({
     "replay_req_per_s": {f"{t}/{p}": v for t, p, v in speed.itertuples(index=False)},
     "cachebench": {name: r.as_dict() | {"provenance": None} for name, r in reports.items()},
     "cachebench_limits": limits,
+    "load_sweep": load_sweep,
+    "hit_rate_per_modality": per_modality,
+    "cross_modal_hit_rate": one_load.cross_modal_hit_rate,
+    "latency_setup": {"servers": SERVERS, "base_load": BASE_LOAD, "sla_ms": model.sla_ms,
+                      "kind": model.kind, "profile_date": profile["date"],
+                      "profile_command": profile["command"]},
     "real_text": real_text,
     "real_text_limits": rt_limits,
     "real_text_tiered_cache": real_text_cache,
@@ -439,7 +539,7 @@ write_metrics({
                         "thresholds": RT_THRESHOLDS, "l3_capacity_bytes": rt_capacity,
                         "total_capacity_bytes": rt_total},
     "data": {"multimodal_embeddings": EMBEDDING_KIND, "multimodal_timing": TIMING_KIND,
-             "latency_model": "assumed constants, not measured",
+             "latency_model": model.kind,
              "real_text_embeddings": rt.embedding_kinds()["text"],
              "real_text_prompts": PROMPTS_PROVENANCE},
-})
+}, NOTEBOOK, SMOKE)

@@ -14,13 +14,15 @@ def snapshot(cache: TieredCache) -> Any:
     hints) and its policy's eviction order, the guard's Bloom filter, the threshold rule's
     state, the dims and which tiers are covered by a semantic tier above."""
     tiers = {t.name: sorted((e.entry_id, e.scope, repr(e.value), e.created_at, e.expires_at,
-                             repr(e.ground_truth), sorted(e.hints.items()),
+                             repr(e.ground_truth), sorted(e.hints.items()), e.question,
+                             e.context, None if e.context_vector is None
+                             else e.context_vector.tobytes(),
                              tuple(sorted((m, v.tobytes()) for m, v in e.embeddings.items())))
                             for e in t.scan()) for t in cache.tiers}
     orders = {t.name: eviction_order(t._budget) for t in cache.tiers if hasattr(t, "_budget")}
     guard = None if cache.guard is None else cache.guard._bloom.copy()
     return (tiers, orders, cache.usage(), guard, copy.deepcopy(vars(cache.thresholds)),
-            dict(cache._dims), dict(cache._covered))
+            dict(cache._dims), dict(cache._covered), list(cache._served.items()))
 
 
 def eviction_order(budget: Budget) -> list[str | None]:

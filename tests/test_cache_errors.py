@@ -154,7 +154,7 @@ def test_the_snapshot_sees_policy_order_guard_and_threshold_state(cache):
     assert snapshot(cache) != before
     rule = mmcache.TieredCache({"thresholds": {"rule": "percentile"}})
     before = snapshot(rule)
-    rule.thresholds.observe({"text": 0.95}, "e")
+    rule.thresholds.observe_lookup("s", ("text",), {"text": 0.95})
     assert snapshot(rule) != before
     rule.close()
 

@@ -170,3 +170,44 @@ def test_real_text_false_hits_come_from_intents_sharing_a_text():
                     limits=False)
     assert own.false_hit_rate == 0.0 and own.hit_rate > 0.1
     assert shared.false_hit_rate > 0.1 and shared.hit_rate > own.hit_rate
+
+
+def _shared_text_stream():
+    """Text-only and text+image queries whose texts are all one sentence (1 variant), so text
+    alone matches every entry; the image tells intents apart (test stand-in encoder)."""
+    from mmcache.encoders import HashingTestEncoder
+
+    w = generate(n_queries=1_500, n_intents=100, n_variants=1, novel_share=0.0,
+                 modality_mix={"text": 1.0}, multimodal_mix={"text+image": 0.5}, seed=7)
+    return w.with_text_encoder(HashingTestEncoder("text", 40), ["one prompt for all"])
+
+
+def test_a_multimodal_query_hits_only_when_every_modality_matches():
+    from mmcache.cachebench import Replayer
+    from mmcache.workload import MODALITY_SET_NAMES
+
+    w = _shared_text_stream()
+    replayer = Replayer(w, [TierSpec("L2", int(w.size.sum()), match="semantic",
+                                     threshold=0.9)])
+    for i in range(len(w)):
+        replayer.serve(i)
+    multi = w.modality_set == MODALITY_SET_NAMES.index("text+image")
+    text_only = w.modality_set == MODALITY_SET_NAMES.index("text")
+    hit = replayer.hit_tier >= 0
+    assert 0.4 < multi.mean() < 0.6
+    assert replayer.false_hit[text_only].mean() > 0.5  # the text alone matches any intent
+    assert hit[multi].mean() > 0.3 and replayer.false_hit[multi].sum() == 0  # image must too
+    report = replayer.report(limits=False)
+    assert report.cross_modal_hit_rate == pytest.approx(hit[multi].mean())
+    assert set(report.hit_rate_per_modality) == {"text", "text+image"}
+
+
+def test_a_multimodal_miss_encodes_every_modality_and_waits_for_the_slowest():
+    w = generate(n_queries=20, n_intents=1, n_variants=1, novel_share=0.0,
+                 modality_mix={"text": 1.0}, multimodal_mix={"text+image": 0.99}, seed=0)
+    model = LatencyModel(encode_ms={"text": 5.0, "image": 15.0, "audio": 40.0},
+                         inference_ms={"text": 100.0, "image": 300.0, "audio": 1.0})
+    report = replay(w, [TierSpec("L2", 10**9, match="semantic", lookup_us=10.0)], model,
+                    limits=False)
+    first = int(np.flatnonzero(w.modality_set == 3)[0])
+    assert report.latencies_ms[first] == pytest.approx(0.01 + 5.0 + 15.0 + 300.0)

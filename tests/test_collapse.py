@@ -14,7 +14,8 @@ from mmcache.collapse import (BlockConfig, CollapseCriterion, CrossModalMatcher,
                               StepRecorder, TrainConfig, adam_update_stats, attention_entropy,
                               best_pair, collapse_step, head_grad_norms, matching_loss, max_logit,
                               modality_mass, qk_spectral_norms, single_remedies, train_run,
-                              remedy_effect, sweep_tables, tuned_lr)
+                              remedy_effect, sweep_tables, tuned_lr,
+                              tuning_check)
 from mmcache.collapse import FROZEN, LEARNED, data, features, frozen_features, model as model_mod
 from mmcache.collapse.experiment import first_sustained_run, grad_vanish_step, rank_arms
 from mmcache.errors import ConfigError, InvalidEmbeddingError, InvalidInputError
@@ -501,3 +502,16 @@ def test_tiny_training_run_on_frozen_features_is_labelled_and_splits_mass_three_
     n_keys = data.N_PATCHES + features.AUDIO_FRAMES + data.CAPTION_LEN
     assert res.curves["entropy"][0].mean() == pytest.approx(math.log(n_keys), rel=0.05)
     assert np.isfinite(res.final_loss) and not res.diverged
+
+
+def test_tuning_check_flags_a_recorded_rate_the_tuning_would_not_choose():
+    import pandas as pd
+    runs = pd.DataFrame({"lr": [1e-3, 2e-3, 4e-3], "final_loss": [1.0, 1.09, 1.5],
+                         "diverged": [False] * 3})
+    check = tuning_check(runs, recorded_lr=1e-3, tolerance=0.1)
+    assert check["would_choose"] == 2e-3 and not check["agrees"]
+    assert check["margin"] == pytest.approx(0.01)          # 2e-3 sits 1% inside the edge
+    assert check["relative_gap"]["0.004"] == pytest.approx(0.5)
+    assert tuning_check(runs, recorded_lr=2e-3, tolerance=0.1)["agrees"]
+    with pytest.raises(ConfigError, match="not in the tuning grid"):
+        tuning_check(runs, recorded_lr=3e-3)

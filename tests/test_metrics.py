@@ -49,3 +49,18 @@ def test_snapshot_is_an_independent_copy():
     assert snap.to_dataframe().equals(CacheMetrics.snapshot(snap).to_dataframe())
     m.reset()
     assert snap.lookups == 1 and m.lookups == 0
+
+
+def test_shard_counters_export_with_a_shard_label():
+    m = CacheMetrics()
+    m.count("shard_requests", "127.0.0.1:7000", 5)
+    m.count("shard_requests", "127.0.0.1:7001")
+    m.count("skew_alerts", "127.0.0.1:7000")
+    text = m.to_prometheus()
+    assert 'mmcache_shard_requests_total{shard="127.0.0.1:7000"} 5.0' in text
+    assert 'mmcache_shard_requests_total{shard="127.0.0.1:7001"} 1.0' in text
+    assert 'mmcache_skew_alerts_total{shard="127.0.0.1:7000"} 1.0' in text
+    df = m.to_dataframe()
+    rows = df[df.metric == "shard_requests"]
+    assert list(rows.shard) == ["127.0.0.1:7000", "127.0.0.1:7001"] and list(rows.value) == [5, 1]
+    assert m.snapshot().skew_alerts == {"127.0.0.1:7000": 1}

@@ -45,6 +45,10 @@ def test_parameters_cell_has_smoke_switch(source: Path) -> None:
     assert len(cells) == 1, f"{source.name} needs exactly one cell tagged 'parameters'"
     assert re.search(r"^SMOKE\s*=\s*False\b", cells[0].source, re.M), \
         f"{source.name}'s parameters cell must define SMOKE = False"
+    assert re.search(rf'^NOTEBOOK\s*=\s*"{source.stem}"', cells[0].source, re.M), \
+        f'{source.name}\'s parameters cell must define NOTEBOOK = "{source.stem}" (its run folder)'
+    assert re.search(r"write_metrics\([\s\S]*NOTEBOOK, SMOKE\)", source.read_text()), \
+        f"{source.name} must pass NOTEBOOK, SMOKE to write_metrics (a plain papermill run's folder)"
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)

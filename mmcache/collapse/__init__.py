@@ -5,7 +5,7 @@ from __future__ import annotations
 from .experiment import (SEED_COMBO, CollapseCriterion, Remedy, RunResult, TrainConfig,
                          best_pair, collapse_step, curves_table, rank_arms, remedy_effect,
                          runs_table, single_remedies, summarise, sweep, sweep_tables, train_run,
-                         tuned_lr, wilson_interval)
+                         tuned_lr, tuning_check, wilson_interval)
 from .features import FROZEN, LEARNED, FrozenFeatures, frozen_features
 from .instruments import (StepRecorder, adam_update_stats, attention_entropy, head_grad_norms,
                           max_logit, modality_mass, qk_spectral_norms)
@@ -19,5 +19,5 @@ __all__ = [
     "matching_loss", "max_logit", "modality_mass", "qk_spectral_norms", "rank_arms",
     "remedy_effect", "runs_table", "single_remedies", "summarise", "sweep", "sweep_tables",
     "train_run",
-    "tuned_lr", "wilson_interval",
+    "tuned_lr", "tuning_check", "wilson_interval",
 ]

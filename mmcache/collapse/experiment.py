@@ -13,7 +13,7 @@ import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -406,3 +406,23 @@ def tuned_lr(runs: pd.DataFrame, tolerance: float = 0.1) -> float:
     if ok.empty:
         raise ConfigError("every learning rate in the tuning grid diverged")
     return float(ok.index[ok["loss"] <= ok["loss"].min() * (1 + tolerance)].max())
+
+
+def tuning_check(runs: pd.DataFrame, recorded_lr: float, tolerance: float = 0.1) -> dict[str, Any]:
+    """Compare a recorded learning rate with what :func:`tuned_lr` would choose from ``runs``.
+
+    Returns the rate the tuning would choose, whether it ``agrees`` with ``recorded_lr``,
+    each rate's relative held-out loss gap to the best rate, and ``margin``: how far the
+    closest gap lies from the ``tolerance`` edge (a small margin means a knife-edge choice).
+    """
+    by_lr = runs.groupby("lr")["final_loss"].mean()
+    if recorded_lr not in by_lr.index:
+        raise ConfigError(f"recorded learning rate {recorded_lr:g} is not in the tuning grid "
+                          f"{sorted(by_lr.index)}")
+    choice = tuned_lr(runs, tolerance)
+    gaps = by_lr / by_lr.min() - 1
+    finite = gaps[np.isfinite(gaps)]
+    return {"recorded_lr": float(recorded_lr), "would_choose": choice,
+            "agrees": bool(math.isclose(choice, recorded_lr)), "tolerance": float(tolerance),
+            "relative_gap": {f"{lr:g}": float(g) for lr, g in gaps.items()},
+            "margin": float((finite - tolerance).abs().min())}

@@ -89,6 +89,19 @@ def decode_label(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+def encode_turns(turns: tuple[tuple[str, str], ...]) -> str | None:
+    """JSON text of an entry's conversation turns (None when it has none)."""
+    return json.dumps([list(t) for t in turns]) if turns else None
+
+
+def decode_turns(text: str | bytes | None) -> tuple[tuple[str, str], ...]:
+    """The turns stored by :func:`encode_turns`; ValueError or TypeError when malformed."""
+    if not text:
+        return ()
+    turns = tuple((str(role), str(content)) for role, content in json.loads(text))
+    return turns
+
+
 def encode_hints(hints: Mapping[str, float]) -> str | None:
     """JSON text of an entry's policy hints (None when it has none)."""
     return json.dumps(dict(hints), allow_nan=False) if hints else None

@@ -1,11 +1,12 @@
-"""Remote L3 in a shared Redis server: :class:`RedisStore` and the tier over it, :class:`RedisTier`.
+"""Remote L3 in a shared Redis server or Redis Cluster: :class:`RedisStore` and the tier
+over it, :class:`RedisTier`.
 
 Debian's Redis has no vector search, so every client keeps a local
 :class:`mmcache.tiers.vectors.SemanticIndex` built from the server on open and
 brought up to date from the change log before each search (Redis is the shared
 store; the index is a local view of it, :mod:`mmcache.tiers.store`).
 
-Layout under ``prefix`` (default ``"mmcache"``), no pickle anywhere:
+Layout under ``prefix`` (default ``"mmcache"``) on one server, no pickle anywhere:
 
 * ``{prefix}:{scope-hash}:{entry_id}`` — one hash per entry; every scope is its
   own key space, so a lookup in one scope cannot reach another scope's keys.
@@ -13,6 +14,8 @@ Layout under ``prefix`` (default ``"mmcache"``), no pickle anywhere:
   (type-tagged bytes, :mod:`mmcache.tiers.codec`), ``size``, ``created_at``,
   ``expires_at``, ``ground_truth`` (JSON), ``hints`` (the entry's policy hints, JSON;
   empty when it has none, absent in entries written before hints existed),
+  ``question``, ``context`` (the conversation turns, JSON) and ``context_vector`` (raw
+  float32; all three empty when absent, and absent in entries written before them),
   ``version`` (absent in entries written before versions: 0) and ``vec:{modality}``
   (raw float32). An entry with a TTL carries an EXPIRE (its expiry plus the cache's
   stale windows), so expired entries leave Redis by themselves.
@@ -21,22 +24,40 @@ Layout under ``prefix`` (default ``"mmcache"``), no pickle anywhere:
   Lua scripts that take the next number atomically with the change, so a client loads
   exactly the writes, replaces and deletes made after the last number it has seen.
 * ``{prefix}:capacity`` — the capacity recorded by the first client (JSON).
+
+On a Redis Cluster (``cluster=True``; config ``l3.options.cluster: true``, with the URL
+of any node) a script and a MULTI/EXEC may only touch keys of one hash slot, so each
+scope keeps its own sequence and change log next to its entries, in the slot of a hash
+tag (Redis hashes only the part in braces, which are literal here; ``H`` is the scope
+hash): ``mmcache:{H}:<entry_id>``, ``mmcache:seq:{H}`` and ``mmcache:log:{H}``, with
+``mmcache:scopes`` the set of scope hashes that have a log (and no brace in the prefix).
+Scopes spread over the shards while a write stays one atomic step in one slot; a batch
+over several scopes is one transaction per scope, in order, so a failure part-way keeps
+the scopes written before it (every client replays them). One scope never spans shards:
+a hot scope is a hot shard, which the skew watch reports (:mod:`mmcache.tiers.skew`;
+every request is counted on the shard of its key, in the cache's
+``metrics.shard_requests`` and ``metrics.skew_alerts``).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Mapping, Sequence
+from collections import defaultdict
+from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 import redis
 import xxhash
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
-from ..errors import StorageError
+from ..errors import ConfigError, StorageError
 from ..policies import EvictionPolicy
 from ..types import Entry
 from .base import Capacity
-from .codec import (decode_hints, decode_label, decode_value, encode_hints, encode_label,
-                    encode_value, vector_from_bytes, vector_to_bytes)
+from .codec import (decode_hints, decode_label, decode_turns, decode_value, encode_hints,
+                    encode_label, encode_turns, encode_value, vector_from_bytes,
+                    vector_to_bytes)
+from .skew import SKEW_WINDOW, SkewWatch
 from .store import Change, Removal, Store, StoreTier
 from .vectors import IndexSpec
 
@@ -61,6 +82,9 @@ redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[1]), KEYS[3])
 return 1
 """
 
+#: What redis-py raises for a failed request (its cluster client's own errors are no RedisError).
+REDIS_ERRORS = (redis.RedisError, RedisClusterException)
+
 
 def scope_tag(scope: str) -> str:
     """The short, key-safe hash of a scope used in Redis key names."""
@@ -68,27 +92,46 @@ def scope_tag(scope: str) -> str:
 
 
 class RedisStore(Store):
-    """Entries in a Redis server under one key prefix, with a change log."""
+    """Entries in a Redis server (or cluster) under one key prefix, with change logs."""
 
     shared = True
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", prefix: str = "mmcache",
-                 socket_timeout: float = 5.0) -> None:
+                 socket_timeout: float = 5.0, cluster: bool = False,
+                 skew_window: int = SKEW_WINDOW) -> None:
+        if cluster and ("{" in prefix or "}" in prefix):
+            raise ConfigError(f"the Redis tier prefix {prefix!r} holds a brace, which would "
+                              "change the hash slot of its keys on a cluster: use a prefix "
+                              "without '{' and '}'")
         self.url = self.location = url
         self.prefix = prefix
-        self._seq_key, self._log_key = f"{prefix}:seq", f"{prefix}:log"
+        self.cluster = cluster
         self._capacity_key = f"{prefix}:capacity"
+        self._scopes_key = f"{prefix}:scopes"
+        self._id_offset = len(self.key("", ""))
+        #: Scope logs this client has registered in ``{prefix}:scopes``.
+        self._registered: set[str] = set()
+        self._db = _connect(url, socket_timeout, cluster)
         try:
-            self._db = redis.Redis.from_url(url, socket_timeout=socket_timeout)
-            self._db.ping()
-            self._put_script = self._db.register_script(_PUT_SCRIPT)
-            self._delete_script = self._db.register_script(_DELETE_SCRIPT)
-        except (redis.RedisError, ValueError) as exc:
-            raise StorageError(f"cannot reach the Redis tier at {url}: {exc}") from exc
+            self._put_script = self._script(_PUT_SCRIPT)
+            self._delete_script = self._script(_DELETE_SCRIPT)
+            self.skew = SkewWatch(self._shards(), window=skew_window, where=url)
+        except BaseException:
+            self._db.close()
+            raise
 
     def key(self, scope: str, entry_id: str) -> str:
         """The Redis key of ``entry_id`` in ``scope``."""
-        return f"{self.prefix}:{scope_tag(scope)}:{entry_id}"
+        tag = scope_tag(scope)
+        return f"{self.prefix}:{{{tag}}}:{entry_id}" if self.cluster else \
+            f"{self.prefix}:{tag}:{entry_id}"
+
+    def shard_of(self, key: str) -> str:
+        """The ``host:port`` of the server that holds ``key``."""
+        if self.cluster:
+            return self._db.get_node_from_key(key).name
+        kwargs = self._db.connection_pool.connection_kwargs
+        return kwargs["path"] if "path" in kwargs else f"{kwargs['host']}:{kwargs['port']}"
 
     # -- Store protocol ------------------------------------------------------------------
     def encode(self, entry: Entry, keep_for: float | None) -> list[Any]:
@@ -96,109 +139,221 @@ class RedisStore(Store):
         return [0 if keep_for is None else max(1, int(keep_for * 1000)), *_entry_fields(entry)]
 
     def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal]) -> list[int]:
-        return self._call("write", self._write_batch, batch, removed)
+        return self._call("write", self._transactions, batch, removed)[0]
 
     def read(self, scope: str, entry_id: str) -> Entry | None:
-        raw = self._call("read", self._db.hgetall, self.key(scope, entry_id))
+        key = self.key(scope, entry_id)
+        raw = self._call("read", self._db.hgetall, self._counted(key))
         if not raw:
             return None
         entry = _decode_entry(raw, self.url)
         if entry.scope != scope or entry.entry_id != entry_id:
-            raise StorageError(f"Redis tier {self.url}: key {self.key(scope, entry_id)!r} "
+            raise StorageError(f"Redis tier {self.url}: key {key!r} "
                                f"holds entry {entry.entry_id!r} of another scope")
         return entry
 
     def delete(self, removed: Sequence[Removal]) -> list[str]:
         if not removed:
             return []
-        done = self._call("delete", self._delete_batch, removed)
+        done = self._call("delete", self._transactions, [], removed)[1]
         return [r.entry_id for r, ok in zip(removed, done) if int(ok)]
 
-    def latest(self) -> int:
-        return int(self._call("read", self._db.get, self._seq_key) or 0)
+    def latest(self, log: str = "") -> int:
+        """The last number of sequence ``log`` (one server: ``""``, the only one)."""
+        return self.heads([log])[log]
 
-    def changes(self, since: int) -> list[Change]:
-        logged = self._call("read", self._db.zrangebyscore, self._log_key, f"({since}", "+inf",
-                            withscores=True)
-        skip = len(self.prefix) + 18  # "{prefix}:" + 16 hex digits of the scope tag + ":"
-        return [Change(int(seq), key.decode()[skip:], key.decode()) for key, seq in logged]
+    def changes(self, since: int, log: str = "") -> list[Change]:
+        """The changes after ``since`` in sequence ``log`` (one server: ``""``)."""
+        return self.changes_after({log: since})
+
+    def log_of(self, scope: str) -> str:
+        """``""`` on one server; on a cluster, the scope's hash (its own sequence)."""
+        return scope_tag(scope) if self.cluster else ""
+
+    def heads(self, logs: Collection[str] | None = None) -> dict[str, int]:
+        names = sorted(self._logs() if logs is None else logs)
+        last = self._pipelined("read", "get", [(self._seq_key(n),) for n in names])
+        return {name: int(n or 0) for name, n in zip(names, last)}
+
+    def changes_after(self, since: Mapping[str, int]) -> list[Change]:
+        names = sorted(since)
+        logged = self._pipelined("read", "zrangebyscore",
+                                 [(self._log_key(n), f"({since[n]}", "+inf") for n in names],
+                                 withscores=True)
+        return [Change(int(seq), key.decode()[self._id_offset:], key.decode(), name)
+                for name, changes in zip(names, logged) for key, seq in changes]
 
     def fetch(self, refs: Sequence[str]) -> list[Entry | None]:
-        pipe = self._db.pipeline(transaction=False)
-        for ref in refs:
-            pipe.hgetall(ref)
         return [_decode_entry(raw, self.url) if raw else None
-                for raw in self._call("read", pipe.execute)]
+                for raw in self._pipelined("read", "hgetall", [(r,) for r in refs])]
 
     def record_capacity(self, capacity: Capacity, replace: bool = False) -> Capacity:
         text = json.dumps([capacity.max_entries, capacity.max_bytes])
+        key = self._capacity_key
         if replace:
-            self._call("write", self._db.set, self._capacity_key, text)
+            self._call("write", self._db.set, self._counted(key), text)
         else:
-            self._call("write", self._db.set, self._capacity_key, text, nx=True)
-        max_entries, max_bytes = json.loads(self._call("read", self._db.get, self._capacity_key))
+            self._call("write", self._db.set, self._counted(key), text, nx=True)
+        max_entries, max_bytes = json.loads(self._call("read", self._db.get, self._counted(key)))
         return Capacity(max_entries, max_bytes)
 
     def count(self) -> int:
-        keys = self._call("read", self._db.zrange, self._log_key, 0, -1)
-        pipe = self._db.pipeline(transaction=False)
-        for key in keys:
-            pipe.exists(key)
-        return sum(self._call("read", pipe.execute))
+        return sum(self._pipelined("read", "exists", [(k,) for k in self._logged_keys()]))
 
     def scan(self) -> Iterator[Entry]:
-        keys = self._call("read", self._db.zrange, self._log_key, 0, -1)
-        return iter([e for e in self.fetch(keys) if e is not None])
+        return iter([e for e in self.fetch(self._logged_keys()) if e is not None])
 
     def close(self) -> None:
         self._db.close()
 
     # -- internals -----------------------------------------------------------------------
+    def _seq_key(self, log: str) -> str:
+        return f"{self.prefix}:seq:{{{log}}}" if log else f"{self.prefix}:seq"
+
+    def _log_key(self, log: str) -> str:
+        return f"{self.prefix}:log:{{{log}}}" if log else f"{self.prefix}:log"
+
     def _script_keys(self, scope: str, entry_id: str) -> list[str]:
-        return [self._seq_key, self._log_key, self.key(scope, entry_id)]
+        log = self.log_of(scope)
+        return [self._seq_key(log), self._log_key(log), self.key(scope, entry_id)]
 
-    def _write_batch(self, batch: Sequence[tuple[Entry, Any]],
-                     removed: Sequence[Removal]) -> list[int]:
-        """:meth:`write` as one MULTI/EXEC transaction (redis errors pass through)."""
-        pipe = self._db.pipeline(transaction=True)
-        self._queue_deletes(pipe, removed)
-        for entry, args in batch:
-            self._put_script(keys=self._script_keys(entry.scope, entry.entry_id), args=args,
-                             client=pipe)
-        return [int(v) for v in pipe.execute()[len(removed):]]
+    def _logs(self) -> list[str]:
+        """Every sequence's name (a cluster's scopes that have one)."""
+        if not self.cluster:
+            return [""]
+        tags = self._call("read", self._db.smembers, self._counted(self._scopes_key))
+        return [t.decode() for t in tags]
 
-    def _delete_batch(self, removed: Sequence[Removal]) -> list[Any]:
-        pipe = self._db.pipeline(transaction=True)
-        self._queue_deletes(pipe, removed)
-        return pipe.execute()
+    def _logged_keys(self) -> list[str]:
+        """The key of every entry the change logs name."""
+        logged = self._pipelined("read", "zrange", [(self._log_key(n), 0, -1)
+                                                    for n in self._logs()])
+        return [key.decode() for keys in logged for key in keys]
+
+    def _transactions(self, batch: Sequence[tuple[Entry, Any]],
+                      removed: Sequence[Removal]) -> tuple[list[int], list[Any]]:
+        """Compare-and-delete ``removed`` and write ``batch`` in one MULTI/EXEC per sequence
+        (its deletes first); the versions written and the deletes' results, each in order
+        (redis errors pass through)."""
+        groups: dict[str, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+        for i, r in enumerate(removed):
+            groups[self.log_of(r.scope)][1].append(i)
+        for i, (entry, _) in enumerate(batch):
+            groups[self.log_of(entry.scope)][0].append(i)
+        self._register([log for log, (puts, _) in groups.items() if puts])
+        versions, deleted = [0] * len(batch), [0] * len(removed)
+        for puts, deletes in groups.values():
+            pipe = self._db.pipeline(transaction=True)
+            self._queue_deletes(pipe, [removed[i] for i in deletes])
+            for i in puts:
+                entry, args = batch[i]
+                keys = self._script_keys(entry.scope, entry.entry_id)
+                self._put_script(keys=keys, args=args, client=pipe)
+                self._counted(keys[2])
+            done = pipe.execute()
+            for i, ok in zip(deletes, done):
+                deleted[i] = ok
+            for i, version in zip(puts, done[len(deletes):]):
+                versions[i] = int(version)
+        return versions, deleted
 
     def _queue_deletes(self, pipe: Any, removed: Sequence[Removal]) -> None:
         for scope, entry_id, version in removed:
-            self._delete_script(keys=self._script_keys(scope, entry_id),
-                                args=["" if version is None else version], client=pipe)
+            keys = self._script_keys(scope, entry_id)
+            self._delete_script(keys=keys, args=["" if version is None else version],
+                                client=pipe)
+            self._counted(keys[2])
+
+    def _register(self, logs: Iterable[str]) -> None:
+        """Add the scope logs this client has not registered yet to ``{prefix}:scopes``."""
+        new = [log for log in logs if log and log not in self._registered]
+        if new:
+            self._db.sadd(self._counted(self._scopes_key), *new)
+            self._registered.update(new)
+
+    def _script(self, text: str) -> Callable[..., Any]:
+        """``text`` as a callable ``(keys, args, client)``: on one server a registered script
+        (EVALSHA, loaded by the pipeline as needed); on a cluster, whose redis-py pipelines
+        refuse EVALSHA, an EVAL of the text (each node caches it compiled)."""
+        if not self.cluster:
+            return self._db.register_script(text)
+
+        def evaluate(keys: Sequence[str], args: Sequence[Any], client: Any) -> Any:
+            return client.execute_command("EVAL", text, len(keys), *keys, *args)
+        return evaluate
+
+    def _pipelined(self, what: str, command: str, calls: Sequence[tuple[Any, ...]],
+                   **options: Any) -> list[Any]:
+        """The results of ``command(key, *args, **options)`` for each ``(key, *args)`` of
+        ``calls``, sent in one pipeline (a cluster client sends one per node)."""
+        pipe = self._db.pipeline(transaction=False)
+        for key, *args in calls:
+            getattr(pipe, command)(self._counted(key), *args, **options)
+        return self._call(what, pipe.execute) if calls else []
+
+    def _counted(self, key: str) -> str:
+        """``key``, after counting one request to its shard."""
+        try:
+            shard = self.shard_of(key)
+        except REDIS_ERRORS as exc:
+            raise StorageError(f"Redis tier {self.url} has no shard for {key!r}: {exc}") from exc
+        if self.metrics is not None:
+            self.metrics.count("shard_requests", shard)
+        for skewed in self.skew.record(shard):
+            if self.metrics is not None:
+                self.metrics.count("skew_alerts", skewed)
+        return key
+
+    def _shards(self) -> list[str]:
+        """Every shard's ``host:port`` (one server: itself)."""
+        if self.cluster:
+            return [node.name for node in self._db.get_primaries()]
+        return [self.shard_of("")]
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise StorageError(f"Redis tier {what} at {self.url} failed: {exc}") from exc
 
 
+def _connect(url: str, socket_timeout: float, cluster: bool) -> Any:
+    """A client of the server (or cluster) at ``url``; StorageError naming the fix when it is
+    unreachable or of the other kind."""
+    try:
+        client = RedisCluster.from_url(url, socket_timeout=socket_timeout) if cluster else \
+            redis.Redis.from_url(url, socket_timeout=socket_timeout)
+    except (*REDIS_ERRORS, ValueError) as exc:
+        raise StorageError(f"cannot reach the Redis tier at {url}: {exc}") from exc
+    try:
+        client.ping()
+        a_cluster_node = not cluster and client.info("cluster").get("cluster_enabled")
+    except REDIS_ERRORS as exc:
+        client.close()
+        raise StorageError(f"cannot reach the Redis tier at {url}: {exc}") from exc
+    if a_cluster_node:
+        client.close()
+        raise StorageError(f"the Redis server at {url} is a cluster node: set "
+                           "l3.options.cluster: true to use the cluster")
+    return client
+
+
 class RedisTier(StoreTier):
-    """A shared remote tier in Redis; semantic search over a local FAISS view of it."""
+    """A shared remote tier in Redis; semantic search over a local FAISS view of it.
+
+    ``cluster=True`` talks to a Redis Cluster through redis-py's cluster client (``url``:
+    any node); ``skew_window``: requests per window of the skew watch.
+    """
 
     store: RedisStore
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", capacity: Capacity | None = None,
                  policy: EvictionPolicy | str = "lru", spec: IndexSpec = IndexSpec(),
                  precheck: bool = True, prefix: str = "mmcache", name: str = "l3",
-                 socket_timeout: float = 5.0, max_staleness: float = 0.0) -> None:
-        store = RedisStore(url, prefix, socket_timeout)
-        try:
-            super().__init__(store, capacity, policy, spec, precheck, name, max_staleness)
-        except BaseException:
-            store.close()
-            raise
+                 socket_timeout: float = 5.0, max_staleness: float = 0.0,
+                 cluster: bool = False, skew_window: int = SKEW_WINDOW) -> None:
+        super().__init__(RedisStore(url, prefix, socket_timeout, cluster, skew_window), capacity,
+                         policy, spec, precheck, name, max_staleness)
 
     @property
     def url(self) -> str:
@@ -226,6 +381,11 @@ def _entry_fields(entry: Entry) -> list[Any]:
         "expires_at": "" if entry.expires_at is None else repr(float(entry.expires_at)),
         "ground_truth": "" if label is None else label,
         "hints": encode_hints(entry.hints) or "",
+        "question": "" if entry.question is None else entry.question,
+        "has_question": int(entry.question is not None),
+        "context": encode_turns(entry.context) or "",
+        "context_vector": b"" if entry.context_vector is None
+        else vector_to_bytes(entry.context_vector),
     }
     for modality, vec in entry.embeddings.items():
         fields[VECTOR_FIELD + modality] = vector_to_bytes(vec)
@@ -247,6 +407,11 @@ def _decode_entry(raw: Mapping[bytes, bytes], url: str) -> Entry:
                      expires_at=float(expires) if expires else None,
                      ground_truth=decode_label(label) if label else None,
                      hints=decode_hints(text.get("hints") or None),
-                     version=int(text.get("version", 0)))
+                     version=int(text.get("version", 0)),
+                     question=text["question"].decode("utf-8", "surrogatepass")
+                     if int(text.get("has_question", 0)) else None,
+                     context=decode_turns(text.get("context") or None),
+                     context_vector=vector_from_bytes(text["context_vector"])
+                     if text.get("context_vector") else None)
     except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         raise StorageError(f"Redis tier {url} holds a malformed entry: {exc!r}") from None

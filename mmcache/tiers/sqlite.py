@@ -11,7 +11,9 @@ transaction, so numbers commit in order); a write stores its number as the entry
 ``version``, a delete takes a new number with no entry behind it. A tier replays the
 log after the last number it has seen, so no process misses another's write, replace
 or delete. ``PRAGMA data_version`` tells cheaply whether anyone else committed.
-Older files (schema 1 and 2) gain ``hints``, ``version`` and the log on open.
+Older files (schema 1 and 2) gain ``hints``, ``version`` and the log on open; schema 1–3
+files gain ``question``, ``context`` (the entry's conversation turns, JSON) and
+``context_vector`` (raw float32), empty for the entries they already hold.
 
 Sharing: with ``shared=True`` several caches (in any processes) may open the file.
 Without it the file is private: a second cache opening it while the first is open
@@ -40,13 +42,14 @@ from ..errors import ConfigError, StorageError
 from ..policies import EvictionPolicy
 from ..types import Entry
 from .base import Capacity
-from .codec import (decode_hints, decode_label, decode_value, encode_hints, encode_label,
-                    encode_value, vector_from_bytes, vector_to_bytes)
+from .codec import (decode_hints, decode_label, decode_turns, decode_value, encode_hints,
+                    encode_label, encode_turns, encode_value, vector_from_bytes,
+                    vector_to_bytes)
 from .store import Change, Removal, Store, StoreTier
 from .vectors import IndexSpec
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 #: Seconds opening a file waits for other processes opening it at the same moment.
 OPEN_TIMEOUT_S = 30.0
 #: Entries read per query when a tier replays many changes (on open).
@@ -57,7 +60,8 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
     entry_id TEXT PRIMARY KEY, scope TEXT NOT NULL, exact_key TEXT NOT NULL,
     value_type TEXT NOT NULL, value BLOB NOT NULL, size INTEGER NOT NULL,
-    created_at REAL NOT NULL, expires_at REAL, ground_truth TEXT, hints TEXT, version INTEGER);
+    created_at REAL NOT NULL, expires_at REAL, ground_truth TEXT, hints TEXT, version INTEGER,
+    question TEXT, context TEXT, context_vector BLOB);
 CREATE TABLE IF NOT EXISTS embeddings (
     entry_id TEXT NOT NULL REFERENCES entries(entry_id) ON DELETE CASCADE,
     modality TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL,
@@ -66,8 +70,8 @@ CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY AUTOINCREMENT,
                                 entry_id TEXT NOT NULL UNIQUE);
 """
 _ENTRY_COLS = "entry_id, scope, exact_key, value_type, value, size, created_at, " \
-              "expires_at, ground_truth, hints, version"
-_INSERT = f"INSERT INTO entries ({_ENTRY_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+              "expires_at, ground_truth, hints, question, context, context_vector, version"
+_INSERT = f"INSERT INTO entries ({_ENTRY_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
 
 class SQLiteStore(Store):
@@ -95,7 +99,9 @@ class SQLiteStore(Store):
         tag, payload = encode_value(entry.value)
         label = encode_label(entry.ground_truth)
         return ((entry.entry_id, entry.scope, entry.exact_key, tag, payload, entry.size,
-                 entry.created_at, entry.expires_at, label, encode_hints(entry.hints)),
+                 entry.created_at, entry.expires_at, label, encode_hints(entry.hints),
+                 entry.question, encode_turns(entry.context),
+                 None if entry.context_vector is None else vector_to_bytes(entry.context_vector)),
                 [(entry.entry_id, m, len(v), vector_to_bytes(v))
                  for m, v in entry.embeddings.items()])
 
@@ -256,12 +262,14 @@ class SQLiteStore(Store):
 
     def _entry(self, row: tuple, embeddings: dict[str, np.ndarray]) -> Entry:
         entry_id, scope, exact_key, tag, payload, size, created, expires, label, hints, \
-            version = row
+            question, turns, turns_vector, version = row
         return Entry(entry_id=entry_id, scope=scope, exact_key=exact_key,
                      value=decode_value(tag, payload), embeddings=embeddings,
                      size=size, created_at=created, expires_at=expires,
                      ground_truth=decode_label(label), hints=_decode_hints(hints, self.path),
-                     version=version)
+                     version=version, question=question, context=_decode_turns(turns, self.path),
+                     context_vector=None if turns_vector is None
+                     else vector_from_bytes(turns_vector))
 
     def _transaction(self) -> "_Transaction":
         return _Transaction(self._db)
@@ -279,12 +287,8 @@ class SQLiteTier(StoreTier):
                  policy: EvictionPolicy | str = "lru", spec: IndexSpec = IndexSpec(),
                  synchronous: str = "NORMAL", shared: bool = False, precheck: bool = True,
                  name: str = "l3", max_staleness: float = 0.0) -> None:
-        store = SQLiteStore(path, synchronous, shared)
-        try:
-            super().__init__(store, capacity, policy, spec, precheck, name, max_staleness)
-        except BaseException:
-            store.close()
-            raise
+        super().__init__(SQLiteStore(path, synchronous, shared), capacity, policy, spec, precheck, name,
+                         max_staleness)
 
     @property
     def path(self) -> Path:
@@ -334,6 +338,11 @@ def _upgrade(db: sqlite3.Connection) -> str:
                        "SELECT entry_id FROM entries ORDER BY rowid")
             db.execute("UPDATE entries SET version = "
                        "(SELECT seq FROM log WHERE log.entry_id = entries.entry_id)")
+        if version in ("1", "2", "3"):
+            for column, kind in (("question", "TEXT"), ("context", "TEXT"),
+                                 ("context_vector", "BLOB")):
+                if column not in columns:
+                    db.execute(f"ALTER TABLE entries ADD COLUMN {column} {kind}")
             db.execute("UPDATE meta SET value = ? WHERE key='schema_version'", (SCHEMA_VERSION,))
             version = SCHEMA_VERSION
     return version
@@ -350,6 +359,15 @@ def _text(limit: int | None) -> str:
 
 def _number(text: str) -> int | None:
     return None if text == "" else int(text)
+
+
+def _decode_turns(text: str | None, path: Path) -> tuple[tuple[str, str], ...]:
+    """The turns stored by :func:`encode_turns`; StorageError when they are malformed."""
+    try:
+        return decode_turns(text)
+    except (ValueError, TypeError) as exc:
+        raise StorageError(f"{path} holds a malformed conversation context {text!r}: "
+                           f"{exc}") from None
 
 
 def _decode_hints(text: str | None, path: Path) -> dict[str, float]:

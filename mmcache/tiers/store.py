@@ -5,7 +5,11 @@ a Redis server). It knows five things: write a batch, read, delete (compare-and-
 on the version), the changes since a sequence number, and the capacity recorded when it
 was created. Every write and every delete takes the next number of one monotonic
 sequence of the store; an entry's ``version`` is the number of its write, so a number
-says exactly which write a copy comes from.
+says exactly which write a copy comes from. A sharded store (Redis Cluster) keeps one such
+sequence per scope instead, next to the scope's entries (:meth:`Store.log_of` names it),
+so a write never spans shards: a version then says which write of its scope a copy comes
+from, and the tier replays each sequence on its own (:meth:`Store.heads`,
+:meth:`Store.changes_after`; a store of one sequence implements neither).
 
 :class:`StoreTier` is the tier over a store: the capacity budget and eviction policy,
 the local vector index (FAISS, :class:`~mmcache.tiers.vectors.SemanticIndex`), the
@@ -13,7 +17,9 @@ entries' scopes, the budget restored when a write fails, and the entries adopted
 it opens or replays changes. A shared store (``shared = True``: other processes write
 it) is brought up to date, by replaying its changes, before each search and before each
 revalidation of a private copy (:meth:`StoreTier.current_version`); ``max_staleness``
-(seconds, default 0) bounds how old the view used for revalidation may be.
+(seconds, default 0) bounds how old the view used for revalidation may be. A search, a
+revalidation and a put under an unlimited capacity replay only the sequences of the
+scopes they touch; the rest replay every sequence.
 
 Capacity belongs to the store: the first tier that opens a store records its capacity,
 later tiers adopt it (``capacity=None``) or must ask for the same one (ConfigError), so
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -34,18 +40,23 @@ from ..types import Entry
 from .base import Budget, BudgetedTier, Candidate, Capacity, admit_all, gone_ids, policy_hints
 from .vectors import IndexSpec, SemanticIndex
 
+if TYPE_CHECKING:
+    from ..metrics import CacheMetrics
+
 
 class Change(NamedTuple):
     """One entry of a store's change feed: the entry's id changed at ``seq``.
 
     ``ref`` is the store's own handle to read it with :meth:`Store.fetch`. The feed
     holds the latest change of each id: a write (the stored entry has ``version == seq``)
-    or a delete (nothing is stored under the id).
+    or a delete (nothing is stored under the id). ``log`` names the sequence ``seq`` is a
+    number of (``""``: the store's only one).
     """
 
     seq: int
     entry_id: str
     ref: str
+    log: str = ""
 
 
 class Removal(NamedTuple):
@@ -63,6 +74,8 @@ class Store(ABC):
     location: str
     #: True when other processes write the store too.
     shared: bool
+    #: Where a sharded store counts its requests per shard (set by the cache using it).
+    metrics: "CacheMetrics | None" = None
 
     @abstractmethod
     def encode(self, entry: Entry, keep_for: float | None) -> Any:
@@ -89,6 +102,19 @@ class Store(ABC):
     @abstractmethod
     def changes(self, since: int) -> list[Change]:
         """The changes after sequence number ``since``, in sequence order."""
+
+    def log_of(self, scope: str) -> str:
+        """The name of the sequence that numbers ``scope``'s writes (``""``: the only one)."""
+        return ""
+
+    def heads(self, logs: Collection[str] | None = None) -> dict[str, int]:
+        """The last number of each of ``logs`` (None: of every sequence), by name."""
+        return {"": self.latest()}
+
+    def changes_after(self, since: Mapping[str, int]) -> list[Change]:
+        """The changes after ``since[log]`` of each sequence named in ``since``, each
+        sequence in order."""
+        return self.changes(since.get("", 0))
 
     @abstractmethod
     def fetch(self, refs: Sequence[str]) -> list[Entry | None]:
@@ -135,6 +161,15 @@ class StoreTier(BudgetedTier):
     def __init__(self, store: Store, capacity: Capacity | None = None,
                  policy: EvictionPolicy | str = "lru", spec: IndexSpec = IndexSpec(),
                  precheck: bool = True, name: str = "l3", max_staleness: float = 0.0) -> None:
+        """The tier owns ``store`` from here on: it closes it when it cannot be opened."""
+        try:
+            self._open(store, capacity, policy, spec, precheck, name, max_staleness)
+        except BaseException:
+            store.close()
+            raise
+
+    def _open(self, store: Store, capacity: Capacity | None, policy: EvictionPolicy | str,
+              spec: IndexSpec, precheck: bool, name: str, max_staleness: float) -> None:
         if isinstance(max_staleness, bool) or not isinstance(max_staleness, (int, float)) or \
                 not 0 <= max_staleness < float("inf"):
             raise ConfigError(f"max_staleness must be a finite number of seconds >= 0, "
@@ -150,9 +185,12 @@ class StoreTier(BudgetedTier):
         self._budget = Budget(_store_capacity(store, capacity), policy, undoable=True)
         self.index = SemanticIndex(spec, precheck=precheck)
         self._known: dict[str, _Known] = {}
-        self._seen = 0
-        self._replay(store.changes(0))
-        self._synced_at = time.monotonic()
+        #: Sequence name -> the last number of it this tier has replayed.
+        self._seen: dict[str, int] = {}
+        #: Sequence name -> when (monotonic) it was last replayed; None: every sequence.
+        self._synced_at: dict[str | None, float] = {}
+        self._catch_up(store.heads())
+        self._synced_at[None] = time.monotonic()
         while not self.shared and self.capacity.exceeded(*self.usage()):
             self.evict()  # a private store reopened with a smaller capacity
 
@@ -162,7 +200,8 @@ class StoreTier(BudgetedTier):
         budget admits them one by one first."""
         now = self.clock()
         encoded = {e.entry_id: self.store.encode(e, self._keep_for(e, now)) for e in entries}
-        self._sync(force=True)  # the budget must see what others wrote before it evicts
+        # a budget that may evict must see what others wrote first
+        self._sync({e.scope for e in entries} if self.capacity == Capacity() else None)
         victims, kept = admit_all(self._budget, entries, now)
         gone = gone_ids(victims, entries)
         stored = {e.entry_id for e in kept}
@@ -196,14 +235,14 @@ class StoreTier(BudgetedTier):
 
     def search(self, scope: str, vectors: Mapping[str, np.ndarray],
                floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
-        self._sync(force=True)
+        self._sync({scope})
         return self.index.search(scope, vectors, floors, k)
 
     def delete(self, entry_id: str, version: int | None = None) -> bool:
         """Remove an entry; with ``version``, only while the store still holds that version
         (a newer write by another process stays). False when nothing was deleted."""
         if entry_id not in self._known:
-            self._sync(force=True)
+            self._sync()
         known = self._known.get(entry_id)
         if known is None:
             return False
@@ -222,7 +261,7 @@ class StoreTier(BudgetedTier):
         return self.store.scan()
 
     def ids(self) -> Iterator[str]:
-        self._sync(force=True)
+        self._sync()
         return iter(list(self._known))
 
     def dims(self) -> dict[str, int]:
@@ -232,7 +271,7 @@ class StoreTier(BudgetedTier):
         return self.store.count()
 
     def __contains__(self, entry_id: str) -> bool:
-        self._sync(force=True)
+        self._sync()
         known = self._known.get(entry_id)
         return known is not None and self.store.read(known.scope, entry_id) is not None
 
@@ -243,30 +282,41 @@ class StoreTier(BudgetedTier):
     def current_version(self, entry_id: str) -> int | None:
         """The store's version of ``entry_id`` (None: not stored), as seen at most
         ``max_staleness`` seconds ago; a private copy of another version is stale."""
-        self._sync()
+        known = self._known.get(entry_id)
+        scopes = None if known is None else {known.scope}
+        log = None if known is None else self.store.log_of(known.scope)
+        synced_at = max(self._synced_at.get(log, -float("inf")), self._synced_at[None])
+        if time.monotonic() - synced_at >= self.max_staleness:
+            self._sync(scopes)
         known = self._known.get(entry_id)
         return None if known is None else known.version
 
     def refresh(self) -> None:
         """Replay the changes other processes made since the last replay, now."""
-        self._sync(force=True)
+        self._sync()
 
     # -- internals -----------------------------------------------------------------------
-    def _sync(self, force: bool = False) -> None:
-        """Bring a shared store's view up to date (at most ``max_staleness`` old unless forced)."""
+    def _sync(self, scopes: Collection[str] | None = None) -> None:
+        """Bring a shared store's view up to date: of the sequences of ``scopes`` (None:
+        of every sequence)."""
         if not self.shared:
             return
         now = time.monotonic()
-        if not force and now - self._synced_at < self.max_staleness:
-            return
-        if self.store.latest() > self._seen:
-            self._replay(self.store.changes(self._seen))
-        self._synced_at = now
+        logs = None if scopes is None else {self.store.log_of(s) for s in scopes}
+        self._catch_up(self.store.heads(logs))
+        for log in [None] if logs is None else logs:
+            self._synced_at[log] = now
+
+    def _catch_up(self, heads: Mapping[str, int]) -> None:
+        """Replay the changes of each sequence in ``heads`` past the number last replayed."""
+        behind = {log: self._seen.get(log, 0) for log, last in heads.items()
+                  if last > self._seen.get(log, 0)}
+        if behind:
+            self._replay(self.store.changes_after(behind))
 
     def _replay(self, changes: list[Change]) -> None:
         """Adopt the entries ``changes`` wrote and forget those they deleted."""
-        todo = [c for c in changes if c.entry_id not in self._known or
-                self._known[c.entry_id].version != c.seq]
+        todo = [c for c in changes if not self._holds(c)]
         written = []
         for change, entry in zip(todo, self.store.fetch([c.ref for c in todo])):
             if entry is None:
@@ -275,8 +325,15 @@ class StoreTier(BudgetedTier):
             elif self._known.get(entry.entry_id, _NOWHERE).version != entry.version:
                 written.append(entry)
         self._adopt(written)
-        if changes:
-            self._seen = max(self._seen, changes[-1].seq)
+        for change in changes:
+            self._seen[change.log] = max(self._seen.get(change.log, 0), change.seq)
+
+    def _holds(self, change: Change) -> bool:
+        """Whether this tier already knows the write ``change`` names (a version is a number
+        of its scope's sequence)."""
+        known = self._known.get(change.entry_id)
+        return known is not None and known.version == change.seq and \
+            self.store.log_of(known.scope) == change.log
 
     def _adopt(self, entries: Sequence[Entry]) -> None:
         """Account and index entries that are already stored (no eviction); each counts as

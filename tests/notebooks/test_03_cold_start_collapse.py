@@ -43,6 +43,11 @@ def test_attention_starts_near_uniform_over_all_keys(metrics):
 def test_learning_rates_are_multiples_of_the_tuned_baseline(metrics):
     assert metrics["tuned_lr"] in metrics["tune_lrs"]
     assert metrics["lrs"] == pytest.approx([metrics["tuned_lr"] * m for m in metrics["lr_multipliers"]])
+    tuning = metrics["tuning"]            # the recorded rate, checked against the tuning rule
+    assert tuning["recorded_lr"] == metrics["tuned_lr"]
+    assert tuning["would_choose"] in metrics["tune_lrs"]
+    assert tuning["agrees"] == (tuning["would_choose"] == metrics["tuned_lr"])
+    assert set(tuning["relative_gap"]) == {f"{lr:g}" for lr in metrics["tune_lrs"]}
 
 
 def test_best_pair_combines_two_distinct_remedies(metrics):

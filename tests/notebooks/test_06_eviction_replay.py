@@ -114,3 +114,26 @@ def _by_trace_and_size(rows):
     for r in rows:
         groups.setdefault((r["trace"], r["cache_size"]), []).append(r)
     return groups
+
+
+def test_latency_depends_on_load(metrics):
+    """load_sweep: the tail and SLA violations rise with the offered load; hits do not move."""
+    sweep = sorted(metrics["load_sweep"], key=lambda r: r["load"])
+    assert len(sweep) >= 3
+    for r in sweep:
+        assert set(r) >= {"load", "p50_ms", "p95_ms", "p99_ms", "sla_violation_rate",
+                          "miss_rate"}
+        assert r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"]
+        assert 0.0 <= r["sla_violation_rate"] <= 1.0
+    assert sweep[-1]["sla_violation_rate"] > sweep[0]["sla_violation_rate"]
+    assert sweep[-1]["p99_ms"] > 2 * sweep[0]["p99_ms"]
+    assert all(r["mean_wait_ms"] <= s["mean_wait_ms"] for r, s in zip(sweep, sweep[1:]))
+    assert len({round(r["miss_rate"], 12) for r in sweep}) == 1
+    assert any(abs(r["sla_violation_rate"] - r["miss_rate"]) > 1e-3 for r in sweep)
+    assert "measured" in metrics["latency_setup"]["kind"]
+    assert metrics["latency_setup"]["profile_command"] == "python -m mmcache.bench.latency_profile"
+    per_set = metrics["hit_rate_per_modality"]
+    assert {"text", "image", "audio", "text+image"} <= set(per_set)
+    assert all(0.0 < v < 1.0 for v in per_set.values())
+    multi = [v for k, v in per_set.items() if "+" in k]
+    assert min(multi) <= metrics["cross_modal_hit_rate"] <= max(multi)

@@ -1,7 +1,9 @@
-"""Fixtures for the tier tests: a real, private redis-server for the whole session."""
+"""Fixtures for the tier tests: a real, private redis-server and a three-node Redis Cluster,
+each started for the whole session when a test asks for it."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -69,3 +71,23 @@ def redis_url() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory) -> Iterator[str]:
+    """URL of one node of a real three-master Redis Cluster on loopback (no persistence).
+
+    Started for this session by :func:`mmcache.testing.local_redis_cluster` (three
+    ``redis-server --cluster-enabled yes`` nodes joined by ``redis-cli --cluster create``)
+    and stopped by PID afterwards; the tests that use it are skipped, with the reason, when
+    redis-server has no cluster support or redis-cli is missing.
+    """
+    from mmcache.errors import StorageError
+    from mmcache.testing import local_redis_cluster
+
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(local_redis_cluster(tmp_path_factory.mktemp("cluster")))
+        except StorageError as exc:
+            pytest.skip(f"no local Redis Cluster: {exc}")
+        yield url

@@ -345,6 +345,22 @@ def test_hints_round_trip_and_old_entries_have_none(tier: RedisTier, redis_url: 
     assert tier.get("tenant-a", "e2").hints == {}
 
 
+def test_question_and_context_round_trip_and_old_entries_have_none(tier: RedisTier,
+                                                                  redis_url: str) -> None:
+    e = entry("e1")
+    e.question, e.context = "yes, cancel it", (("user", "cancel Netflix"), ("assistant", "ok?"))
+    e.context_vector = unit(5)
+    tier.put(e)
+    tier.put(entry("e2"))
+    redis.Redis.from_url(redis_url).hdel(tier.key("tenant-a", "e2"), "question", "has_question",
+                                         "context", "context_vector")  # written before them
+    back = tier.get("tenant-a", "e1")
+    assert (back.question, back.context) == (e.question, e.context)
+    assert np.array_equal(back.context_vector, e.context_vector)
+    old = tier.get("tenant-a", "e2")
+    assert (old.question, old.context, old.context_vector) == (None, (), None)
+
+
 @pytest.mark.parametrize("policy, hint_a, hint_b", [
     ("value-per-byte", {"cost": 100.0}, {"cost": 1.0}),
     ("entropy-retention", {"entropy": 1.0}, {"entropy": 0.1})])

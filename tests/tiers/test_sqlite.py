@@ -193,8 +193,36 @@ def test_a_schema_1_file_gains_the_hints_column(tmp_path):
     reopened = SQLiteTier(path)
     assert reopened.get("s", "s-2").hints == {"cost": 4.0}
     assert reopened.store._db.execute("SELECT value FROM meta WHERE key = 'schema_version'"
-                                      ).fetchone()[0] == "3"
+                                      ).fetchone()[0] == "4"
     reopened.close()
+
+
+SCHEMA_3_ROW = ("INSERT INTO entries (entry_id, scope, exact_key, value_type, value, size, "
+                "created_at, version) VALUES ('s-1', 's', 's-1', 'str', X'6f6c64', 3, 1.0, 1)")
+
+
+def test_a_schema_3_file_gains_question_and_context_and_keeps_its_entries(tmp_path):
+    path = tmp_path / "v3.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(SCHEMA_1.replace("ground_truth TEXT);",
+                                          "ground_truth TEXT, hints TEXT, version INTEGER);")
+                         .replace("'1');", "'3');").split("INSERT INTO entries")[0])
+        db.execute("CREATE TABLE log (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+                   "entry_id TEXT NOT NULL UNIQUE)")
+        db.execute(SCHEMA_3_ROW)
+        db.execute("INSERT INTO log VALUES (1, 's-1')")
+    tier = SQLiteTier(path)
+    old = tier.get("s", "s-1")
+    assert (old.value, old.question, old.context, old.context_vector) == ("old", None, (), None)
+    rng = np.random.default_rng(3)
+    new = entry(2, rng)
+    new.question, new.context = "yes, cancel it", (("user", "cancel Netflix"),)
+    new.context_vector = np.ones(4, np.float32) / 2
+    tier.put(new)
+    tier.close()
+    back = SQLiteTier(path).get("s", "s-2")
+    assert (back.question, back.context) == ("yes, cancel it", (("user", "cancel Netflix"),))
+    assert np.array_equal(back.context_vector, new.context_vector)
 
 
 def test_malformed_stored_hints_are_a_storage_error(tmp_path):

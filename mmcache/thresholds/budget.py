@@ -1,0 +1,130 @@
+"""Error-budgeted rule, in the spirit of vCache (from its paper only), with a shared prior.
+
+Each entry has its own logistic model P(correct | s) = σ(w·φ(s)) per modality, a
+Gaussian over w that starts at the shared prior of its (modality, encoder)
+channel (:mod:`mmcache.thresholds.prior`, fitted offline on labelled pairs) and is
+updated by that entry's feedback (Laplace posterior). So an entry can be served at
+its first lookup, and an entry that served wrong answers becomes stricter.
+
+Budget: error is counted as vCache counts it, wrong answers served ÷ all lookups. Per
+scope the rule keeps the lookups seen and the expected wrong answers it has served
+(each served hit adds its P(wrong), replaced by the truth when feedback arrives). A
+candidate is served only if its P(wrong) ≤ ``max_risk`` and serving it keeps
+``spent ≤ budget · (lookups + credit)``. ``credit`` lookups of allowance let a new
+cache serve its first lookups; the long-run realised error is budget·(n + credit)/n
+in expectation after n lookups, if the curves are calibrated (feedback corrects
+``spent`` when they are not). P(correct) of a multimodal candidate is the product
+over modalities, times the verifier's probability when one is given as evidence.
+A modality whose channel has no prior starts from an uninformative one (P = 1/2, so
+it is never served before feedback lifts it: vCache's cold start).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ..errors import ConfigError
+from .base import ThresholdRule
+from .prior import channel, load_priors, posterior, predictive
+
+#: Prior over w for a channel without a fitted one: centred on P = 1/2, wide.
+UNINFORMATIVE = ((0.0, 0.0), ((100.0, 0.0), (0.0, 100.0)))
+#: Observations an entry keeps per modality (the oldest are dropped).
+MAX_OBSERVATIONS = 64
+
+
+class ErrorBudgetThreshold(ThresholdRule):
+    """Serve a candidate while the expected error per lookup stays within ``budget``."""
+
+    name = "error-budget"
+
+    def __init__(self, budget: float = 0.02, prior: str | Path | None = None,
+                 encoders: Mapping[str, str] | None = None, max_risk: float = 0.5,
+                 credit: float = 10.0, search_floor: float = 0.5) -> None:
+        self.budget, self.max_risk, self.credit = budget, max_risk, credit
+        self.search_floor = search_floor
+        self.encoders = dict(encoders or {})
+        priors = load_priors(prior)
+        self._prior: dict[str, tuple] = {}
+        for modality, encoder in self.encoders.items():
+            key = channel(modality, encoder)
+            if key not in priors:
+                raise ConfigError(f"thresholds: no error-budget prior for channel {key!r} in "
+                                  f"{prior or 'the shipped priors'}; have {sorted(priors)}; "
+                                  "fit one with mmcache.thresholds.prior")
+            self._prior[modality] = (priors[key].mean, priors[key].cov)
+        #: entry id -> modality -> ((s, correct) observations, posterior mean, posterior cov).
+        self._entries: dict[str, dict[str, tuple[list, tuple, tuple]]] = {}
+        #: scope -> [lookups seen, expected wrong answers served].
+        self._ledger: dict[str, list[float]] = {}
+
+    def floor(self, modality: str) -> float:
+        return self.search_floor
+
+    def p_correct(self, modality: str, similarity: float, entry_id: str | None = None) -> float:
+        """The entry's current P(correct | similarity) on ``modality`` (the prior if unseen),
+        made non-decreasing in similarity: the least predictive value on [s, 1]."""
+        state = self._entries.get(entry_id, {}).get(modality) if entry_id is not None else None
+        mean, cov = (state[1], state[2]) if state else self._prior.get(modality, UNINFORMATIVE)
+        s = min(float(similarity), 1.0)
+        return min(predictive(mean, cov, s + k * (1.0 - s) / 8) for k in range(9))
+
+    def risk(self, similarities: Mapping[str, float], entry_id: str | None = None,
+             evidence: Mapping[str, float] | None = None) -> float:
+        """P(wrong answer) if this candidate were served."""
+        p = math.prod(self.p_correct(m, s, entry_id) for m, s in similarities.items())
+        return 1.0 - p * (evidence or {}).get("verifier", 1.0)
+
+    def accepts(self, similarities: Mapping[str, float], entry_id: str | None = None,
+                scope: str | None = None, evidence: Mapping[str, float] | None = None) -> bool:
+        if any(s < self.search_floor for s in similarities.values()):
+            return False
+        risk = self.risk(similarities, entry_id, evidence)
+        lookups, spent = self._ledger.get(scope or "", (0.0, 0.0))
+        return risk <= self.max_risk and spent + risk <= self.budget * (lookups + 1 + self.credit)
+
+    def threshold(self, modality: str, entry_id: str | None = None,
+                  scope: str | None = None) -> float:
+        """The least similarity on ``modality`` alone that this entry would be served at now."""
+        lo, hi = self.search_floor, 1.0
+        if not self.accepts({modality: hi}, entry_id, scope):
+            return math.inf
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if self.accepts({modality: mid}, entry_id, scope) else (mid, hi)
+        return hi
+
+    def served(self, similarities: Mapping[str, float], entry_id: str, scope: str,
+               evidence: Mapping[str, float] | None = None) -> None:
+        self._ledger.setdefault(scope, [0.0, 0.0])[1] += self.risk(similarities, entry_id,
+                                                                   evidence)
+
+    def observe_lookup(self, scope: str, modalities: Sequence[str],
+                       nearest: Mapping[str, float] | None) -> None:
+        self._ledger.setdefault(scope, [0.0, 0.0])[0] += 1
+
+    def feedback(self, similarities: Mapping[str, float], entry_id: str, correct: bool,
+                 scope: str | None = None) -> None:
+        """Update the entry's posterior; for a served hit (``scope`` given) replace its
+        expected error in the ledger by the observed one."""
+        if scope is not None and scope in self._ledger:
+            self._ledger[scope][1] += (0.0 if correct else 1.0) - self.risk(similarities,
+                                                                            entry_id)
+        states = self._entries.setdefault(entry_id, {})
+        for modality, s in similarities.items():
+            observations = list(states.get(modality, ([],))[0])
+            observations = (observations + [(float(s), bool(correct))])[-MAX_OBSERVATIONS:]
+            prior_mean, prior_cov = self._prior.get(modality, UNINFORMATIVE)
+            mean, cov = posterior(prior_mean, prior_cov, [o[0] for o in observations],
+                                  [o[1] for o in observations])
+            states[modality] = (observations, mean, cov)
+
+    def forget(self, entry_id: str) -> None:
+        self._entries.pop(entry_id, None)
+
+    def realised(self, scope: str) -> tuple[int, float]:
+        """(lookups seen, expected-or-observed wrong answers served) in ``scope``."""
+        lookups, spent = self._ledger.get(scope, (0.0, 0.0))
+        return int(lookups), spent

@@ -1,0 +1,83 @@
+"""seed 000 §3.1 percentile-adaptive δ, fed by every lookup so it is not a ratchet.
+
+δ(scope, modality) = 1 − percentile(window of nearest-neighbour similarities, p).
+
+The seed's rule observes only accepted hits: every observed similarity is already
+≥ 1 − δ, so the percentile can only rise and δ only shrink (a ratchet). Here the
+window holds the nearest candidate's similarity of *every* lookup in the scope, hit
+or miss: the cache searches down to ``1 − delta_max`` for this rule, and a lookup
+with no candidate that high enters the window at that floor (censored: "at most").
+The distribution observed therefore does not depend on the current δ.
+
+Failure modes (notebook 02 shows them; none is hidden by the clip):
+
+- It targets a hit *rate*, not correctness: about ``100 − p`` % of lookups whose
+  nearest neighbour is above the floor become hits, whether or not they are right.
+  A stream of novel queries (no true match) still gets that share of false hits; a
+  stream of true repeats still misses ``p`` % of them.
+- Traps (negations, swapped entities) score as high as paraphrases, so no δ it
+  chooses separates them.
+- After drift it re-tracks only as fast as the window turns over (``window``
+  lookups); a new scope starts at the static ``delta`` until ``min_samples``.
+- δ is clipped to ``[delta_min, delta_max]``; a scope pinned at a bound says so in
+  :meth:`PercentileThreshold.deltas`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .base import DEFAULT_DELTA, ThresholdRule
+
+
+class PercentileThreshold(ThresholdRule):
+    """δ per (scope, modality) from the recent nearest-neighbour similarity distribution."""
+
+    name = "percentile"
+
+    def __init__(self, delta: Mapping[str, float] | None = None, percentile: float = 85.0,
+                 window: int = 1000, min_samples: int = 50, delta_min: float = 0.01,
+                 delta_max: float = 0.5) -> None:
+        self.initial = dict(delta or {})
+        self.percentile = percentile
+        self.min_samples = min_samples
+        self.delta_min, self.delta_max = delta_min, delta_max
+        self._size = window
+        self._window: dict[tuple[str, str], deque[float]] = {}
+        self._current: dict[tuple[str, str], float] = {}
+
+    def floor(self, modality: str) -> float:
+        return 1.0 - self.delta_max
+
+    def threshold(self, modality: str, entry_id: str | None = None,
+                  scope: str | None = None) -> float:
+        return 1.0 - self.delta(modality, scope)
+
+    def delta(self, modality: str, scope: str | None = None) -> float:
+        """The current δ of ``modality`` in ``scope`` (the clipped static δ until it has data)."""
+        current = self._current.get((scope or "", modality))
+        if current is not None:
+            return current
+        return float(np.clip(self.initial.get(modality, DEFAULT_DELTA), self.delta_min,
+                             self.delta_max))
+
+    def observe_lookup(self, scope: str, modalities: Sequence[str],
+                       nearest: Mapping[str, float] | None) -> None:
+        for modality in modalities:
+            sim = self.floor(modality) if nearest is None else max(
+                float(nearest[modality]), self.floor(modality))
+            window = self._window.setdefault((scope, modality), deque(maxlen=self._size))
+            window.append(sim)
+            if len(window) >= self.min_samples:
+                delta = 1.0 - float(np.percentile(np.fromiter(window, float), self.percentile))
+                self._current[(scope, modality)] = float(np.clip(delta, self.delta_min,
+                                                                 self.delta_max))
+
+    def deltas(self) -> dict[str, float]:
+        """δ per modality (static start values) and per ``"scope/modality"`` once adapted."""
+        out = {m: self.delta(m) for m in self.initial}
+        out.update({f"{s}/{m}": d for (s, m), d in self._current.items()})
+        return out

