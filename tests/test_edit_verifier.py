@@ -65,3 +65,22 @@ def test_class_wrapper_reads_query_text_and_entry_question_and_ignores_textless(
                     SimpleNamespace(question="Is it not safe?", context=())) < 0.5
     assert verifier(SimpleNamespace(text=None, context=()),
                     SimpleNamespace(question="Is it safe?", context=())) == 1.0
+
+
+def test_registered_as_edits_and_vetoes_a_negation_in_the_cache() -> None:
+    pytest.importorskip("sentence_transformers")
+    import mmcache
+    from mmcache.verifiers import make_verifier
+
+    assert isinstance(make_verifier("edits"), EditVerifier)
+    cache = mmcache.TieredCache({"thresholds": {"rule": "static", "delta": {"text": 0.3},
+                                                "verifier": "edits", "verifier_band": 2.0},
+                                 "encoders": {"text": "minilm"}})
+    try:
+        cache.put(mmcache.Query(text="Is ibuprofen safe with alcohol?", scope="t"), "answer")
+        assert cache.get(mmcache.Query(text="Is ibuprofen not safe with alcohol?", scope="t")) \
+            is None
+        hit = cache.get(mmcache.Query(text="Is ibuprofen safe with alcohol? Thanks!", scope="t"))
+        assert hit is not None and hit.value == "answer"
+    finally:
+        cache.close()
