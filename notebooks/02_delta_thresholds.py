@@ -31,6 +31,7 @@
 
 # %% tags=["parameters"]
 SMOKE = False
+NOTEBOOK = "02_delta_thresholds"  # this notebook: metrics go to runs/<NOTEBOOK>[-smoke]/
 PAIR_SEED = 0  # the split seed: the shipped priors were fitted on this seed's training split
 SEEDS = [0, 1, 2, 3, 4]  # stream orders
 BUDGETS = [0.01, 0.02, 0.05]
@@ -58,7 +59,7 @@ from mmcache.datasets.pairs import PAIRS_PROVENANCE, SMOKE_SIZES, PairSizes, loa
 from mmcache.encoders import EmbeddingStore, get_encoder
 from mmcache.errors import MMCacheError
 from mmcache.plotting import save_figure, set_theme
-from mmcache.runbook import write_metrics
+from mmcache.runbook import run_dir, write_metrics
 from mmcache.thresholds import RULES
 
 set_theme()
@@ -113,9 +114,7 @@ display(counts)
 # found no edit; the unconditional curve counts the traps the verifier removes a second time).
 
 # %%
-from mmcache.runbook import run_dir
-
-PRIORS = {ver: ts.fit_priors(train_scores, run_dir("02_delta_thresholds") /
+PRIORS = {ver: ts.fit_priors(train_scores, run_dir(NOTEBOOK, SMOKE) /
                              f"priors{'-verified' if ver else ''}.json", use_verifier=ver)
           for ver in (False, True)}
 
@@ -445,5 +444,5 @@ metrics = {
     "compared_modalities": COMPARED,
     "provenance": provenance,
 }
-write_metrics(metrics)
+write_metrics(metrics, NOTEBOOK, SMOKE)
 display(Markdown("\n".join(f"* {k}: **{'holds' if v else 'does not hold'}**" for k, v in bars.items())))
