@@ -461,7 +461,8 @@ warm = prefetch_replay(mm_base, three_tier(capacity, threshold=0.85), model, tra
 window = max(50, len(warm.hits_on) // 40)
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
 for hits, name in ((warm.hits_off, "cold start"), (warm.hits_on, "PageRank warm-up")):
-    ax1.plot(pd.Series(hits.astype(float)).rolling(window).mean().to_numpy(), label=name)
+    ax1.plot(pd.Series(hits.astype(float)).rolling(window).mean().to_numpy(), label=name,
+             ls="--" if hits is warm.hits_on else "-")
 ax1.set(xlabel="request after the training prefix", ylabel=f"hit ratio (rolling {window})",
         ylim=(0, 1))
 ax1.legend(fontsize=8)
