@@ -90,6 +90,7 @@ import numpy as np
 from .build import build_tiers, make_encoder, make_threshold
 from .config import CacheConfig, check_ann_factory
 from .context import context_similarity, context_vector, turn_texts
+from .degrade import text_only
 from .encoders.base import Encoder
 from .errors import (ConfigError, InvalidEmbeddingError, InvalidInputError, MMCacheError,
                      UnknownHitError)
@@ -250,11 +251,19 @@ class TieredCache:
             self._build_searched_indexes()
             return ids
 
-    def get(self, query: Query, *, bypass: bool = False, origin_failed: bool = False) -> Hit | None:
+    def get(self, query: Query, *, bypass: bool = False, origin_failed: bool = False,
+            degrade: str = "full-modal") -> Hit | None:
         """The cached answer for ``query`` (exact, then δ-neighbour), or None on a miss.
 
-        ``bypass`` skips the cache; ``origin_failed`` allows stale-if-error answers.
+        ``bypass`` skips the cache; ``origin_failed`` allows stale-if-error answers;
+        ``degrade="text-fallback"`` looks up the query's text alone
+        (:func:`mmcache.degrade.text_only`; seed 001 §4.3's text-fallback under load).
         """
+        if degrade != "full-modal":
+            if degrade != "text-fallback":
+                raise ConfigError(f"get(degrade=...) takes 'full-modal' or 'text-fallback' "
+                                  f"(keyword-proxy is replay-only), got {degrade!r}")
+            query = text_only(query)
         hit, refresh = self._lookup(query, bypass, origin_failed)
         if self.after_get is not None:
             with self._lock:

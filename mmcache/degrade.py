@@ -17,15 +17,20 @@ A request's *level* says how it is looked up and answered:
 number of misses in the system (being served or waiting for one of the c FCFS servers),
 compared with one documented threshold per level (:data:`DEFAULT_QUEUE_THRESHOLDS`, in
 multiples of the server count).
+
+In :class:`mmcache.TieredCache`, ``get(query, degrade="text-fallback")`` looks up
+:func:`text_only` of the query (a hit needs the same modality set, so it matches text-only
+entries); keyword-proxy has no key in the cache and is replay-only.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
-from .errors import ConfigError
+from .errors import ConfigError, InvalidInputError
+from .types import Query
 
 #: The levels, from the most faithful to the cheapest.
 LEVELS: tuple[str, ...] = ("full-modal", "text-fallback", "keyword-proxy")
@@ -86,3 +91,12 @@ class Degrader:
         if per_server >= self.thresholds["text-fallback"]:
             return "text-fallback"
         return "full-modal"
+
+
+def text_only(query: Query) -> Query:
+    """``query`` with its text (and text embedding) alone: the text-fallback lookup.
+    Raises :class:`InvalidInputError` for a query without text."""
+    if "text" not in query.modalities():
+        raise InvalidInputError("text-fallback needs a query with text")
+    return replace(query, image=None, audio=None,
+                   embeddings={m: v for m, v in query.embeddings.items() if m == "text"})

@@ -156,3 +156,21 @@ def test_tiered_cache_exports_cross_modal_hits():
     assert 'mmcache_cross_modal_hits_total{modality_set="text+image",tier="l1"} 1.0' in text
     assert 'mmcache_cross_modal_hit_rate{modality_set="text+image",model_type="clip+minilm"} 1.0' \
         in text
+
+
+def test_tiered_cache_text_fallback_drops_to_the_text_modality():
+    from mmcache import Query, TieredCache
+
+    rng = np.random.default_rng(1)
+    text_vec, image_vec = ((v / np.linalg.norm(v)).astype(np.float32)
+                           for v in rng.standard_normal((2, 8)))
+    with TieredCache({"l2": {"enabled": False}}) as cache:
+        cache.put(Query(text="a red dress", embeddings={"text": text_vec}, scope="t"), "answer")
+        both = Query(text="a red dress", embeddings={"text": text_vec, "image": image_vec},
+                     scope="t")
+        assert cache.get(both) is None  # a hit needs the same modality set
+        assert cache.get(both, degrade="text-fallback").value == "answer"
+        with pytest.raises(ConfigError, match="keyword-proxy"):
+            cache.get(both, degrade="keyword-proxy")
+        with pytest.raises(InvalidInputError, match="text"):
+            cache.get(Query(embeddings={"image": image_vec}, scope="t"), degrade="text-fallback")
