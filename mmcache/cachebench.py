@@ -17,6 +17,11 @@ time (the slowest of the query's modalities). Each cost is drawn per request fro
 distribution, seeded. Write back is off the critical path. Load: :func:`offered_load`,
 :func:`at_load`, :func:`load_sweep`.
 
+Serving features: :func:`degradation_replay` / :func:`degradation_rows` serve requests at the
+degradation levels of :mod:`mmcache.degrade` (forced, or switched by the inference queue at
+each arrival); :mod:`mmcache.prefetch` warms a cold replay with a PageRank prefetch;
+:func:`report_prometheus` exports seed 001 §4.4's CrossModalHitRate and CacheWarmupLatencyP99.
+
 Freshness: ``replay(..., ttl_s=τ)`` gives every answer a TTL of τ seconds of workload
 time from the moment the model produced it (a copy promoted up a tier keeps that
 moment). A lookup that matches an expired entry drops it from the tier and searches

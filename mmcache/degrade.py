@@ -26,7 +26,7 @@ entries); keyword-proxy has no key in the cache and is replay-only.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from .errors import ConfigError, InvalidInputError
@@ -57,11 +57,11 @@ class Degrader:
     """
 
     servers: int
-    thresholds: Mapping[str, float] = None  # type: ignore[assignment]
+    thresholds: Mapping[str, float] = field(
+        default_factory=lambda: dict(DEFAULT_QUEUE_THRESHOLDS))
 
     def __post_init__(self) -> None:
-        self.thresholds = dict(DEFAULT_QUEUE_THRESHOLDS if self.thresholds is None
-                               else self.thresholds)
+        self.thresholds = dict(self.thresholds)
         if isinstance(self.servers, bool) or not isinstance(self.servers, int) or \
                 self.servers < 1:
             raise ConfigError(f"servers must be a positive integer, got {self.servers!r}")
