@@ -25,10 +25,9 @@ constant in λ, so for a target between two settings the choice alternates betwe
 (their time average meets the target); a finer grid of settings narrows that.
 
 Levers: a δ offset per modality (added to the threshold rule's δ: the cosine a semantic
-hit needs is lowered by it), admission (the probability that a miss is stored) and, in
-replay only, tiers not probed (``skip``: no lookup cost, no hits from them). A live
-TieredCache has no per-get tier switch yet (it needs a hook in its lookup loop), so
-:meth:`Scheduler.attach` refuses settings that skip tiers.
+hit needs is lowered by it), admission (the probability that a miss is stored) and tiers
+not probed (``skip``: no lookup cost, no hits from them; live, through the cache's
+``probe`` set of tiers consulted).
 
 Where it runs, with the same :class:`Scheduler`: :meth:`Scheduler.replay` replays a
 CacheBench-MM workload window by window (:class:`mmcache.cachebench.Replayer`), and
@@ -343,7 +342,9 @@ class Scheduler:
         """Replay ``workload`` through CacheBench-MM ``tiers``, ``window`` requests at a time,
         with this scheduler's levers; returns the whole run's Report (windows: :attr:`history`).
 
-        ``seed`` seeds the admission draws; ``limits=True`` adds the Belady / oracle limits.
+        ``seed`` seeds the admission draws; ``limits=True`` adds the Report's ``limits``
+        (the capacity's miss lower bound, Belady and the oracle-semantic cache, over the
+        tiers' total capacity; they ignore the levers).
         """
         from .cachebench import Replayer
 
@@ -438,17 +439,22 @@ class CacheAdapter:
     rate (false hits ÷ lookups) and latency from ``cache.metrics.snapshot()`` and applies
     the scheduler's next levers. Latency is the cache's own get latency plus
     ``miss_cost_ms`` (an assumed origin cost) per miss for the mean; the p99 is the get
-    histogram's bucket bound. The cache does not decide which misses are stored, its
-    caller does: ask :meth:`admit` before putting a miss. ``detach()`` restores the rule.
+    histogram's bucket bound. A setting's ``skip`` becomes the cache's ``probe`` (the
+    tiers a get consults). The cache does not decide which misses are stored, its
+    caller does: ask :meth:`admit` before putting a miss. ``detach()`` restores the rule
+    and probes every tier again.
     """
 
     def __init__(self, scheduler: Scheduler, cache: "TieredCache", *, window: int,
                  miss_cost_ms: float, seed: int) -> None:
         self.window = _window(window)
         self.miss_cost_ms = _non_negative(miss_cost_ms, "miss_cost_ms")
-        if any(s.skip for s in scheduler.settings):
-            raise ConfigError("a live TieredCache cannot skip tiers per get yet; use settings "
-                              "without skip (replay supports it)")
+        names = {tier.name for tier in cache.tiers}
+        unknown = set().union(*(s.skip for s in scheduler.settings)) - names
+        if unknown:
+            raise ConfigError(f"settings skip tiers {sorted(unknown)} that the cache does not "
+                              f"have; its tiers: {sorted(names)}")
+        self._names = names
         if cache.after_get is not None:
             raise ConfigError("this cache already has an after_get hook (another scheduler?); "
                               "detach it first")
@@ -469,6 +475,7 @@ class CacheAdapter:
         """Stop driving the cache and give it back its own threshold rule."""
         self.cache.after_get = None
         self.cache.thresholds = self.rule.inner
+        self.cache.probe = None
 
     def _after_get(self, hit: Hit | None) -> None:
         self._gets += 1
@@ -481,6 +488,7 @@ class CacheAdapter:
 
     def _apply(self, levers: Levers) -> None:
         self.rule.offsets = dict(levers.delta_offset)
+        self.cache.probe = self._names - levers.skip if levers.skip else None
 
 
 def window_stats(before: CacheMetrics, after: CacheMetrics,
