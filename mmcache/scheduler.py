@@ -6,6 +6,8 @@ latency ≤ SLA. Its Lagrangian for a lever setting ``s`` is
 
     L(s, λ) = latency(s) / latency_scale_ms + Σ_k λ_k · violation_k(s)
 
+(or, with ``objective="error_rate"``, the false-hit rate in place of the scaled latency)
+
 where ``violation_k`` is ``target − value`` for an at-least constraint and
 ``value − target`` for an at-most one. Each λ_k comes from one :class:`Controller`
 (fixed, the seed's I, PI, PID; see :data:`CONTROLLERS`), updated with every window's
@@ -58,6 +60,8 @@ if TYPE_CHECKING:
 
 #: Constraint metrics of a window and whether each is an at-least (True) or at-most bound.
 METRICS: Mapping[str, bool] = {"hit_rate": True, "error_rate": False, "p99_latency_ms": False}
+#: What a :class:`Scheduler` can minimise.
+OBJECTIVES = ("mean_latency_ms", "error_rate")
 
 
 # -- controllers ---------------------------------------------------------------------------
@@ -254,11 +258,15 @@ class Scheduler:
     ``lam_max`` a controller needs; ``smoothing`` is
     the weight of the newest window in a setting's moving averages; ``explore`` the
     share of windows that use a random setting; ``seed`` seeds that choice.
+    ``objective`` is what is minimised: ``"mean_latency_ms"`` (÷ ``latency_scale_ms``) or
+    ``"error_rate"`` (the false-hit rate as it is: for workloads where every extra hit also
+    cuts latency, so a hit-rate constraint only binds against errors).
     """
 
     def __init__(self, settings: Sequence[Levers], constraints: Mapping[str, Controller], *,
                  latency_scale_ms: float = 1000.0, smoothing: float = 0.3,
-                 explore: float = 0.05, seed: int = 0) -> None:
+                 explore: float = 0.05, seed: int = 0,
+                 objective: str = "mean_latency_ms") -> None:
         self.settings = list(settings)
         if not self.settings or not all(isinstance(s, Levers) for s in self.settings):
             raise ConfigError("settings must be a non-empty sequence of Levers")
@@ -269,6 +277,9 @@ class Scheduler:
                 raise ConfigError(f"constraint {metric!r} needs a Controller with at_least="
                                   f"{METRICS[metric]}")
         self.constraints = dict(constraints)
+        if objective not in OBJECTIVES:
+            raise ConfigError(f"unknown objective {objective!r}; choose one of {OBJECTIVES}")
+        self.objective = objective
         if not _finite(latency_scale_ms, "latency_scale_ms", ConfigError) > 0:
             raise ConfigError("latency_scale_ms must be positive")
         if not 0.0 < _finite(smoothing, "smoothing", ConfigError) <= 1.0:
@@ -301,7 +312,9 @@ class Scheduler:
 
     def lagrangian(self, estimate: Mapping[str, float]) -> float:
         """L of a setting whose windows measured ``estimate`` (a :class:`WindowStats` dict)."""
-        value = estimate["mean_latency_ms"] / self.latency_scale_ms
+        value = estimate[self.objective]
+        if self.objective == "mean_latency_ms":
+            value /= self.latency_scale_ms
         for metric, controller in self.constraints.items():
             value += controller.lam * controller.violation(estimate[metric])
         return value

@@ -381,3 +381,17 @@ def test_a_live_setting_that_skips_l3_never_reads_it(stream, tmp_path):
         assert cache.probe is None
         with pytest.raises(ConfigError, match=r"\['l4'\]"):
             Scheduler([Levers(skip={"l4"})], {}).attach(cache)
+
+
+def test_the_error_objective_picks_the_strictest_setting_unless_the_hit_target_binds(stream):
+    settings = [Levers({m: d for m in MODALITIES}) for d in (0.0, 0.1)]
+    free = Scheduler(settings, {}, objective="error_rate", explore=0.0)
+    assert free.lagrangian({"error_rate": 0.03, "mean_latency_ms": 500.0}) == 0.03
+    bound = Scheduler(settings, {"hit_rate": make_controller("fixed", 0.9, lam=5.0)},
+                      objective="error_rate", explore=0.0)
+    free.replay(stream, _tiers(stream), window=30)
+    bound.replay(stream, _tiers(stream), window=30)
+    assert {row["setting"] for row in free.history[2:]} == {0}
+    assert {row["setting"] for row in bound.history[2:]} == {1}
+    with pytest.raises(ConfigError, match="objective"):
+        Scheduler(settings, {}, objective="p50")
