@@ -101,12 +101,15 @@ provenance = {"workload": f"mmcache.workload.generate, synthetic, {N_QUERIES} qu
 
 # %%
 first = workload(SEEDS[0])
-static = pd.DataFrame([{"delta_offset": d, **scores(run_controller(
-    first, tiers(first), latency, [s], "fixed", 0.0, window=WINDOW), 0.0)}
-    for d, s in zip(OFFSETS, settings)])
+held = {d: run_controller(first, tiers(first), latency, [s], "fixed", 0.0, window=WINDOW)
+        for d, s in zip(OFFSETS, settings)}
+static = pd.DataFrame([{"delta_offset": d, **scores(r, 0.0),
+                        "window_hit_rate_sd": float(r.hit_rate.iloc[1:].std())}
+                       for d, r in held.items()])
 TARGET = round(float((static.hit_rate.iloc[0] + static.hit_rate.iloc[-1]) / 2), 3)
 print(f"hit-rate target: {TARGET}")
-static[["delta_offset", "hit_rate", "error_rate", "mean_latency_ms", "p99_latency_ms"]]
+static[["delta_offset", "hit_rate", "error_rate", "mean_latency_ms", "p99_latency_ms",
+        "window_hit_rate_sd"]]
 
 # %% [markdown]
 # What moves latency here: every looser setting serves more hits, and each hit skips inference
@@ -116,6 +119,11 @@ static[["delta_offset", "hit_rate", "error_rate", "mean_latency_ms", "p99_latenc
 # here minimises the false-hit rate subject to hit rate ≥ target (`objective="error_rate"`), and
 # latency is reported as a consequence (the seed's "minimise latency" objective would simply pick
 # the loosest δ and never be constrained).
+#
+# The last column is the spread of one held setting's hit rate from window to window (sessions,
+# bursts and the drift make it): when it is several points, "within ±1 point of the target for
+# good" cannot happen window by window for any controller, and settling then equals the run's
+# length; read the steady-state error (the last 10% of windows' mean) instead.
 
 # %% [markdown]
 # ## Gains: chosen on seed 0's first half, shown on a grid
