@@ -222,6 +222,7 @@ ratio_pi, ratio_pid = (mean[c]["violation_area"] / max(mean["I"]["violation_area
 bar_area = any(mean[c]["violation_area"] <= 0.5 * mean["I"]["violation_area"] and
                mean[c]["mean_latency_ms"] <= 1.05 * mean["I"]["mean_latency_ms"]
                for c in ("PI", "PID"))
+REACHES_92 = bool(static.hit_rate.max() >= 0.92)
 bar_settle = all(s["within_band"] for c in ("I", "PI", "PID") for s in settled[c])
 display(Markdown(f"""
 **Quality bars** (means over seeds {SEEDS}):
@@ -239,10 +240,12 @@ display(Markdown(f"""
 — the derivative term acts on a window hit rate whose spread from one window to the next is
 {static.window_hit_rate_sd.mean():.1%} for a held setting.
 
-**The seed's claim** (38.7 ms at 92.4% hit rate against fixed weights' 42.3 ms / 89.1%): not
-reproduced here. On this workload no setting reaches a 92% hit rate (the first pass's loosest gets
-{static.hit_rate.max():.1%}), and latency is set by inference misses queueing for {SERVERS} servers
-(an assumed inference cost), so means are hundreds to thousands of ms, not tens. In kind: the
+**The seed's claim** (38.7 ms at 92.4% hit rate against fixed weights' 42.3 ms / 89.1%):
+{'its 92% target is reachable here' if REACHES_92 else 'not reproduced here: no setting reaches a 92% hit rate'}
+(the first pass's loosest setting gets {static.hit_rate.max():.1%}); latency is set by inference
+misses queueing for {SERVERS} servers (an assumed inference cost): the controllers' means
+are {min(mean[c]['mean_latency_ms'] for c in PARAMS):.0f}–{max(mean[c]['mean_latency_ms'] for c in PARAMS):.0f} ms
+against the seed's tens of ms. In kind: the
 fixed λ={BEST_FIXED} (best in hindsight) gets {mean['fixed']['hit_rate']:.1%} at
 {mean['fixed']['mean_latency_ms']:.0f} ms; I {mean['I']['hit_rate']:.1%} at
 {mean['I']['mean_latency_ms']:.0f} ms; PI {mean['PI']['hit_rate']:.1%} at
@@ -260,7 +263,8 @@ metrics = {
     "best_fixed_lambda": BEST_FIXED,
     "target": TARGET, "windows": WINDOWS, "seeds": SEEDS,
     "gains": PARAMS, "static_settings": static.to_dict("records"),
-    "settled": settled, "latency_falls_with_hits": LATENCY_FALLS_WITH_HITS,
+    "settled": settled, "seed_target_reachable": REACHES_92,
+    "latency_falls_with_hits": LATENCY_FALLS_WITH_HITS,
     "quality_bars": {"violation_area_halved_vs_I": bool(bar_area),
                      "adaptive_within_1pt_after_each_shift": bool(bar_settle)},
     "provenance": provenance,
