@@ -44,13 +44,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .errors import ConfigError
 from .latency import LogNormal, ServerPool, load_profile
 from .policies import make_policy
+from .policies.admission import admit_miss
 from .types import MODALITIES
 from .workload import MODALITY_SET_NAMES, MODALITY_SETS, Workload
 
@@ -378,27 +379,20 @@ class _Tier:
         an insert-first policy rejecting the incoming key)."""
         if key in self.entries:
             self.policy.access(key, **hints)
-        else:
-            size = entry[0]
-            free = self.spec.capacity_bytes - self.used
-            admit = self.policy.on_miss(key, size, free=free, **hints) \
-                and size <= self.spec.capacity_bytes
             self._drop(self.policy.take_dropped())
-            while admit and self.used + size > self.spec.capacity_bytes:
-                victim = self.policy.evict()
-                if victim is None:  # the incoming key itself lost
-                    admit = False
-                else:
-                    self._drop([victim, *self.policy.take_dropped()])
-            if admit:
-                self.policy.insert(key, size, **hints)
-                self.entries[key] = entry
-                self.used += size
-                if self.index is not None:
-                    self.index[entry[2]].add(key, entry[3])
-        self._drop(self.policy.take_dropped())
+            return
+        capacity = self.spec.capacity_bytes
+        admit_miss(self.policy, key, entry[0], overfull=lambda size: self.used + size > capacity,
+                   keep=lambda k, _: self._keep(k, entry), drop=self._drop,
+                   fits=entry[0] <= capacity, free=capacity - self.used, **hints)
 
-    def _drop(self, victims: list) -> None:
+    def _keep(self, key: int, entry: tuple) -> None:
+        self.entries[key] = entry
+        self.used += entry[0]
+        if self.index is not None:
+            self.index[entry[2]].add(key, entry[3])
+
+    def _drop(self, victims: Iterable) -> None:
         for victim in victims:
             old = self.entries.pop(victim)
             self.used -= old[0]

@@ -25,19 +25,23 @@ others replay through their online object, one Python call per request.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
 from .bounds import lower_bound
 from .errors import ConfigError, TraceFormatError, UnknownPolicyError
 from .policies import POLICIES, make_policy
+from .policies.admission import admit_miss
 from .policies.kernels import KERNELS, run_kernel
 from .trace import (ORACLE_GENERAL_DTYPE, Trace, make_trace, read_oracle_general,
                     write_oracle_general)
 
-__all__ = ["ORACLE_GENERAL_DTYPE", "OptBounds", "SimResult", "Trace", "make_trace", "opt_bounds",
-           "read_oracle_general", "simulate", "write_oracle_general"]
+__all__ = ["ORACLE_GENERAL_DTYPE", "OptBounds", "SimResult", "Trace", "attention_entropy_proxy",
+           "make_trace", "opt_bounds", "read_oracle_general", "simulate", "write_oracle_general"]
+
+#: The per-request hints simulate() passes on.
+REQUEST_HINTS = ("cost", "entropy")
 
 
 @dataclass(frozen=True)
@@ -68,21 +72,47 @@ class SimResult:
 
 
 def simulate(trace: Trace, policy: str = "lru", cache_size: int = 134217728,
-             *, use_kernel: bool = True, **params: Any) -> SimResult:
+             *, use_kernel: bool = True, hints: Mapping[str, Any] | None = None,
+             **params: Any) -> SimResult:
     """Replay ``trace`` through ``policy`` with a cache of ``cache_size`` bytes.
 
-    ``params`` go to the policy (e.g. ``k=2`` for LRU-K). ``use_kernel=False``
-    forces the online object even where a compiled kernel exists.
+    ``params`` go to the policy (e.g. ``k=2`` for LRU-K). ``hints`` are per-request
+    policy hints, one value per request: ``cost`` (miss cost; GDSF, value-per-byte) and
+    ``entropy`` (attention entropy; entropy-retention, which gets
+    :func:`attention_entropy_proxy` when none is given). Every policy call also carries
+    ``now``, the request's time from the trace's ``time`` column (hotness-freshness ages
+    by it), and ``next_access``. ``use_kernel=False`` forces the online object even where
+    a compiled kernel exists.
     Raises :class:`UnknownPolicyError` or :class:`ConfigError` for bad arguments.
     """
     _check_trace(trace, "simulate()")
     name = _policy_name(policy)
     cache_size = _cache_size(cache_size)
     policy_obj = make_policy(name, cache_size, **params)  # validates params
-    counts = run_kernel(name, trace, cache_size, params) if use_kernel else None
+    hints = _request_hints(trace, name, hints)
+    counts = run_kernel(name, trace, cache_size, params, hints) if use_kernel else None
     if counts is None:
-        counts = _replay_online(trace, policy_obj, cache_size)
+        counts = _replay_online(trace, policy_obj, cache_size, hints)
     return SimResult(name, cache_size, trace.n_req, trace.n_req_byte, *counts)
+
+
+def attention_entropy_proxy(trace: Trace, n_keys: int = 8, concentration: float = 0.1,
+                            seed: int = 0) -> np.ndarray:
+    """A documented stand-in for per-entry attention entropy, one value per request.
+
+    Replay traces carry no queries, so there is no attention to measure: each object gets
+    attention weights over ``n_keys`` keys drawn once from a symmetric
+    Dirichlet(``concentration``) (seeded by ``seed``; the same object always gets the
+    same weights) and every request for it the entropy ``-sum(a log a)`` (nats) of those
+    weights. With the defaults about a fifth of the objects fall below entropy-retention's 0.35
+    threshold (peaked, "collapsed" attention) and the rest spread up to log 8. It is
+    synthetic; pass measured entropies (e.g. of :mod:`mmcache.collapse`'s attention)
+    as ``simulate(..., hints={"entropy": ...})`` where a study has them.
+    """
+    ids, n_obj = trace.dense_ids()
+    alpha = np.random.default_rng(seed).dirichlet(np.full(n_keys, concentration), n_obj)
+    logs = np.log(alpha, out=np.zeros_like(alpha), where=alpha > 0)
+    return -(alpha * logs).sum(axis=1)[ids]
 
 
 @dataclass(frozen=True)
@@ -158,37 +188,56 @@ def _policy_name(policy: str) -> str:
     return policy.lower()
 
 
-def _replay_online(trace: Trace, pol: Any, cache_size: int) -> tuple[int, int]:
+def _request_hints(trace: Trace, policy: str,
+                   hints: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
+    """``hints`` as float arrays of one value per request (ConfigError otherwise), with the
+    entropy proxy for entropy-retention when no entropy is given."""
+    out = {}
+    for name, values in (hints or {}).items():
+        if name not in REQUEST_HINTS:
+            raise ConfigError(f"unknown replay hint {name!r}; choose from {REQUEST_HINTS}")
+        arr = np.asarray(values, dtype=np.float64).reshape(-1)
+        if arr.shape[0] != trace.n_req or not np.all(np.isfinite(arr)):
+            raise ConfigError(f"hint {name!r} needs one finite value per request "
+                              f"({trace.n_req}), got {arr.shape[0]}")
+        out[name] = arr
+    if policy == "entropy-retention" and "entropy" not in out:
+        out["entropy"] = attention_entropy_proxy(trace)
+    return out
+
+
+def _replay_online(trace: Trace, pol: Any, cache_size: int,
+                   hints: dict[str, np.ndarray]) -> tuple[int, int]:
     """Replay through an online policy object; returns (miss_cnt, miss_byte)."""
     ids, _ = trace.dense_ids()
     sizes = trace.obj_size.tolist()
-    nxt = trace.next_access.tolist()
+    columns = {"next_access": trace.next_access.tolist(), "now": trace.time.tolist(),
+               **{name: values.tolist() for name, values in hints.items()}}
     resident: dict[int, int] = {}
     used = miss_cnt = miss_byte = 0
+
+    def overfull(size: int) -> bool:
+        return used + size > cache_size
+
+    def keep(key: int, size: int) -> None:
+        nonlocal used
+        resident[key] = size
+        used += size
+
+    def drop(keys: Iterable[int]) -> None:
+        nonlocal used
+        for victim in keys:
+            used -= resident.pop(victim)
+
     for i, key in enumerate(ids.tolist()):
         size = sizes[i]
+        hint = {name: values[i] for name, values in columns.items()}
         if key in resident:
-            pol.access(key, next_access=nxt[i], now=i)
-        else:
-            miss_cnt += 1
-            miss_byte += size
-            admit = pol.on_miss(key, size, next_access=nxt[i], now=i, free=cache_size - used) \
-                and size <= cache_size
-            for victim in pol.take_dropped():
-                used -= resident.pop(victim)
-            if not admit:
-                continue
-            while used + size > cache_size:
-                victim = pol.evict()
-                if victim is None:  # the incoming key itself lost (GDSF)
-                    break
-                used -= resident.pop(victim)
-                for victim in pol.take_dropped():
-                    used -= resident.pop(victim)
-            else:
-                pol.insert(key, size, next_access=nxt[i], now=i)
-                resident[key] = size
-                used += size
-        for victim in pol.take_dropped():
-            used -= resident.pop(victim)
+            pol.access(key, **hint)
+            drop(pol.take_dropped())
+            continue
+        miss_cnt += 1
+        miss_byte += size
+        admit_miss(pol, key, size, overfull=overfull, keep=keep, drop=drop,
+                   fits=size <= cache_size, free=cache_size - used, **hint)
     return miss_cnt, miss_byte

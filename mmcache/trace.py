@@ -49,11 +49,12 @@ class Trace:
         return int(self.dense_ids()[1])
 
     def dense_ids(self) -> tuple[np.ndarray, int]:
-        """Object ids renumbered 0..n_obj-1 (int32, computed once) and n_obj."""
+        """Object ids renumbered 0..n_obj-1 in order of first request (int32, computed once)
+        and n_obj."""
         if "ids" not in self._dense:
-            uniq, inverse = np.unique(self.obj_id, return_inverse=True)
-            self._dense["ids"] = inverse.astype(np.int32).reshape(-1)
-            self._dense["n_obj"] = int(uniq.shape[0])
+            from ._dense import dense_ids  # numba: compiled on first use
+            ids, n_obj = dense_ids(self.obj_id)
+            self._dense["ids"], self._dense["n_obj"] = ids, int(n_obj)
         return self._dense["ids"], self._dense["n_obj"]
 
 

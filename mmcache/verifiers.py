@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Protocol
 
+from .edit_verifier import EditVerifier
 from .errors import ConfigError, InvalidInputError
 from .types import Entry, Query
 
@@ -31,6 +32,7 @@ class Verifier(Protocol):
 #: Verifier name → zero-argument factory (None: no verifier stage).
 VERIFIERS: dict[str, Callable[[], Verifier] | None] = {
     "none": None,
+    "edits": EditVerifier,  # built-in, offline: negation / number / date / name / history edits
 }
 
 

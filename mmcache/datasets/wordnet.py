@@ -29,6 +29,15 @@ def synonyms(word: str, pos: str) -> list[str]:
     return [w for w in words if w != word.lower() and "_" not in w and w.isalpha()]
 
 
+def antonyms(word: str) -> set[str]:
+    """Direct WordNet antonyms of ``word`` over all its senses and parts of speech."""
+    out: set[str] = set()
+    for pos in POS_FILES:
+        for offset in _index(pos).get(word.lower(), ()):
+            out |= set(_synset_antonyms(pos, offset, word.lower()))
+    return out
+
+
 def senses(word: str) -> int:
     """How many senses ``word`` has over all parts of speech (0: not in WordNet)."""
     return sum(len(_index(pos).get(word.lower(), ())) for pos in POS_FILES)
@@ -50,10 +59,30 @@ def _index(pos: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
-@lru_cache(maxsize=4096)
-def _synset_words(pos: str, offset: int) -> tuple[str, ...]:
+@lru_cache(maxsize=8192)
+def _synset_fields(pos: str, offset: int) -> tuple[str, ...]:
     with (WORDNET_DIR / f"data.{POS_FILES[pos]}").open("rb") as fh:
         fh.seek(offset)
-        fields = fh.readline().decode("utf-8").split()
-    n_words = int(fields[3], 16)
-    return tuple(fields[4 + 2 * k].split("(")[0].lower() for k in range(n_words))
+        return tuple(fh.readline().decode("utf-8").split())
+
+
+def _synset_words(pos: str, offset: int) -> tuple[str, ...]:
+    fields = _synset_fields(pos, offset)
+    return tuple(fields[4 + 2 * k].split("(")[0].lower() for k in range(int(fields[3], 16)))
+
+
+def _synset_antonyms(pos: str, offset: int, word: str) -> list[str]:
+    """Antonyms of ``word``'s lemma in one synset (WordNet's lexical "!" pointers)."""
+    fields = _synset_fields(pos, offset)
+    words = _synset_words(pos, offset)
+    if word not in words:
+        return []
+    at = 4 + 2 * len(words)
+    out = []
+    for k in range(int(fields[at])):
+        symbol, target, target_pos, source_target = fields[at + 1 + 4 * k:at + 5 + 4 * k]
+        source = int(source_target[:2], 16)
+        if symbol == "!" and source == words.index(word) + 1:
+            target_words = _synset_words("a" if target_pos == "s" else target_pos, int(target))
+            out.append(target_words[int(source_target[2:], 16) - 1])
+    return out

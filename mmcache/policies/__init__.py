@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError, UnknownPolicyError
-from .arc import ARC
+from .arc import ARC, ARCPaper
 from .base import EvictionPolicy
 from .belady import Belady, BeladyBypass
 from .clock import Clock
@@ -28,7 +28,7 @@ from .sieve import Sieve
 from .value_per_byte import ValuePerByte
 
 POLICIES: dict[str, type[EvictionPolicy]] = {cls.name: cls for cls in (
-    LRU, FIFO, Clock, LFU, LRUK, ARC, LIRS, S3FIFO, Sieve, Belady, BeladyBypass, GDSF, LFUDA,
+    LRU, FIFO, Clock, LFU, LRUK, ARC, ARCPaper, LIRS, S3FIFO, Sieve, Belady, BeladyBypass, GDSF, LFUDA,
     HotnessFreshness, EntropyRetention, ValuePerByte)}
 
 
@@ -36,7 +36,7 @@ def make_policy(name: str, capacity: int | None = None, **params: Any) -> Evicti
     """Build the registered policy ``name`` (case-insensitive).
 
     ``capacity`` (cache size in bytes) is required by policies with ``needs_capacity``
-    (ARC, LIRS, S3-FIFO) and ignored by the others.
+    (ARC, ARC-paper, LIRS, S3-FIFO) and ignored by the others.
     """
     try:
         cls = POLICIES[name.lower()]

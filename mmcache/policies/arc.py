@@ -1,4 +1,14 @@
-"""Adaptive Replacement Cache (Megiddo & Modha, FAST'03), byte-sized as libCacheSim's ARC."""
+"""Adaptive Replacement Cache (Megiddo & Modha, FAST'03): ``arc`` byte-sized as libCacheSim's
+ARC, and ``arc-paper`` with the paper's adaptation step.
+
+The paper counts in pages: a hit in ghost list B1 raises the target size ``p`` of T1 by
+``max(|B2|/|B1|, 1)`` pages, a hit in B2 lowers it by ``max(|B1|/|B2|, 1)``. libCacheSim
+measures the lists in bytes but keeps the step in bytes too (at least 1 byte per ghost
+hit), so on a trace of KiB-sized objects ``p`` barely moves (on cloudPhysics it stays near
+0). ``arc-paper`` counts the step in objects of the requested size: ``size ·
+max(B2 bytes / B1 bytes, 1)`` bytes, which is the paper's rule exactly when every object
+is one page; everything else is shared.
+"""
 
 from __future__ import annotations
 
@@ -37,14 +47,19 @@ class ARC(EvictionPolicy):
         self._incoming = size
         self._ghost_hit = 0
         if key in self._b1:
-            self.p = min(self.p + max(self._b2_bytes / self._b1_bytes, 1), self.capacity)
+            self.p = min(self.p + self._step(size, self._b2_bytes / self._b1_bytes),
+                         self.capacity)
             self._b1_bytes -= self._b1.pop(key)
             self._ghost_hit = 1
         elif key in self._b2:
-            self.p = max(self.p - max(self._b1_bytes / self._b2_bytes, 1), 0)
+            self.p = max(self.p - self._step(size, self._b1_bytes / self._b2_bytes), 0)
             self._b2_bytes -= self._b2.pop(key)
             self._ghost_hit = 2
         return True
+
+    def _step(self, size: int, ratio: float) -> float:
+        """How far a ghost hit moves ``p``: libCacheSim's ``max(ratio, 1)`` bytes."""
+        return max(ratio, 1)
 
     def insert(self, key: Hashable, size: int, **hints: Any) -> None:
         if self._ghost_hit:
@@ -108,3 +123,12 @@ class ARC(EvictionPolicy):
 
     def __len__(self) -> int:
         return len(self._t1) + len(self._t2)
+
+
+class ARCPaper(ARC):
+    """ARC with the paper's adaptation step: ``max(ratio, 1)`` objects of the requested size."""
+
+    name = "arc-paper"
+
+    def _step(self, size: int, ratio: float) -> float:
+        return size * max(ratio, 1)

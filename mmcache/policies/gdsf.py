@@ -1,4 +1,9 @@
-"""Greedy-Dual-Size-Frequency (GDSF), as libCacheSim's GDSF."""
+"""Greedy-Dual-Size-Frequency (GDSF, Cherkasova 1998), as libCacheSim's GDSF, with costs.
+
+A key's priority is ``L + freq · cost · 1e6 / size``; ``cost`` is the ``cost`` hint (the
+miss cost the key saves, e.g. its inference time), 1 when none was given, which is
+libCacheSim's GDSF exactly. A hint on a hit replaces the key's cost.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,8 @@ from .base import EvictionPolicy
 
 
 class GDSF(EvictionPolicy):
-    """Evicts the lowest priority ``L + freq * 1e6 / size``; ``L`` is the last victim's priority.
+    """Evicts the lowest priority ``L + freq * cost * 1e6 / size``; ``L`` is the last victim's
+    priority.
 
     Equal priorities leave oldest-touched first. Like libCacheSim, a miss is inserted
     *before* making room, at the priority it had then: if it ranks lowest, it is the
@@ -24,26 +30,30 @@ class GDSF(EvictionPolicy):
         self._entry: dict[Hashable, tuple[float, int]] = {}  # key -> (priority, stamp)
         self._freq: dict[Hashable, int] = {}
         self._size: dict[Hashable, int] = {}
+        self._cost: dict[Hashable, float] = {}
         self._heap: list[tuple[float, int, Hashable]] = []
         self._clock = itertools.count()
         self._last_evicted = 0.0
         self._pending: tuple[Hashable, float] | None = None  # the miss being admitted
 
     def on_miss(self, key: Hashable, size: int, **hints: Any) -> bool:
-        self._pending = (key, self._last_evicted + 1.0e6 / size)
+        self._pending = (key, self._last_evicted + _cost(hints) * 1.0e6 / size)
         return True
 
     def insert(self, key: Hashable, size: int, **hints: Any) -> None:
         self._freq[key] = 1
         self._size[key] = size
+        self._cost[key] = _cost(hints)
         pending, self._pending = self._pending, None
         pri = pending[1] if pending is not None and pending[0] == key \
-            else self._last_evicted + 1.0e6 / size
+            else self._last_evicted + self._cost[key] * 1.0e6 / size
         self._push(key, pri)
 
     def access(self, key: Hashable, **hints: Any) -> None:
         self._freq[key] += 1
-        self._push(key, self._last_evicted + self._freq[key] * 1.0e6 / self._size[key])
+        self._cost[key] = _cost(hints, self._cost[key])
+        self._push(key, self._last_evicted
+                   + self._freq[key] * self._cost[key] * 1.0e6 / self._size[key])
 
     def _push(self, key: Hashable, pri: float) -> None:
         entry = (pri, next(self._clock))
@@ -71,10 +81,16 @@ class GDSF(EvictionPolicy):
         self._forget(key)
 
     def _forget(self, key: Hashable) -> None:
-        del self._entry[key], self._freq[key], self._size[key]
+        del self._entry[key], self._freq[key], self._size[key], self._cost[key]
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._entry
 
     def __len__(self) -> int:
         return len(self._entry)
+
+
+def _cost(hints: dict[str, Any], default: float = 1.0) -> float:
+    """The ``cost`` hint as a float, ``default`` when absent."""
+    cost = hints.get("cost")
+    return default if cost is None else float(cost)

@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..policies import EvictionPolicy, make_policy
+from ..policies.admission import admit_miss
 from ..types import Entry
 
 
@@ -151,21 +152,8 @@ class Budget:
         if key in self.sizes:
             self._remove(key)
         victims: list[str] = []
-        admitted = self.policy.on_miss(key, size, **hints)
-        victims += self._dropped()
-        while admitted and self.sizes and self.capacity.exceeded(len(self.sizes) + 1,
-                                                                 self.nbytes + size):
-            victim = self.policy.evict()
-            if victim is None:           # the incoming key ranks lowest: not admitted
-                admitted = False
-                break
-            self._forget(str(victim))
-            victims.append(str(victim))
-        if admitted:
-            self.policy.insert(key, size, **hints)
-            self.sizes[key] = size
-            self.nbytes += size
-            victims += self._dropped()
+        admit_miss(self.policy, key, size, overfull=self._overfull, keep=self._keep,
+                   drop=lambda keys: victims.extend(self._forget_all(keys)), **hints)
         return victims
 
     @_logged
@@ -219,11 +207,23 @@ class Budget:
 
     def _dropped(self) -> list[str]:
         take = getattr(self.policy, "take_dropped", None)
-        dropped = [str(k) for k in take()] if take is not None else []
+        return self._forget_all(take()) if take is not None else []
+
+    def _forget_all(self, keys: Iterable[Any]) -> list[str]:
+        """Forget the resident ones of ``keys``; all of them, as ids."""
+        dropped = [str(k) for k in keys]
         for key in dropped:
             if key in self.sizes:
                 self._forget(key)
         return dropped
+
+    def _overfull(self, size: int) -> bool:
+        return bool(self.sizes) and self.capacity.exceeded(len(self.sizes) + 1,
+                                                           self.nbytes + size)
+
+    def _keep(self, key: str, size: int) -> None:
+        self.sizes[key] = size
+        self.nbytes += size
 
 
 def admit_all(budget: Budget, entries: Sequence[Entry],

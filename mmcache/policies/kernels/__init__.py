@@ -10,6 +10,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 if TYPE_CHECKING:
     from ...trace import Trace
 
@@ -23,21 +25,28 @@ KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
     "gdsf": ("gdsf", {}),
     "lfuda": ("lfuda", {}),
     "arc": ("arc", {}),
+    "arc-paper": ("arc", {"paper_step": True}),
     "s3fifo": ("s3fifo", {}),
     "lirs": ("lirs", {}),
     "belady": ("belady", {}),
     "belady-bypass": ("belady", {"bypass": True}),
 }
 
+#: The per-request hints a kernel takes (the others' policies ignore every hint).
+KERNEL_HINTS: dict[str, tuple[str, ...]] = {"gdsf": ("cost",)}
 
-def run_kernel(name: str, trace: "Trace", cache_size: int,
-               params: dict[str, Any]) -> tuple[int, int] | None:
-    """Replay with the kernel for ``name``; None when that policy has no kernel (or its
-    kernel cannot represent this replay, e.g. LFUDA counts beyond int64)."""
+
+def run_kernel(name: str, trace: "Trace", cache_size: int, params: dict[str, Any],
+               hints: dict[str, np.ndarray] | None = None) -> tuple[int, int] | None:
+    """Replay with the kernel for ``name``, given per-request ``hints``; None when that policy
+    has no kernel (or its kernel cannot represent this replay, e.g. LFUDA counts beyond
+    int64)."""
     if name not in KERNELS:
         return None
     module, fixed = KERNELS[name]
     ids, n_obj = trace.dense_ids()
+    taken = {h: hints[h] for h in KERNEL_HINTS.get(name, ()) if hints and h in hints}
     replay = import_module(f"{__name__}.{module}").replay
-    counts = replay(ids, trace.obj_size, trace.next_access, n_obj, cache_size, **fixed, **params)
+    counts = replay(ids, trace.obj_size, trace.next_access, n_obj, cache_size, **fixed, **params,
+                    **taken)
     return None if counts is None else (int(counts[0]), int(counts[1]))

@@ -1,4 +1,5 @@
-"""ARC replay kernel (byte-sized, as libCacheSim's ARC)."""
+"""ARC replay kernel (byte-sized, as libCacheSim's ARC; ``paper_step`` for ARC-paper, whose
+adaptation step is counted in objects of the requested size, see mmcache.policies.arc)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ NONE, T1, T2, B1, B2 = 0, 1, 2, 3, 4
 
 
 @njit(cache=True)
-def _replay(ids, sizes, cache_size, prev, nxt, lists, where, obj_size):
+def _replay(ids, sizes, cache_size, prev, nxt, lists, where, obj_size, paper_step):
     # lists[k] is the head/tail pair of list k (1..4); byte[k] its size in bytes.
     byte = np.zeros(5, np.int64)
     p = 0.0
@@ -37,11 +38,12 @@ def _replay(ids, sizes, cache_size, prev, nxt, lists, where, obj_size):
         miss_cnt += 1
         miss_byte += s
         ghost = 0
+        unit = float(s) if paper_step else 1.0
         if w == B1:
-            p = min(p + max(byte[B2] / byte[B1], 1.0), float(cache_size))
+            p = min(p + unit * max(byte[B2] / byte[B1], 1.0), float(cache_size))
             ghost = 1
         elif w == B2:
-            p = max(p - max(byte[B1] / byte[B2], 1.0), 0.0)
+            p = max(p - unit * max(byte[B1] / byte[B2], 1.0), 0.0)
             ghost = 2
         if ghost:
             unlink(prev, nxt, lists[w], x)
@@ -87,9 +89,9 @@ def _replay(ids, sizes, cache_size, prev, nxt, lists, where, obj_size):
 
 
 def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: int,
-           cache_size: int) -> tuple[int, int]:
-    """(miss_cnt, miss_byte) of ARC on dense ids."""
+           cache_size: int, paper_step: bool = False) -> tuple[int, int]:
+    """(miss_cnt, miss_byte) of ARC (``paper_step``: ARC-paper) on dense ids."""
     prev, nxt = new_links(n_obj)
     lists = np.stack([new_list() for _ in range(5)])
     return _replay(ids, sizes, cache_size, prev, nxt, lists, np.zeros(n_obj, np.int8),
-                   np.zeros(n_obj, np.int64))
+                   np.zeros(n_obj, np.int64), paper_step)

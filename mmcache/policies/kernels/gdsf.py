@@ -1,4 +1,5 @@
-"""GDSF replay kernel: a min-heap of (priority, stamp) with lazy deletion; insert-first."""
+"""GDSF replay kernel: a min-heap of (priority, stamp) with lazy deletion; insert-first;
+``cost`` per request (a hit ranks the object by the cost it came with)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def _pop(pri, stamp, obj, n):
 
 
 @njit(cache=True)
-def _replay(ids, sizes, cache_size, freq, obj_size, live, pri, stamp, obj):
+def _replay(ids, sizes, cost, cache_size, freq, obj_size, live, pri, stamp, obj):
     # live[x]: stamp of x's valid heap entry, -1 when x is not resident.
     used = 0
     miss_cnt = 0
@@ -60,7 +61,8 @@ def _replay(ids, sizes, cache_size, freq, obj_size, live, pri, stamp, obj):
         if live[x] >= 0:
             freq[x] += 1
             live[x] = clock
-            n = _push(pri, stamp, obj, n, aging + freq[x] * 1.0e6 / obj_size[x], clock, x)
+            n = _push(pri, stamp, obj, n, aging + freq[x] * cost[i] * 1.0e6 / obj_size[x],
+                      clock, x)
             clock += 1
             continue
         s = sizes[i]
@@ -68,7 +70,7 @@ def _replay(ids, sizes, cache_size, freq, obj_size, live, pri, stamp, obj):
         miss_byte += s
         if s > cache_size:
             continue
-        incoming = aging + 1.0e6 / s
+        incoming = aging + cost[i] * 1.0e6 / s
         rejected = False
         while used + s > cache_size:
             while live[obj[0]] != stamp[0]:
@@ -94,9 +96,10 @@ def _replay(ids, sizes, cache_size, freq, obj_size, live, pri, stamp, obj):
 
 
 def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: int,
-           cache_size: int) -> tuple[int, int]:
-    """(miss_cnt, miss_byte) of GDSF on dense ids."""
+           cache_size: int, cost: np.ndarray | None = None) -> tuple[int, int]:
+    """(miss_cnt, miss_byte) of GDSF on dense ids; ``cost`` per request (default 1)."""
     n_req = ids.shape[0]
-    return _replay(ids, sizes, cache_size, np.zeros(n_obj, np.int64), np.zeros(n_obj, np.int64),
-                   np.full(n_obj, -1, np.int64), np.empty(n_req, np.float64),
+    cost = np.ones(n_req) if cost is None else np.asarray(cost, np.float64)
+    return _replay(ids, sizes, cost, cache_size, np.zeros(n_obj, np.int64),
+                   np.zeros(n_obj, np.int64), np.full(n_obj, -1, np.int64), np.empty(n_req, np.float64),
                    np.empty(n_req, np.int64), np.empty(n_req, np.int32))

@@ -1,9 +1,11 @@
 """LFUDA replay kernel (mirrors mmcache.policies.lfuda, i.e. libCacheSim's LFUDA).
 
-Counts grow by the current age on every hit, so buckets are found through a typed
-dict from count to a slot in ``heads`` (head/tail pairs, one per distinct count), and
-the counts of non-empty buckets are kept sorted in ``ne[:ne_n[0]]`` for the
-next-minimum lookup.
+Counts grow by the current age on every hit, so buckets (head/tail pairs in ``heads``,
+one per distinct count, FIFO by the time a key reached the count) are found through a
+typed dict from count to slot (``cnt`` maps back), and each key remembers its slot. The
+slots of non-empty buckets sit in a min-heap by count with lazy deletion; the next
+non-empty count above the age is found by setting the (rare) counts below it aside and
+putting them back.
 """
 
 from __future__ import annotations
@@ -19,54 +21,83 @@ COUNT_LIMIT = 2**62
 
 
 @njit(cache=True)
-def _slot(slots, f):
+def _heap_push(heap, cnt, n, f):
+    j = n
+    heap[j] = f
+    while j > 0:
+        parent = (j - 1) >> 1
+        if cnt[heap[parent]] <= cnt[heap[j]]:
+            break
+        heap[j], heap[parent] = heap[parent], heap[j]
+        j = parent
+    return n + 1
+
+
+@njit(cache=True)
+def _heap_pop(heap, cnt, n):
+    n -= 1
+    heap[0] = heap[n]
+    j = 0
+    while True:
+        child = 2 * j + 1
+        if child >= n:
+            break
+        if child + 1 < n and cnt[heap[child + 1]] < cnt[heap[child]]:
+            child += 1
+        if cnt[heap[j]] <= cnt[heap[child]]:
+            break
+        heap[j], heap[child] = heap[child], heap[j]
+        j = child
+    return n
+
+
+@njit(cache=True)
+def _slot(slots, cnt, f):
     """Slot of the bucket for count ``f``, allocated on first use."""
     if f in slots:
         return slots[f]
     s = len(slots)
     slots[f] = s
+    cnt[s] = f
     return s
 
 
 @njit(cache=True)
-def _add(prev, nxt, heads, slots, ne, ne_n, x, f):
-    b = heads[_slot(slots, f)]
-    if b[0] < 0:  # bucket becomes non-empty: insert f into the sorted counts
-        j = ne_n[0]
-        while j > 0 and ne[j - 1] > f:
-            ne[j] = ne[j - 1]
-            j -= 1
-        ne[j] = f
-        ne_n[0] += 1
-    push_head(prev, nxt, b, x)
+def _live_top(heap, cnt, n, heads, queued):
+    """Drop heap tops whose bucket is empty; the new heap size."""
+    while n > 0:
+        s = heap[0]
+        if heads[s, 0] >= 0:
+            break
+        queued[s] = False
+        n = _heap_pop(heap, cnt, n)
+    return n
 
 
 @njit(cache=True)
-def _discard(prev, nxt, heads, slots, ne, ne_n, x, f):
-    b = heads[slots[f]]
-    unlink(prev, nxt, b, x)
-    if b[0] < 0:  # bucket becomes empty: drop f from the sorted counts
-        n = ne_n[0]
-        j = np.searchsorted(ne[:n], f)
-        for k in range(j, n - 1):
-            ne[k] = ne[k + 1]
-        ne_n[0] = n - 1
+def _successor(heap, cnt, n, heads, queued, aside, v):
+    """(smallest non-empty count above ``v``, or ``v`` if none; heap size)."""
+    k = 0
+    n = _live_top(heap, cnt, n, heads, queued)
+    while n > 0 and cnt[heap[0]] <= v:
+        aside[k] = heap[0]
+        k += 1
+        n = _heap_pop(heap, cnt, n)
+        n = _live_top(heap, cnt, n, heads, queued)
+    out = cnt[heap[0]] if n > 0 else v
+    for j in range(k):
+        n = _heap_push(heap, cnt, n, aside[j])
+    return out, n
 
 
 @njit(cache=True)
-def _raise_min(ne, ne_n, min_freq):
-    """Smallest non-empty count above ``min_freq`` (unchanged if none)."""
-    n = ne_n[0]
-    j = np.searchsorted(ne[:n], min_freq, side="right")
-    return ne[j] if j < n else min_freq
-
-
-@njit(cache=True)
-def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, slots, ne, ne_n):
+def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, obj_slot, slots, cnt,
+            queued, heap, aside):
     used = 0
     miss_cnt = 0
     miss_byte = 0
     min_freq = 0
+    n = 0
     for i in range(ids.shape[0]):
         x = ids[i]
         old = freq[x]
@@ -75,10 +106,16 @@ def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, slots, ne,
             if new > COUNT_LIMIT:  # counts can grow geometrically; beyond int64 give up
                 return -1, -1
             freq[x] = new
-            _discard(prev, nxt, heads, slots, ne, ne_n, x, old)
-            if old == min_freq and heads[slots[old], 0] < 0:
-                min_freq = _raise_min(ne, ne_n, min_freq)
-            _add(prev, nxt, heads, slots, ne, ne_n, x, new)
+            so = obj_slot[x]
+            unlink(prev, nxt, heads[so], x)
+            if old == min_freq and heads[so, 0] < 0:
+                min_freq, n = _successor(heap, cnt, n, heads, queued, aside, min_freq)
+            sn = _slot(slots, cnt, new)
+            if not queued[sn]:
+                queued[sn] = True
+                n = _heap_push(heap, cnt, n, sn)
+            push_head(prev, nxt, heads[sn], x)
+            obj_slot[x] = sn
             continue
         s = sizes[i]
         miss_cnt += 1
@@ -87,17 +124,26 @@ def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, slots, ne,
             continue
         while used + s > cache_size:
             f = max(min_freq, 1)
-            if f not in slots or heads[slots[f], 0] < 0:  # stale minimum
-                f = ne[0]
+            sf = slots[f] if f in slots else -1
+            if sf < 0 or heads[sf, 0] < 0:  # stale minimum: the lowest non-empty count
+                n = _live_top(heap, cnt, n, heads, queued)
+                sf = heap[0]
+                f = cnt[sf]
             min_freq = f
-            v = heads[slots[f], 1]
-            _discard(prev, nxt, heads, slots, ne, ne_n, v, f)
-            if heads[slots[f], 0] < 0:
-                min_freq = _raise_min(ne, ne_n, min_freq)
+            v = heads[sf, 1]
+            unlink(prev, nxt, heads[sf], v)
+            if heads[sf, 0] < 0:
+                min_freq, n = _successor(heap, cnt, n, heads, queued, aside, min_freq)
             freq[v] = 0
             used -= obj_size[v]
-        freq[x] = min_freq + 1
-        _add(prev, nxt, heads, slots, ne, ne_n, x, min_freq + 1)
+        f = min_freq + 1
+        sn = _slot(slots, cnt, f)
+        if not queued[sn]:
+            queued[sn] = True
+            n = _heap_push(heap, cnt, n, sn)
+        freq[x] = f
+        push_head(prev, nxt, heads[sn], x)
+        obj_slot[x] = sn
         obj_size[x] = s
         used += s
     return miss_cnt, miss_byte
@@ -108,8 +154,10 @@ def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: i
     """(miss_cnt, miss_byte) of LFUDA on dense ids; None if counts outgrow int64."""
     prev, nxt = new_links(n_obj)
     slots = Dict.empty(key_type=types.int64, value_type=types.int64)
-    heads = np.full((ids.shape[0] + 2, 2), -1, np.int64)
+    n_slots = ids.shape[0] + 2
+    heads = np.full((n_slots, 2), -1, np.int64)
     counts = _replay(ids, sizes, cache_size, prev, nxt, heads, np.zeros(n_obj, np.int64),
-                     np.zeros(n_obj, np.int64), slots, np.zeros(n_obj + 2, np.int64),
-                     np.zeros(1, np.int64))
+                     np.zeros(n_obj, np.int64), np.zeros(n_obj, np.int64), slots,
+                     np.zeros(n_slots, np.int64), np.zeros(n_slots, np.bool_),
+                     np.zeros(n_slots, np.int64), np.zeros(n_slots, np.int64))
     return None if counts[0] < 0 else counts

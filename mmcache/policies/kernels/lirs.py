@@ -1,6 +1,8 @@
 """LIRS replay kernel (byte-sized, as libCacheSim's LIRS; mirrors mmcache.policies.lirs).
 
-An object may sit in stack S, queue Q and list NH at once, so each has its own links.
+An object may sit in stack S, queue Q and list NH at once, so each has its own links
+(``sp``/``sn``, ``qp``/``qn``, ``nhp``/``nhn``: prev/next arrays, separate 1-D arrays so no
+kernel call slices a view); its five flags share one byte of ``fl`` (one memory access).
 ``st`` holds the counters: lirs_count, hirs_count, bytes in S.
 """
 
@@ -12,6 +14,8 @@ from numba import njit
 from ._lists import new_links, pop_tail, push_head, unlink
 
 LC, HC, SB = 0, 1, 2
+# Bits of an object's flags: in S, LIR (when in S), resident (when in S), in Q, in NH.
+IN_S, LIR, RES, IN_Q, IN_NH = (np.uint8(1 << b) for b in range(5))
 
 
 @njit(cache=True, inline="always")
@@ -22,71 +26,71 @@ def _move_head(prev, nxt, ht, x):
 
 
 @njit(cache=True, inline="always")
-def _evict_hir(q, hq, nh, hn, in_q, in_s, res, in_nh, size, st):
-    k = pop_tail(q[0], q[1], hq)
-    in_q[k] = False
+def _evict_hir(qp, qn, hq, nhp, nhn, hn, fl, size, st):
+    k = pop_tail(qp, qn, hq)
+    fl[k] &= ~IN_Q
     st[HC] -= size[k]
-    if in_s[k]:
-        res[k] = False
-        push_head(nh[0], nh[1], hn, k)
-        in_nh[k] = True
+    if (fl[k] & IN_S):
+        fl[k] &= ~RES
+        push_head(nhp, nhn, hn, k)
+        fl[k] |= IN_NH
 
 
 @njit(cache=True, inline="always")
-def _prune(s, hs, nh, hn, in_s, lir, res, in_nh, size, st):
+def _prune(sp, sn, hs, nhp, nhn, hn, fl, size, st):
     while hs[1] != hs[0]:
         k = hs[1]
-        if lir[k]:
+        if (fl[k] & LIR):
             break
-        if not res[k] and in_nh[k]:
-            unlink(nh[0], nh[1], hn, k)
-            in_nh[k] = False
-        unlink(s[0], s[1], hs, k)
-        in_s[k] = False
+        if not (fl[k] & RES) and (fl[k] & IN_NH):
+            unlink(nhp, nhn, hn, k)
+            fl[k] &= ~IN_NH
+        unlink(sp, sn, hs, k)
+        fl[k] &= ~IN_S
         st[SB] -= size[k]
 
 
 @njit(cache=True, inline="always")
-def _evict_lir(s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st, hirs_limit):
+def _evict_lir(sp, sn, hs, qp, qn, hq, nhp, nhn, hn, fl, size, st, hirs_limit):
     """Prune, then demote S's bottom LIR object to Q; False when S holds no LIR object."""
-    _prune(s, hs, nh, hn, in_s, lir, res, in_nh, size, st)
-    if hs[1] < 0 or not lir[hs[1]]:
+    _prune(sp, sn, hs, nhp, nhn, hn, fl, size, st)
+    if hs[1] < 0 or not (fl[hs[1]] & LIR):
         return False
-    k = pop_tail(s[0], s[1], hs)
-    in_s[k] = False
+    k = pop_tail(sp, sn, hs)
+    fl[k] &= ~IN_S
     st[SB] -= size[k]
     st[LC] -= size[k]
     if size[k] <= hirs_limit:
         while st[HC] + size[k] > hirs_limit:
-            _evict_hir(q, hq, nh, hn, in_q, in_s, res, in_nh, size, st)
-        push_head(q[0], q[1], hq, k)
-        in_q[k] = True
+            _evict_hir(qp, qn, hq, nhp, nhn, hn, fl, size, st)
+        push_head(qp, qn, hq, k)
+        fl[k] |= IN_Q
         st[HC] += size[k]
-    _prune(s, hs, nh, hn, in_s, lir, res, in_nh, size, st)
+    _prune(sp, sn, hs, nhp, nhn, hn, fl, size, st)
     return True
 
 
 @njit(cache=True, inline="always")
-def _push_s(s, hs, in_s, lir, res, size, st, x, is_lir, resident):
-    push_head(s[0], s[1], hs, x)
-    in_s[x] = True
-    lir[x] = is_lir
-    res[x] = resident
+def _push_s(sp, sn, hs, fl, size, st, x, is_lir, resident):
+    push_head(sp, sn, hs, x)
+    fl[x] |= IN_S
+    fl[x] = (fl[x] | LIR) if is_lir else (fl[x] & ~LIR)
+    fl[x] = (fl[x] | RES) if resident else (fl[x] & ~RES)
     st[SB] += size[x]
 
 
 @njit(cache=True, inline="always")
-def _limit_stack(s, hs, nh, hn, in_s, in_nh, size, st, cache_size):
+def _limit_stack(sp, sn, hs, nhp, nhn, hn, fl, size, st, cache_size):
     while st[SB] > 2 * cache_size and hn[1] >= 0:
-        k = pop_tail(nh[0], nh[1], hn)
-        in_nh[k] = False
-        unlink(s[0], s[1], hs, k)
-        in_s[k] = False
+        k = pop_tail(nhp, nhn, hn)
+        fl[k] &= ~IN_NH
+        unlink(sp, sn, hs, k)
+        fl[k] &= ~IN_S
         st[SB] -= size[k]
 
 
 @njit(cache=True)
-def _replay(ids, sizes, cache_size, hirs_limit, s, q, nh, in_s, lir, res, in_q, in_nh, size):
+def _replay(ids, sizes, cache_size, hirs_limit, sp, sn, qp, qn, nhp, nhn, fl, size):
     lirs_limit = cache_size - hirs_limit
     hs = np.full(2, -1, np.int64)
     hq = np.full(2, -1, np.int64)
@@ -96,34 +100,34 @@ def _replay(ids, sizes, cache_size, hirs_limit, s, q, nh, in_s, lir, res, in_q, 
     miss_byte = 0
     for i in range(ids.shape[0]):
         x = ids[i]
-        if in_s[x]:
-            _move_head(s[0], s[1], hs, x)
-        if in_q[x]:
-            _move_head(q[0], q[1], hq, x)
-        if in_q[x] or (in_s[x] and lir[x]):  # hit
-            if in_s[x] and lir[x]:
-                _prune(s, hs, nh, hn, in_s, lir, res, in_nh, size, st)
-            elif in_s[x]:  # resident HIR in S (and in Q)
-                if in_q[x]:
-                    unlink(q[0], q[1], hq, x)
-                    in_q[x] = False
+        if (fl[x] & IN_S):
+            _move_head(sp, sn, hs, x)
+        if (fl[x] & IN_Q):
+            _move_head(qp, qn, hq, x)
+        if (fl[x] & IN_Q) or ((fl[x] & IN_S) and (fl[x] & LIR)):  # hit
+            if (fl[x] & IN_S) and (fl[x] & LIR):
+                _prune(sp, sn, hs, nhp, nhn, hn, fl, size, st)
+            elif (fl[x] & IN_S):  # resident HIR in S (and in Q)
+                if (fl[x] & IN_Q):
+                    unlink(qp, qn, hq, x)
+                    fl[x] &= ~IN_Q
                     st[HC] -= size[x]
                 while st[LC] + size[x] > lirs_limit and _evict_lir(
-                        s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st, hirs_limit):
+                        sp, sn, hs, qp, qn, hq, nhp, nhn, hn, fl, size, st, hirs_limit):
                     pass
-                lir[x] = True
+                fl[x] |= LIR
                 st[LC] += size[x]
             else:  # resident HIR only in Q
                 while st[LC] + size[x] > lirs_limit and _evict_lir(
-                        s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st, hirs_limit):
+                        sp, sn, hs, qp, qn, hq, nhp, nhn, hn, fl, size, st, hirs_limit):
                     pass
-                if in_q[x]:
-                    _push_s(s, hs, in_s, lir, res, size, st, x, False, True)
+                if (fl[x] & IN_Q):
+                    _push_s(sp, sn, hs, fl, size, st, x, False, True)
                 else:  # pushed out of Q meanwhile: evicted
-                    _push_s(s, hs, in_s, lir, res, size, st, x, False, False)
-                    push_head(nh[0], nh[1], hn, x)
-                    in_nh[x] = True
-            _limit_stack(s, hs, nh, hn, in_s, in_nh, size, st, cache_size)
+                    _push_s(sp, sn, hs, fl, size, st, x, False, False)
+                    push_head(nhp, nhn, hn, x)
+                    fl[x] |= IN_NH
+            _limit_stack(sp, sn, hs, nhp, nhn, hn, fl, size, st, cache_size)
             continue
         sz = sizes[i]
         miss_cnt += 1
@@ -131,51 +135,50 @@ def _replay(ids, sizes, cache_size, hirs_limit, s, q, nh, in_s, lir, res, in_q, 
         admit = True
         if sz > cache_size:
             admit = False
-        elif in_s[x]:  # non-resident HIR in S
+        elif (fl[x] & IN_S):  # non-resident HIR in S
             while st[LC] + size[x] > lirs_limit and _evict_lir(
-                    s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size, st, hirs_limit):
+                    sp, sn, hs, qp, qn, hq, nhp, nhn, hn, fl, size, st, hirs_limit):
                 pass
-            if in_nh[x]:
-                unlink(nh[0], nh[1], hn, x)
-                in_nh[x] = False
+            if (fl[x] & IN_NH):
+                unlink(nhp, nhn, hn, x)
+                fl[x] &= ~IN_NH
         elif sz > lirs_limit or sz > hirs_limit:
             admit = False
         elif st[LC] + sz > lirs_limit and st[HC] + sz > hirs_limit:
             size[x] = sz
             while st[HC] + sz > hirs_limit:
-                _evict_hir(q, hq, nh, hn, in_q, in_s, res, in_nh, size, st)
+                _evict_hir(qp, qn, hq, nhp, nhn, hn, fl, size, st)
         if admit:
             while st[LC] + st[HC] + sz > cache_size:
-                if in_s[x]:
+                if (fl[x] & IN_S):
                     while st[HC] >= hirs_limit and hq[1] >= 0:
-                        _evict_hir(q, hq, nh, hn, in_q, in_s, res, in_nh, size, st)
-                    if not _evict_lir(s, hs, q, hq, nh, hn, in_s, lir, res, in_q, in_nh, size,
-                                      st, hirs_limit) and hq[1] < 0:
+                        _evict_hir(qp, qn, hq, nhp, nhn, hn, fl, size, st)
+                    if not _evict_lir(sp, sn, hs, qp, qn, hq, nhp, nhn, hn, fl, size, st,
+                                      hirs_limit) and hq[1] < 0:
                         raise RuntimeError("LIRS: nothing left to evict")
                 else:
-                    _evict_hir(q, hq, nh, hn, in_q, in_s, res, in_nh, size, st)
-            if in_s[x]:
-                lir[x] = True
-                res[x] = True
+                    _evict_hir(qp, qn, hq, nhp, nhn, hn, fl, size, st)
+            if (fl[x] & IN_S):
+                fl[x] |= LIR
+                fl[x] |= RES
                 st[LC] += size[x]
             else:
                 size[x] = sz
                 is_lir = st[LC] + sz <= lirs_limit
-                _push_s(s, hs, in_s, lir, res, size, st, x, is_lir, True)
+                _push_s(sp, sn, hs, fl, size, st, x, is_lir, True)
                 if is_lir:
                     st[LC] += sz
                 else:
-                    push_head(q[0], q[1], hq, x)
-                    in_q[x] = True
+                    push_head(qp, qn, hq, x)
+                    fl[x] |= IN_Q
                     st[HC] += sz
-        _limit_stack(s, hs, nh, hn, in_s, in_nh, size, st, cache_size)
+        _limit_stack(sp, sn, hs, nhp, nhn, hn, fl, size, st, cache_size)
     return miss_cnt, miss_byte
 
 
 def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: int,
            cache_size: int, hirs_ratio: float = 0.01) -> tuple[int, int]:
     """(miss_cnt, miss_byte) of LIRS on dense ids."""
-    links = [np.stack(new_links(n_obj)) for _ in range(3)]
-    flags = [np.zeros(n_obj, np.bool_) for _ in range(5)]
+    links = [a for _ in range(3) for a in new_links(n_obj)]
     return _replay(ids, sizes, cache_size, max(1, int(hirs_ratio * cache_size)), *links,
-                   *flags, np.zeros(n_obj, np.int64))
+                   np.zeros(n_obj, np.uint8), np.zeros(n_obj, np.int64))

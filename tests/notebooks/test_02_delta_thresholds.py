@@ -1,0 +1,73 @@
+"""Notebook 02 in smoke mode: budgets respected, baselines side by side, the seed's sweep."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.notebook
+
+NAME = "02_delta_thresholds"
+BUDGETS = ("0.01", "0.02", "0.05")
+
+
+@pytest.fixture(scope="module")
+def metrics(smoke_metrics):
+    return smoke_metrics(NAME)
+
+
+def _rates(block):
+    assert 0.0 <= block["realised_error"] <= block["hit_rate"] <= 1.0
+    return block["hit_rate"], block["realised_error"]
+
+
+def test_error_budget_rule_with_verifier_stays_near_its_budgets(metrics):
+    assert set(metrics["budgets"]) == set(BUDGETS)
+    assert "text" in metrics["compared_modalities"]
+    hits = []
+    for b in BUDGETS:
+        hit_rate, error = _rates(metrics["budgets"][b])
+        # smoke streams are ~100 lookups: allow one wrong answer beyond the budget
+        assert error <= float(b) + 1.0 / metrics["n_pairs"]["text"]
+        hits.append(hit_rate)
+    assert hits == sorted(hits)  # a looser budget never serves less
+    assert hits[1] > 0
+
+
+def test_baselines_are_side_by_side(metrics):
+    static = metrics["best_static_hindsight"]["0.02"]
+    _rates(static)
+    assert static["realised_error"] <= 0.02 and 0.0 <= static["delta"] <= 2.0
+    _rates(metrics["vcache_paper"])
+    if metrics["gptcache"] is None:
+        assert "gptcache" in metrics["absent"]  # marked absent, not faked
+    else:  # cos >= 0.6 serves the traps: far above any budget
+        _, error = _rates(metrics["gptcache"])
+        assert error > 0.05
+
+
+def test_cold_start_entries_can_hit_but_not_under_vcache(metrics):
+    assert metrics["cold_start_hit_rate"] > 0
+    assert metrics["cold_start_hit_rate_vcache_paper"] == 0.0
+
+
+def test_verifier_catches_text_traps_and_spares_rewrites(metrics):
+    by_kind = metrics["verifier"]["rejected_by_kind"]
+    assert by_kind["text/negation"] > 0.8 and by_kind["text/paraphrase"] < 0.2
+    assert 0.0 <= metrics["verifier"]["precision"] <= 1.0
+
+
+def test_seed_delta_sweep_when_clip_is_present(metrics):
+    if "image" not in metrics["n_pairs"]:
+        pytest.skip("the offline CLIP is not trained here (`make models`): no image pairs")
+    sweep = metrics["delta_sweep"]
+    assert len(sweep) == 13 and sweep[0]["threshold"] == pytest.approx(0.65)
+    rates = [row["hit_rate"] for row in sweep]
+    assert rates == sorted(rates, reverse=True)
+
+
+def test_quality_bars_are_reported_and_data_is_named(metrics):
+    assert len(metrics["quality_bars"]) == 4
+    assert all(isinstance(v, bool) for v in metrics["quality_bars"].values())
+    weights = metrics["provenance"]["weights"]
+    assert weights["text"].startswith("minilm:") and "whisper" in weights["audio"]
+    assert "ShareGPT" in metrics["provenance"]["data"]
