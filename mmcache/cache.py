@@ -145,6 +145,8 @@ class TieredCache:
         #: Called with every get's answer, inside the lock, before it returns (e.g. by
         #: :meth:`mmcache.scheduler.Scheduler.attach` to adjust the cache between windows).
         self.after_get: Callable[[Hit | None], None] | None = None
+        #: Names of the tiers a get consults (None: all); e.g. set by a scheduler's adapter.
+        self.probe: set[str] | None = None
         #: Entry id -> when (cache clock) its pending ``on_stale`` refresh times out.
         self._refreshing: dict[str, float] = {}
         self._dims: dict[str, int] = dict(self.config.dims)
@@ -506,6 +508,8 @@ class TieredCache:
                origin_failed: bool) -> tuple[Hit, Entry] | None:
         maybe = self.guard is None or self.guard.might_contain(p.key)
         for level, tier in enumerate(self.tiers):
+            if not self._probes(tier):
+                continue
             if not maybe and not tier.shared:
                 self._metrics.count("guard_skips", f"{tier.name}:bloom")
                 continue
@@ -533,7 +537,9 @@ class TieredCache:
             return None, None
         nearest: dict[str, float] | None = None
         for level, tier in enumerate(self.tiers):
-            if not tier.semantic or self._covered[tier.name]:
+            # a covered tier holds nothing its semantic tier above lacks, unless that one is skipped
+            if not tier.semantic or not self._probes(tier) or \
+                    (self._covered[tier.name] and self.probe is None):
                 continue
             start = time.perf_counter()
             candidates = self._search(tier, p.scope, vectors, floors)
@@ -560,6 +566,10 @@ class TieredCache:
                 self._promote(entry, level)
                 return (self._hit(entry, tier.name, freshness, sims), entry), nearest
         return None, nearest
+
+    def _probes(self, tier: Tier) -> bool:
+        """Whether gets consult ``tier`` (see :attr:`probe`)."""
+        return self.probe is None or tier.name in self.probe
 
     def _context_matches(self, p: PreparedQuery, turns_vector: np.ndarray | None,
                          entry: Entry) -> bool:

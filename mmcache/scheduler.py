@@ -6,6 +6,8 @@ latency ≤ SLA. Its Lagrangian for a lever setting ``s`` is
 
     L(s, λ) = latency(s) / latency_scale_ms + Σ_k λ_k · violation_k(s)
 
+(or, with ``objective="error_rate"``, the false-hit rate in place of the scaled latency)
+
 where ``violation_k`` is ``target − value`` for an at-least constraint and
 ``value − target`` for an at-most one. Each λ_k comes from one :class:`Controller`
 (fixed, the seed's I, PI, PID; see :data:`CONTROLLERS`), updated with every window's
@@ -25,10 +27,9 @@ constant in λ, so for a target between two settings the choice alternates betwe
 (their time average meets the target); a finer grid of settings narrows that.
 
 Levers: a δ offset per modality (added to the threshold rule's δ: the cosine a semantic
-hit needs is lowered by it), admission (the probability that a miss is stored) and, in
-replay only, tiers not probed (``skip``: no lookup cost, no hits from them). A live
-TieredCache has no per-get tier switch yet (it needs a hook in its lookup loop), so
-:meth:`Scheduler.attach` refuses settings that skip tiers.
+hit needs is lowered by it), admission (the probability that a miss is stored) and tiers
+not probed (``skip``: no lookup cost, no hits from them; live, through the cache's
+``probe`` set of tiers consulted).
 
 Where it runs, with the same :class:`Scheduler`: :meth:`Scheduler.replay` replays a
 CacheBench-MM workload window by window (:class:`mmcache.cachebench.Replayer`), and
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
 
 #: Constraint metrics of a window and whether each is an at-least (True) or at-most bound.
 METRICS: Mapping[str, bool] = {"hit_rate": True, "error_rate": False, "p99_latency_ms": False}
+#: What a :class:`Scheduler` can minimise.
+OBJECTIVES = ("mean_latency_ms", "error_rate")
 
 
 # -- controllers ---------------------------------------------------------------------------
@@ -255,11 +258,15 @@ class Scheduler:
     ``lam_max`` a controller needs; ``smoothing`` is
     the weight of the newest window in a setting's moving averages; ``explore`` the
     share of windows that use a random setting; ``seed`` seeds that choice.
+    ``objective`` is what is minimised: ``"mean_latency_ms"`` (÷ ``latency_scale_ms``) or
+    ``"error_rate"`` (the false-hit rate as it is: for workloads where every extra hit also
+    cuts latency, so a hit-rate constraint only binds against errors).
     """
 
     def __init__(self, settings: Sequence[Levers], constraints: Mapping[str, Controller], *,
                  latency_scale_ms: float = 1000.0, smoothing: float = 0.3,
-                 explore: float = 0.05, seed: int = 0) -> None:
+                 explore: float = 0.05, seed: int = 0,
+                 objective: str = "mean_latency_ms") -> None:
         self.settings = list(settings)
         if not self.settings or not all(isinstance(s, Levers) for s in self.settings):
             raise ConfigError("settings must be a non-empty sequence of Levers")
@@ -270,6 +277,9 @@ class Scheduler:
                 raise ConfigError(f"constraint {metric!r} needs a Controller with at_least="
                                   f"{METRICS[metric]}")
         self.constraints = dict(constraints)
+        if objective not in OBJECTIVES:
+            raise ConfigError(f"unknown objective {objective!r}; choose one of {OBJECTIVES}")
+        self.objective = objective
         if not _finite(latency_scale_ms, "latency_scale_ms", ConfigError) > 0:
             raise ConfigError("latency_scale_ms must be positive")
         if not 0.0 < _finite(smoothing, "smoothing", ConfigError) <= 1.0:
@@ -302,7 +312,9 @@ class Scheduler:
 
     def lagrangian(self, estimate: Mapping[str, float]) -> float:
         """L of a setting whose windows measured ``estimate`` (a :class:`WindowStats` dict)."""
-        value = estimate["mean_latency_ms"] / self.latency_scale_ms
+        value = estimate[self.objective]
+        if self.objective == "mean_latency_ms":
+            value /= self.latency_scale_ms
         for metric, controller in self.constraints.items():
             value += controller.lam * controller.violation(estimate[metric])
         return value
@@ -343,7 +355,9 @@ class Scheduler:
         """Replay ``workload`` through CacheBench-MM ``tiers``, ``window`` requests at a time,
         with this scheduler's levers; returns the whole run's Report (windows: :attr:`history`).
 
-        ``seed`` seeds the admission draws; ``limits=True`` adds the Belady / oracle limits.
+        ``seed`` seeds the admission draws; ``limits=True`` adds the Report's ``limits``
+        (the capacity's miss lower bound, Belady and the oracle-semantic cache, over the
+        tiers' total capacity; they ignore the levers).
         """
         from .cachebench import Replayer
 
@@ -438,17 +452,22 @@ class CacheAdapter:
     rate (false hits ÷ lookups) and latency from ``cache.metrics.snapshot()`` and applies
     the scheduler's next levers. Latency is the cache's own get latency plus
     ``miss_cost_ms`` (an assumed origin cost) per miss for the mean; the p99 is the get
-    histogram's bucket bound. The cache does not decide which misses are stored, its
-    caller does: ask :meth:`admit` before putting a miss. ``detach()`` restores the rule.
+    histogram's bucket bound. A setting's ``skip`` becomes the cache's ``probe`` (the
+    tiers a get consults). The cache does not decide which misses are stored, its
+    caller does: ask :meth:`admit` before putting a miss. ``detach()`` restores the rule
+    and probes every tier again.
     """
 
     def __init__(self, scheduler: Scheduler, cache: "TieredCache", *, window: int,
                  miss_cost_ms: float, seed: int) -> None:
         self.window = _window(window)
         self.miss_cost_ms = _non_negative(miss_cost_ms, "miss_cost_ms")
-        if any(s.skip for s in scheduler.settings):
-            raise ConfigError("a live TieredCache cannot skip tiers per get yet; use settings "
-                              "without skip (replay supports it)")
+        names = {tier.name for tier in cache.tiers}
+        unknown = set().union(*(s.skip for s in scheduler.settings)) - names
+        if unknown:
+            raise ConfigError(f"settings skip tiers {sorted(unknown)} that the cache does not "
+                              f"have; its tiers: {sorted(names)}")
+        self._names = names
         if cache.after_get is not None:
             raise ConfigError("this cache already has an after_get hook (another scheduler?); "
                               "detach it first")
@@ -469,6 +488,7 @@ class CacheAdapter:
         """Stop driving the cache and give it back its own threshold rule."""
         self.cache.after_get = None
         self.cache.thresholds = self.rule.inner
+        self.cache.probe = None
 
     def _after_get(self, hit: Hit | None) -> None:
         self._gets += 1
@@ -481,6 +501,7 @@ class CacheAdapter:
 
     def _apply(self, levers: Levers) -> None:
         self.rule.offsets = dict(levers.delta_offset)
+        self.cache.probe = self._names - levers.skip if levers.skip else None
 
 
 def window_stats(before: CacheMetrics, after: CacheMetrics,

@@ -313,8 +313,6 @@ def test_live_levers_are_applied_and_detach_restores_the_rule(stream):
         assert np.array_equal(_drive(cache, adapter, stream), expected)
         assert isinstance(cache.thresholds, OffsetThreshold)
         assert cache.thresholds.deltas() == pytest.approx({m: 0.1 for m in MODALITIES})
-        with pytest.raises(ConfigError, match="skip tiers"):
-            Scheduler([Levers(skip={"l3"})], {}).attach(cache)
         with pytest.raises(ConfigError, match="after_get"):
             Scheduler([Levers()], {}).attach(cache)
         adapter.detach()
@@ -351,3 +349,49 @@ def test_one_scheduler_drives_a_replay_and_a_live_cache(stream):
             assert miss_cost < row["mean_latency_ms"] < miss_cost + 50.0
         assert cache.thresholds.offsets == scheduler.levers.delta_offset
         adapter.detach()
+
+
+def test_a_live_setting_that_skips_l3_never_reads_it(stream, tmp_path):
+    config = {**_config(0.1), "l3": {"backend": "sqlite", "path": str(tmp_path / "l3.db")}}
+    with mmcache.TieredCache(config) as cache:
+        l3 = next(t for t in cache.tiers if t.name == "l3")
+        reads = {"n": 0}
+        for method in ("get", "search"):
+            inner = getattr(l3, method)
+
+            def counted(*args, _inner=inner, **kwargs):
+                reads["n"] += 1
+                return _inner(*args, **kwargs)
+            setattr(l3, method, counted)
+        window = 50
+        scheduler = Scheduler([Levers(skip={"l3"}), Levers(skip={"l1", "l2"})], {},
+                              explore=0.0)
+        adapter = scheduler.attach(cache, window=window)
+        assert cache.probe == {"l1", "l2"}
+        per_get = []
+        for i in range(2 * window):
+            query = stream.query(i, scope="t")
+            if cache.get(query) is None and adapter.admit():
+                cache.put(query, str(query.ground_truth))
+            per_get.append((reads["n"], cache.probe))
+        assert per_get[window - 1][0] == 0  # the first window skips L3: not one read
+        assert per_get[window][1] == {"l3"} and per_get[-1][0] > 0  # the second probes only L3
+        assert [row["setting"] for row in scheduler.history] == [0, 1]
+        adapter.detach()
+        assert cache.probe is None
+        with pytest.raises(ConfigError, match=r"\['l4'\]"):
+            Scheduler([Levers(skip={"l4"})], {}).attach(cache)
+
+
+def test_the_error_objective_picks_the_strictest_setting_unless_the_hit_target_binds(stream):
+    settings = [Levers({m: d for m in MODALITIES}) for d in (0.0, 0.1)]
+    free = Scheduler(settings, {}, objective="error_rate", explore=0.0)
+    assert free.lagrangian({"error_rate": 0.03, "mean_latency_ms": 500.0}) == 0.03
+    bound = Scheduler(settings, {"hit_rate": make_controller("fixed", 0.9, lam=5.0)},
+                      objective="error_rate", explore=0.0)
+    free.replay(stream, _tiers(stream), window=30)
+    bound.replay(stream, _tiers(stream), window=30)
+    assert {row["setting"] for row in free.history[2:]} == {0}
+    assert {row["setting"] for row in bound.history[2:]} == {1}
+    with pytest.raises(ConfigError, match="objective"):
+        Scheduler(settings, {}, objective="p50")

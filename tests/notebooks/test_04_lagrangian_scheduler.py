@@ -1,0 +1,49 @@
+"""Notebook 04 in smoke mode: every controller's scores, the best fixed λ and the quality bars."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.notebook
+
+NAME = "04_lagrangian_scheduler"
+FIELDS = {"violation_area", "overshoot", "settling_windows", "steady_state_error",
+          "mean_latency_ms", "p99_latency_ms", "hit_rate"}
+
+
+@pytest.fixture(scope="module")
+def metrics(smoke_metrics):
+    return smoke_metrics(NAME)
+
+
+def test_every_controller_has_consistent_scores(metrics):
+    assert set(metrics["controllers"]) == {"fixed", "I", "PI", "PID"}
+    for scores in metrics["controllers"].values():
+        assert FIELDS <= set(scores)
+        assert scores["violation_area"] >= 0 and scores["overshoot"] >= 0
+        assert 0 <= scores["settling_windows"] <= metrics["windows"]
+        assert 0 <= scores["hit_rate"] <= 1
+        assert 0 < scores["mean_latency_ms"] <= scores["p99_latency_ms"]
+        # the area is at most the windows' summed shortfall below the target
+        assert scores["violation_area"] <= metrics["windows"] * metrics["target"]
+
+
+def test_the_target_lies_between_the_strictest_and_loosest_settings(metrics):
+    rates = [row["hit_rate"] for row in metrics["static_settings"]]
+    assert min(rates) < metrics["target"] < max(rates)
+
+
+def test_best_fixed_lambda_and_gains_are_recorded(metrics):
+    assert metrics["best_fixed_lambda"] >= 0
+    assert metrics["gains"]["fixed"] == {"lam": metrics["best_fixed_lambda"]}
+    assert {"kp", "ki"} <= set(metrics["gains"]["PI"]) and "kd" in metrics["gains"]["PID"]
+
+
+def test_quality_bars_are_stated_and_match_the_scores(metrics):
+    bars, c = metrics["quality_bars"], metrics["controllers"]
+    assert set(bars) == {"violation_area_halved_vs_I", "adaptive_within_1pt_after_each_shift"}
+    halved = any(c[k]["violation_area"] <= 0.5 * c["I"]["violation_area"] and
+                 c[k]["mean_latency_ms"] <= 1.05 * c["I"]["mean_latency_ms"] for k in ("PI", "PID"))
+    assert bars["violation_area_halved_vs_I"] == halved
+    settled = all(s["within_band"] for k in ("I", "PI", "PID") for s in metrics["settled"][k])
+    assert bars["adaptive_within_1pt_after_each_shift"] == settled
