@@ -88,12 +88,7 @@ def local_redis_cluster(folder: str | Path, nodes: int = 3,
         yield f"redis://127.0.0.1:{ports[0]}/0"
     finally:
         for proc in procs:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
 
 
 def _cluster_ports(n: int) -> list[int]:
@@ -144,3 +139,14 @@ def _wait_until(ready, timeout_s: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise StorageError(f"{what} within {timeout_s:.0f} s")
         time.sleep(0.05)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 5.0) -> None:
+    """Terminate ``proc`` and wait for it, killing it if it has not exited within ``timeout``
+    seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

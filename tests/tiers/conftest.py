@@ -12,6 +12,8 @@ from typing import Iterator
 
 import pytest
 
+from mmcache.testing import stop_process
+
 REDIS_START_TIMEOUT_S = 10.0
 
 
@@ -65,12 +67,7 @@ def redis_url() -> Iterator[str]:
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 @pytest.fixture(scope="session")
