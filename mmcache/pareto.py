@@ -43,6 +43,9 @@ OBJECTIVES = ("capacity", "latency", "inconsistency")
 #: The conditions under which :class:`CapacityLatencyModel` is convex on its domain.
 CONVEXITY_CONDITIONS = "L0 > 0, alpha >= 0, beta >= 0, gamma >= 0 and C > 0"
 _SOLVER = cp.CLARABEL
+#: Upper bound on the normalised capacity and latency epigraphs (both at most 1 on the
+#: domain): it never binds, so it makes no constraint degenerate, yet leaves nothing unbounded.
+_SLACK = 2.0
 
 
 @dataclass(frozen=True)
@@ -131,22 +134,29 @@ class ParetoBound:
 
     def __init__(self, model: CapacityLatencyModel, domain: Domain) -> None:
         self.domain = domain
-        self._c, self._i, self._t = cp.Variable(pos=True), cp.Variable(), cp.Variable()
+        # v = c_max / C (normalised inverse capacity) carries the exp term. The weighted sum
+        # prices capacity through q >= 1 / v (C / c_max); the ε-constraint bounds v directly
+        # (C <= ε ⇔ v >= c_max / ε), so an ε at c_min pins v by linear bounds, not through
+        # the cone. q and the latency epigraph t are bounded (never binding), so no variable
+        # is free to drift: the drift left Clarabel at optimal_inaccurate.
+        self._v, self._q = cp.Variable(pos=True), cp.Variable()
+        self._i, self._t = cp.Variable(), cp.Variable()
         self._log_l0 = cp.Parameter()
         self._alpha = cp.Parameter(nonneg=True)
         self._beta = cp.Parameter(nonneg=True)
         self._gamma = cp.Parameter(nonneg=True)
         self._weights = cp.Parameter(len(OBJECTIVES), nonneg=True)
-        self._eps = cp.Parameter(2)  # (capacity bound, inconsistency bound)
-        d, c, i, t = domain, self._c, self._i, self._t
-        latency_le_t = (cp.exp(self._log_l0 + self._alpha * cp.inv_pos(c))
-                        + self._beta * cp.square(1 - i) + self._gamma * cp.square(i) <= t)
-        box = [c >= d.c_min, c <= d.c_max, i >= d.i_min, i <= d.i_max, latency_le_t]
+        self._eps = cp.Parameter(2)  # (c_max / capacity bound, inconsistency bound)
+        d, v, q, i, t = domain, self._v, self._q, self._i, self._t
+        latency = (cp.exp(self._log_l0 + self._alpha * v) + self._beta * cp.square(1 - i)
+                   + self._gamma * cp.square(i))
+        box = [v >= 1, v <= d.c_max / d.c_min, i >= d.i_min, i <= d.i_max, latency <= t,
+               t <= _SLACK]
         w = self._weights
-        self._weighted = cp.Problem(cp.Minimize(w[0] * c / d.c_max + w[1] * t + w[2] * (1 - i)),
-                                    box)
+        self._weighted = cp.Problem(cp.Minimize(w[0] * q + w[1] * t + w[2] * (1 - i)),
+                                    box + [cp.inv_pos(v) <= q, q <= _SLACK])
         self._constrained = cp.Problem(cp.Minimize(t),
-                                       box + [c <= self._eps[0], 1 - i <= self._eps[1]])
+                                       box + [v >= self._eps[0], 1 - i <= self._eps[1]])
         self.set_model(model)
 
     def set_model(self, model: CapacityLatencyModel) -> None:
@@ -156,7 +166,7 @@ class ParetoBound:
         corners = model.latency([d.c_min, d.c_min], [d.i_min, d.i_max])
         self.model, self.latency_scale = model, float(corners.max())
         self._log_l0.value = np.log(model.l0 / self.latency_scale)
-        self._alpha.value = float(model.alpha)
+        self._alpha.value = model.alpha / d.c_max
         self._beta.value = model.beta / self.latency_scale
         self._gamma.value = model.gamma / self.latency_scale
 
@@ -178,9 +188,11 @@ class ParetoBound:
         (paired element-wise; broadcast)."""
         caps, incs = np.broadcast_arrays(np.asarray(max_capacity, dtype=float).ravel(),
                                          np.asarray(max_inconsistency, dtype=float).ravel())
+        if not (np.isfinite(np.r_[caps, incs]).all() and (caps > 0).all()):
+            raise InvalidInputError("ε-bounds must be finite, with capacity bounds above 0")
         solutions = []
         for eps in zip(caps, incs):
-            self._eps.value = np.array(eps)
+            self._eps.value = np.array([self.domain.c_max / eps[0], eps[1]])
             solutions.append(self._solve(self._constrained, f"epsilon {list(map(float, eps))}"))
         return self._front(solutions)
 
@@ -191,7 +203,7 @@ class ParetoBound:
         except cp.error.SolverError as err:
             raise SolverError(f"{_SOLVER} failed at {point}: {err}") from err
         check_status(problem.status, point)
-        return float(self._c.value), float(self._i.value)
+        return self.domain.c_max / float(self._v.value), float(self._i.value)
 
     def _front(self, solutions: Sequence[tuple[float, float]]) -> Front:
         """The solutions, clipped into the domain (solver tolerance), with the model's latency."""

@@ -239,3 +239,37 @@ def test_hit_rate_latency_fit() -> None:
 def test_objectives_stack_inconsistency() -> None:
     np.testing.assert_allclose(objectives([1, 2], [10, 20], [0.25, 1.0]),
                                [[1, 10, 0.75], [2, 20, 0.0]])
+
+
+# --- conditioning: instances that left Clarabel at optimal_inaccurate before the rescaling --
+
+# Found by a random sweep over model parameters: a capacity term that barely moves latency
+# (α/C ~ 1e-3 — an unbounded epigraph of 1/C drifted) and ε-bounds exactly at c_min (C pinned
+# through the cone).
+ILL_CONDITIONED = [
+    (CapacityLatencyModel(1.327, 2.23e-4, 757.9, 43.63), Domain(0.1879, 4.771, 0.0, 0.8647)),
+    (CapacityLatencyModel(292.7, 1.219e-3, 0.0, 879.0), Domain(0.02114, 4.011, 0.0, 0.8403)),
+    (CapacityLatencyModel(2.653, 0.5454, 194.0, 2.362), Domain(0.5265, 12.36, 0.0, 0.9551)),
+]
+
+
+@pytest.mark.parametrize("model, domain", ILL_CONDITIONED)
+def test_badly_scaled_models_solve_to_optimal(model, domain) -> None:
+    bound = ParetoBound(model, domain)
+    front = bound.weighted_sum(simplex_weights(30))  # raises SolverError unless all optimal
+    assert (front.capacity >= domain.c_min).all() and (front.capacity <= domain.c_max).all()
+    caps, slack = np.meshgrid(np.geomspace(domain.c_min, domain.c_max, 6),
+                              np.linspace(1 - domain.i_max, 1 - domain.i_min, 6))
+    eps = bound.epsilon_constraint(caps.ravel(), slack.ravel())
+    assert (eps.capacity <= caps.ravel() * (1 + 1e-6)).all()
+    # the ε solutions are the model's minima at their bounds: C at its bound, I as high as allowed
+    # unless the I² cost pulls it lower
+    i_best = np.clip(model.beta / (model.beta + model.gamma), 1 - slack.ravel(), domain.i_max)
+    np.testing.assert_allclose(eps.latency, model.latency(caps.ravel(), i_best), rtol=1e-5)
+
+
+def test_epsilon_bounds_must_be_positive(bound: ParetoBound) -> None:
+    with pytest.raises(InvalidInputError):
+        bound.epsilon_constraint(0.0, 0.5)
+    with pytest.raises(InvalidInputError):
+        bound.epsilon_constraint(5.0, np.nan)
