@@ -21,16 +21,21 @@
 # re-solved per point), and measures how far each eviction policy and threshold falls from it.
 #
 # * **Measured configurations**: `mmcache.cachebench.replay` of a synthetic multimodal stream
-#   (`mmcache.workload.generate`: synthetic vectors and timing) through the GPU → CPU → NVMe
-#   `three_tier` hierarchy, swept over capacity × TTL × eviction policy × semantic threshold.
-# * **Latency model: CacheBench-MM v1's table of assumed constants** (`LatencyModel()`, per-tier
-#   lookup and bandwidth constants), not a measured, load-dependent model. Every latency below is
-#   modelled from those constants; the v2 model replaces them by swapping the one function
-#   `measure` below.
+#   (`mmcache.workload.generate`: synthetic vectors and timing, with a compressed daily cycle and
+#   bursts that arrive faster) through the GPU → CPU → NVMe `three_tier` hierarchy, swept over
+#   capacity × TTL × eviction policy × semantic threshold.
+# * **Latency model: CacheBench-MM v2** (`LatencyModel.measured(servers=SERVERS)`): encoder and
+#   tier-lookup times measured on this machine (`data/latency_profile.json`), model inference an
+#   **assumed** cost per modality, queued on `SERVERS` FCFS inference servers. The stream's
+#   arrival times are scaled to an offered load of `LOAD` (arrival rate ÷ the servers' capacity if
+#   nothing hit, `mmcache.cachebench.offered_load`); a second, smaller sweep at `CHECK_LOAD` shows
+#   how the fit fares when queueing dominates.
 # * **Consistency axis**: the TTL the replay applies to every cached answer
 #   (`replay(..., ttl_s=τ)`), as the consistency level `I = 1 − τ / τ_max`: the normalised
 #   staleness bound, 1 = no answer served older than 0 s (always revalidate), 0 = answers up to
-#   `τ_max` old. A shorter TTL costs hits, so latency *rises* with `I`.
+#   `τ_max` old. TTLs are given in mean inter-arrival gaps (an answer lives for about that many
+#   requests), so they mean the same at either load. A shorter TTL costs hits, so latency *rises*
+#   with `I`.
 # * **Objectives**, all minimised: capacity `C` (MiB of the L3 tier; L1 and L2 add 1/16 and 1/4),
 #   mean latency `L` (ms), inconsistency `1 − I`.
 
@@ -43,7 +48,12 @@ N_INTENTS = 1_500
 POLICY_NAMES = ["lru", "fifo", "sieve", "s3fifo"]
 THRESHOLDS = [0.8, 0.9]
 CAPACITY_FRACTIONS = [0.02, 0.05, 0.1, 0.2, 0.5]
-TTLS_S = [0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0]
+TTL_ARRIVALS = [50, 100, 200, 400, 800, 1500, 3000]  # TTLs in mean inter-arrival gaps
+CYCLE_AMPLITUDE = 0.5  # arrival rate 1 ± 0.5 × qps over one compressed "day" (synthetic)
+BURST_SPEEDUP = 3.0  # burst queries arrive 3× faster (synthetic)
+SERVERS = 4
+LOAD = 0.5  # offered load of the main sweep
+CHECK_LOAD = 0.8  # the second sweep's load (notebook 06's base load), lru at THRESHOLDS[0] only
 N_SWEEP = 100
 
 # %%
@@ -57,7 +67,7 @@ import pandas as pd
 import seaborn as sns
 from IPython.display import Markdown, display
 
-from mmcache.cachebench import LatencyModel, replay, three_tier
+from mmcache.cachebench import LatencyModel, at_load, replay, three_tier
 from mmcache.pareto import (CONVEXITY_CONDITIONS, OBJECTIVES, Domain, ParetoBound, fit_model,
                             fit_hit_rate_latency, hypervolume, hypervolume_gap, lower_envelope,
                             non_dominated, objectives, simplex_weights, supported)
@@ -69,42 +79,52 @@ MiB = 1 << 20
 if SMOKE:
     N_QUERIES, N_INTENTS = 1_500, 300
     POLICY_NAMES, THRESHOLDS = ["lru", "sieve"], [0.85]
-    CAPACITY_FRACTIONS, TTLS_S = [0.05, 0.2, 0.6], [1.0, 4.0, 15.0]
-TTL_MAX = max(TTLS_S)
+    CAPACITY_FRACTIONS, TTL_ARRIVALS = [0.05, 0.2, 0.6], [100, 400, 1500]
+TTL_MAX = max(TTL_ARRIVALS)
 
 # %% [markdown]
 # ## Measured configurations
 #
-# `measure` is the one place that turns a configuration into a measured latency; everything below
-# reads its output. Capacity fractions are of the stream's exact-key working set.
+# `measure` is the one place that turns a configuration into a measured latency; `sweep` runs
+# the grid through it. Capacity fractions are of the stream's exact-key working set.
 
 # %%
-stream = generate(n_queries=N_QUERIES, n_intents=N_INTENTS, seed=SEED)
-_, first = np.unique(stream.exact_keys(), return_index=True)
-working_set = int(stream.size[first].sum())
-latency_v1 = LatencyModel()
+latency_v2 = LatencyModel.measured(servers=SERVERS, seed=SEED)
+raw_stream = generate(n_queries=N_QUERIES, n_intents=N_INTENTS, cycle_amplitude=CYCLE_AMPLITUDE,
+                      burst_speedup=BURST_SPEEDUP, seed=SEED)
+_, first = np.unique(raw_stream.exact_keys(), return_index=True)
+working_set = int(raw_stream.size[first].sum())
 
 
-def measure(policy: str, threshold: float, capacity_bytes: int, ttl_s: float) -> dict:
-    """One configuration through CacheBench-MM v1 (assumed-constant latency table)."""
+def measure(stream, policy: str, threshold: float, capacity_bytes: int, ttl_s: float) -> dict:
+    """One configuration through CacheBench-MM v2 (measured encoders and lookups, queued
+    inference)."""
     report = replay(stream, three_tier(capacity_bytes, policy=policy, threshold=threshold),
-                    latency_v1, limits=False, ttl_s=ttl_s)
+                    latency_v2, limits=False, ttl_s=ttl_s)
     return {"latency_ms": report.latency_ms["mean"], "hit_rate": report.hit_rate,
-            "false_hit_rate": report.false_hit_rate}
+            "false_hit_rate": report.false_hit_rate,
+            "utilisation": report.queue["utilisation"]}
+
+
+def sweep(load: float, policies: list, thresholds: list) -> pd.DataFrame:
+    """Every (policy, threshold, capacity, TTL) configuration at offered ``load``."""
+    stream = at_load(raw_stream, latency_v2, load)
+    gap_s = float(np.diff(stream.time).mean())
+    rows = []
+    for policy, threshold, frac, ttl in itertools.product(policies, thresholds,
+                                                          CAPACITY_FRACTIONS, TTL_ARRIVALS):
+        capacity = max(4096, int(frac * working_set))
+        rows.append({"policy": policy, "threshold": threshold, "capacity_mib": capacity / MiB,
+                     "ttl_arrivals": ttl, "consistency": 1 - ttl / TTL_MAX,
+                     **measure(stream, policy, threshold, capacity, ttl * gap_s)})
+    return pd.DataFrame(rows)
 
 
 start = time.perf_counter()
-rows = []
-for policy, threshold, frac, ttl in itertools.product(POLICY_NAMES, THRESHOLDS,
-                                                      CAPACITY_FRACTIONS, TTLS_S):
-    capacity = max(4096, int(frac * working_set))
-    rows.append({"policy": policy, "threshold": threshold, "capacity_mib": capacity / MiB,
-                 "ttl_s": ttl, "consistency": 1 - ttl / TTL_MAX,
-                 **measure(policy, threshold, capacity, ttl)})
-measured = pd.DataFrame(rows)
+measured = sweep(LOAD, POLICY_NAMES, THRESHOLDS)
 replay_seconds = time.perf_counter() - start
-print(f"{len(measured)} replays of {len(stream):,} queries in {replay_seconds:.1f} s; "
-      f"working set {working_set / MiB:.1f} MiB; stream spans {stream.time[-1]:.0f} s")
+print(f"{len(measured)} replays of {len(raw_stream):,} queries at load {LOAD} in "
+      f"{replay_seconds:.1f} s; working set {working_set / MiB:.1f} MiB")
 measured.groupby(["policy", "threshold"])[["latency_ms", "hit_rate", "false_hit_rate"]].mean()
 
 # %% [markdown]
@@ -119,7 +139,12 @@ measured.groupby(["policy", "threshold"])[["latency_ms", "hit_rate", "false_hit_
 # built).
 
 # %%
-best = measured.groupby(["capacity_mib", "consistency"], as_index=False).latency_ms.min()
+def best_per_point(frame: pd.DataFrame) -> pd.DataFrame:
+    """The best measured latency of each (capacity, consistency) pair."""
+    return frame.groupby(["capacity_mib", "consistency"], as_index=False).latency_ms.min()
+
+
+best = best_per_point(measured)
 fits = {name: fit_model(best.capacity_mib, best.consistency, best.latency_ms,
                         consistency_cost=cost)
         for name, cost in [("seed_form", False), ("with_consistency_cost", True)]}
@@ -140,22 +165,32 @@ for ax, (name, f) in zip(axes, fits.items()):
     lims = [best.latency_ms.min() * 0.95, best.latency_ms.max() * 1.05]
     ax.plot(lims, lims, c="k", lw=1, ls="--")
     ax.set(title=f"{name}: R² = {f.r2:.3f}, rel. RMSE = {f.relative_rmse:.1%}",
-           xlabel="measured best latency (ms, v1 constants)", ylabel="model latency (ms)")
+           xlabel="measured best latency (ms, CacheBench-MM v2)", ylabel="model latency (ms)")
 fig.colorbar(sc, ax=axes[-1], label="consistency I = 1 − TTL/TTL_max")
-provenance = {"data": stream.describe(), "embeddings": EMBEDDING_KIND, "timing": TIMING_KIND,
+provenance = {"data": raw_stream.describe(), "embeddings": EMBEDDING_KIND, "timing": TIMING_KIND,
               "weights": "none (synthetic vectors)",
-              "latency_model": "CacheBench-MM v1: assumed constants (LatencyModel, three_tier), "
-                               "not measured",
+              "latency_model": latency_v2.kind, "load": LOAD,
+              "workload": {"cycle_amplitude": CYCLE_AMPLITUDE, "burst_speedup": BURST_SPEEDUP},
               "sweep": {"policies": POLICY_NAMES, "thresholds": THRESHOLDS,
-                        "capacity_fractions": CAPACITY_FRACTIONS, "ttls_s": TTLS_S},
+                        "capacity_fractions": CAPACITY_FRACTIONS, "ttl_arrivals": TTL_ARRIVALS},
               "smoke": SMOKE}
 save_figure(fig, "05_model_fit", provenance)
 
 # %% [markdown]
+# The same fit at `CHECK_LOAD` (one policy and threshold, the same capacities and TTLs): there
+# misses queue longer, so how much a shorter TTL costs depends more on capacity.
+
+# %%
+check_best = best_per_point(sweep(CHECK_LOAD, POLICY_NAMES[:1], THRESHOLDS[:1]))
+check_fit = fit_model(check_best.capacity_mib, check_best.consistency, check_best.latency_ms)
+print(f"load {CHECK_LOAD}: R² = {check_fit.r2:.3f}, relative RMSE {check_fit.relative_rmse:.1%} "
+      f"(load {LOAD}: R² = {fit.r2:.3f}, relative RMSE {fit.relative_rmse:.1%})")
+
+# %% [markdown]
 # The latency–hit-rate model of seed 000 §3.2 (the objective of its Lagrangian scheduler):
 # mean latency is affine in the hit rate, `L(h) = miss_ms − (miss_ms − hit_ms)·h`, fitted over
-# every replay. Under the v1 constant table this is nearly exact by construction (a hit and a miss
-# each cost a constant per modality); the spread left is the modality and tier mix.
+# every replay. Under v2 a miss waits in the inference queue, and the wait grows with the number
+# of misses, so the affine form is an approximation; its RMSE says by how much.
 
 # %%
 hit_model = fit_hit_rate_latency(measured.hit_rate, measured.latency_ms)
@@ -270,12 +305,12 @@ for k, level in enumerate(levels):
     top = at.groupby("capacity_mib").latency_ms.min()
     colour = f"C{k}"
     ax.plot(grid, bound_model.latency(grid, level), c=colour, lw=2,
-            label=f"bound, I = {level:.2f} (TTL {TTL_MAX * (1 - level):.1f} s)")
+            label=f"bound, I = {level:.2f} (TTL {TTL_MAX * (1 - level):.0f} arrivals)")
     ax.scatter(at.capacity_mib, at.latency_ms, c=colour, s=8, alpha=0.35)
     ax.plot(top.index, top.values, c=colour, marker="o", ls=":", lw=1)
     ax.fill_between(top.index, bound_model.latency(top.index.values, level), top.values,
                     color=colour, alpha=0.15)
-ax.set(xscale="log", xlabel="L3 capacity (MiB)", ylabel="mean latency (ms, v1 constants)")
+ax.set(xscale="log", xlabel="L3 capacity (MiB)", ylabel="mean latency (ms, CacheBench-MM v2)")
 ax.legend(fontsize=8)
 save_figure(fig, "05_bound_vs_measured", provenance)
 
@@ -316,14 +351,17 @@ hull = (f"{unsupported} lie inside their front's convex hull: weighted sums reco
         "measured front shows no non-convex stretch; in general weighted sums recover only the "
         "convex hull, which is why the ε-constraint front is built too")
 display(Markdown(
-    f"**Observed (synthetic stream, v1 assumed-constant latencies).** The seed's form "
+    f"**Observed (synthetic stream, CacheBench-MM v2 latencies at load {LOAD}, assumed "
+    f"inference).** The seed's form "
     f"(`γ = 0`) fits with R² = {seed_fit.r2:.3f} (relative RMSE {seed_fit.relative_rmse:.1%})"
     f"{' and pins ' + ', '.join(seed_fit.at_bound) + ' at 0' if seed_fit.at_bound else ''}; "
     f"with the consistency cost `γ·I²` R² = {fit.r2:.3f} (relative RMSE "
     f"{fit.relative_rmse:.1%}). Both forms are separable in C and I, but the measured TTL "
     f"effect is not: going from the longest to the shortest TTL costs {ttl_gain.iloc[0]:.0f} ms "
     f"at the smallest capacity and {ttl_gain.iloc[-1]:.0f} ms at the largest (best "
-    f"configuration each), an interaction no separable model can follow. The bound is the fit "
+    f"configuration each), an interaction no separable model can follow. At load {CHECK_LOAD} "
+    f"({POLICY_NAMES[0]}, cos≥{THRESHOLDS[0]}) the same form fits with R² = {check_fit.r2:.3f} "
+    f"(relative RMSE {check_fit.relative_rmse:.1%}). The bound is the fit "
     f"scaled by {envelope_factor:.3f}, so that no measured configuration beats it "
     f"({len(beats_bound)} below). The normalised hypervolume "
     f"gap ranges from {min(gap.values()):.3f} ({min(gap, key=gap.get)}) to "
@@ -345,6 +383,7 @@ write_metrics({
     "reference_point": REF.tolist(),
     "normalisation": dict(zip(OBJECTIVES, scale.tolist())),
     "fit": {name: f.as_dict() for name, f in fits.items()},
+    "fit_at_check_load": {"load": CHECK_LOAD, **check_fit.as_dict()},
     "bound_model": {**asdict(bound_model), "envelope_factor": envelope_factor},
     "convexity_conditions": CONVEXITY_CONDITIONS,
     "hit_rate_latency": asdict(hit_model),
@@ -356,7 +395,8 @@ write_metrics({
     "n_replays": len(measured),
     "replay_seconds": replay_seconds,
     "data": {"embeddings": EMBEDDING_KIND, "timing": TIMING_KIND,
-             "latency_model": "CacheBench-MM v1: assumed constants, not measured",
-             "consistency": "I = 1 - ttl_s / ttl_max (normalised staleness bound)",
-             "ttl_max_s": TTL_MAX},
+             "latency_model": latency_v2.kind, "load": LOAD, "servers": SERVERS,
+             "cycle_amplitude": CYCLE_AMPLITUDE, "burst_speedup": BURST_SPEEDUP,
+             "consistency": "I = 1 - ttl / ttl_max, TTL in mean inter-arrival gaps",
+             "ttl_max_arrivals": TTL_MAX},
 }, NOTEBOOK, SMOKE)
