@@ -177,8 +177,8 @@ provenance = {"data": raw_stream.describe(), "embeddings": EMBEDDING_KIND, "timi
 save_figure(fig, "05_model_fit", provenance)
 
 # %% [markdown]
-# The same fit at `CHECK_LOAD` (one policy and threshold, the same capacities and TTLs): there
-# misses queue longer, so how much a shorter TTL costs depends more on capacity.
+# The same fit at `CHECK_LOAD` (one policy and threshold, the same capacities and TTLs), where
+# misses queue longer: whether the model's form holds at more than one load.
 
 # %%
 check_best = best_per_point(sweep(CHECK_LOAD, POLICY_NAMES[:1], THRESHOLDS[:1]))

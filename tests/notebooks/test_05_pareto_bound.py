@@ -51,5 +51,13 @@ def test_weighted_sum_agrees_with_epsilon_constraint(metrics):
 
 def test_hit_rate_latency_model(metrics):
     fit = metrics["hit_rate_latency"]
-    assert 0 < fit["hit_ms"] < fit["miss_ms"]
-    assert "assumed constants" in metrics["data"]["latency_model"]
+    assert 0 <= fit["hit_ms"] < fit["miss_ms"] and fit["rmse"] >= 0
+
+
+def test_fitted_on_the_v2_latency_model_at_two_loads(metrics):
+    data = metrics["data"]
+    assert "measured encoders and tier lookups" in data["latency_model"]
+    assert data["cycle_amplitude"] > 0 and data["burst_speedup"] > 1
+    check = metrics["fit_at_check_load"]
+    assert check["load"] > data["load"] and check["n_points"] > 4
+    assert check["alpha"] >= 0 and check["beta"] >= 0 and check["gamma"] >= 0 and check["r2"] <= 1
