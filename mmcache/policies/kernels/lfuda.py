@@ -1,20 +1,23 @@
 """LFUDA replay kernel (mirrors mmcache.policies.lfuda, i.e. libCacheSim's LFUDA).
 
 Counts grow by the current age on every hit, so buckets (head/tail pairs in ``heads``,
-one per distinct count, FIFO by the time a key reached the count) are found through a
-typed dict from count to slot (``cnt`` maps back), and each key remembers its slot. The
-slots of non-empty buckets sit in a min-heap by count with lazy deletion; the next
-non-empty count above the age is found by setting the (rare) counts below it aside and
-putting them back.
+one per distinct count, FIFO by the time a key reached the count) are numbered densely:
+an open-addressing table (:mod:`mmcache._dense`) maps a count to its slot, ``cnt`` maps
+back, and each key remembers its slot. The slots of non-empty buckets sit in a min-heap
+by count with lazy deletion; the next non-empty count above the age is found by setting
+the (rare) counts below it aside and putting them back.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.typed import Dict
+from numba import njit
 
+from ..._dense import intern, lookup, new_table
 from ._lists import new_links, push_head, unlink
+
+#: Rows of the count -> slot table to start with (log2; it doubles when half full).
+TABLE_BITS = 10
 
 #: Largest count the kernel tracks; past it, simulate() falls back to the online object.
 COUNT_LIMIT = 2**62
@@ -52,17 +55,6 @@ def _heap_pop(heap, cnt, n):
 
 
 @njit(cache=True)
-def _slot(slots, cnt, f):
-    """Slot of the bucket for count ``f``, allocated on first use."""
-    if f in slots:
-        return slots[f]
-    s = len(slots)
-    slots[f] = s
-    cnt[s] = f
-    return s
-
-
-@njit(cache=True)
 def _live_top(heap, cnt, n, heads, queued):
     """Drop heap tops whose bucket is empty; the new heap size."""
     while n > 0:
@@ -90,9 +82,19 @@ def _successor(heap, cnt, n, heads, queued, aside, v):
     return out, n
 
 
+@njit(cache=True, inline="always")
+def _slot(table, bits, n_slots, cnt, f):
+    """(slot of the bucket for count ``f``, allocated on first use; table, bits, n_slots)."""
+    s, table, bits, n_slots = intern(table, bits, n_slots, f)
+    cnt[s] = f
+    return s, table, bits, n_slots
+
+
 @njit(cache=True)
-def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, obj_slot, slots, cnt,
+def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, obj_slot, table, cnt,
             queued, heap, aside):
+    bits = TABLE_BITS
+    n_slots = 0
     used = 0
     miss_cnt = 0
     miss_byte = 0
@@ -110,7 +112,7 @@ def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, obj_slot, 
             unlink(prev, nxt, heads[so], x)
             if old == min_freq and heads[so, 0] < 0:
                 min_freq, n = _successor(heap, cnt, n, heads, queued, aside, min_freq)
-            sn = _slot(slots, cnt, new)
+            sn, table, bits, n_slots = _slot(table, bits, n_slots, cnt, new)
             if not queued[sn]:
                 queued[sn] = True
                 n = _heap_push(heap, cnt, n, sn)
@@ -124,7 +126,7 @@ def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, obj_slot, 
             continue
         while used + s > cache_size:
             f = max(min_freq, 1)
-            sf = slots[f] if f in slots else -1
+            sf = lookup(table, bits, f)
             if sf < 0 or heads[sf, 0] < 0:  # stale minimum: the lowest non-empty count
                 n = _live_top(heap, cnt, n, heads, queued)
                 sf = heap[0]
@@ -136,12 +138,11 @@ def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, obj_slot, 
                 min_freq, n = _successor(heap, cnt, n, heads, queued, aside, min_freq)
             freq[v] = 0
             used -= obj_size[v]
-        f = min_freq + 1
-        sn = _slot(slots, cnt, f)
+        sn, table, bits, n_slots = _slot(table, bits, n_slots, cnt, min_freq + 1)
         if not queued[sn]:
             queued[sn] = True
             n = _heap_push(heap, cnt, n, sn)
-        freq[x] = f
+        freq[x] = min_freq + 1
         push_head(prev, nxt, heads[sn], x)
         obj_slot[x] = sn
         obj_size[x] = s
@@ -153,11 +154,11 @@ def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: i
            cache_size: int) -> tuple[int, int] | None:
     """(miss_cnt, miss_byte) of LFUDA on dense ids; None if counts outgrow int64."""
     prev, nxt = new_links(n_obj)
-    slots = Dict.empty(key_type=types.int64, value_type=types.int64)
     n_slots = ids.shape[0] + 2
     heads = np.full((n_slots, 2), -1, np.int64)
     counts = _replay(ids, sizes, cache_size, prev, nxt, heads, np.zeros(n_obj, np.int64),
-                     np.zeros(n_obj, np.int64), np.zeros(n_obj, np.int64), slots,
-                     np.zeros(n_slots, np.int64), np.zeros(n_slots, np.bool_),
-                     np.zeros(n_slots, np.int64), np.zeros(n_slots, np.int64))
+                     np.zeros(n_obj, np.int64), np.zeros(n_obj, np.int64),
+                     new_table(TABLE_BITS), np.zeros(n_slots, np.int64),
+                     np.zeros(n_slots, np.bool_), np.zeros(n_slots, np.int64),
+                     np.zeros(n_slots, np.int64))
     return None if counts[0] < 0 else counts
