@@ -158,14 +158,15 @@ def replay(scores: PairScores, rule: Any, seed: int = 0, use_verifier: bool = Tr
         evidence = {"verifier": float(scores.verifier[i])} if use_verifier else None
         rule.observe_lookup(scope, tuple(sims), sims)
         observations[k] = seen.get(entry, 0)
+        charged = 0.0
         if rule.accepts(sims, entry, scope, evidence):
             served[k] = True
-            rule.served(sims, entry, scope, evidence)
+            charged = rule.served(sims, entry, scope, evidence)
         if served[k] or not use_verifier or scores.verifier[i] >= VERIFIER_PASS:
             # a served hit's label settles its risk in the scope's ledger (scope given); an
             # explored one only teaches the entry's curve, which under the verifier is the curve
             # given that the verifier passed: labels of candidates it rejected stay out
-            rule.feedback(sims, entry, bool(same[k]), scope if served[k] else None)
+            rule.feedback(sims, entry, bool(same[k]), scope if served[k] else None, charged)
             seen[entry] = seen.get(entry, 0) + 1
     return Replay(np.asarray(order), served, same, observations, scores.modality[order])
 

@@ -55,7 +55,7 @@ def test_feedback_reaches_the_rule_once_and_rejects_foreign_hits():
     seen = []
     cache.thresholds.feedback = lambda *args: seen.append(args)
     assert cache.feedback(hit, correct=False) is True
-    assert seen == [(dict(hit.similarities), hit.entry_id, False, "s")]
+    assert seen == [(dict(hit.similarities), hit.entry_id, False, "s", 0.0)]  # static: no charge
     before = snapshot(cache)
     with pytest.raises(UnknownHitError):                       # already labelled
         cache.feedback(hit, correct=False)

@@ -115,13 +115,12 @@ def run_stream(rule: ThresholdRule, seed: int, n: int = 3000, entries: int = 200
         s = float(rng.uniform(0.3, 0.8) if rng.random() < novel else rng.uniform(0.75, 1.0))
         correct = bool(rng.random() < true_p(s))
         served = rule.accepts({"text": s}, entry, "s")
-        if served:
-            rule.served({"text": s}, entry, "s")
+        charged = rule.served({"text": s}, entry, "s") if served else 0.0
         rule.observe_lookup("s", ("text",), {"text": s})
         if served:
             hits += 1
             wrong += not correct
-            rule.feedback({"text": s}, entry, correct, "s")
+            rule.feedback({"text": s}, entry, correct, "s", charged)
     return hits / n, wrong / n
 
 
@@ -149,11 +148,11 @@ def test_wrong_feedback_makes_that_entry_stricter_and_stops_it(tmp_path):
     for _ in range(200):
         rule.observe_lookup("s", ("text",), None)          # plenty of budget
     before = rule.threshold("text", "bad", "s")
-    rule.feedback({"text": 0.97}, "bad", False, "s")
+    rule.feedback({"text": 0.97}, "bad", False)           # explored labels: no ledger change
     assert rule.threshold("text", "bad", "s") > before
     assert rule.threshold("text", "other", "s") == pytest.approx(before)  # per entry
     for _ in range(5):
-        rule.feedback({"text": 0.97}, "bad", False, "s")
+        rule.feedback({"text": 0.97}, "bad", False)
     assert not rule.accepts({"text": 0.97}, "bad", "s")
     assert not rule.accepts({"text": 0.99}, "bad", "s")
     rule.forget("bad")
@@ -193,7 +192,7 @@ def stateful_rules(tmp_path) -> list[ThresholdRule]:
     vcache = VCachePaperThreshold(0.05)
     for s, ok in [(0.95, True), (0.9, True), (0.7, False), (0.99, True), (0.8, False),
                   (0.97, True), (0.98, False)]:
-        budget.feedback({"text": s}, "e", ok, "s")
+        budget.feedback({"text": s}, "e", ok)
         vcache.feedback({"text": s}, "e", ok)
     for _ in range(30):
         budget.observe_lookup("s", ("text",), None)

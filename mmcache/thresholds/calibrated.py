@@ -24,7 +24,8 @@ from .prior import ChannelPrior, channel, load_priors
 class CalibratedThreshold(ThresholdRule):
     """Hit when Π_m P_m(s_m) · P_verifier ≥ ``level``; P_m a calibration curve per channel.
 
-    ``encoders`` names each modality's encoder (the config's ``encoders`` section); a
+    ``encoders`` names each modality's encoder (the config's ``encoders`` section) and
+    ``verifier`` the verifier stage (its channel's curve is the one conditioned on it); a
     modality whose channel has no curve in ``prior`` never hits (ConfigError at
     construction when ``encoders`` names such a channel).
     """
@@ -32,7 +33,8 @@ class CalibratedThreshold(ThresholdRule):
     name = "calibrated"
 
     def __init__(self, level: float = 0.9, prior: str | Path | None = None,
-                 calibration: str = "isotonic", encoders: Mapping[str, str] | None = None) -> None:
+                 calibration: str = "isotonic", encoders: Mapping[str, str] | None = None,
+                 verifier: str = "none") -> None:
         if calibration not in ("isotonic", "platt"):
             raise ConfigError(f"thresholds.calibration must be 'isotonic' or 'platt', "
                               f"got {calibration!r}")
@@ -42,7 +44,7 @@ class CalibratedThreshold(ThresholdRule):
         priors = load_priors(prior)
         self._curves: dict[str, ChannelPrior] = {}
         for modality, encoder in self.encoders.items():
-            key = channel(modality, encoder)
+            key = channel(modality, encoder, verifier)
             if key not in priors:
                 raise ConfigError(f"thresholds: no calibration for channel {key!r} in "
                                   f"{prior or 'the shipped priors'}; have {sorted(priors)}; "

@@ -67,9 +67,11 @@ class ChannelPrior:
         return float(np.interp(similarity, self.iso_x, self.iso_y))
 
 
-def channel(modality: str, encoder: str | None) -> str:
-    """The key of a channel in a priors file."""
-    return f"{modality}/{encoder}"
+def channel(modality: str, encoder: str | None, verifier: str = "none") -> str:
+    """The key of a channel in a priors file: ``"modality/encoder"``, fitted on every pair,
+    or ``"modality/encoder+verifier"``, fitted on the pairs that ``verifier`` (a name in
+    :data:`mmcache.verifiers.VERIFIERS`) passes, for rules that multiply its probability in."""
+    return f"{modality}/{encoder}" + ("" if verifier == "none" else f"+{verifier}")
 
 
 def sigmoid(z: float) -> float:
