@@ -137,6 +137,21 @@ def test_error_budget_is_respected_on_synthetic_streams(tmp_path, budget):
     assert min(h for h, _ in results) > 0.03               # it does serve
 
 
+@pytest.mark.parametrize("n", [30, 120])
+def test_error_budget_is_respected_on_short_streams(tmp_path, n):
+    """The starting credit is an advance, repaid once the scope has seen ``credit`` lookups:
+    over many short streams (as long as a modality's held-out pairs) the mean realised error
+    stays within the budget (an added credit would give budget·(n + credit)/n), and the
+    rule still serves."""
+    path = synthetic_priors(tmp_path)
+    results = [run_stream(ErrorBudgetThreshold(0.05, path, {"text": "test"}), seed, n=n,
+                          entries=n, novel=0.0) for seed in range(100)]
+    errors = [e for _, e in results]
+    # measured 0.040 (n = 30) and 0.047 (n = 120); an added credit gives 0.053 and 0.051
+    assert np.mean(errors) <= 0.05, np.mean(errors)
+    assert np.mean([h for h, _ in results]) > 0.2
+
+
 def test_error_budget_serves_a_new_entry_at_its_first_lookup(tmp_path):
     rule = ErrorBudgetThreshold(0.02, synthetic_priors(tmp_path), {"text": "test"})
     assert rule.accepts({"text": 0.99}, "fresh", "s")
@@ -234,8 +249,12 @@ def test_the_shipped_prior_loads_with_its_provenance():
     text = priors["text/minilm"]
     assert text.n_pairs > 100
     assert text.p_correct(0.99) > text.p_correct(0.5)
+    verified = priors["text/minilm+edits"]                # conditioned on the edits verifier
+    assert verified.n_pairs < text.n_pairs
     provenance = json.loads(PRIORS_PATH.read_text())["provenance"]
-    assert {"encoder", "data", "date", "command"} <= set(provenance)
+    assert {"encoders", "data", "split", "conditioned_on", "date", "command"} <= set(provenance)
+    assert provenance["split"] == "train"
+    assert provenance["conditioned_on"]["text/minilm+edits"].startswith("verifier edits")
 
 
 @pytest.mark.parametrize("content, match", [

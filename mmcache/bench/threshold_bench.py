@@ -41,9 +41,9 @@ def heldout_pairs() -> dict[str, dict[str, float]]:
     from ..datasets.pairs import PairSizes, text_pairs
     from ..encoders import get_encoder
     from ..thresholds import CalibratedThreshold
-    from ..thresholds.prior import PRIOR_PROMPTS
+    from ..thresholds.prior import PRIOR_SEED
 
-    pairs = text_pairs("test", 0, PairSizes(prompts=PRIOR_PROMPTS))
+    pairs = text_pairs("test", PRIOR_SEED, PairSizes(prompts=600))
     texts = sorted({p.query.text for p in pairs} | {p.cached.text for p in pairs})
     vectors = np.asarray(get_encoder("minilm").encode(texts), np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)

