@@ -129,8 +129,10 @@ class ThresholdConfig:
       isotonic or platt) per (modality, encoder) from ``prior`` (null: the shipped file);
     - ``error-budget``: per-entry learned P(correct) with the shared ``prior``; serve
       while expected wrong answers ÷ lookups ≤ ``budget`` (``max_risk``: most P(wrong) of
-      one hit; ``credit``: lookups of allowance a new cache starts with;
-      ``search_floor``: least cosine searched);
+      one hit; ``credit``: the first ``credit`` lookups of a scope share the allowance of
+      ``credit`` lookups, an advance repaid by the lookups after them; ``search_floor``:
+      least cosine searched); both probabilistic rules read the channel conditioned on
+      ``verifier`` when one is named;
     - ``vcache-paper``: vCache's per-entry rule from its paper (``budget``,
       ``min_observations``, ``z``, ``search_floor``).
 
