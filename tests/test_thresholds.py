@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -15,7 +16,9 @@ from mmcache.errors import ConfigError, PriorFileError
 from mmcache.thresholds import (DEFAULT_DELTA, RULES, CalibratedThreshold, ErrorBudgetThreshold,
                                 PercentileThreshold, StaticThreshold, ThresholdRule,
                                 VCachePaperThreshold)
-from mmcache.thresholds.prior import PRIORS_PATH, FORMAT, fit_channel, load_priors, sigmoid
+from mmcache.thresholds.prior import (PRIORS_PATH, FORMAT, channel, fit_channel, load_priors,
+                                      sigmoid)
+from mmcache.thresholds_study import STUDY_ENCODERS
 
 #: The synthetic truth: P(correct | s) = σ(A + B·s) (0.5 at s = 0.85, 0.95 at s ≈ 0.95).
 A, B = -25.0, 29.4
@@ -179,6 +182,17 @@ def test_error_budget_without_a_prior_channel_never_serves_cold(tmp_path):
     assert not rule.accepts({"image": 0.999}, "e", "s")     # no image prior: P = 1/2
 
 
+@pytest.mark.parametrize("encoders, verifier, missing", [
+    ({"text": "test", "image": "clip"}, "none", "image/clip"),
+    ({"text": "test"}, "edits", "text/test+edits"),     # only the unconditioned curve shipped
+])
+def test_error_budget_needs_a_prior_for_every_configured_channel(tmp_path, encoders, verifier,
+                                                                 missing):
+    with pytest.raises(ConfigError, match=re.escape(missing)) as err:
+        ErrorBudgetThreshold(0.02, synthetic_priors(tmp_path), encoders, verifier=verifier)
+    assert "make priors" in str(err.value) and "text/test" in str(err.value)
+
+
 # -- vcache-paper --------------------------------------------------------------------------
 def test_vcache_paper_needs_observations_before_it_may_hit():
     rule = VCachePaperThreshold(budget=0.1, min_observations=6)
@@ -255,6 +269,9 @@ def test_the_shipped_prior_loads_with_its_provenance():
     assert {"encoders", "data", "split", "conditioned_on", "date", "command"} <= set(provenance)
     assert provenance["split"] == "train"
     assert provenance["conditioned_on"]["text/minilm+edits"].startswith("verifier edits")
+    for modality, (encoder, _) in STUDY_ENCODERS.items():   # every channel, or named missing
+        shipped = {channel(modality, encoder, v) in priors for v in ("none", "edits")}
+        assert shipped == {modality not in provenance["missing_encoders"]}
 
 
 @pytest.mark.parametrize("content, match", [

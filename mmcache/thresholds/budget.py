@@ -28,9 +28,8 @@ import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..errors import ConfigError
 from .base import ThresholdRule
-from .prior import channel, load_priors, posterior, predictive
+from .prior import channel_priors, posterior, predictive
 
 #: Prior over w for a channel without a fitted one: centred on P = 1/2, wide.
 UNINFORMATIVE = ((0.0, 0.0), ((100.0, 0.0), (0.0, 100.0)))
@@ -50,15 +49,9 @@ class ErrorBudgetThreshold(ThresholdRule):
         self.budget, self.max_risk, self.credit = budget, max_risk, credit
         self.search_floor = search_floor
         self.encoders = dict(encoders or {})
-        priors = load_priors(prior)
-        self._prior: dict[str, tuple] = {}
-        for modality, encoder in self.encoders.items():
-            key = channel(modality, encoder, verifier)
-            if key not in priors:
-                raise ConfigError(f"thresholds: no error-budget prior for channel {key!r} in "
-                                  f"{prior or 'the shipped priors'}; have {sorted(priors)}; "
-                                  "fit one with mmcache.thresholds.prior")
-            self._prior[modality] = (priors[key].mean, priors[key].cov)
+        self._prior: dict[str, tuple] = {
+            m: (p.mean, p.cov) for m, p in
+            channel_priors(prior, self.encoders, verifier, "error-budget prior").items()}
         #: entry id -> modality -> ((s, correct) observations, posterior mean, posterior cov).
         self._entries: dict[str, dict[str, tuple[list, tuple, tuple]]] = {}
         #: scope -> [lookups seen, expected wrong answers served].

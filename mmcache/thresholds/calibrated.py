@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .base import NEVER, ThresholdRule
-from .prior import ChannelPrior, channel, load_priors
+from .prior import ChannelPrior, channel_priors
 
 
 class CalibratedThreshold(ThresholdRule):
@@ -41,15 +41,7 @@ class CalibratedThreshold(ThresholdRule):
         self.level = level
         self.calibration = calibration
         self.encoders = dict(encoders or {})
-        priors = load_priors(prior)
-        self._curves: dict[str, ChannelPrior] = {}
-        for modality, encoder in self.encoders.items():
-            key = channel(modality, encoder, verifier)
-            if key not in priors:
-                raise ConfigError(f"thresholds: no calibration for channel {key!r} in "
-                                  f"{prior or 'the shipped priors'}; have {sorted(priors)}; "
-                                  "fit one with mmcache.thresholds.prior")
-            self._curves[modality] = priors[key]
+        self._curves = channel_priors(prior, self.encoders, verifier, "calibration")
         self._least = {m: self._least_similarity(c) for m, c in self._curves.items()}
 
     def probability(self, modality: str, similarity: float) -> float:

@@ -31,12 +31,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import InvalidInputError, PriorFileError
+from ..errors import ConfigError, InvalidInputError, PriorFileError
 from ..paths import DATA_DIR
 
 #: The shipped priors.
 PRIORS_PATH = DATA_DIR / "threshold_priors.json"
 FORMAT = "mmcache-threshold-priors/1"
+#: The fix an error about the shipped priors names.
+REGENERATE = "regenerate it with `make priors` (python -m mmcache.thresholds.prior)"
 #: How many of an entry's own observations the shared prior is worth.
 PRIOR_WEIGHT = 10.0
 
@@ -74,6 +76,24 @@ def channel(modality: str, encoder: str | None, verifier: str = "none") -> str:
     or ``"modality/encoder+verifier"``, fitted on the pairs that ``verifier`` (a name in
     :data:`mmcache.verifiers.VERIFIERS`) passes, for rules that multiply its probability in."""
     return f"{modality}/{encoder}" + ("" if verifier == "none" else f"+{verifier}")
+
+
+def channel_priors(prior: str | Path | None, encoders: Mapping[str, str], verifier: str,
+                   what: str) -> dict[str, ChannelPrior]:
+    """Modality → its channel's prior (:func:`channel`) from the priors file ``prior`` (default:
+    the shipped one), for a rule configured with ``encoders`` and ``verifier``; a channel the
+    file lacks is a :class:`~mmcache.errors.ConfigError` naming it, what the file has and the
+    fix (``what`` names the rule's use of it in the message)."""
+    priors = load_priors(prior)
+    out = {}
+    for modality, encoder in encoders.items():
+        key = channel(modality, encoder, verifier)
+        if key not in priors:
+            raise ConfigError(f"thresholds: no {what} for channel {key!r} in "
+                              f"{prior or 'the shipped priors'}; have {sorted(priors)}; "
+                              f"{REGENERATE} or fit one with its fit_channel")
+        out[modality] = priors[key]
+    return out
 
 
 def sigmoid(z: float) -> float:
@@ -150,7 +170,7 @@ def fit_channel(similarities: Sequence[float], correct: Sequence[bool],
 def load_priors(path: str | Path | None = None) -> dict[str, ChannelPrior]:
     """Channel key → prior from a priors file (default: the shipped one)."""
     path = Path(path) if path is not None else PRIORS_PATH
-    fix = "regenerate it with `make priors` (python -m mmcache.thresholds.prior)"
+    fix = REGENERATE
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
