@@ -61,7 +61,7 @@ from mmcache.errors import MMCacheError
 from mmcache.plotting import save_figure, set_theme
 from mmcache.runbook import run_dir, write_metrics
 from mmcache.thresholds import RULES
-from mmcache.thresholds.prior import PRIOR_SEED, PRIORS_PATH
+from mmcache.thresholds.prior import PRIOR_SEED, PRIORS_PATH, channel, load_priors
 
 set_theme()
 if SMOKE:  # tiny: checks the whole pipeline in well under a minute
@@ -427,6 +427,26 @@ bars = {
 }
 display(pd.Series(bars, name="holds"))
 
+
+def modality_bars(m):
+    """The same bars on one modality alone (2% budget, mean of the seeds; its worst seed)."""
+    def mean_of(name):
+        rows = [r for r in runs.get((name, 0.02), []) if r["modality"] == m]
+        return {k: float(np.mean([r[k] for r in rows])) for k in
+                ("hit_rate", "realised_error", "cold_start_hit_rate")} if rows else None
+
+    own, vcache = mean_of("error-budget"), mean_of("vcache-paper")
+    if own is None:
+        return None
+    static = ts.best_static(scores.subset(scores.modality == m), own["realised_error"])
+    return {**own, "worst_error": max(r["realised_error"] for r in eb2 if r["modality"] == m),
+            "best_static_same_error_hit_rate": static["hit_rate"],
+            "vcache_paper_hit_rate": None if vcache is None else vcache["hit_rate"]}
+
+
+per_modality = {m: modality_bars(m) for m in MODALITIES}
+display(pd.DataFrame(per_modality).T)
+
 metrics = {
     "budgets": {f"{b:.2f}": pick("error-budget", b) for b in BUDGETS},
     "budgets_worst_error": {f"{b:.2f}": max((r["realised_error"] for r in runs.get(
@@ -447,6 +467,9 @@ metrics = {
     "delta_sweep": sweep.to_dict("records"),
     "retrack_lookups_median": retrack.groupby("rule").retrack_lookups.median().to_dict(),
     "quality_bars": bars,
+    "per_modality_0.02": per_modality,
+    "prior_p_correct_at_0.99": {m: load_priors(PRIORS)[channel(m, ts.STUDY_ENCODERS[m][0])]
+                                .p_correct(0.99) for m in MODALITIES},
     "absent": absent,
     "n_pairs": {m: int((scores.modality == m).sum()) for m in MODALITIES},
     "compared_modalities": COMPARED,

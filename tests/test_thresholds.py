@@ -145,18 +145,55 @@ def test_error_budget_is_respected_on_short_streams(tmp_path, n):
     """The starting credit is an advance, repaid once the scope has seen ``credit`` lookups:
     over many short streams (as long as a modality's held-out pairs) the mean realised error
     stays within the budget (an added credit would give budget·(n + credit)/n), and the
-    rule still serves."""
+    rule still serves. The chance constraint is off here (tail = max_risk), so that the
+    expected-error ledger alone is measured."""
     path = synthetic_priors(tmp_path)
-    results = [run_stream(ErrorBudgetThreshold(0.05, path, {"text": "test"}), seed, n=n,
-                          entries=n, novel=0.0) for seed in range(100)]
+    results = [run_stream(ErrorBudgetThreshold(0.05, path, {"text": "test"}, tail=0.5), seed,
+                          n=n, entries=n, novel=0.0) for seed in range(100)]
     errors = [e for _, e in results]
     # measured 0.040 (n = 30) and 0.047 (n = 120); an added credit gives 0.053 and 0.051
     assert np.mean(errors) <= 0.05, np.mean(errors)
     assert np.mean([h for h, _ in results]) > 0.2
 
 
+def worst_prefix_error(rule: ErrorBudgetThreshold, s: float, n: int) -> float:
+    """Lookups at similarity ``s`` on fresh entries whose every served hit is wrong: the
+    highest wrong answers ÷ lookups after any lookup."""
+    wrong, worst = 0, 0.0
+    for i in range(n):
+        if rule.accepts({"text": s}, f"e{i}", "s"):
+            charged = rule.served({"text": s}, f"e{i}", "s")
+            wrong += 1
+            rule.feedback({"text": s}, f"e{i}", False, "s", charged)
+        rule.observe_lookup("s", ("text",), {"text": s})
+        worst = max(worst, wrong / (i + 1))
+    return worst
+
+
+@pytest.mark.parametrize("budget", [0.02, 0.05])
+def test_a_risky_hit_is_served_only_if_the_budget_absorbs_it_being_wrong(tmp_path, budget):
+    """P(wrong) ≈ 0.36 at s = 0.87 (above ``tail``), every served hit wrong: the realised
+    error never exceeds the budget after any lookup; without the chance constraint
+    (tail = max_risk) the same stream overshoots it, by up to one answer."""
+    path = synthetic_priors(tmp_path)
+    rule = ErrorBudgetThreshold(budget, path, {"text": "test"})
+    assert rule.tail < rule.risk({"text": 0.87}) < rule.max_risk
+    assert 0 < worst_prefix_error(rule, 0.87, 400) <= budget
+    loose = ErrorBudgetThreshold(budget, path, {"text": "test"}, tail=0.5)
+    assert worst_prefix_error(loose, 0.87, 400) > budget
+
+
 def test_error_budget_serves_a_new_entry_at_its_first_lookup(tmp_path):
-    rule = ErrorBudgetThreshold(0.02, synthetic_priors(tmp_path), {"text": "test"})
+    """The prior alone (P(wrong | 0.99) ≈ 0.12 here, above ``tail``) serves a fresh entry
+    once the scope's allowance can absorb one wrong answer; at the scope's first lookup
+    only a hit whose P(wrong) is within ``tail``."""
+    path = synthetic_priors(tmp_path)
+    rule = ErrorBudgetThreshold(0.02, path, {"text": "test"})
+    assert not rule.accepts({"text": 0.99}, "fresh", "s")
+    assert ErrorBudgetThreshold(0.02, path, {"text": "test"}, tail=0.2).accepts(
+        {"text": 0.99}, "fresh", "s")
+    for _ in range(50):
+        rule.observe_lookup("s", ("text",), None)          # 0.02 · 51 ≥ one wrong answer
     assert rule.accepts({"text": 0.99}, "fresh", "s")
     assert not rule.accepts({"text": 0.80}, "fresh", "s")
 

@@ -14,7 +14,12 @@ P(wrong) ≤ ``max_risk`` and serving it keeps ``spent ≤ budget · max(lookups
 the first ``credit`` lookups share an allowance of ``budget · credit`` (so a new cache
 may serve its first lookup), an advance repaid once the scope has seen ``credit``
 lookups; from then on the expected error after n lookups is at most the budget, if the
-curves are calibrated (feedback corrects ``spent`` when they are not). P(correct) of a
+curves are calibrated (feedback corrects ``spent`` when they are not). In expectation is
+not enough on a short stream: a hit with P(wrong) = 0.4 that turns out wrong adds 0.6 of
+an answer beyond what was charged. So a candidate with P(wrong) above ``tail`` is served
+only while the allowance could absorb it being wrong (``spent + 1 ≤ allowance``): with
+immediate feedback, the realised error then exceeds the budget only through a hit whose
+P(wrong) was at most ``tail`` (a chance constraint). P(correct) of a
 multimodal candidate is the product over modalities, times the verifier's probability
 when one is given as evidence; the prior is the channel conditioned on that verifier
 (:func:`~mmcache.thresholds.prior.channel`), since its probability is multiplied in.
@@ -45,8 +50,8 @@ class ErrorBudgetThreshold(ThresholdRule):
     def __init__(self, budget: float = 0.02, prior: str | Path | None = None,
                  encoders: Mapping[str, str] | None = None, max_risk: float = 0.5,
                  credit: float = 10.0, search_floor: float = 0.5,
-                 verifier: str = "none") -> None:
-        self.budget, self.max_risk, self.credit = budget, max_risk, credit
+                 verifier: str = "none", tail: float = 0.05) -> None:
+        self.budget, self.max_risk, self.credit, self.tail = budget, max_risk, credit, tail
         self.search_floor = search_floor
         self.encoders = dict(encoders or {})
         self._prior: dict[str, tuple] = {
@@ -80,7 +85,9 @@ class ErrorBudgetThreshold(ThresholdRule):
             return False
         risk = self.risk(similarities, entry_id, evidence)
         lookups, spent = self._ledger.get(scope or "", (0.0, 0.0))
-        return risk <= self.max_risk and spent + risk <= self.allowance(lookups + 1)
+        allowance = self.allowance(lookups + 1)
+        return risk <= self.max_risk and spent + risk <= allowance and \
+            (risk <= self.tail or spent + 1.0 <= allowance)
 
     def allowance(self, lookups: float) -> float:
         """Expected wrong answers a scope may have served after ``lookups`` lookups."""
