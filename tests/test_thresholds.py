@@ -288,8 +288,9 @@ def test_registry_builds_every_rule_from_config(tmp_path):
                       ("vcache-paper", VCachePaperThreshold)]:
         rule = make_threshold(ThresholdConfig(rule=name, prior=path, budget=0.05), enc)
         assert isinstance(rule, cls) and rule.name == name
-    assert make_threshold(ThresholdConfig(rule="error-budget", prior=path, budget=0.05),
-                          enc).budget == 0.05
+    budgeted = make_threshold(ThresholdConfig(rule="error-budget", prior=path, budget=0.05,
+                                              tail=0.2), enc)
+    assert (budgeted.budget, budgeted.tail) == (0.05, 0.2)
     assert set(RULES) == {"static", "percentile", "calibrated", "error-budget", "vcache-paper"}
 
 
