@@ -110,6 +110,20 @@ SEARCH_K = 4
 REFRESH_TIMEOUT = 30.0
 #: Served hits remembered for ``feedback`` (older ones can no longer be labelled).
 FEEDBACK_WINDOW = 100_000
+#: A hit to answer with: the hit, its entry, and what the threshold rule charged for it.
+_Found = tuple[Hit, Entry, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    """An accepted candidate: its tier's level, entry, freshness, similarities, and whether
+    it goes to the verifier before it may be served."""
+
+    level: int
+    entry: Entry
+    freshness: str
+    similarities: dict[str, float]
+    judge: bool
 
 
 class TieredCache:
@@ -125,8 +139,9 @@ class TieredCache:
     stale-while-revalidate answer, to start the refresh (e.g. submit it to an executor
     that calls ``put``): once per entry until it is put again or ``REFRESH_TIMEOUT``
     seconds pass. ``verifier(query, entry) -> probability`` overrides the verifier named
-    by ``config.thresholds.verifier`` (:mod:`mmcache.verifiers`; it runs under the
-    cache's lock, so a slow judge serialises lookups).
+    by ``config.thresholds.verifier`` (:mod:`mmcache.verifiers`; it runs outside the
+    cache's lock, so a slow judge delays only its own lookup; a candidate that was
+    rewritten or removed while it was being judged is not served).
     """
 
     def __init__(self, config: CacheConfig | Mapping[str, Any] | str | Path | None = None,
@@ -158,8 +173,10 @@ class TieredCache:
         if verifier is not None and not callable(verifier):
             raise ConfigError("verifier must be a callable verifier(query, entry) -> float")
         self.verifier = verifier or make_verifier(self.config.thresholds.verifier)
-        #: Lookup serial -> (entry id, scope, similarities, semantic?) of recent served hits.
-        self._served: OrderedDict[int, tuple[str, str, dict[str, float], bool]] = OrderedDict()
+        #: Lookup serial -> (entry id, scope, similarities, semantic?, what the rule charged)
+        #: of recent served hits.
+        self._served: OrderedDict[int, tuple[str, str, dict[str, float], bool, float]] = \
+            OrderedDict()
         self._serial = itertools.count(1)
         self._metrics = CacheMetrics()
         self.tiers: list[Tier] = build_tiers(self.config)
@@ -292,10 +309,10 @@ class TieredCache:
                                       f"{FEEDBACK_WINDOW} hits); pass the Hit that get() "
                                       "returned, once")
             del self._served[hit.lookup]
-            entry_id, scope, sims, semantic = served
+            entry_id, scope, sims, semantic, charged = served
             if not semantic or not any(entry_id in tier for tier in self.tiers):
                 return False
-            self.thresholds.feedback(sims, entry_id, correct, scope)
+            self.thresholds.feedback(sims, entry_id, correct, scope, charged)
             return True
 
     def invalidate(self, query: Query) -> bool:
@@ -365,7 +382,8 @@ class TieredCache:
             vectors = {}
         turns_vector = self._context_vector(prepared, encode_times)
         now = self._clock()
-        size = value_size(stored) + sum(4 * len(v) for v in vectors.values())
+        size = value_size(stored) + sum(4 * len(v) for v in vectors.values()) + \
+            _asked_size(query.text, prepared.context, turns_vector)
         if not any(t.capacity.admits(size) for t in self.tiers):
             raise InvalidInputError(f"entry of {size} bytes is larger than every tier's "
                                     "max_bytes; nothing was stored")
@@ -435,7 +453,8 @@ class TieredCache:
                 origin_failed: bool) -> tuple[Hit | None, bool]:
         """The answer to ``query`` and whether to call ``on_stale`` for it: the exact tiers
         under the lock, then (after a miss) the query's encoders outside it, then the
-        semantic tiers under it again."""
+        semantic tiers under it again; candidates that need the verifier are judged outside
+        the lock and served under it only if they are still current."""
         self._check_open()
         start = time.perf_counter()
         dims = self._dims_now()
@@ -450,22 +469,31 @@ class TieredCache:
                 self._metrics.count("bypasses", "+".join(prepared.modalities))
                 return None, False
             now = self._clock()
-            found, nearest = self._exact(prepared, now, origin_failed), None
+            found, nearest, pending = self._exact(prepared, now, origin_failed), None, []
             if found is None and not unencoded and not context_pending:  # search at once
-                found, nearest = self._semantic(query, prepared, prepared.vectors, None, now,
-                                                origin_failed)
-            if found is not None or (not unencoded and not context_pending) or not encodable:
+                found, nearest, pending = self._semantic(prepared, prepared.vectors, None, now,
+                                                         origin_failed)
+            if not pending and (found is not None or (not unencoded and not context_pending)
+                                or not encodable):
                 return self._answer(query, prepared, found, nearest, start)
-        vectors, _ = self._vectors(prepared, dims)
-        turns_vector = self._context_vector(prepared)
+        if not pending:
+            vectors, _ = self._vectors(prepared, dims)
+            turns_vector = self._context_vector(prepared)
+            with self._lock:
+                self._check_open()
+                self._check_dims([vectors])
+                found, nearest, pending = self._semantic(prepared, vectors, turns_vector,
+                                                         self._clock(), origin_failed)
+                if not pending:
+                    return self._answer(query, prepared, found, nearest, start)
+        verdicts = self._verdicts(query, pending)  # outside the lock: a slow judge blocks no one
         with self._lock:
             self._check_open()
-            self._check_dims([vectors])
-            found, nearest = self._semantic(query, prepared, vectors, turns_vector,
-                                            self._clock(), origin_failed)
+            found = self._serve_verified(prepared, pending, verdicts, self._clock(),
+                                         origin_failed)
             return self._answer(query, prepared, found, nearest, start)
 
-    def _answer(self, query: Query, p: PreparedQuery, found: tuple[Hit, Entry] | None,
+    def _answer(self, query: Query, p: PreparedQuery, found: _Found | None,
                 nearest: Mapping[str, float] | None,
                 start: float) -> tuple[Hit | None, bool]:
         """Count the outcome of a lookup, show it to the threshold rule (every lookup's
@@ -479,10 +507,10 @@ class TieredCache:
             self._metrics.count("misses", modalities)
             self._metrics.time("get", time.perf_counter() - start)
             return None, False
-        hit, entry = found
+        hit, entry, charged = found
         hit = dataclasses.replace(hit, lookup=next(self._serial))
         self._served[hit.lookup] = (hit.entry_id, p.scope, dict(hit.similarities),
-                                    hit.entry_id != p.key)
+                                    hit.entry_id != p.key, charged)
         if len(self._served) > FEEDBACK_WINDOW:
             self._served.popitem(last=False)
         correct = None if query.ground_truth is None or entry.ground_truth is None \
@@ -504,8 +532,7 @@ class TieredCache:
         self._refreshing[hit.entry_id] = now + REFRESH_TIMEOUT
         return True
 
-    def _exact(self, p: PreparedQuery, now: float,
-               origin_failed: bool) -> tuple[Hit, Entry] | None:
+    def _exact(self, p: PreparedQuery, now: float, origin_failed: bool) -> _Found | None:
         maybe = self.guard is None or self.guard.might_contain(p.key)
         for level, tier in enumerate(self.tiers):
             if not self._probes(tier):
@@ -522,20 +549,24 @@ class TieredCache:
             if freshness is None:
                 continue
             self._promote(entry, level)
-            return self._hit(entry, tier.name, freshness, {m: 1.0 for m in p.modalities}), entry
+            return self._hit(entry, tier.name, freshness, {m: 1.0 for m in p.modalities}), \
+                entry, 0.0
         return None
 
-    def _semantic(self, query: Query, p: PreparedQuery, vectors: Mapping[str, np.ndarray],
+    def _semantic(self, p: PreparedQuery, vectors: Mapping[str, np.ndarray],
                   turns_vector: np.ndarray | None, now: float, origin_failed: bool
-                  ) -> tuple[tuple[Hit, Entry] | None, dict[str, float] | None]:
-        """The first servable δ-neighbour over the semantic tiers, and the similarities of
-        the nearest candidate seen (None when none reached the search floor)."""
+                  ) -> tuple[_Found | None, dict[str, float] | None, list[_Pending]]:
+        """Over the semantic tiers: the first servable δ-neighbour, served, or, when accepted
+        candidates before it need the verifier, those candidates (and it, as the fallback)
+        to judge; and the similarities of the nearest candidate seen (None: none reached
+        the search floor)."""
         if len(vectors) != len(p.modalities):
-            return None, None
+            return None, None, []
         floors = {m: self.thresholds.floor(m) for m in vectors}
         if any(f > 1.0 for f in floors.values()):  # δ = 0: exact only
-            return None, None
+            return None, None, []
         nearest: dict[str, float] | None = None
+        pending: list[_Pending] = []
         for level, tier in enumerate(self.tiers):
             # a covered tier holds nothing its semantic tier above lacks, unless that one is skipped
             if not tier.semantic or not self._probes(tier) or \
@@ -543,7 +574,7 @@ class TieredCache:
                 continue
             start = time.perf_counter()
             candidates = self._search(tier, p.scope, vectors, floors)
-            found = None
+            ready = None
             for cand in candidates:
                 if nearest is None or min(cand.similarities.values()) > min(nearest.values()):
                     nearest = dict(cand.similarities)
@@ -555,17 +586,68 @@ class TieredCache:
                 freshness = None if entry is None else self._freshness(entry, now, origin_failed)
                 if freshness is None or not self._context_matches(p, turns_vector, entry):
                     continue
-                evidence = self._verified(query, p, cand.similarities, entry)
-                if evidence is not None:
-                    found = entry, freshness, cand.similarities, evidence
+                judge = self._needs_verifier(p, cand.similarities, entry)
+                pending.append(_Pending(level, entry, freshness, dict(cand.similarities), judge))
+                if not judge:
+                    ready = pending[-1]
                     break
             self._metrics.time(f"{tier.name}.semantic", time.perf_counter() - start)
-            if found is not None:
-                entry, freshness, sims, evidence = found
-                self.thresholds.served(sims, entry.entry_id, p.scope, evidence)
-                self._promote(entry, level)
-                return (self._hit(entry, tier.name, freshness, sims), entry), nearest
-        return None, nearest
+            if ready is not None:
+                if len(pending) > 1:
+                    return None, nearest, pending
+                return self._serve(p, ready, {}), nearest, []
+        return None, nearest, pending
+
+    def _needs_verifier(self, p: PreparedQuery, sims: Mapping[str, float], entry: Entry) -> bool:
+        """Whether an accepted candidate goes to the verifier: there is one and the candidate
+        is less than ``thresholds.verifier_band`` above the rule's threshold."""
+        return self.verifier is not None and \
+            self.thresholds.margin(sims, entry.entry_id, p.scope) < \
+            self.config.thresholds.verifier_band
+
+    def _verdicts(self, query: Query, pending: Sequence[_Pending]) -> list[dict[str, float] | None]:
+        """The evidence to serve each pending candidate with, in order ({}: it needs no
+        verifier; None: vetoed, or not judged because an earlier one passed). Runs outside
+        the lock."""
+        verdicts: list[dict[str, float] | None] = []
+        for cand in pending:
+            if verdicts and verdicts[-1] is not None:
+                verdicts.append(None)
+            elif not cand.judge:
+                verdicts.append({})
+            else:
+                probability = checked_probability(self.verifier(query, cand.entry), self.verifier)
+                verdicts.append({"verifier": probability}
+                                if probability >= self.config.thresholds.verifier_min else None)
+        return verdicts
+
+    def _serve_verified(self, p: PreparedQuery, pending: Sequence[_Pending],
+                        verdicts: Sequence[dict[str, float] | None], now: float,
+                        origin_failed: bool) -> _Found | None:
+        """Serve the first judged candidate that is still the entry its tier holds, still
+        servable and still accepted with its evidence (under the lock, after judging)."""
+        for cand, evidence in zip(pending, verdicts):
+            if evidence is None:
+                continue
+            tier = self.tiers[cand.level]
+            entry = tier.get(p.scope, cand.entry.entry_id)
+            if entry is None or not _same_write(entry, cand.entry) or \
+                    not self._current(entry, cand.level) or \
+                    self._freshness(entry, now, origin_failed) is None or \
+                    not self.thresholds.accepts(cand.similarities, entry.entry_id, p.scope,
+                                                evidence):
+                continue
+            return self._serve(p, dataclasses.replace(cand, entry=entry), evidence)
+        return None
+
+    def _serve(self, p: PreparedQuery, cand: _Pending, evidence: Mapping[str, float]) -> _Found:
+        """Serve an accepted candidate: the rule charges it, the tiers above back-fill it."""
+        charged = self.thresholds.served(cand.similarities, cand.entry.entry_id, p.scope,
+                                         evidence)
+        self._promote(cand.entry, cand.level)
+        hit = self._hit(cand.entry, self.tiers[cand.level].name, cand.freshness,
+                        cand.similarities)
+        return hit, cand.entry, charged
 
     def _probes(self, tier: Tier) -> bool:
         """Whether gets consult ``tier`` (see :attr:`probe`)."""
@@ -576,21 +658,6 @@ class TieredCache:
         """Whether the candidate's conversation context is close enough to the query's."""
         sim = context_similarity(p.context, turns_vector, entry.context, entry.context_vector)
         return sim is None or sim >= 1.0 - self.config.thresholds.context_delta
-
-    def _verified(self, query: Query, p: PreparedQuery, sims: Mapping[str, float],
-                  entry: Entry) -> dict[str, float] | None:
-        """The evidence to serve an accepted candidate with (empty: far enough above the
-        threshold, or no verifier), or None when the verifier vetoes it."""
-        th = self.config.thresholds
-        if self.verifier is None or \
-                self.thresholds.margin(sims, entry.entry_id, p.scope) >= th.verifier_band:
-            return {}
-        probability = checked_probability(self.verifier(query, entry), self.verifier)
-        evidence = {"verifier": probability}
-        if probability < th.verifier_min or not self.thresholds.accepts(
-                sims, entry.entry_id, p.scope, evidence):
-            return None
-        return evidence
 
     def _search(self, tier: Tier, scope: str, vectors: Mapping[str, np.ndarray],
                 floors: Mapping[str, float]) -> list[Candidate]:
@@ -802,6 +869,20 @@ def _checked_hints(hints: Mapping[str, float] | None) -> dict[str, float]:
                                     f"{'> 0' if positive else '>= 0'}, got {value!r}")
         checked[name] = number
     return checked
+
+
+def _asked_size(question: str | None, context: Sequence[tuple[str, str]],
+                turns_vector: np.ndarray | None) -> int:
+    """Bytes an entry spends on what it was asked: question, context turns, context vector."""
+    turns = sum(len(role.encode()) + len(content.encode()) for role, content in context)
+    vector = 0 if turns_vector is None else 4 * len(turns_vector)
+    return len((question or "").encode()) + turns + vector
+
+
+def _same_write(a: Entry, b: Entry) -> bool:
+    """Whether two copies of an entry come from the same write (what a verifier judged)."""
+    return a is b or (a.version, a.created_at, a.question, a.context, a.value) == \
+        (b.version, b.created_at, b.question, b.context, b.value)
 
 
 def _real(value: Any) -> float:

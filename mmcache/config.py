@@ -129,8 +129,11 @@ class ThresholdConfig:
       isotonic or platt) per (modality, encoder) from ``prior`` (null: the shipped file);
     - ``error-budget``: per-entry learned P(correct) with the shared ``prior``; serve
       while expected wrong answers ÷ lookups ≤ ``budget`` (``max_risk``: most P(wrong) of
-      one hit; ``credit``: lookups of allowance a new cache starts with;
-      ``search_floor``: least cosine searched);
+      one hit; ``tail``: most P(wrong) of a hit served when the allowance could not absorb
+      it being wrong; ``credit``: the first ``credit`` lookups of a scope share the allowance of
+      ``credit`` lookups, an advance repaid by the lookups after them; ``search_floor``:
+      least cosine searched); both probabilistic rules read the channel conditioned on
+      ``verifier`` when one is named;
     - ``vcache-paper``: vCache's per-entry rule from its paper (``budget``,
       ``min_observations``, ``z``, ``search_floor``).
 
@@ -152,6 +155,7 @@ class ThresholdConfig:
     prior: str | None = None
     budget: float = 0.02
     max_risk: float = 0.5
+    tail: float = 0.05
     credit: float = 10.0
     search_floor: float = 0.5
     min_observations: int = 6
@@ -418,6 +422,7 @@ def _check_rule_settings(th: ThresholdConfig) -> None:
                           "(the shipped data/threshold_priors.json)")
     _in_range(th.budget, 0.0, 1.0, "thresholds.budget", low_open=True, high_open=True)
     _in_range(th.max_risk, 0.0, 1.0, "thresholds.max_risk", low_open=True)
+    _in_range(th.tail, 0.0, 1.0, "thresholds.tail")
     _in_range(th.credit, 0.0, math.inf, "thresholds.credit", high_open=True)
     _in_range(th.search_floor, -1.0, 1.0, "thresholds.search_floor")
     _positive(th.min_observations, "thresholds.min_observations")

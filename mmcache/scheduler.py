@@ -418,16 +418,16 @@ class OffsetThreshold(ThresholdRule):
         return self.inner.accepts(self._shifted(similarities), entry_id, scope, evidence)
 
     def served(self, similarities: Mapping[str, float], entry_id: str, scope: str,
-               evidence: Mapping[str, float] | None = None) -> None:
-        self.inner.served(self._shifted(similarities), entry_id, scope, evidence)
+               evidence: Mapping[str, float] | None = None) -> float:
+        return self.inner.served(self._shifted(similarities), entry_id, scope, evidence)
 
     def observe_lookup(self, scope: str, modalities: Sequence[str],
                        nearest: Mapping[str, float] | None) -> None:
         self.inner.observe_lookup(scope, modalities, nearest)
 
     def feedback(self, similarities: Mapping[str, float], entry_id: str, correct: bool,
-                 scope: str | None = None) -> None:
-        self.inner.feedback(similarities, entry_id, correct, scope)
+                 scope: str | None = None, charged: float = 0.0) -> None:
+        self.inner.feedback(similarities, entry_id, correct, scope, charged)
 
     def _shifted(self, similarities: Mapping[str, float]) -> dict[str, float]:
         return {m: s + self.offsets.get(m, 0.0) for m, s in similarities.items()}

@@ -158,14 +158,15 @@ def replay(scores: PairScores, rule: Any, seed: int = 0, use_verifier: bool = Tr
         evidence = {"verifier": float(scores.verifier[i])} if use_verifier else None
         rule.observe_lookup(scope, tuple(sims), sims)
         observations[k] = seen.get(entry, 0)
+        charged = 0.0
         if rule.accepts(sims, entry, scope, evidence):
             served[k] = True
-            rule.served(sims, entry, scope, evidence)
+            charged = rule.served(sims, entry, scope, evidence)
         if served[k] or not use_verifier or scores.verifier[i] >= VERIFIER_PASS:
             # a served hit's label settles its risk in the scope's ledger (scope given); an
             # explored one only teaches the entry's curve, which under the verifier is the curve
             # given that the verifier passed: labels of candidates it rejected stay out
-            rule.feedback(sims, entry, bool(same[k]), scope if served[k] else None)
+            rule.feedback(sims, entry, bool(same[k]), scope if served[k] else None, charged)
             seen[entry] = seen.get(entry, 0) + 1
     return Replay(np.asarray(order), served, same, observations, scores.modality[order])
 
@@ -337,33 +338,38 @@ def panel_summary(scores: PairScores, modality: str, delta: float, budget: float
     return rows
 
 
-def fit_priors(scores: PairScores, path: str | Path, use_verifier: bool,
-               level: float = VERIFIER_PASS) -> Path:
-    """Fit a priors file (:mod:`mmcache.thresholds.prior`'s format) on *training* pairs: one
-    channel per modality (:data:`STUDY_ENCODERS`), fitted on every pair, or with
-    ``use_verifier`` on the pairs the verifier passes (P(correct | s, verifier passed): the
-    curve a rule needs when it already multiplies in the verifier's probability). A class
-    the pairs lack gets one pseudo-observation (add-one smoothing: a wrong pair at the least
-    similarity, a right one at the greatest), so "no wrong pair passed" is a curve near 1,
-    not a failed fit."""
+def fit_priors(scores: PairScores, path: str | Path, verifiers: Sequence[str] = ("none", "edits"),
+               provenance: Mapping[str, Any] | None = None, level: float = VERIFIER_PASS) -> Path:
+    """Fit a priors file (:mod:`mmcache.thresholds.prior`'s format) on *training* pairs: per
+    modality (:data:`STUDY_ENCODERS`) and per name in ``verifiers``, the channel
+    :func:`~mmcache.thresholds.prior.channel` names — ``"none"`` fitted on every pair, a
+    verifier (the built-in ``"edits"``, whose probabilities ``scores.verifier`` holds) on the
+    pairs it passes: P(correct | s, verifier passed), the curve a rule needs when it already
+    multiplies in the verifier's probability. A class the pairs lack gets one
+    pseudo-observation (add-one smoothing: a wrong pair at the least similarity, a right one
+    at the greatest), so "no wrong pair passed" is a curve near 1, not a failed fit.
+    ``provenance`` is recorded beside the fit's own (encoders, conditioning, skips)."""
     from .thresholds.prior import FORMAT, channel, fit_channel
 
-    priors, skipped = {}, {}
+    priors, skipped, conditioned = {}, {}, {}
     for m in sorted(set(scores.modality)):
         part = scores.subset(scores.modality == m)
-        keep = part.verifier >= level if use_verifier else np.ones(len(part), bool)
-        sims, same = _add_one(part.similarities[PRIMARY[m]][keep], part.same[keep])
-        try:
-            priors[channel(m, STUDY_ENCODERS[m][0])] = fit_channel(sims, same)
-        except InvalidInputError as err:  # too few pairs, or one class only: no curve
-            skipped[m] = str(err)
+        for verifier in verifiers:
+            key = channel(m, STUDY_ENCODERS[m][0], verifier)
+            keep = part.verifier >= level if verifier != "none" else np.ones(len(part), bool)
+            conditioned[key] = f"verifier {verifier} ≥ {level}" if verifier != "none" \
+                else "nothing"
+            sims, same = _add_one(part.similarities[PRIMARY[m]][keep], part.same[keep])
+            try:
+                priors[key] = fit_channel(sims, same)
+            except InvalidInputError as err:  # too few pairs, or one class only: no curve
+                skipped[key] = str(err)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"format": FORMAT, "priors": priors, "provenance": {
-        "data": "training split of mmcache.datasets.pairs", "encoders": dict(scores.encoder_ids),
-        "conditioned_on": f"verifier ≥ {level}" if use_verifier else "nothing",
-        "smoothing": "one pseudo-pair per missing class",
-        "skipped": skipped}}, indent=1))
+        **dict(provenance or {}), "encoders": dict(scores.encoder_ids),
+        "conditioned_on": conditioned, "smoothing": "one pseudo-pair per missing class",
+        "skipped": skipped}}, indent=1) + "\n")
     return path
 
 

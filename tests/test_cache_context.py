@@ -49,9 +49,11 @@ def test_the_contract_as_written(contract_cache):
 
 def test_a_paraphrase_hits_at_its_entrys_first_lookup_once_the_budget_allows(contract_cache):
     """The shipped prior serves a new entry at once; how risky a hit the 2 % budget affords
-    depends on the lookups the scope has seen (wrong answers ÷ all lookups)."""
+    depends on the lookups the scope has seen (wrong answers ÷ all lookups): on similarity
+    alone P(wrong) ≈ 0.4, above the rule's ``tail``, so it waits until the allowance could
+    absorb one wrong answer (0.02 · 51 ≥ 1)."""
     cache = contract_cache
-    for i in range(30):                                       # ordinary misses in the scope
+    for i in range(50):                                       # ordinary misses in the scope
         assert cache.get(mmcache.Query(text=f"unrelated question number {i} about gardening",
                                        scope="tenant-b")) is None
     cache.put(mmcache.Query(text="What is the capital of France?", scope="tenant-b"), "Paris")

@@ -55,7 +55,7 @@ def test_feedback_reaches_the_rule_once_and_rejects_foreign_hits():
     seen = []
     cache.thresholds.feedback = lambda *args: seen.append(args)
     assert cache.feedback(hit, correct=False) is True
-    assert seen == [(dict(hit.similarities), hit.entry_id, False, "s")]
+    assert seen == [(dict(hit.similarities), hit.entry_id, False, "s", 0.0)]  # static: no charge
     before = snapshot(cache)
     with pytest.raises(UnknownHitError):                       # already labelled
         cache.feedback(hit, correct=False)
@@ -178,3 +178,78 @@ def test_a_verifier_error_changes_nothing_stored():
     with pytest.raises(ZeroDivisionError):
         cache.get(q("near question", NEAR))
     assert snapshot(cache) == before
+
+
+@pytest.mark.parametrize("offset", [None, 0.02])
+@pytest.mark.parametrize("correct", [True, False])
+def test_feedback_settles_exactly_what_serving_charged(tmp_path, offset, correct):
+    """The ledger gets back the served hit's charge (verifier evidence included; through a
+    scheduler's OffsetThreshold too), so a right answer leaves it at 0 and a wrong one at 1."""
+    from test_thresholds import synthetic_priors
+    from mmcache.scheduler import OffsetThreshold
+
+    inner = ErrorBudgetThreshold(0.05, synthetic_priors(tmp_path), {"text": "test"}, credit=50)
+    rule = inner if offset is None else OffsetThreshold(inner)
+    if offset is not None:
+        rule.offsets["text"] = offset
+    band = {"rule": "static", "verifier_band": 2.0, "verifier_min": 0.5}
+    cache = cache_with(band, threshold=rule, verifier=lambda query, entry: 0.9)
+    hit = cache.get(q("paraphrase", NEAR))
+    assert hit is not None
+    assert inner.realised("s")[1] > 0.1                        # charged with the verifier's 0.9
+    assert cache.feedback(hit, correct=correct) is True
+    assert inner.realised("s")[1] == pytest.approx(0.0 if correct else 1.0, abs=1e-9)
+
+
+def test_a_slow_verifier_does_not_block_other_lookups():
+    """The verifier runs outside the cache's lock: while one lookup waits on a slow judge,
+    an exact lookup in another thread is answered."""
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_judge(query, entry):
+        entered.set()
+        assert release.wait(10)
+        return 0.9
+
+    cache = cache_with({"rule": "static", "delta": {"text": 0.1}, "verifier_band": 0.5},
+                       verifier=slow_judge)
+    result = {}
+    judged = threading.Thread(target=lambda: result.setdefault("hit", cache.get(
+        q("near question", NEAR))))
+    judged.start()
+    assert entered.wait(10)
+    other = {}
+    exact = threading.Thread(target=lambda: other.setdefault("hit", cache.get(
+        q("stored question", BASE))))
+    exact.start()
+    exact.join(5)
+    done_while_judging = not exact.is_alive()
+    release.set()
+    judged.join(10)
+    exact.join(10)
+    assert done_while_judging and other["hit"] is not None
+    assert result["hit"] is not None and result["hit"].value == "answer"
+
+
+def test_a_candidate_rewritten_while_it_was_judged_is_not_served():
+    cache = None
+
+    def judge(query, entry):
+        cache.put(q("stored question", BASE), "new answer")   # another writer, meanwhile
+        return 0.9
+
+    cache = cache_with({"rule": "static", "delta": {"text": 0.1}, "verifier_band": 0.5},
+                       verifier=judge)
+    assert cache.get(q("near question", NEAR)) is None
+    hit = cache.get(q("stored question", BASE))
+    assert hit is not None and hit.value == "new answer"
+
+
+def test_entry_size_counts_question_and_context():
+    cache = mmcache.TieredCache({"thresholds": {"rule": "static"}})
+    turns = [{"role": "user", "content": "é" * 100}]
+    short = cache._entry(q("x", BASE), "answer", None, {}, {}, [])
+    long = cache._entry(q("x" * 50, BASE, context=turns), "answer", None, {}, {}, [])
+    assert long.size - short.size == 49 + len("user") + 200

@@ -55,6 +55,7 @@ def test_unreadable_yaml_is_a_config_error(tmp_path):
     ({"thresholds": {"delta": {"text": 2.5}}}, "thresholds.delta.text"),
     ({"thresholds": {"budget": 0}}, "thresholds.budget"),
     ({"thresholds": {"budget": 1.5}}, "thresholds.budget"),
+    ({"thresholds": {"tail": 1.5}}, "thresholds.tail"),
     ({"thresholds": {"level": 0}}, "thresholds.level"),
     ({"thresholds": {"calibration": "spline"}}, "thresholds.calibration"),
     ({"thresholds": {"verifier": "oracle"}}, "thresholds.verifier"),

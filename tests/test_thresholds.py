@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -15,7 +16,9 @@ from mmcache.errors import ConfigError, PriorFileError
 from mmcache.thresholds import (DEFAULT_DELTA, RULES, CalibratedThreshold, ErrorBudgetThreshold,
                                 PercentileThreshold, StaticThreshold, ThresholdRule,
                                 VCachePaperThreshold)
-from mmcache.thresholds.prior import PRIORS_PATH, FORMAT, fit_channel, load_priors, sigmoid
+from mmcache.thresholds.prior import (PRIORS_PATH, FORMAT, channel, fit_channel, load_priors,
+                                      sigmoid)
+from mmcache.thresholds_study import STUDY_ENCODERS
 
 #: The synthetic truth: P(correct | s) = σ(A + B·s) (0.5 at s = 0.85, 0.95 at s ≈ 0.95).
 A, B = -25.0, 29.4
@@ -115,13 +118,12 @@ def run_stream(rule: ThresholdRule, seed: int, n: int = 3000, entries: int = 200
         s = float(rng.uniform(0.3, 0.8) if rng.random() < novel else rng.uniform(0.75, 1.0))
         correct = bool(rng.random() < true_p(s))
         served = rule.accepts({"text": s}, entry, "s")
-        if served:
-            rule.served({"text": s}, entry, "s")
+        charged = rule.served({"text": s}, entry, "s") if served else 0.0
         rule.observe_lookup("s", ("text",), {"text": s})
         if served:
             hits += 1
             wrong += not correct
-            rule.feedback({"text": s}, entry, correct, "s")
+            rule.feedback({"text": s}, entry, correct, "s", charged)
     return hits / n, wrong / n
 
 
@@ -138,8 +140,60 @@ def test_error_budget_is_respected_on_synthetic_streams(tmp_path, budget):
     assert min(h for h, _ in results) > 0.03               # it does serve
 
 
+@pytest.mark.parametrize("n", [30, 120])
+def test_error_budget_is_respected_on_short_streams(tmp_path, n):
+    """The starting credit is an advance, repaid once the scope has seen ``credit`` lookups:
+    over many short streams (as long as a modality's held-out pairs) the mean realised error
+    stays within the budget (an added credit would give budget·(n + credit)/n), and the
+    rule still serves. The chance constraint is off here (tail = max_risk), so that the
+    expected-error ledger alone is measured."""
+    path = synthetic_priors(tmp_path)
+    results = [run_stream(ErrorBudgetThreshold(0.05, path, {"text": "test"}, tail=0.5), seed,
+                          n=n, entries=n, novel=0.0) for seed in range(100)]
+    errors = [e for _, e in results]
+    # measured 0.040 (n = 30) and 0.047 (n = 120); an added credit gives 0.053 and 0.051
+    assert np.mean(errors) <= 0.05, np.mean(errors)
+    assert np.mean([h for h, _ in results]) > 0.2
+
+
+def worst_prefix_error(rule: ErrorBudgetThreshold, s: float, n: int) -> float:
+    """Lookups at similarity ``s`` on fresh entries whose every served hit is wrong: the
+    highest wrong answers ÷ lookups after any lookup."""
+    wrong, worst = 0, 0.0
+    for i in range(n):
+        if rule.accepts({"text": s}, f"e{i}", "s"):
+            charged = rule.served({"text": s}, f"e{i}", "s")
+            wrong += 1
+            rule.feedback({"text": s}, f"e{i}", False, "s", charged)
+        rule.observe_lookup("s", ("text",), {"text": s})
+        worst = max(worst, wrong / (i + 1))
+    return worst
+
+
+@pytest.mark.parametrize("budget", [0.02, 0.05])
+def test_a_risky_hit_is_served_only_if_the_budget_absorbs_it_being_wrong(tmp_path, budget):
+    """P(wrong) ≈ 0.36 at s = 0.87 (above ``tail``), every served hit wrong: the realised
+    error never exceeds the budget after any lookup; without the chance constraint
+    (tail = max_risk) the same stream overshoots it, by up to one answer."""
+    path = synthetic_priors(tmp_path)
+    rule = ErrorBudgetThreshold(budget, path, {"text": "test"})
+    assert rule.tail < rule.risk({"text": 0.87}) < rule.max_risk
+    assert 0 < worst_prefix_error(rule, 0.87, 400) <= budget
+    loose = ErrorBudgetThreshold(budget, path, {"text": "test"}, tail=0.5)
+    assert worst_prefix_error(loose, 0.87, 400) > budget
+
+
 def test_error_budget_serves_a_new_entry_at_its_first_lookup(tmp_path):
-    rule = ErrorBudgetThreshold(0.02, synthetic_priors(tmp_path), {"text": "test"})
+    """The prior alone (P(wrong | 0.99) ≈ 0.12 here, above ``tail``) serves a fresh entry
+    once the scope's allowance can absorb one wrong answer; at the scope's first lookup
+    only a hit whose P(wrong) is within ``tail``."""
+    path = synthetic_priors(tmp_path)
+    rule = ErrorBudgetThreshold(0.02, path, {"text": "test"})
+    assert not rule.accepts({"text": 0.99}, "fresh", "s")
+    assert ErrorBudgetThreshold(0.02, path, {"text": "test"}, tail=0.2).accepts(
+        {"text": 0.99}, "fresh", "s")
+    for _ in range(50):
+        rule.observe_lookup("s", ("text",), None)          # 0.02 · 51 ≥ one wrong answer
     assert rule.accepts({"text": 0.99}, "fresh", "s")
     assert not rule.accepts({"text": 0.80}, "fresh", "s")
 
@@ -149,11 +203,11 @@ def test_wrong_feedback_makes_that_entry_stricter_and_stops_it(tmp_path):
     for _ in range(200):
         rule.observe_lookup("s", ("text",), None)          # plenty of budget
     before = rule.threshold("text", "bad", "s")
-    rule.feedback({"text": 0.97}, "bad", False, "s")
+    rule.feedback({"text": 0.97}, "bad", False)           # explored labels: no ledger change
     assert rule.threshold("text", "bad", "s") > before
     assert rule.threshold("text", "other", "s") == pytest.approx(before)  # per entry
     for _ in range(5):
-        rule.feedback({"text": 0.97}, "bad", False, "s")
+        rule.feedback({"text": 0.97}, "bad", False)
     assert not rule.accepts({"text": 0.97}, "bad", "s")
     assert not rule.accepts({"text": 0.99}, "bad", "s")
     rule.forget("bad")
@@ -163,6 +217,17 @@ def test_wrong_feedback_makes_that_entry_stricter_and_stops_it(tmp_path):
 def test_error_budget_without_a_prior_channel_never_serves_cold(tmp_path):
     rule = ErrorBudgetThreshold(0.02, synthetic_priors(tmp_path), {"text": "test"})
     assert not rule.accepts({"image": 0.999}, "e", "s")     # no image prior: P = 1/2
+
+
+@pytest.mark.parametrize("encoders, verifier, missing", [
+    ({"text": "test", "image": "clip"}, "none", "image/clip"),
+    ({"text": "test"}, "edits", "text/test+edits"),     # only the unconditioned curve shipped
+])
+def test_error_budget_needs_a_prior_for_every_configured_channel(tmp_path, encoders, verifier,
+                                                                 missing):
+    with pytest.raises(ConfigError, match=re.escape(missing)) as err:
+        ErrorBudgetThreshold(0.02, synthetic_priors(tmp_path), encoders, verifier=verifier)
+    assert "make priors" in str(err.value) and "text/test" in str(err.value)
 
 
 # -- vcache-paper --------------------------------------------------------------------------
@@ -193,7 +258,7 @@ def stateful_rules(tmp_path) -> list[ThresholdRule]:
     vcache = VCachePaperThreshold(0.05)
     for s, ok in [(0.95, True), (0.9, True), (0.7, False), (0.99, True), (0.8, False),
                   (0.97, True), (0.98, False)]:
-        budget.feedback({"text": s}, "e", ok, "s")
+        budget.feedback({"text": s}, "e", ok)
         vcache.feedback({"text": s}, "e", ok)
     for _ in range(30):
         budget.observe_lookup("s", ("text",), None)
@@ -223,8 +288,9 @@ def test_registry_builds_every_rule_from_config(tmp_path):
                       ("vcache-paper", VCachePaperThreshold)]:
         rule = make_threshold(ThresholdConfig(rule=name, prior=path, budget=0.05), enc)
         assert isinstance(rule, cls) and rule.name == name
-    assert make_threshold(ThresholdConfig(rule="error-budget", prior=path, budget=0.05),
-                          enc).budget == 0.05
+    budgeted = make_threshold(ThresholdConfig(rule="error-budget", prior=path, budget=0.05,
+                                              tail=0.2), enc)
+    assert (budgeted.budget, budgeted.tail) == (0.05, 0.2)
     assert set(RULES) == {"static", "percentile", "calibrated", "error-budget", "vcache-paper"}
 
 
@@ -235,8 +301,15 @@ def test_the_shipped_prior_loads_with_its_provenance():
     text = priors["text/minilm"]
     assert text.n_pairs > 100
     assert text.p_correct(0.99) > text.p_correct(0.5)
+    verified = priors["text/minilm+edits"]                # conditioned on the edits verifier
+    assert verified.n_pairs < text.n_pairs
     provenance = json.loads(PRIORS_PATH.read_text())["provenance"]
-    assert {"encoder", "data", "date", "command"} <= set(provenance)
+    assert {"encoders", "data", "split", "conditioned_on", "date", "command"} <= set(provenance)
+    assert provenance["split"] == "train"
+    assert provenance["conditioned_on"]["text/minilm+edits"].startswith("verifier edits")
+    for modality, (encoder, _) in STUDY_ENCODERS.items():   # every channel, or named missing
+        shipped = {channel(modality, encoder, v) in priors for v in ("none", "edits")}
+        assert shipped == {modality not in provenance["missing_encoders"]}
 
 
 @pytest.mark.parametrize("content, match", [

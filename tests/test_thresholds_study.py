@@ -62,10 +62,11 @@ class _CountingRule:
     def accepts(self, sims, entry_id, scope, evidence) -> bool:
         return self.labels.get(entry_id, 0) >= 2 and (evidence or {}).get("verifier", 1) > 0.5
 
-    def served(self, sims, entry_id, scope, evidence) -> None:
+    def served(self, sims, entry_id, scope, evidence) -> float:
         self.calls.append("served")
+        return 0.0
 
-    def feedback(self, sims, entry_id, correct, scope) -> None:
+    def feedback(self, sims, entry_id, correct, scope, charged) -> None:
         self.labels[entry_id] = self.labels.get(entry_id, 0) + 1
 
 

@@ -41,9 +41,9 @@ def heldout_pairs() -> dict[str, dict[str, float]]:
     from ..datasets.pairs import PairSizes, text_pairs
     from ..encoders import get_encoder
     from ..thresholds import CalibratedThreshold
-    from ..thresholds.prior import PRIOR_PROMPTS
+    from ..thresholds.prior import PRIOR_SEED
 
-    pairs = text_pairs("test", 0, PairSizes(prompts=PRIOR_PROMPTS))
+    pairs = text_pairs("test", PRIOR_SEED, PairSizes(prompts=600))
     texts = sorted({p.query.text for p in pairs} | {p.cached.text for p in pairs})
     vectors = np.asarray(get_encoder("minilm").encode(texts), np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -63,13 +63,12 @@ def heldout_pairs() -> dict[str, dict[str, float]]:
             sims = {"text": float(vectors[row[pair.query.text]] @ vectors[row[pair.cached.text]])}
             entry = f"e{i}"
             hit = rule.accepts(sims, entry, "s")
-            if hit:
-                rule.served(sims, entry, "s")
+            charged = rule.served(sims, entry, "s") if hit else 0.0
             rule.observe_lookup("s", ("text",), sims)
             if hit:
                 served_true += pair.same
                 wrong += not pair.same
-                rule.feedback(sims, entry, pair.same, "s")
+                rule.feedback(sims, entry, pair.same, "s", charged)
         results[name] = {"true_served": served_true / same, "error": wrong / len(pairs)}
         print(f"  {name:>18}: {served_true / same:6.1%} of true pairs served, "
               f"{wrong / len(pairs):6.2%} wrong answers per lookup")

@@ -12,7 +12,8 @@ The cache calls, per lookup: :meth:`floor` (search floor per modality),
 probability under ``"verifier"``), :meth:`served` for the candidate it serves, and
 :meth:`observe_lookup` with the nearest candidate's similarities of every lookup,
 hit or miss (None when the search found nothing above the floor).
-``TieredCache.feedback`` reaches :meth:`feedback`.
+``TieredCache.feedback`` reaches :meth:`feedback` with the hit's scope and what
+:meth:`served` charged for it, so a budgeted rule settles exactly the amount it charged.
 """
 
 from __future__ import annotations
@@ -52,16 +53,19 @@ class ThresholdRule(ABC):
         return min(s - self.threshold(m, entry_id, scope) for m, s in similarities.items())
 
     def served(self, similarities: Mapping[str, float], entry_id: str, scope: str,
-               evidence: Mapping[str, float] | None = None) -> None:
-        """The cache served this candidate (error-budgeted rules account for its risk)."""
+               evidence: Mapping[str, float] | None = None) -> float:
+        """The cache served this candidate; returns what it charged the scope's budget (an
+        error-budgeted rule: its P(wrong); others: 0), to hand back to :meth:`feedback`."""
+        return 0.0
 
     def observe_lookup(self, scope: str, modalities: Sequence[str],
                        nearest: Mapping[str, float] | None) -> None:
         """One lookup happened; ``nearest``: its best candidate's similarities, if any."""
 
     def feedback(self, similarities: Mapping[str, float], entry_id: str, correct: bool,
-                 scope: str | None = None) -> None:
-        """A label for a candidate of ``entry_id`` at ``similarities`` (served or explored)."""
+                 scope: str | None = None, charged: float = 0.0) -> None:
+        """A label for a candidate of ``entry_id`` at ``similarities`` (served or explored);
+        for a served hit, its ``scope`` and ``charged`` (what :meth:`served` returned)."""
 
     def forget(self, entry_id: str) -> None:
         """Drop per-entry state of a removed entry."""

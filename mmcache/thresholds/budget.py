@@ -8,13 +8,21 @@ its first lookup, and an entry that served wrong answers becomes stricter.
 
 Budget: error is counted as vCache counts it, wrong answers served ÷ all lookups. Per
 scope the rule keeps the lookups seen and the expected wrong answers it has served
-(each served hit adds its P(wrong), replaced by the truth when feedback arrives). A
-candidate is served only if its P(wrong) ≤ ``max_risk`` and serving it keeps
-``spent ≤ budget · (lookups + credit)``. ``credit`` lookups of allowance let a new
-cache serve its first lookups; the long-run realised error is budget·(n + credit)/n
-in expectation after n lookups, if the curves are calibrated (feedback corrects
-``spent`` when they are not). P(correct) of a multimodal candidate is the product
-over modalities, times the verifier's probability when one is given as evidence.
+(each served hit adds its P(wrong), which :meth:`served` returns; feedback on that hit
+replaces exactly that charge by the truth). A candidate is served only if its
+P(wrong) ≤ ``max_risk`` and serving it keeps ``spent ≤ budget · max(lookups, credit)``:
+the first ``credit`` lookups share an allowance of ``budget · credit`` (so a new cache
+may serve its first lookup), an advance repaid once the scope has seen ``credit``
+lookups; from then on the expected error after n lookups is at most the budget, if the
+curves are calibrated (feedback corrects ``spent`` when they are not). In expectation is
+not enough on a short stream: a hit with P(wrong) = 0.4 that turns out wrong adds 0.6 of
+an answer beyond what was charged. So a candidate with P(wrong) above ``tail`` is served
+only while the allowance could absorb it being wrong (``spent + 1 ≤ allowance``): with
+immediate feedback, the realised error then exceeds the budget only through a hit whose
+P(wrong) was at most ``tail`` (a chance constraint). P(correct) of a
+multimodal candidate is the product over modalities, times the verifier's probability
+when one is given as evidence; the prior is the channel conditioned on that verifier
+(:func:`~mmcache.thresholds.prior.channel`), since its probability is multiplied in.
 A modality whose channel has no prior starts from an uninformative one (P = 1/2, so
 it is never served before feedback lifts it: vCache's cold start).
 """
@@ -25,9 +33,8 @@ import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..errors import ConfigError
 from .base import ThresholdRule
-from .prior import channel, load_priors, posterior, predictive
+from .prior import channel_priors, posterior, predictive
 
 #: Prior over w for a channel without a fitted one: centred on P = 1/2, wide.
 UNINFORMATIVE = ((0.0, 0.0), ((100.0, 0.0), (0.0, 100.0)))
@@ -42,19 +49,14 @@ class ErrorBudgetThreshold(ThresholdRule):
 
     def __init__(self, budget: float = 0.02, prior: str | Path | None = None,
                  encoders: Mapping[str, str] | None = None, max_risk: float = 0.5,
-                 credit: float = 10.0, search_floor: float = 0.5) -> None:
-        self.budget, self.max_risk, self.credit = budget, max_risk, credit
+                 credit: float = 10.0, search_floor: float = 0.5,
+                 verifier: str = "none", tail: float = 0.05) -> None:
+        self.budget, self.max_risk, self.credit, self.tail = budget, max_risk, credit, tail
         self.search_floor = search_floor
         self.encoders = dict(encoders or {})
-        priors = load_priors(prior)
-        self._prior: dict[str, tuple] = {}
-        for modality, encoder in self.encoders.items():
-            key = channel(modality, encoder)
-            if key not in priors:
-                raise ConfigError(f"thresholds: no error-budget prior for channel {key!r} in "
-                                  f"{prior or 'the shipped priors'}; have {sorted(priors)}; "
-                                  "fit one with mmcache.thresholds.prior")
-            self._prior[modality] = (priors[key].mean, priors[key].cov)
+        self._prior: dict[str, tuple] = {
+            m: (p.mean, p.cov) for m, p in
+            channel_priors(prior, self.encoders, verifier, "error-budget prior").items()}
         #: entry id -> modality -> ((s, correct) observations, posterior mean, posterior cov).
         self._entries: dict[str, dict[str, tuple[list, tuple, tuple]]] = {}
         #: scope -> [lookups seen, expected wrong answers served].
@@ -83,7 +85,13 @@ class ErrorBudgetThreshold(ThresholdRule):
             return False
         risk = self.risk(similarities, entry_id, evidence)
         lookups, spent = self._ledger.get(scope or "", (0.0, 0.0))
-        return risk <= self.max_risk and spent + risk <= self.budget * (lookups + 1 + self.credit)
+        allowance = self.allowance(lookups + 1)
+        return risk <= self.max_risk and spent + risk <= allowance and \
+            (risk <= self.tail or spent + 1.0 <= allowance)
+
+    def allowance(self, lookups: float) -> float:
+        """Expected wrong answers a scope may have served after ``lookups`` lookups."""
+        return self.budget * max(lookups, self.credit)
 
     def threshold(self, modality: str, entry_id: str | None = None,
                   scope: str | None = None) -> float:
@@ -97,21 +105,21 @@ class ErrorBudgetThreshold(ThresholdRule):
         return hi
 
     def served(self, similarities: Mapping[str, float], entry_id: str, scope: str,
-               evidence: Mapping[str, float] | None = None) -> None:
-        self._ledger.setdefault(scope, [0.0, 0.0])[1] += self.risk(similarities, entry_id,
-                                                                   evidence)
+               evidence: Mapping[str, float] | None = None) -> float:
+        charge = self.risk(similarities, entry_id, evidence)
+        self._ledger.setdefault(scope, [0.0, 0.0])[1] += charge
+        return charge
 
     def observe_lookup(self, scope: str, modalities: Sequence[str],
                        nearest: Mapping[str, float] | None) -> None:
         self._ledger.setdefault(scope, [0.0, 0.0])[0] += 1
 
     def feedback(self, similarities: Mapping[str, float], entry_id: str, correct: bool,
-                 scope: str | None = None) -> None:
-        """Update the entry's posterior; for a served hit (``scope`` given) replace its
-        expected error in the ledger by the observed one."""
+                 scope: str | None = None, charged: float = 0.0) -> None:
+        """Update the entry's posterior; for a served hit (``scope`` given) replace what
+        :meth:`served` ``charged`` for it in the ledger by the observed error."""
         if scope is not None and scope in self._ledger:
-            self._ledger[scope][1] += (0.0 if correct else 1.0) - self.risk(similarities,
-                                                                            entry_id)
+            self._ledger[scope][1] += (0.0 if correct else 1.0) - charged
         states = self._entries.setdefault(entry_id, {})
         for modality, s in similarities.items():
             observations = list(states.get(modality, ([],))[0])

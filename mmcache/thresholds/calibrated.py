@@ -18,13 +18,14 @@ import numpy as np
 
 from ..errors import ConfigError
 from .base import NEVER, ThresholdRule
-from .prior import ChannelPrior, channel, load_priors
+from .prior import ChannelPrior, channel_priors
 
 
 class CalibratedThreshold(ThresholdRule):
     """Hit when Π_m P_m(s_m) · P_verifier ≥ ``level``; P_m a calibration curve per channel.
 
-    ``encoders`` names each modality's encoder (the config's ``encoders`` section); a
+    ``encoders`` names each modality's encoder (the config's ``encoders`` section) and
+    ``verifier`` the verifier stage (its channel's curve is the one conditioned on it); a
     modality whose channel has no curve in ``prior`` never hits (ConfigError at
     construction when ``encoders`` names such a channel).
     """
@@ -32,22 +33,15 @@ class CalibratedThreshold(ThresholdRule):
     name = "calibrated"
 
     def __init__(self, level: float = 0.9, prior: str | Path | None = None,
-                 calibration: str = "isotonic", encoders: Mapping[str, str] | None = None) -> None:
+                 calibration: str = "isotonic", encoders: Mapping[str, str] | None = None,
+                 verifier: str = "none") -> None:
         if calibration not in ("isotonic", "platt"):
             raise ConfigError(f"thresholds.calibration must be 'isotonic' or 'platt', "
                               f"got {calibration!r}")
         self.level = level
         self.calibration = calibration
         self.encoders = dict(encoders or {})
-        priors = load_priors(prior)
-        self._curves: dict[str, ChannelPrior] = {}
-        for modality, encoder in self.encoders.items():
-            key = channel(modality, encoder)
-            if key not in priors:
-                raise ConfigError(f"thresholds: no calibration for channel {key!r} in "
-                                  f"{prior or 'the shipped priors'}; have {sorted(priors)}; "
-                                  "fit one with mmcache.thresholds.prior")
-            self._curves[modality] = priors[key]
+        self._curves = channel_priors(prior, self.encoders, verifier, "calibration")
         self._least = {m: self._least_similarity(c) for m, c in self._curves.items()}
 
     def probability(self, modality: str, similarity: float) -> float:

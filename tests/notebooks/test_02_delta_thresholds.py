@@ -33,6 +33,18 @@ def test_error_budget_rule_with_verifier_stays_near_its_budgets(metrics):
     assert hits[1] > 0
 
 
+def test_every_modality_keeps_the_2pc_budget_on_its_worst_seed(metrics):
+    per_modality = metrics["per_modality_0.02"]
+    assert set(per_modality) == set(metrics["n_pairs"])
+    for m, row in per_modality.items():
+        assert row is not None, f"{m}: the error-budget rule did not run"
+        assert row["realised_error"] <= row["worst_error"]
+        # smoke streams are short: allow one wrong answer beyond the budget
+        assert row["worst_error"] <= 0.02 + 1.0 / metrics["n_pairs"][m], m
+    priors = metrics["prior_p_correct_at_0.99"]
+    assert set(priors) == set(metrics["n_pairs"]) and all(0 < p < 1 for p in priors.values())
+
+
 def test_baselines_are_side_by_side(metrics):
     static = metrics["best_static_hindsight"]["0.02"]
     _rates(static)
