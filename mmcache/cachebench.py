@@ -522,10 +522,12 @@ class Replayer:
         self.false_hit[i] = entry[1] != self.intent[i]
         self.lat_ms[i] = cost_ms + entry[0] / (self.specs[k].bandwidth_gbps * 1e6)
 
-    def serve_all(self) -> None:
+    def serve_all(self, table: Any = None) -> None:
         """Serve every request at full modality with no offsets, as ``serve(i)`` for each ``i`` in
         order would, through the compiled kernel (:mod:`mmcache.tier_kernel`; every tier's policy
-        in :data:`mmcache.tier_kernel.KERNEL_POLICIES`, nothing served yet)."""
+        in :data:`mmcache.tier_kernel.KERNEL_POLICIES`, nothing served yet). ``table``: this
+        workload's :func:`mmcache.neighbours.neighbour_table` at or below every semantic tier's
+        threshold, to share one across replays (default: built here)."""
         from .neighbours import neighbour_table
         from .tier_kernel import KERNEL_POLICIES, replay_tiers
 
@@ -534,7 +536,11 @@ class Replayer:
         if any(t.entries for t in self.state) or self.lat_ms.any():
             raise ConfigError("serve_all needs a replayer that has served nothing")
         semantic = [t.threshold for t in self.specs if t.match == "semantic"]
-        table = neighbour_table(self.workload, min(semantic) if semantic else None)
+        if table is None:
+            table = neighbour_table(self.workload, min(semantic) if semantic else None)
+        elif semantic and (table.cutoff is None or table.cutoff > min(semantic)):
+            raise ConfigError(f"the neighbour table's cutoff {table.cutoff} is above a tier's "
+                              f"threshold {min(semantic)}")
         self.hit_tier, self.hit_key, self.false_hit, hit_bytes = replay_tiers(
             table, self.workload, self.specs, self.ttl_s)
         self._latencies(hit_bytes)

@@ -115,3 +115,22 @@ def test_neighbour_table_holds_every_pair_at_the_cutoff():
         assert set(row.tolist()) <= set(vid[sims[a] >= 0.8 - 1e-5].tolist())
     with pytest.raises(ConfigError):
         neighbour_table(workload, 1.5)
+
+
+def test_a_shared_table_gives_the_same_replay_and_a_too_high_cutoff_is_refused():
+    workload = generate(n_queries=1_500, n_intents=100, seed=10)
+    tiers = three_tier(40 * int(workload.size.mean()), threshold=0.85)
+    shared = Replayer(workload, tiers)
+    shared.serve_all(neighbour_table(workload, 0.8))
+    assert_same(compiled_replay(workload, tiers), shared)
+    with pytest.raises(ConfigError):
+        Replayer(workload, tiers).serve_all(neighbour_table(workload, 0.9))
+
+
+def test_small_cachebench_benchmark_prints_both_rates(capsys):
+    from mmcache.bench.cachebench_bench import main
+
+    main(["--requests", "3000", "--intents", "200", "--prefix", "2500", "--sample", "50"])
+    out = capsys.readouterr().out
+    assert "compiled (table + serve_all)" in out and "exact search (serve)" in out
+    assert "ratio compiled / exact search: " in out and "target >= 100,000 req/s" in out
