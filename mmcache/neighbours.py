@@ -3,10 +3,16 @@
 A CacheBench-MM stream repeats a finite set of vectors (one tuple per exact key: intent ×
 modality set × variant, by :class:`mmcache.workload.Workload`'s contract). The table holds, for
 every distinct vector tuple, every tuple of the same modality set whose cosine is at least
-``cutoff`` on each modality, with those cosines (float32, as the replay's exact search computes
-them), so a replay can find a query's semantic matches among the resident entries without a
-search over all of them. Identical tuples share one row, so they tie exactly. Built in blocks of
-batched GEMM.
+``cutoff`` on each modality, with those cosines (float32), so a replay can find a query's
+semantic matches among the resident entries without a search over all of them. Identical tuples
+share one row, so they tie exactly.
+
+The search is exact but not quadratic in practice: the tuples are grouped by intent (any
+grouping keeps it exact; one whose groups are tight prunes most), each group gets a centre and
+an angular radius per modality (the largest angle of a member from the centre, computed), and
+two groups are compared member by member only if, on every modality, the angle between their
+centres is at most both radii plus ``arccos(cutoff)`` (the triangle inequality on the sphere),
+widened by :func:`cos_slack` for float32 rounding so that no pair at the cutoff is pruned.
 """
 
 from __future__ import annotations
@@ -14,12 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from .errors import ConfigError
 from .workload import MODALITY_SETS, Workload
 
-#: Rows of the distinct-vector matrix multiplied per GEMM block.
-BLOCK_ROWS = 2048
+#: Group centres compared per GEMM block.
+BLOCK_ROWS = 1024
 
 
 @dataclass(frozen=True)
@@ -29,8 +36,10 @@ class NeighbourTable:
     ``keys`` are the distinct exact keys (sorted) and ``key_of_request`` each request's index
     into them; ``vid_of_key`` the distinct vector tuple of each key and ``members_ptr`` /
     ``members`` the keys of each tuple (CSR); ``nb_ptr`` / ``nb_vid`` / ``nb_cos`` each tuple's
-    neighbours at or above ``cutoff`` (CSR; ``nb_cos`` one column per modality of the set,
-    padded with +inf); ``set_size`` the number of keys of each modality set.
+    neighbours at or above ``cutoff`` (CSR, by ascending tuple; ``nb_cos`` one column per
+    modality of the set, padded with +inf); ``set_size`` the number of keys of each modality
+    set; ``pairs_computed`` the tuple pairs whose cosines the search computed (a brute-force
+    search computes the square of each modality set's tuple count).
     """
 
     keys: np.ndarray
@@ -43,6 +52,7 @@ class NeighbourTable:
     nb_cos: np.ndarray
     set_size: np.ndarray
     cutoff: float | None
+    pairs_computed: int
 
 
 def neighbour_table(workload: Workload, cutoff: float | None) -> NeighbourTable:
@@ -54,20 +64,24 @@ def neighbour_table(workload: Workload, cutoff: float | None) -> NeighbourTable:
                                             return_inverse=True)
     key_set = workload.modality_set[first]
     vid_of_key = np.zeros(keys.shape[0], np.int64)
-    ptr, vids, cos, offset = [np.zeros(1, np.int64)], [], [], 0
+    ptr, vids, cos, offset, computed = [np.zeros(1, np.int64)], [], [], 0, 0
     for m in range(len(MODALITY_SETS)):
         rows = np.flatnonzero(key_set == m)
         if not rows.size or cutoff is None:
             continue
         mats = [np.stack(col) for col in zip(*(workload.vectors(int(i)) for i in first[rows]))]
         distinct, vid = np.unique(np.hstack(mats), axis=0, return_inverse=True)
-        vid_of_key[rows] = offset + vid.reshape(-1)
-        splits = np.cumsum([mat.shape[1] for mat in mats])[:-1]
-        set_ptr, set_vid, set_cos = _range_search(np.split(distinct, splits, axis=1), cutoff)
+        vid = vid.reshape(-1)
+        vid_of_key[rows] = offset + vid
+        group = np.zeros(distinct.shape[0], np.int64)
+        group[vid] = workload.intent[first[rows]]
+        cols = np.cumsum([0] + [mat.shape[1] for mat in mats])
+        set_ptr, set_vid, set_cos, set_computed = range_search(distinct, cols, group, cutoff)
         ptr.append(ptr[-1][-1] + set_ptr[1:])
         vids.append(offset + set_vid)
         cos.append(set_cos)
         offset += distinct.shape[0]
+        computed += set_computed
     order = np.argsort(vid_of_key, kind="stable")
     members_ptr = np.searchsorted(vid_of_key[order], np.arange(offset + 1))
     return NeighbourTable(
@@ -76,23 +90,107 @@ def neighbour_table(workload: Workload, cutoff: float | None) -> NeighbourTable:
         members=order.astype(np.int64), nb_ptr=np.concatenate(ptr),
         nb_vid=np.concatenate(vids) if vids else np.zeros(0, np.int64),
         nb_cos=np.concatenate(cos) if cos else np.zeros((0, 3), np.float32),
-        set_size=np.bincount(key_set, minlength=len(MODALITY_SETS)), cutoff=cutoff)
+        set_size=np.bincount(key_set, minlength=len(MODALITY_SETS)), cutoff=cutoff,
+        pairs_computed=computed)
 
 
-def _range_search(mats: list[np.ndarray], cutoff: float
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """CSR (ptr, neighbour, cosines padded to 3 columns with +inf) of every row of ``mats``
-    (one matrix per modality, same rows) against every row, cosine >= ``cutoff`` on each."""
-    n = mats[0].shape[0]
-    counts, vids, cos = np.zeros(n, np.int64), [], []
-    for start in range(0, n, BLOCK_ROWS):
-        sims = [mat[start:start + BLOCK_ROWS] @ mat.T for mat in mats]
-        near = np.logical_and.reduce([s >= np.float32(cutoff) for s in sims])
-        rows, cols = np.nonzero(near)
-        counts[start:start + near.shape[0]] = np.bincount(rows, minlength=near.shape[0])
-        block = np.full((rows.shape[0], 3), np.inf, np.float32)
-        for j, s in enumerate(sims):
-            block[:, j] = s[rows, cols]
-        vids.append(cols.astype(np.int64))
-        cos.append(block)
-    return np.concatenate([[0], np.cumsum(counts)]), np.concatenate(vids), np.concatenate(cos)
+def cos_slack(dim: int) -> float:
+    """A bound on the float32 rounding of a cosine of two unit vectors of ``dim`` components
+    (``dim`` products summed in any order err by at most ``dim`` units of roundoff, doubled
+    here for the vectors' own rounding to unit length)."""
+    return 2.0 * dim * float(np.finfo(np.float32).eps)
+
+
+def range_search(vecs: np.ndarray, cols: np.ndarray, group: np.ndarray, cutoff: float
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """CSR (ptr, neighbour, cosines padded to 3 columns with +inf) of every row of ``vecs``
+    (unit vectors per modality: columns ``cols[j]:cols[j + 1]``) against every row, cosine >=
+    ``cutoff`` on each modality, and the number of row pairs computed; rows are compared only
+    within candidate pairs of ``group`` labels (:func:`candidate_groups`)."""
+    labels, of_row = np.unique(group, return_inverse=True)
+    order = np.argsort(of_row, kind="stable")
+    gptr = np.searchsorted(of_row[order], np.arange(labels.shape[0] + 1))
+    slack = cos_slack(int(np.diff(cols).max()))
+    pair_a, pair_b = candidate_groups(vecs, cols, order, gptr, cutoff, slack)
+    args = (vecs, cols, order, gptr, pair_a, pair_b, np.float32(cutoff))
+    n_found, computed = _match_groups(*args, np.zeros(0, np.int64), np.zeros(0, np.int64),
+                                      np.zeros((0, 3), np.float32), False)
+    row, col, cos = (np.zeros(n_found, np.int64), np.zeros(n_found, np.int64),
+                     np.full((n_found, 3), np.inf, np.float32))
+    _match_groups(*args, row, col, cos, True)
+    by_row = np.lexsort((col, row))
+    counts = np.bincount(row, minlength=vecs.shape[0])
+    return np.concatenate([[0], np.cumsum(counts)]), col[by_row], cos[by_row], computed
+
+
+def candidate_groups(vecs: np.ndarray, cols: np.ndarray, order: np.ndarray, gptr: np.ndarray,
+                     cutoff: float, slack: float) -> tuple[np.ndarray, np.ndarray]:
+    """Ordered pairs (a, b) of groups (members ``order[gptr[g]:gptr[g + 1]]``) that may hold a
+    pair of rows at cosine >= ``cutoff`` on every modality: on each, the angle between the
+    groups' centres is at most their radii plus ``arccos(cutoff - slack)``, with ``slack`` on
+    the centres' cosine too."""
+    n_groups = gptr.shape[0] - 1
+    owner = np.repeat(np.arange(n_groups), np.diff(gptr))
+    half = np.arccos(max(cutoff - slack, -1.0)) / 2
+    caps = [_caps(vecs[order, cols[j]:cols[j + 1]], owner, n_groups, half)
+            for j in range(cols.shape[0] - 1)]
+    pair_a, pair_b = [], []
+    for start in range(0, n_groups, BLOCK_ROWS):
+        block = slice(start, start + BLOCK_ROWS)
+        near = np.ones((min(BLOCK_ROWS, n_groups - start), n_groups), bool)
+        for centre, reach_cos, reach_sin, wide in caps:
+            ok = centre[block] @ centre.T
+            ok += np.multiply.outer(reach_sin[block], reach_sin)
+            ok = ok >= np.multiply.outer(reach_cos[block], reach_cos) - slack
+            ok[wide[block]] = True
+            ok[:, wide] = True
+            near &= ok
+        a, b = np.nonzero(near)
+        pair_a.append(start + a)
+        pair_b.append(b)
+    return np.concatenate(pair_a), np.concatenate(pair_b)
+
+
+def _caps(members: np.ndarray, owner: np.ndarray, n_groups: int, half: float
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each group's unit centre (float32), cosine and sine of its reach (radius + ``half``),
+    and whether the reach is at least a right angle (such a group is every group's candidate)."""
+    unit = members.astype(np.float64)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    total = np.zeros((n_groups, unit.shape[1]))
+    np.add.at(total, owner, unit)
+    norm = np.linalg.norm(total, axis=1, keepdims=True)
+    centre = total / np.where(norm > 0, norm, 1.0)
+    closest = np.full(n_groups, 1.0)
+    np.minimum.at(closest, owner, np.einsum("ij,ij->i", unit, centre[owner]))
+    reach = np.arccos(np.clip(closest, -1.0, 1.0)) + half
+    wide = (reach >= np.pi / 2) | (norm[:, 0] == 0)
+    return (centre.astype(np.float32), np.cos(reach).astype(np.float32),
+            np.sin(reach).astype(np.float32), wide)
+
+
+@njit(cache=True, fastmath=True)
+def _match_groups(vecs, cols, order, gptr, pair_a, pair_b, cutoff, row, col, cos, fill):
+    """Count (``fill`` False) or write into ``row`` / ``col`` / ``cos`` the row pairs of the
+    candidate group pairs at cosine >= ``cutoff`` on every modality; returns (found, computed)."""
+    found, computed, n_mod = 0, 0, cols.shape[0] - 1
+    sims = np.zeros(3, np.float32)
+    for p in range(pair_a.shape[0]):
+        for i in order[gptr[pair_a[p]]:gptr[pair_a[p] + 1]]:
+            for j in order[gptr[pair_b[p]]:gptr[pair_b[p] + 1]]:
+                computed += 1
+                near = True
+                for m in range(n_mod):
+                    s = 0.0
+                    for d in range(cols[m], cols[m + 1]):
+                        s += np.float64(vecs[i, d]) * vecs[j, d]
+                    sims[m] = np.float32(s)
+                    if sims[m] < cutoff:
+                        near = False
+                        break
+                if near:
+                    if fill:
+                        row[found], col[found] = i, j
+                        cos[found, :n_mod] = sims[:n_mod]
+                    found += 1
+    return found, computed
