@@ -127,26 +127,22 @@ def candidate_groups(vecs: np.ndarray, cols: np.ndarray, order: np.ndarray, gptr
                      cutoff: float, slack: float) -> tuple[np.ndarray, np.ndarray]:
     """Ordered pairs (a, b) of groups (members ``order[gptr[g]:gptr[g + 1]]``) that may hold a
     pair of rows at cosine >= ``cutoff`` on every modality: on each, the angle between the
-    groups' centres is at most their radii plus ``arccos(cutoff - slack)``, with ``slack`` on
-    the centres' cosine too."""
+    groups' centres is at most their reaches (radius + ``arccos(cutoff - slack) / 2``), with
+    ``slack`` on the centres' cosine too. The first modality's centres are compared in GEMM
+    blocks, the others only on the pairs left."""
     n_groups = gptr.shape[0] - 1
     owner = np.repeat(np.arange(n_groups), np.diff(gptr))
     half = np.arccos(max(cutoff - slack, -1.0)) / 2
     caps = [_caps(vecs[order, cols[j]:cols[j + 1]], owner, n_groups, half)
             for j in range(cols.shape[0] - 1)]
+    centre, reach_cos, reach_sin, wide = caps[0]
     pair_a, pair_b = [], []
     for start in range(0, n_groups, BLOCK_ROWS):
-        block = slice(start, start + BLOCK_ROWS)
-        near = np.ones((min(BLOCK_ROWS, n_groups - start), n_groups), bool)
-        for centre, reach_cos, reach_sin, wide in caps:
-            ok = centre[block] @ centre.T
-            ok += np.multiply.outer(reach_sin[block], reach_sin)
-            ok = ok >= np.multiply.outer(reach_cos[block], reach_cos) - slack
-            ok[wide[block]] = True
-            ok[:, wide] = True
-            near &= ok
-        a, b = np.nonzero(near)
-        pair_a.append(start + a)
+        sims = centre[start:start + BLOCK_ROWS] @ centre.T
+        a, b = _near_caps(sims, start, reach_cos, reach_sin, wide, np.float32(slack))
+        for other in caps[1:]:
+            a, b = _near_pairs(a, b, *other, np.float32(slack))
+        pair_a.append(a)
         pair_b.append(b)
     return np.concatenate(pair_a), np.concatenate(pair_b)
 
@@ -167,6 +163,35 @@ def _caps(members: np.ndarray, owner: np.ndarray, n_groups: int, half: float
     wide = (reach >= np.pi / 2) | (norm[:, 0] == 0)
     return (centre.astype(np.float32), np.cos(reach).astype(np.float32),
             np.sin(reach).astype(np.float32), wide)
+
+
+@njit(cache=True)
+def _near_caps(sims, start, reach_cos, reach_sin, wide, slack):
+    """Group pairs (start + row, column) of a block of centre cosines ``sims`` whose caps'
+    reaches overlap (:func:`candidate_groups`), as two arrays."""
+    rows, n = sims.shape
+    near = np.zeros((rows, n), np.bool_)
+    for r in range(rows):
+        a = start + r
+        for b in range(n):
+            near[r, b] = wide[a] or wide[b] or (
+                sims[r, b] + reach_sin[a] * reach_sin[b] >= reach_cos[a] * reach_cos[b] - slack)
+    rs, bs = np.nonzero(near)
+    return rs + start, bs
+
+
+@njit(cache=True)
+def _near_pairs(pair_a, pair_b, centre, reach_cos, reach_sin, wide, slack):
+    """The pairs of ``pair_a`` / ``pair_b`` whose caps' reaches overlap on one more modality."""
+    keep = np.zeros(pair_a.shape[0], np.bool_)
+    for p in range(pair_a.shape[0]):
+        a, b = pair_a[p], pair_b[p]
+        s = np.float32(0.0)
+        for d in range(centre.shape[1]):
+            s += centre[a, d] * centre[b, d]
+        keep[p] = wide[a] or wide[b] or (
+            s + reach_sin[a] * reach_sin[b] >= reach_cos[a] * reach_cos[b] - slack)
+    return pair_a[keep], pair_b[keep]
 
 
 @njit(cache=True, fastmath=True)
