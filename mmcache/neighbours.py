@@ -125,11 +125,11 @@ def range_search(vecs: np.ndarray, cols: np.ndarray, group: np.ndarray, cutoff: 
 
 def candidate_groups(vecs: np.ndarray, cols: np.ndarray, order: np.ndarray, gptr: np.ndarray,
                      cutoff: float, slack: float) -> tuple[np.ndarray, np.ndarray]:
-    """Ordered pairs (a, b) of groups (members ``order[gptr[g]:gptr[g + 1]]``) that may hold a
+    """Pairs a <= b of groups (members ``order[gptr[g]:gptr[g + 1]]``) that may hold a
     pair of rows at cosine >= ``cutoff`` on every modality: on each, the angle between the
     groups' centres is at most their reaches (radius + ``arccos(cutoff - slack) / 2``), with
     ``slack`` on the centres' cosine too. The first modality's centres are compared in GEMM
-    blocks, the others only on the pairs left."""
+    blocks (upper triangle only), the others only on the pairs left."""
     n_groups = gptr.shape[0] - 1
     owner = np.repeat(np.arange(n_groups), np.diff(gptr))
     half = np.arccos(max(cutoff - slack, -1.0)) / 2
@@ -138,7 +138,7 @@ def candidate_groups(vecs: np.ndarray, cols: np.ndarray, order: np.ndarray, gptr
     centre, reach_cos, reach_sin, wide = caps[0]
     pair_a, pair_b = [], []
     for start in range(0, n_groups, BLOCK_ROWS):
-        sims = centre[start:start + BLOCK_ROWS] @ centre.T
+        sims = centre[start:start + BLOCK_ROWS] @ centre[start:].T
         a, b = _near_caps(sims, start, reach_cos, reach_sin, wide, np.float32(slack))
         for other in caps[1:]:
             a, b = _near_pairs(a, b, *other, np.float32(slack))
@@ -167,17 +167,18 @@ def _caps(members: np.ndarray, owner: np.ndarray, n_groups: int, half: float
 
 @njit(cache=True)
 def _near_caps(sims, start, reach_cos, reach_sin, wide, slack):
-    """Group pairs (start + row, column) of a block of centre cosines ``sims`` whose caps'
-    reaches overlap (:func:`candidate_groups`), as two arrays."""
+    """Group pairs a <= b (a = start + row, b = start + column) of a block of centre cosines
+    ``sims`` whose caps' reaches overlap (:func:`candidate_groups`), as two arrays."""
     rows, n = sims.shape
     near = np.zeros((rows, n), np.bool_)
     for r in range(rows):
         a = start + r
-        for b in range(n):
-            near[r, b] = wide[a] or wide[b] or (
-                sims[r, b] + reach_sin[a] * reach_sin[b] >= reach_cos[a] * reach_cos[b] - slack)
-    rs, bs = np.nonzero(near)
-    return rs + start, bs
+        for c in range(r, n):
+            b = start + c
+            near[r, c] = wide[a] or wide[b] or (
+                sims[r, c] + reach_sin[a] * reach_sin[b] >= reach_cos[a] * reach_cos[b] - slack)
+    rs, cs = np.nonzero(near)
+    return rs + start, cs + start
 
 
 @njit(cache=True)
@@ -196,14 +197,16 @@ def _near_pairs(pair_a, pair_b, centre, reach_cos, reach_sin, wide, slack):
 
 @njit(cache=True, fastmath=True)
 def _match_groups(vecs, cols, order, gptr, pair_a, pair_b, cutoff, row, col, cos, fill):
-    """Count (``fill`` False) or write into ``row`` / ``col`` / ``cos`` the row pairs of the
-    candidate group pairs at cosine >= ``cutoff`` on every modality; returns (found, computed)."""
+    """Count (``fill`` False) or write into ``row`` / ``col`` / ``cos`` the row pairs (both
+    orders) of the candidate group pairs a <= b at cosine >= ``cutoff`` on every modality;
+    returns (found, computed: pairs counted in both orders, as a dense search would)."""
     found, computed, n_mod = 0, 0, cols.shape[0] - 1
     sims = np.zeros(3, np.float32)
     for p in range(pair_a.shape[0]):
-        for i in order[gptr[pair_a[p]]:gptr[pair_a[p] + 1]]:
-            for j in order[gptr[pair_b[p]]:gptr[pair_b[p] + 1]]:
-                computed += 1
+        a, b = pair_a[p], pair_b[p]
+        for i in order[gptr[a]:gptr[a + 1]]:
+            for j in order[gptr[b]:gptr[b + 1]]:
+                computed += 1 if a == b else 2
                 near = True
                 for m in range(n_mod):
                     s = 0.0
@@ -213,9 +216,15 @@ def _match_groups(vecs, cols, order, gptr, pair_a, pair_b, cutoff, row, col, cos
                     if sims[m] < cutoff:
                         near = False
                         break
-                if near:
+                if not near:
+                    continue
+                if fill:
+                    row[found], col[found] = i, j
+                    cos[found, :n_mod] = sims[:n_mod]
+                found += 1
+                if a != b:
                     if fill:
-                        row[found], col[found] = i, j
+                        row[found], col[found] = j, i
                         cos[found, :n_mod] = sims[:n_mod]
                     found += 1
     return found, computed
