@@ -134,3 +134,4 @@ def test_small_cachebench_benchmark_prints_both_rates(capsys):
     out = capsys.readouterr().out
     assert "compiled (table + serve_all)" in out and "exact search (serve)" in out
     assert "ratio compiled / exact search: " in out and "target >= 100,000 req/s" in out
+    assert "vector pairs computed of the" in out
