@@ -170,15 +170,21 @@ def _near_caps(sims, start, reach_cos, reach_sin, wide, slack):
     """Group pairs a <= b (a = start + row, b = start + column) of a block of centre cosines
     ``sims`` whose caps' reaches overlap (:func:`candidate_groups`), as two arrays."""
     rows, n = sims.shape
-    near = np.zeros((rows, n), np.bool_)
-    for r in range(rows):
-        a = start + r
-        for c in range(r, n):
-            b = start + c
-            near[r, c] = wide[a] or wide[b] or (
-                sims[r, c] + reach_sin[a] * reach_sin[b] >= reach_cos[a] * reach_cos[b] - slack)
-    rs, cs = np.nonzero(near)
-    return rs + start, cs + start
+    pair_a, pair_b = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    for fill in (False, True):
+        found = 0
+        for r in range(rows):
+            a = start + r
+            for c in range(r, n):
+                b = start + c
+                if wide[a] or wide[b] or (sims[r, c] + reach_sin[a] * reach_sin[b]
+                                          >= reach_cos[a] * reach_cos[b] - slack):
+                    if fill:
+                        pair_a[found], pair_b[found] = a, b
+                    found += 1
+        if not fill:
+            pair_a, pair_b = np.zeros(found, np.int64), np.zeros(found, np.int64)
+    return pair_a, pair_b
 
 
 @njit(cache=True)
