@@ -50,20 +50,20 @@ def assert_matches_brute_force(workload, cutoff):
 
 
 CASES = {
-    "close-siblings": dict(n_queries=3_000, n_intents=400, seed=3, sibling_cos=0.97,
-                           paraphrase_cos=0.9, zipf_alpha=0.6),
-    "multimodal": dict(n_queries=3_000, n_intents=200, seed=2,
-                       multimodal_mix={"text+image": 0.3, "text+audio": 0.1,
-                                       "text+image+audio": 0.1}),
-    "novel-and-spread": dict(n_queries=3_000, n_intents=300, seed=4, novel_share=0.2,
-                             paraphrase_cos=0.8, paraphrase_spread=0.15),
+    "close-siblings": {"n_intents": 400, "sibling_cos": 0.96, "paraphrase_cos": 0.92,
+                       "zipf_alpha": 0.6},
+    "multimodal": {"n_intents": 200, "multimodal_mix": {"image+audio": 0.3, "text+image": 0.2,
+                                                        "text+image+audio": 0.2}},
+    "novel-and-spread": {"n_intents": 300, "novel_share": 0.2, "paraphrase_cos": 0.8,
+                         "paraphrase_spread": 0.15},
 }
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("cutoff", [0.7, 0.85])
 def test_pruned_table_equals_the_brute_force_table(name, cutoff):
-    table, _ = assert_matches_brute_force(generate(**CASES[name]), cutoff)
+    table, _ = assert_matches_brute_force(generate(n_queries=3_000, seed=11, **CASES[name]),
+                                           cutoff)
     assert table.nb_vid.shape[0] > table.nb_ptr.shape[0] - 1  # pairs beyond each tuple itself
 
 
