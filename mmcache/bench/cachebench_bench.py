@@ -31,7 +31,7 @@ import numpy as np
 
 from ..cachebench import Replayer, TierSpec
 from ..neighbours import neighbour_table
-from ..workload import generate
+from ..workload import WorkloadConfig, generate
 
 #: The issue's target: compiled replay requests/s with >= 100k resident vectors.
 TARGET_REQ_S = 100_000
@@ -58,10 +58,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prefix", type=int, default=180_000)
     parser.add_argument("--sample", type=int, default=200)
     parser.add_argument("--threshold", type=float, default=0.85)
+    parser.add_argument("--drift-period", type=int, default=WorkloadConfig.drift_period,
+                        help="requests between drifts (0: none; the intents stay --intents)")
     args = parser.parse_args(argv)
 
     workload = generate(n_queries=args.requests, n_intents=args.intents, zipf_alpha=0.3,
-                        novel_share=0.0, seed=0)
+                        novel_share=0.0, drift_period=args.drift_period, seed=0)
     start = time.perf_counter()
     first = np.unique(workload.exact_keys(), return_index=True)[1]
     for i in first.tolist():
