@@ -10,8 +10,8 @@ timed (both read the same in-memory vectors).
 - *compiled*: the neighbour table (:func:`mmcache.neighbours.neighbour_table`, an exact range
   search over the distinct vectors pruned by intent-group caps; the vector pairs it computes are
   printed beside a dense search's) + :meth:`mmcache.cachebench.Replayer.serve_all` on the
-  whole stream (kernel and latencies), each timed; the rate counts both, and the kernel's alone is printed
-  beside it (a sweep replaying one workload many times builds the table once).
+  whole stream (kernel and latencies), each timed; the rate counts both, and the kernel's
+  alone is printed beside it (a sweep replaying one workload many times builds the table once).
 - *exact search* (the baseline, ``Replayer.serve``: a GEMV over every resident vector per
   request): the answers of the first ``--prefix`` requests are prefilled (not timed), then the
   next ``--sample`` requests are served and timed with that many resident vectors.
