@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
 
-.PHONY: help setup sysdeps test smoke figures check-readme models priors lab pair bench bench-cache bench-replay bench-guard bench-encoders bench-thresholds latency-profile clean
+.PHONY: help setup sysdeps test smoke figures check-readme models priors lab pair bench bench-cache bench-replay bench-cachebench bench-guard bench-encoders bench-thresholds latency-profile clean
 
 help:
 	@echo "make figures   regenerate every figure (full notebooks) into figures/, with MANIFEST.md"
@@ -77,7 +77,7 @@ pair: setup
 	$(VENV)/bin/jupytext --to ipynb --update notebooks/[0-9][0-9]_*.py
 	$(VENV)/bin/nbstripout notebooks/[0-9][0-9]_*.ipynb
 
-bench: bench-cache bench-replay bench-guard bench-encoders bench-thresholds
+bench: bench-cache bench-replay bench-cachebench bench-guard bench-encoders bench-thresholds
 
 # CacheBench-MM's measured latencies (encoders, cache tiers) on this machine; committed.
 latency-profile: setup
@@ -88,6 +88,9 @@ bench-cache: setup $(BENCH_STAMP)
 
 bench-replay: setup $(BENCH_STAMP)
 	$(PY) -m mmcache.bench.replay_bench
+
+bench-cachebench: setup
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m mmcache.bench.cachebench_bench
 
 bench-guard: setup
 	$(PY) -m mmcache.bench.guard_bench

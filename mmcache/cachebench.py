@@ -522,6 +522,47 @@ class Replayer:
         self.false_hit[i] = entry[1] != self.intent[i]
         self.lat_ms[i] = cost_ms + entry[0] / (self.specs[k].bandwidth_gbps * 1e6)
 
+    def serve_all(self, table: Any = None) -> None:
+        """Serve every request at full modality with no offsets, as ``serve(i)`` for each ``i`` in
+        order would, through the compiled kernel (:mod:`mmcache.tier_kernel`; every tier's policy
+        in :data:`mmcache.tier_kernel.KERNEL_POLICIES`, nothing served yet). ``table``: this
+        workload's :func:`mmcache.neighbours.neighbour_table` at or below every semantic tier's
+        threshold, to share one across replays (default: built here)."""
+        from .neighbours import neighbour_table
+        from .tier_kernel import KERNEL_POLICIES, replay_tiers
+
+        if any(t.policy not in KERNEL_POLICIES for t in self.specs):
+            raise ConfigError(f"serve_all replays only {KERNEL_POLICIES} tiers")
+        if any(t.entries for t in self.state) or self.lat_ms.any():
+            raise ConfigError("serve_all needs a replayer that has served nothing")
+        semantic = [t.threshold for t in self.specs if t.match == "semantic"]
+        if table is None:
+            table = neighbour_table(self.workload, min(semantic) if semantic else None)
+        elif semantic and (table.cutoff is None or table.cutoff > min(semantic)):
+            raise ConfigError(f"the neighbour table's cutoff {table.cutoff} is above a tier's "
+                              f"threshold {min(semantic)}")
+        self.hit_tier, self.hit_key, self.false_hit, hit_bytes = replay_tiers(
+            table, self.workload, self.specs, self.ttl_s)
+        self._latencies(hit_bytes)
+
+    def _latencies(self, hit_bytes: np.ndarray) -> None:
+        """Every request's latency from its hit tier and the bytes it was served, summed in
+        ``serve``'s order."""
+        hit_tier, n = self.hit_tier, len(self.workload)
+        cost, encoded = np.zeros(n), np.zeros(n, dtype=bool)
+        for k, spec in enumerate(self.specs):
+            consulted = (hit_tier < 0) | (hit_tier >= k)
+            cost = np.where(consulted, cost + self.costs.lookup_ms[k], cost)
+            if spec.match == "semantic":
+                first = consulted & ~encoded
+                cost = np.where(first, cost + self.costs.encode_ms, cost)
+                encoded |= first
+        hit = hit_tier >= 0
+        bandwidth = np.array([t.bandwidth_gbps for t in self.specs])[np.maximum(hit_tier, 0)]
+        self.lat_ms = np.where(hit, cost + hit_bytes / (bandwidth * 1e6), 0.0)
+        for i in np.flatnonzero(~hit).tolist():
+            self.lat_ms[i] = self.costs.miss_ms(i, float(cost[i]))
+
     def prefill(self, i: int) -> None:
         """Store request ``i``'s answer in every tier without serving it (a prefetch / warm-up:
         its cost is paid before the measured part, not counted in any request's latency)."""
@@ -581,9 +622,14 @@ def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel 
     (None: no expiry; limits ignore it). Raises :class:`ConfigError` for an empty or
     duplicate-named hierarchy, or a TTL that is not positive.
     """
+    from .tier_kernel import KERNEL_POLICIES
+
     replayer = Replayer(workload, tiers, latency, ttl_s=ttl_s)
-    for i in range(len(workload)):
-        replayer.serve(i)
+    if all(t.policy in KERNEL_POLICIES for t in replayer.specs):
+        replayer.serve_all()
+    else:
+        for i in range(len(workload)):
+            replayer.serve(i)
     return replayer.report(limits=limits)
 
 

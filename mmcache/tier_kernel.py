@@ -1,0 +1,162 @@
+"""Compiled CacheBench-MM replay of LRU / FIFO tier hierarchies (numba).
+
+Serves a whole workload as :meth:`mmcache.cachebench.Replayer.serve` does at full modality with
+no δ offsets (top-down lookup, promote on hit, write-through on a miss, TTL, byte capacities),
+and records the same hit tier, hit key and false hit for every request. A semantic tier's
+search looks only at the resident entries among the query's neighbours in a
+:class:`mmcache.neighbours.NeighbourTable` (every entry at cosine >= the tier's threshold is
+one), takes the largest worst-modality margin and breaks ties by the slot the replay's vector
+index would have given the entry (its free-slot stack is replayed too), so hits match the exact
+search over all resident vectors up to the float32 rounding of one cosine.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+from numba import njit
+
+from .neighbours import NeighbourTable
+from .policies.kernels._lists import push_head, unlink
+
+if TYPE_CHECKING:
+    from .cachebench import TierSpec
+
+#: Policies this kernel replays (FIFO is LRU whose hits leave the order alone).
+KERNEL_POLICIES = ("lru", "fifo")
+#: First slot count of a vector index (as ``cachebench._VectorIndex``).
+FIRST_SLOTS = 64
+
+
+@njit(cache=True)
+def _drop(t, k, st, sizes, key_set):
+    """Evict / expire key ``k`` from tier ``t``: its bytes, list links and index slot."""
+    res, prod, prev, nxt, heads, used, slot, free, top, caps, semantic = st
+    res[t, k] = False
+    used[t] -= sizes[k]
+    unlink(prev[t], nxt[t], heads[t], k)
+    if semantic[t]:
+        m = key_set[k]
+        free[t, m, top[t, m]] = slot[t, k]
+        top[t, m] += 1
+
+
+@njit(cache=True)
+def _admit(t, k, produced, st, sizes, key_set, capacity, promote):
+    """Access resident ``k`` in tier ``t``, or insert it (evicting from the tail until it fits;
+    a key larger than the tier is not stored)."""
+    res, prod, prev, nxt, heads, used, slot, free, top, caps, semantic = st
+    if res[t, k]:
+        if promote[t] and heads[t, 0] != k:
+            unlink(prev[t], nxt[t], heads[t], k)
+            push_head(prev[t], nxt[t], heads[t], k)
+        return
+    if sizes[k] > capacity[t]:
+        return
+    while used[t] + sizes[k] > capacity[t]:
+        _drop(t, heads[t, 1], st, sizes, key_set)
+    push_head(prev[t], nxt[t], heads[t], k)
+    res[t, k] = True
+    prod[t, k] = produced
+    used[t] += sizes[k]
+    if semantic[t]:
+        m = key_set[k]
+        if top[t, m] == 0:  # the index doubles: new slots n..2n-1, lowest handed out first
+            n = caps[t, m]
+            caps[t, m] = 2 * n
+            for j in range(n):
+                free[t, m, j] = 2 * n - 1 - j
+            top[t, m] = n
+        top[t, m] -= 1
+        slot[t, k] = free[t, m, top[t, m]]
+
+
+@njit(cache=True)
+def _match(t, k, st, floor, vid_of_key, members_ptr, members, nb_ptr, nb_vid, nb_cos):
+    """The resident key request key ``k`` matches in tier ``t`` (-1: none)."""
+    res, prod, prev, nxt, heads, used, slot, free, top, caps, semantic = st
+    if res[t, k]:
+        return k
+    if not semantic[t]:
+        return -1
+    best, best_margin, best_slot = -1, np.float32(-np.inf), 0
+    f = floor[t]
+    v = vid_of_key[k]
+    for p in range(nb_ptr[v], nb_ptr[v + 1]):
+        r = nb_vid[p]
+        margin = min(nb_cos[p, 0] - f, nb_cos[p, 1] - f, nb_cos[p, 2] - f)
+        for q in range(members_ptr[r], members_ptr[r + 1]):
+            c = members[q]
+            if res[t, c] and (margin > best_margin or (margin == best_margin
+                                                       and slot[t, c] < best_slot)):
+                best, best_margin, best_slot = c, margin, slot[t, c]
+    return best if best_margin >= np.float32(0.0) else -1
+
+
+@njit(cache=True)
+def _replay(key_of_request, now, ttl, sizes, key_set, capacity, promote,
+            floor, st, vid_of_key, members_ptr, members, nb_ptr, nb_vid, nb_cos,
+            hit_tier, hit_key):
+    prod = st[1]
+    n_tiers = capacity.shape[0]
+    for i in range(key_of_request.shape[0]):
+        k = key_of_request[i]
+        fresh_after = now[i] - ttl
+        found, ft = -1, -1
+        for t in range(n_tiers):
+            found = _match(t, k, st, floor, vid_of_key, members_ptr, members, nb_ptr, nb_vid,
+                           nb_cos)
+            while found >= 0 and prod[t, found] < fresh_after:
+                _drop(t, found, st, sizes, key_set)
+                found = _match(t, k, st, floor, vid_of_key, members_ptr, members, nb_ptr,
+                               nb_vid, nb_cos)
+            if found >= 0:
+                ft = t
+                break
+        if found < 0:
+            for t in range(n_tiers):
+                _admit(t, k, now[i], st, sizes, key_set, capacity, promote)
+            continue
+        produced = prod[ft, found]
+        for t in range(ft + 1):
+            _admit(t, found, produced, st, sizes, key_set, capacity, promote)
+        hit_tier[i] = ft
+        hit_key[i] = found
+
+
+def replay_tiers(table: NeighbourTable, workload, specs: Sequence["TierSpec"],
+                 ttl_s: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(hit tier per request (-1: miss), hit exact key (-1: none), false hit, bytes of the answer
+    served (0 on a miss)) of ``workload``
+    through LRU / FIFO ``specs`` (full modality, no offsets, every miss admitted)."""
+    n_keys, n_tiers, n_sets = table.keys.shape[0], len(specs), table.set_size.shape[0]
+    first = np.zeros(n_keys, np.int64)
+    first[table.key_of_request[::-1]] = np.arange(len(workload))[::-1]
+    sizes = workload.size[first].astype(np.int64)
+    key_set = workload.modality_set[first].astype(np.int64)
+    key_intent = workload.intent[first].astype(np.int64)
+    slots_max = FIRST_SLOTS << max(0, int(np.ceil(np.log2(max(1, table.set_size.max())
+                                                          / FIRST_SLOTS))))
+    semantic = np.array([s.match == "semantic" for s in specs])
+    free = np.zeros((n_tiers, n_sets, slots_max), np.int32)
+    free[:, :, :FIRST_SLOTS] = np.arange(FIRST_SLOTS - 1, -1, -1, dtype=np.int32)
+    st = (np.zeros((n_tiers, n_keys), np.bool_), np.zeros((n_tiers, n_keys)),
+          np.full((n_tiers, n_keys), -1, np.int32), np.full((n_tiers, n_keys), -1, np.int32),
+          np.full((n_tiers, 2), -1, np.int64), np.zeros(n_tiers, np.int64),
+          np.zeros((n_tiers, n_keys), np.int32), free,
+          np.full((n_tiers, n_sets), FIRST_SLOTS, np.int64),
+          np.full((n_tiers, n_sets), FIRST_SLOTS, np.int64), semantic)
+    hit_tier = np.full(len(workload), -1, np.int16)
+    hit_key = np.full(len(workload), -1, np.int64)
+    _replay(table.key_of_request, workload.time.astype(np.float64),
+            np.inf if ttl_s is None else float(ttl_s), sizes, key_set, np.array([s.capacity_bytes for s in specs], np.int64),
+            np.array([s.policy == "lru" for s in specs]),
+            np.array([s.threshold for s in specs], np.float32), st, table.vid_of_key,
+            table.members_ptr, table.members, table.nb_ptr, table.nb_vid, table.nb_cos,
+            hit_tier, hit_key)
+    hit = hit_tier >= 0
+    false_hit = np.zeros(len(workload), bool)
+    false_hit[hit] = key_intent[hit_key[hit]] != workload.intent[hit]
+    keys = np.where(hit, table.keys[np.maximum(hit_key, 0)].astype(np.int64), -1)
+    return hit_tier, keys, false_hit, np.where(hit, sizes[np.maximum(hit_key, 0)], 0)

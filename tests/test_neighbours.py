@@ -1,0 +1,128 @@
+"""The pruned range search of mmcache.neighbours finds exactly the pairs a brute-force search
+over all distinct vectors finds (same neighbour sets, same cosines up to float32 rounding), on
+generated workloads with close sibling intents, multimodal queries, novel queries and identical
+vectors, on adversarial pairs exactly at the cutoff, and under a grouping that prunes nothing;
+and on a workload with many intents it computes a small share of the pairs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mmcache.errors import ConfigError
+from mmcache.neighbours import neighbour_table, range_search
+from mmcache.workload import generate
+
+#: Cosines of the pruned and the brute-force search differ by float32 rounding only.
+COS_ATOL = 1e-4
+
+
+def distinct_vectors(workload, table):
+    """Each distinct tuple's vectors, indexed by tuple id, and its modality set."""
+    first = np.unique(workload.exact_keys(), return_index=True)[1]
+    vecs = [None] * (table.nb_ptr.shape[0] - 1)
+    sets = np.zeros(len(vecs), np.int64)
+    for key, i in enumerate(first.tolist()):
+        vecs[table.vid_of_key[key]] = workload.vectors(i)
+        sets[table.vid_of_key[key]] = workload.modality_set[i]
+    return vecs, sets
+
+
+def assert_matches_brute_force(workload, cutoff):
+    """Every tuple's neighbours equal those of a dense search of its modality set."""
+    table = neighbour_table(workload, cutoff)
+    vecs, sets = distinct_vectors(workload, table)
+    brute_pairs = 0
+    for s in np.unique(sets):
+        ids = np.flatnonzero(sets == s)
+        mats = [np.stack([vecs[v][j] for v in ids]) for j in range(len(vecs[ids[0]]))]
+        sims = [mat @ mat.T for mat in mats]
+        near = np.logical_and.reduce([sim >= np.float32(cutoff) for sim in sims])
+        brute_pairs += ids.size ** 2
+        for r, v in enumerate(ids.tolist()):
+            lo, hi = table.nb_ptr[v], table.nb_ptr[v + 1]
+            np.testing.assert_array_equal(table.nb_vid[lo:hi], ids[near[r]])
+            for j, sim in enumerate(sims):
+                np.testing.assert_allclose(table.nb_cos[lo:hi, j], sim[r, near[r]],
+                                           atol=COS_ATOL)
+            assert np.isinf(table.nb_cos[lo:hi, len(sims):]).all()
+    return table, brute_pairs
+
+
+CASES = {
+    "close-siblings": {"n_intents": 400, "sibling_cos": 0.96, "paraphrase_cos": 0.92,
+                       "zipf_alpha": 0.6},
+    "multimodal": {"n_intents": 200, "multimodal_mix": {"image+audio": 0.3, "text+image": 0.2,
+                                                        "text+image+audio": 0.2}},
+    "novel-and-spread": {"n_intents": 300, "novel_share": 0.2, "paraphrase_cos": 0.8,
+                         "paraphrase_spread": 0.15},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("cutoff", [0.7, 0.85])
+def test_pruned_table_equals_the_brute_force_table(name, cutoff):
+    table, _ = assert_matches_brute_force(generate(n_queries=3_000, seed=11, **CASES[name]),
+                                           cutoff)
+    assert table.nb_vid.shape[0] > table.nb_ptr.shape[0] - 1  # pairs beyond each tuple itself
+
+
+def test_identical_vectors_of_two_intents_share_a_row():
+    workload = generate(n_queries=1_500, n_intents=100, seed=5, modality_mix={"text": 1.0})
+    for a, v in {(int(a), int(v)) for a, v in zip(workload.intent, workload.variant)}:
+        twin = a - a % 2
+        workload._vectors[(a, 0, v)] = workload._draw_embedding(0, twin, twin // 5, v)
+    table, _ = assert_matches_brute_force(workload, 0.8)
+    assert table.nb_ptr.shape[0] - 1 < table.keys.shape[0]
+
+
+def test_many_intents_compute_a_small_share_of_the_pairs():
+    table, brute_pairs = assert_matches_brute_force(
+        generate(n_queries=12_000, n_intents=2_000, seed=6, zipf_alpha=0.3), 0.85)
+    assert table.pairs_computed < brute_pairs / 20
+
+
+def boundary_groups(cos, radius, dim=64, seed=0):
+    """Two groups of two unit vectors in a random plane of R^dim: centres 2·radius + θ apart
+    (θ = arccos(cos)), radii ``radius``, and one cross pair (1, 2) exactly θ apart."""
+    theta = np.arccos(cos)
+    angles = np.array([-radius, radius, radius + theta, 3 * radius + theta])
+    basis = np.linalg.qr(np.random.default_rng(seed).standard_normal((dim, 2)))[0]
+    return (np.cos(angles)[:, None] * basis[:, 0] + np.sin(angles)[:, None] * basis[:, 1]
+            ).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_pairs_at_the_cutoff_across_groups_are_not_pruned(seed):
+    cutoff, cols = 0.85, np.array([0, 64])
+    vecs = boundary_groups(cutoff + 2e-6, radius=0.2, seed=seed)  # just inside, past rounding
+    pruned = range_search(vecs, cols, np.array([0, 0, 1, 1]), cutoff)
+    unpruned = range_search(vecs, cols, np.zeros(4, np.int64), cutoff)
+    for got, want in zip(pruned[:3], unpruned[:3]):
+        np.testing.assert_array_equal(got, want)
+    ptr, col = pruned[0], pruned[1]
+    assert 2 in col[ptr[1]:ptr[2]] and 1 in col[ptr[2]:ptr[3]]
+    assert pruned[3] == unpruned[3] == 16  # the two groups are each other's candidates
+
+
+def test_a_grouping_that_prunes_nothing_is_still_exact_and_far_groups_are_pruned():
+    workload = generate(n_queries=2_000, n_intents=150, seed=7)
+    table = neighbour_table(workload, 0.85)
+    vecs, sets = distinct_vectors(workload, table)
+    ids = np.flatnonzero(sets == 0)
+    mat = np.stack([vecs[v][0] for v in ids])
+    rng = np.random.default_rng(0)
+    for group in (rng.integers(0, 3, ids.size), np.arange(ids.size)):
+        ptr, col, _, computed = range_search(mat, np.array([0, mat.shape[1]]), group, 0.85)
+        near = mat @ mat.T >= np.float32(0.85)
+        for r in range(ids.size):
+            np.testing.assert_array_equal(col[ptr[r]:ptr[r + 1]], np.flatnonzero(near[r]))
+        if group.max() == 2:
+            assert computed == ids.size ** 2  # three random groups: nothing to prune
+        else:
+            assert computed < ids.size ** 2 / 20  # singletons: radius 0, far pairs pruned
+
+
+def test_a_cutoff_outside_the_cosine_range_is_refused():
+    with pytest.raises(ConfigError):
+        neighbour_table(generate(n_queries=100, n_intents=10, seed=8), -1.5)

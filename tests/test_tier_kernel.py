@@ -1,0 +1,137 @@
+"""The compiled CacheBench-MM replay (Replayer.serve_all, mmcache.tier_kernel) serves every
+request exactly as Replayer.serve does with the exact search over all resident vectors: the
+same hit tier, hit key, false hits and latencies, on generated workloads with evictions,
+multimodal queries, TTLs and ties between identical vectors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mmcache.cachebench import LatencyModel, Replayer, TierSpec, replay, three_tier
+from mmcache.errors import ConfigError
+from mmcache.neighbours import neighbour_table
+from mmcache.workload import generate
+
+
+def python_replay(workload, tiers, ttl_s=None, latency=None):
+    replayer = Replayer(workload, tiers, latency, ttl_s=ttl_s)
+    for i in range(len(workload)):
+        replayer.serve(i)
+    return replayer
+
+
+def compiled_replay(workload, tiers, ttl_s=None, latency=None):
+    replayer = Replayer(workload, tiers, latency, ttl_s=ttl_s)
+    replayer.serve_all()
+    return replayer
+
+
+def assert_same(a, b):
+    assert (a.hit_tier >= 0).any() and (a.hit_tier < 0).any()
+    np.testing.assert_array_equal(a.hit_tier, b.hit_tier)
+    np.testing.assert_array_equal(a.hit_key, b.hit_key)
+    np.testing.assert_array_equal(a.false_hit, b.false_hit)
+    np.testing.assert_allclose(a.lat_ms, b.lat_ms, rtol=1e-12)
+
+
+WORKLOADS = {
+    "text-image-audio": dict(n_queries=3_000, n_intents=300, seed=1),
+    "multimodal": dict(n_queries=3_000, n_intents=200, seed=2,
+                       multimodal_mix={"text+image": 0.3, "text+audio": 0.1,
+                                       "text+image+audio": 0.1}),
+    "loose-siblings": dict(n_queries=3_000, n_intents=400, seed=3, sibling_cos=0.97,
+                           paraphrase_cos=0.9, zipf_alpha=0.6),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+def test_compiled_replay_matches_the_exact_search(name, policy):
+    workload = generate(**WORKLOADS[name])
+    size = int(workload.size.mean())
+    tiers = three_tier(60 * size, policy=policy, threshold=0.8)
+    latency = LatencyModel.measured(servers=2)
+    a = python_replay(workload, tiers, latency=latency)
+    b = compiled_replay(workload, tiers, latency=latency)
+    assert_same(a, b)
+    assert a.false_hit.any()  # the semantic tier's choice among candidates matters here
+
+
+def test_compiled_replay_matches_with_a_ttl_and_two_semantic_tiers():
+    workload = generate(n_queries=2_500, n_intents=150, seed=4,
+                        multimodal_mix={"text+image": 0.3})
+    size = int(workload.size.mean())
+    tiers = (TierSpec("A", 20 * size, "lru", "semantic", 0.9),
+             TierSpec("B", 80 * size, "fifo", "semantic", 0.82),
+             TierSpec("C", 200 * size, "lru", "exact"))
+    assert_same(python_replay(workload, tiers, ttl_s=3.0),
+                compiled_replay(workload, tiers, ttl_s=3.0))
+
+
+def test_identical_vectors_tie_as_the_exact_search_breaks_ties():
+    workload = generate(n_queries=2_000, n_intents=100, seed=5, modality_mix={"text": 1.0})
+    for a, v in {(int(a), int(v)) for a, v in zip(workload.intent, workload.variant)}:
+        twin = a - a % 2  # intents 2j and 2j+1 get the same text vectors: exact ties
+        workload._vectors[(a, 0, v)] = workload._draw_embedding(0, twin, twin // 5, v)
+    size = int(workload.size.mean())
+    tiers = (TierSpec("L1", 10 * size, "lru", "exact"),
+             TierSpec("L2", 60 * size, "lru", "semantic", 0.8))
+    a, b = python_replay(workload, tiers), compiled_replay(workload, tiers)
+    assert_same(a, b)
+    assert a.false_hit.any()
+
+
+def test_replay_uses_the_kernel_and_reports_like_serve():
+    workload = generate(n_queries=1_500, n_intents=100, seed=6)
+    tiers = three_tier(40 * int(workload.size.mean()), threshold=0.85)
+    report = replay(workload, tiers, limits=False)
+    reference = python_replay(workload, tiers).report(limits=False)
+    assert report.hit_rate == reference.hit_rate
+    assert report.false_hit_rate == reference.false_hit_rate
+    assert report.latency_ms == pytest.approx(reference.latency_ms, rel=1e-12)
+
+
+def test_serve_all_refuses_other_policies_and_a_started_replay():
+    workload = generate(n_queries=200, n_intents=20, seed=7)
+    with pytest.raises(ConfigError):
+        Replayer(workload, three_tier(10**6, policy="lfu")).serve_all()
+    replayer = Replayer(workload, three_tier(10**6))
+    replayer.serve(0)
+    with pytest.raises(ConfigError):
+        replayer.serve_all()
+
+
+def test_neighbour_table_holds_every_pair_at_the_cutoff():
+    workload = generate(n_queries=800, n_intents=60, seed=8)
+    table = neighbour_table(workload, 0.8)
+    text = [i for i in range(len(workload)) if workload.modality_set[i] == 0]
+    vecs = np.stack([workload.vectors(i)[0] for i in text])
+    sims = vecs @ vecs.T
+    vid = table.vid_of_key[table.key_of_request[text]]
+    for a in range(0, len(text), 37):
+        row = table.nb_vid[table.nb_ptr[vid[a]]:table.nb_ptr[vid[a] + 1]]
+        assert set(vid[sims[a] >= 0.8 + 1e-5]) <= set(row.tolist())
+        assert set(row.tolist()) <= set(vid[sims[a] >= 0.8 - 1e-5].tolist())
+    with pytest.raises(ConfigError):
+        neighbour_table(workload, 1.5)
+
+
+def test_a_shared_table_gives_the_same_replay_and_a_too_high_cutoff_is_refused():
+    workload = generate(n_queries=1_500, n_intents=100, seed=10)
+    tiers = three_tier(40 * int(workload.size.mean()), threshold=0.85)
+    shared = Replayer(workload, tiers)
+    shared.serve_all(neighbour_table(workload, 0.8))
+    assert_same(compiled_replay(workload, tiers), shared)
+    with pytest.raises(ConfigError):
+        Replayer(workload, tiers).serve_all(neighbour_table(workload, 0.9))
+
+
+def test_small_cachebench_benchmark_prints_both_rates(capsys):
+    from mmcache.bench.cachebench_bench import main
+
+    main(["--requests", "3000", "--intents", "200", "--prefix", "2500", "--sample", "50"])
+    out = capsys.readouterr().out
+    assert "compiled (table + serve_all)" in out and "exact search (serve)" in out
+    assert "ratio compiled / exact search: " in out and "target >= 100,000 req/s" in out
+    assert "vector pairs computed of the" in out
