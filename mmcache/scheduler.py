@@ -256,8 +256,11 @@ class Scheduler:
     Lagrangian (λ is in units of that latency per unit of violation; the default puts
     latency in seconds), so it sets the λ a trade-off needs, and with it the gains and
     ``lam_max`` a controller needs; ``smoothing`` is
-    the weight of the newest window in a setting's moving averages; ``explore`` the
-    share of windows that use a random setting; ``seed`` seeds that choice.
+    the weight of the newest window in a setting's moving averages; ``signal_smoothing``
+    the newest window's weight in the filtered measurement each controller is fed (an
+    exponential moving average over windows of its constrained metric; 1: the raw window),
+    for windows whose measurement is noisier than the band the constraint is held to;
+    ``explore`` the share of windows that use a random setting; ``seed`` seeds that choice.
     ``objective`` is what is minimised: ``"mean_latency_ms"`` (÷ ``latency_scale_ms``) or
     ``"error_rate"`` (the false-hit rate as it is: for workloads where every extra hit also
     cuts latency, so a hit-rate constraint only binds against errors).
@@ -265,7 +268,7 @@ class Scheduler:
 
     def __init__(self, settings: Sequence[Levers], constraints: Mapping[str, Controller], *,
                  latency_scale_ms: float = 1000.0, smoothing: float = 0.3,
-                 explore: float = 0.05, seed: int = 0,
+                 signal_smoothing: float = 1.0, explore: float = 0.05, seed: int = 0,
                  objective: str = "mean_latency_ms") -> None:
         self.settings = list(settings)
         if not self.settings or not all(isinstance(s, Levers) for s in self.settings):
@@ -282,21 +285,25 @@ class Scheduler:
         self.objective = objective
         if not _finite(latency_scale_ms, "latency_scale_ms", ConfigError) > 0:
             raise ConfigError("latency_scale_ms must be positive")
-        if not 0.0 < _finite(smoothing, "smoothing", ConfigError) <= 1.0:
-            raise ConfigError("smoothing is the newest window's weight, in (0, 1]")
+        for name, weight in (("smoothing", smoothing), ("signal_smoothing", signal_smoothing)):
+            if not 0.0 < _finite(weight, name, ConfigError) <= 1.0:
+                raise ConfigError(f"{name} is the newest window's weight, in (0, 1]")
         if not 0.0 <= _finite(explore, "explore", ConfigError) < 1.0:
             raise ConfigError("explore is a share of windows, in [0, 1)")
         self.latency_scale_ms, self.smoothing, self.explore = \
             latency_scale_ms, smoothing, explore
+        self.signal_smoothing = signal_smoothing
         self.seed = seed
         self.reset()
 
     def reset(self) -> None:
-        """Forget estimates, history and controller state; start again from setting 0."""
+        """Forget estimates, filtered signals, history and controller state; start again
+        from setting 0."""
         for controller in self.constraints.values():
             controller.reset()
         self.estimates: list[dict[str, float] | None] = [None] * len(self.settings)
         self.choice = 0
+        self.filtered: dict[str, float] = {}
         self.history: list[dict[str, Any]] = []
         self._rng = np.random.default_rng(self.seed)
 
@@ -334,9 +341,13 @@ class Scheduler:
         self.estimates[self.choice] = measured if old is None else {
             k: (1 - self.smoothing) * old[k] + self.smoothing * v for k, v in measured.items()}
         for metric, controller in self.constraints.items():
-            controller.update(measured[metric])
+            old_signal = self.filtered.get(metric, measured[metric])
+            self.filtered[metric] = old_signal + self.signal_smoothing * (
+                measured[metric] - old_signal)
+            controller.update(self.filtered[metric])
         self.history.append({"window": len(self.history), "setting": self.choice,
                              "requests": stats.requests, **measured,
+                             **{f"filtered_{m}": v for m, v in self.filtered.items()},
                              **{f"lambda_{m}": lam for m, lam in self.lambdas.items()}})
         self.choice = self._next_choice()
         return self.levers

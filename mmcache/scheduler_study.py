@@ -5,6 +5,13 @@ shifts half-way (arrival rate and popularity), scored window by window.
 :func:`scores` turns its windows into the issue's metrics (:func:`mmcache.scheduler.
 control_metrics` plus latency); :func:`settle_after_shifts` checks where a run ends before
 and after the shift; :func:`grid` replays a gain grid.
+
+What is judged: a window of a few hundred requests measures the hit rate with several points
+of noise (sessions and bursts cluster hits), more than the ±1 point band the target is held
+to, and the first windows are an empty cache's whatever the controller does. So the scores
+are of :func:`judged`: the exponentially weighted mean of the window hit rates from window
+``warmup`` on (the newest window's weight ``smoothing``), the same filter the controllers are
+fed (``Scheduler(signal_smoothing=...)``).
 """
 
 from __future__ import annotations
@@ -35,18 +42,6 @@ def shift_load(workload: Workload, latency: LatencyModel, before: float,
     return replace(workload, time=times)
 
 
-#: The per-query columns of a :class:`Workload`.
-COLUMNS = ("intent", "modality", "variant", "topic", "session", "burst", "time", "size",
-           "modality_set")
-
-
-def head(workload: Workload, n: int) -> Workload:
-    """The first ``n`` queries of ``workload`` (the same draws, e.g. to tune on a prefix)."""
-    if not 0 < n <= len(workload):
-        raise ConfigError(f"n must be in 1..{len(workload)}, got {n!r}")
-    return replace(workload, **{c: getattr(workload, c)[:n] for c in COLUMNS})
-
-
 def offset_settings(offsets: Sequence[float]) -> list[Levers]:
     """One :class:`Levers` per δ offset, the same offset on every modality."""
     return [Levers({m: float(d) for m in MODALITIES}) for d in offsets]
@@ -54,51 +49,70 @@ def offset_settings(offsets: Sequence[float]) -> list[Levers]:
 
 def run_controller(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
                    settings: Sequence[Levers], name: str, target: float, *, window: int,
-                   params: Mapping[str, Any] | None = None, seed: int = 0) -> pd.DataFrame:
+                   params: Mapping[str, Any] | None = None, seed: int = 0,
+                   signal_smoothing: float = 1.0) -> pd.DataFrame:
     """Replay ``workload`` with a scheduler minimising the false-hit rate subject to hit rate
-    ≥ ``target`` under controller ``name``; one row per window (its history)."""
+    ≥ ``target`` under controller ``name`` fed the hit rate filtered with
+    ``signal_smoothing``; one row per window (its history)."""
     controller = make_controller(name, target, **dict(params or {}))
     scheduler = Scheduler(settings, {"hit_rate": controller}, objective="error_rate",
-                          seed=seed)
+                          seed=seed, signal_smoothing=signal_smoothing)
     scheduler.replay(workload, tiers, window=window, latency=latency, seed=seed)
     return pd.DataFrame(scheduler.history).rename(columns={"lambda_hit_rate": "lam"})
 
 
-def scores(windows: pd.DataFrame, target: float) -> dict[str, float]:
-    """:func:`mmcache.scheduler.control_metrics` of the windows' hit rates, with the
-    request-weighted hit, false-hit and mean latency, the p99 of the windows' p99s, and the
-    mean absolute distance to the target (``tracking_error``)."""
+def judged(windows: pd.DataFrame, *, smoothing: float = 1.0, warmup: int = 0) -> pd.Series:
+    """The judged hit rate: from window ``warmup`` on, the exponentially weighted mean of the
+    window hit rates so far, the newest window's weight ``smoothing`` (1: the raw windows)."""
+    if not 0 <= warmup < len(windows):
+        raise ConfigError(f"warmup must be in 0..{len(windows) - 1} windows, got {warmup!r}")
+    if not 0 < smoothing <= 1:
+        raise ConfigError(f"smoothing is the newest window's weight, in (0, 1], got {smoothing!r}")
+    return windows.hit_rate.iloc[warmup:].ewm(alpha=smoothing, adjust=True).mean()
+
+
+def scores(windows: pd.DataFrame, target: float, *, smoothing: float = 1.0,
+           warmup: int = 0) -> dict[str, float]:
+    """:func:`mmcache.scheduler.control_metrics` of the :func:`judged` hit rate, and over the
+    windows from ``warmup`` on: the request-weighted hit, false-hit and mean latency, the p99 of
+    the windows' p99s, the mean absolute distance of the judged hit rate to the target
+    (``tracking_error``) and the raw windows' violation area (``raw_violation_area``)."""
+    signal = judged(windows, smoothing=smoothing, warmup=warmup)
+    windows = windows.iloc[warmup:]
     weight = windows.requests / windows.requests.sum()
-    return {**control_metrics(windows.hit_rate.to_numpy(), target),
+    return {**control_metrics(signal.to_numpy(), target),
+            "raw_violation_area": float((target - windows.hit_rate).clip(lower=0).sum()),
             "hit_rate": float((weight * windows.hit_rate).sum()),
             "error_rate": float((weight * windows.error_rate).sum()),
             "mean_latency_ms": float((weight * windows.mean_latency_ms).sum()),
             "p99_latency_ms": float(windows.p99_latency_ms.quantile(0.99)),
-            "tracking_error": float((windows.hit_rate - target).abs().mean())}
+            "tracking_error": float((signal - target).abs().mean())}
 
 
-def settle_after_shifts(windows: pd.DataFrame, target: float, *, tail: int = 5,
-                        band: float = 0.01) -> dict[str, Any]:
-    """Mean hit rate of the last ``tail`` windows before the half and at the end, and whether
-    each is within ``band`` of ``target``."""
-    half = len(windows) // 2
-    ends = {"before_shift": windows.hit_rate.iloc[half - tail:half].mean(),
-            "at_end": windows.hit_rate.iloc[-tail:].mean()}
+def settle_after_shifts(windows: pd.DataFrame, target: float, *, smoothing: float = 1.0,
+                        warmup: int = 0, band: float = 0.01) -> dict[str, Any]:
+    """The :func:`judged` hit rate at the last window before the half and at the end, and
+    whether each is within ``band`` of ``target``."""
+    signal = judged(windows, smoothing=smoothing, warmup=warmup)
+    ends = {"before_shift": signal.loc[len(windows) // 2 - 1], "at_end": signal.iloc[-1]}
     return {**{k: float(v) for k, v in ends.items()},
             "within_band": bool(all(abs(v - target) <= band for v in ends.values()))}
 
 
 def grid(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
          settings: Sequence[Levers], name: str, target: float, axes: Mapping[str, Sequence[float]],
-         *, window: int, fixed: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """:func:`scores` of controller ``name`` at every combination of ``axes`` (parameter →
-    values; ``fixed`` parameters held), one row each."""
+         *, window: int, fixed: Mapping[str, Any] | None = None, smoothing: float = 1.0,
+         warmup: int = 0) -> pd.DataFrame:
+    """:func:`scores` of controller ``name`` (fed the hit rate filtered with ``smoothing``)
+    at every combination of ``axes`` (parameter → values; ``fixed`` parameters held), one
+    row each."""
     rows = []
     for values in itertools.product(*axes.values()):
         params = {**dict(fixed or {}), **dict(zip(axes, values))}
-        run = run_controller(workload, tiers, latency, settings, name, target,
-                             window=window, params=params)
-        rows.append({**dict(zip(axes, values)), **scores(run, target)})
+        run = run_controller(workload, tiers, latency, settings, name, target, window=window,
+                             params=params, signal_smoothing=smoothing)
+        rows.append({**dict(zip(axes, values)),
+                     **scores(run, target, smoothing=smoothing, warmup=warmup)})
     return pd.DataFrame(rows)
 
 

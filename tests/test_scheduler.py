@@ -178,6 +178,20 @@ def test_scheduler_estimates_are_moving_averages_and_empty_windows_change_nothin
     assert len(s.history) == 2 and s.estimates[0]["hit_rate"] == pytest.approx(0.7)
 
 
+def test_controllers_are_fed_the_filtered_measurement():
+    s = Scheduler([Levers()], {"hit_rate": make_controller("I", TARGET, horizon=10)},
+                  signal_smoothing=0.25)
+    for hit_rate in (0.8, 0.4):
+        s.observe(_stats(hit_rate, 10.0))
+    assert s.filtered["hit_rate"] == pytest.approx(0.8 + 0.25 * (0.4 - 0.8))
+    assert s.history[-1]["filtered_hit_rate"] == pytest.approx(0.7)
+    seed_update = make_controller("I", TARGET, horizon=10)
+    seed_update.update(0.8)
+    assert s.lambdas["hit_rate"] == pytest.approx(seed_update.update(0.7))
+    s.reset()
+    assert s.filtered == {} and s.lambdas["hit_rate"] == 0.0
+
+
 def test_exploration_is_seeded_and_happens_at_about_the_stated_share():
     def choices(seed):
         s = Scheduler([Levers(), Levers(admit=0.5)],
@@ -198,6 +212,7 @@ def test_exploration_is_seeded_and_happens_at_about_the_stated_share():
     ({"constraints": {"error_rate": make_controller("PI", 0.02)}}, "at_least=False"),
     ({"explore": 1.0}, "explore"),
     ({"smoothing": 0.0}, "smoothing"),
+    ({"signal_smoothing": 1.5}, "signal_smoothing"),
     ({"latency_scale_ms": 0}, "latency_scale_ms"),
 ])
 def test_bad_scheduler_config_is_a_config_error(bad, match):
