@@ -31,11 +31,21 @@
 # **assumption** (`ASSUMED_INFERENCE`, medians 400 / 700 / 1000 ms), misses queue FCFS for a
 # bounded pool of inference servers. **Cache**: CacheBench-MM's GPU → CPU → NVMe hierarchy
 # (`three_tier`, L3 = `CAPACITY_SHARE` of the working set).
+#
+# **What is judged.** A window of `WINDOW` requests measures the hit rate with several points of
+# noise (sessions and bursts cluster hits; the first pass prints it), more than the ±1-point band
+# of the quality bar, and the first windows are an empty cache's whatever the controller does. So
+# every controller is fed, and every score is computed on, one documented signal
+# (`scheduler_study.judged`): the exponentially weighted mean of the window hit rates, the newest
+# window's weight `SIGNAL_SMOOTHING`, counted from window `WARMUP` on (the windows in which the
+# scheduler tries each setting once from an empty cache). The raw windows' violation area is
+# reported next to it.
 
 # %% tags=["parameters"]
 NOTEBOOK = "04_lagrangian_scheduler"  # this notebook: metrics go to runs/<NOTEBOOK>[-smoke]/
 SMOKE = False
 SEEDS = [0, 1, 2, 3, 4]
+TUNE_SEED = 100  # the target and the gains come from this seed's stream only
 N_QUERIES = 20_000
 N_INTENTS = 1_500
 WINDOW = 400
@@ -44,11 +54,12 @@ DRIFT_FRACTION = 0.5  # share of popularity ranks reshuffled at the half (synthe
 SERVERS = 4
 LOAD_BEFORE, LOAD_AFTER = 0.7, 1.1
 CAPACITY_SHARE = 0.05
-OFFSETS = [-0.1, -0.05, 0.0, 0.05, 0.1]
-FIXED_LAMBDAS = [0.0, 0.05, 0.1, 0.2, 0.5, 1.0]
+OFFSETS = [-0.1, -0.075, -0.05, -0.025, 0.0, 0.025, 0.05, 0.075, 0.1]
+SIGNAL_SMOOTHING = 0.1  # the newest window's weight in the judged, and fed, hit rate
+FIXED_LAMBDAS = [0.0, 0.02, 0.05, 0.1, 0.2]
 LAM_MAX = 2.0
-PI_GRID = {"kp": [0.5, 1.0, 2.0], "ki": [0.05, 0.1, 0.2]}
-PID_KD = 1.0
+PI_GRID = {"kp": [1.0, 3.0, 10.0, 30.0], "ki": [0.01, 0.03, 0.1, 0.3]}
+KD_GRID = [0.3, 1.0, 3.0, 10.0]  # PID: kd at PI's chosen kp and ki
 I_LR_GRID = [0.05, 0.2, 0.5, 1.0]
 
 # %%
@@ -61,19 +72,22 @@ from IPython.display import Markdown, display
 from mmcache.cachebench import LatencyModel, three_tier
 from mmcache.plotting import save_figure
 from mmcache.runbook import write_metrics
-from mmcache.scheduler_study import (best, grid, head, hindsight_fixed, offset_settings,
+from mmcache.scheduler_study import (best, grid, hindsight_fixed, judged, offset_settings,
                                      run_controller, scores, settle_after_shifts, shift_load)
 from mmcache.workload import generate
 
 if SMOKE:
     SEEDS, N_QUERIES, N_INTENTS, WINDOW = [0, 1], 4_000, 400, 200
-    FIXED_LAMBDAS = [0.0, 0.2, 1.0]
-    PI_GRID = {"kp": [0.5, 2.0], "ki": [0.1]}
+    FIXED_LAMBDAS = [0.0, 0.1]
+    PI_GRID = {"kp": [3.0], "ki": [0.03, 0.1]}
+    KD_GRID = [1.0]
     I_LR_GRID = [0.05, 0.5]
 
 latency = LatencyModel.measured(servers=SERVERS)
 settings = offset_settings(OFFSETS)
 WINDOWS = N_QUERIES // WINDOW
+WARMUP = len(settings)  # each setting tried once, from an empty cache
+JUDGING = {"smoothing": SIGNAL_SMOOTHING, "warmup": WARMUP}
 
 
 def workload(seed: int):
@@ -91,20 +105,24 @@ provenance = {"workload": f"mmcache.workload.generate, synthetic, {N_QUERIES} qu
                           f"{N_INTENTS} intents, multimodal {MULTIMODAL}, popularity reshuffle "
                           f"({DRIFT_FRACTION}) and load {LOAD_BEFORE} -> {LOAD_AFTER} half-way",
               "latency_model": latency.kind, "weights": "none (synthetic vectors)",
-              "seeds": SEEDS, "window": WINDOW, "smoke": SMOKE}
+              "seeds": SEEDS, "tune_seed": TUNE_SEED, "window": WINDOW,
+              "judged": JUDGING, "smoke": SMOKE}
 
 # %% [markdown]
 # ## First pass: what each setting does, and the target
 #
-# Every δ offset held for the whole run (seed 0). The target is derived, not picked: the midpoint
-# of the strictest and loosest settings' hit rates, so some settings reach it and others do not.
+# Every δ offset held for the whole run (the tuning seed). The target is derived, not picked: the
+# midpoint of the strictest and loosest settings' hit rates, so some settings reach it and others
+# do not. `window_hit_rate_sd`: the raw windows' spread; `judged_sd`: the judged signal's spread
+# over the second half's last half (a held setting: what noise alone leaves in it).
 
 # %%
-first = workload(SEEDS[0])
+first = workload(TUNE_SEED)
 held = {d: run_controller(first, tiers(first), latency, [s], "fixed", 0.0, window=WINDOW)
         for d, s in zip(OFFSETS, settings)}
-static = pd.DataFrame([{"delta_offset": d, **scores(r, 0.0),
-                        "window_hit_rate_sd": float(r.hit_rate.iloc[1:].std())}
+static = pd.DataFrame([{"delta_offset": d, **scores(r, 0.0, **JUDGING),
+                        "window_hit_rate_sd": float(r.hit_rate.iloc[WARMUP:].std()),
+                        "judged_sd": float(judged(r, **JUDGING).iloc[-WINDOWS // 4:].std())}
                        for d, r in held.items()])
 TARGET = round(float((static.hit_rate.iloc[0] + static.hit_rate.iloc[-1]) / 2), 3)
 LATENCY_FALLS_WITH_HITS = bool(static.sort_values("hit_rate").mean_latency_ms
@@ -112,7 +130,7 @@ LATENCY_FALLS_WITH_HITS = bool(static.sort_values("hit_rate").mean_latency_ms
 print(f"hit-rate target: {TARGET}; mean latency falls as the hit rate rises over the held "
       f"settings: {LATENCY_FALLS_WITH_HITS}")
 static[["delta_offset", "hit_rate", "error_rate", "mean_latency_ms", "p99_latency_ms",
-        "window_hit_rate_sd"]]
+        "window_hit_rate_sd", "judged_sd"]]
 
 # %% [markdown]
 # What moves latency here: every looser setting serves more hits, and each hit skips inference
@@ -124,50 +142,56 @@ static[["delta_offset", "hit_rate", "error_rate", "mean_latency_ms", "p99_latenc
 # latency is reported as a consequence (the seed's "minimise latency" objective would simply pick
 # the loosest δ and never be constrained).
 #
-# The last column is the spread of one held setting's hit rate from window to window (sessions,
-# bursts and the drift make it): when it is several points, "within ±1 point of the target for
-# good" cannot happen window by window for any controller, and settling then equals the run's
-# length; read the steady-state error (the last 10% of windows' mean) instead.
+# The last two columns are why the judged signal is filtered: the raw windows spread by several
+# points, so "within ±1 point for good" could not happen window by window for any controller; the
+# judged signal's residual spread for a held setting is the floor under what a controller can
+# reach.
 
 # %% [markdown]
-# ## Gains: chosen on seed 0's first half, shown on a grid
+# ## Gains: chosen on the tuning seed, shown on a grid
 #
-# Procedure: each controller's gains minimise the tracking error (mean |hit rate − target| over
-# windows) on the first half of seed 0's stream only; they are then run unchanged on all seeds'
-# whole streams. λ's scale: false-hit rate per unit of hit rate; `lam_max` = `LAM_MAX`, above the
-# λ at which the loosest setting wins (the first pass's error/hit slopes). I keeps the seed's
-# schedule (lr 0.05 → 0.001) for the reported row; its lr grid is shown for comparison.
+# Procedure: PI's kp and ki minimise the tracking error (mean |judged hit rate − target|) on the
+# tuning seed's whole stream (shifts included) over a log grid; PID keeps PI's kp and ki and takes
+# the kd of a line search by the same criterion. The evaluated seeds are never used. λ's scale:
+# false-hit rate per unit of hit rate; `lam_max` = `LAM_MAX`, above the λ at which the loosest
+# setting wins (the first pass's error/hit slopes). I keeps the seed's schedule
+# (lr 0.05 → 0.001) for the reported row; its lr grid is shown for comparison.
 
 # %%
-tune = head(workload(SEEDS[0]), N_QUERIES // 2)
-half_windows = len(tune) // WINDOW
-common = dict(window=WINDOW)
-pi_grid = grid(tune, tiers(tune), latency, settings, "PI", TARGET, PI_GRID,
+common = dict(window=WINDOW, **JUDGING)
+pi_grid = grid(first, tiers(first), latency, settings, "PI", TARGET, PI_GRID,
                fixed={"lam_max": LAM_MAX}, **common)
-pid_grid = grid(tune, tiers(tune), latency, settings, "PID", TARGET, PI_GRID,
-                fixed={"lam_max": LAM_MAX, "kd": PID_KD}, **common)
-i_grid = grid(tune, tiers(tune), latency, settings, "I", TARGET, {"lr_start": I_LR_GRID},
-              fixed={"horizon": half_windows}, **common)
-pi_best, pid_best = best(pi_grid), best(pid_grid)
+pi_best = best(pi_grid)
+pid_grid = grid(first, tiers(first), latency, settings, "PID", TARGET, {"kd": KD_GRID},
+                fixed={"kp": pi_best["kp"], "ki": pi_best["ki"], "lam_max": LAM_MAX}, **common)
+pid_best = best(pid_grid)
+i_grid = grid(first, tiers(first), latency, settings, "I", TARGET, {"lr_start": I_LR_GRID},
+              fixed={"horizon": WINDOWS}, **common)
 PARAMS = {"fixed": None,  # the best fixed λ in hindsight, set below
           "I": {"horizon": WINDOWS},
           "PI": {"kp": pi_best["kp"], "ki": pi_best["ki"], "lam_max": LAM_MAX},
-          "PID": {"kp": pid_best["kp"], "ki": pid_best["ki"], "kd": PID_KD, "lam_max": LAM_MAX}}
+          "PID": {"kp": pi_best["kp"], "ki": pi_best["ki"], "kd": pid_best["kd"],
+                  "lam_max": LAM_MAX}}
 print("chosen gains:", {k: v for k, v in PARAMS.items() if k in ("PI", "PID")})
-for name, table_, chosen in (("PI", pi_grid, pi_best), ("PID", pid_grid, pid_best)):
-    edge = [k for k in PI_GRID if chosen[k] in (min(PI_GRID[k]), max(PI_GRID[k]))]
-    print(f"{name}: violation area over the grid {table_.violation_area.min():.2f}–"
-          f"{table_.violation_area.max():.2f}, mean latency {table_.mean_latency_ms.min():.0f}–"
-          f"{table_.mean_latency_ms.max():.0f} ms; chosen gains on the grid's edge in {edge}")
+ON_EDGE = {"PI": [k for k in PI_GRID if pi_best[k] in (min(PI_GRID[k]), max(PI_GRID[k]))],
+           "PID": ["kd"] if pid_best["kd"] in (min(KD_GRID), max(KD_GRID)) else []}
+print(f"PI: tracking error over the grid {pi_grid.tracking_error.min():.3f}–"
+      f"{pi_grid.tracking_error.max():.3f}, violation area {pi_grid.violation_area.min():.2f}–"
+      f"{pi_grid.violation_area.max():.2f}; chosen gains on the grid's edge in {ON_EDGE}")
 
-fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-for row, (name, table) in enumerate((("PI", pi_grid), ("PID", pid_grid))):
-    for col, metric in enumerate(("violation_area", "mean_latency_ms")):
-        sns.heatmap(table.pivot(index="kp", columns="ki", values=metric), annot=True,
-                    fmt=".3g", ax=axes[row, col], cbar=False)
-        axes[row, col].set_title(f"{name} (kd={PID_KD if name == 'PID' else 0}): {metric}")
+fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+for ax, metric in zip(axes[:2], ("tracking_error", "violation_area")):
+    sns.heatmap(pi_grid.pivot(index="kp", columns="ki", values=metric), annot=True,
+                fmt=".3g", ax=ax, cbar=False)
+    ax.set_title(f"PI on the tuning seed: {metric}")
+axes[2].plot(pid_grid.kd, pid_grid.tracking_error, "o-", label="PID, tracking error")
+axes[2].plot(pid_grid.kd, pid_grid.violation_area / WINDOWS, "s--",
+             label="PID, violation area / windows")
+axes[2].set_xscale("log")
+axes[2].set_xlabel(f"kd (kp={pi_best['kp']:g}, ki={pi_best['ki']:g})")
+axes[2].legend()
 fig.tight_layout()
-save_figure(fig, "04_gain_grid", {**provenance, "tuned_on": "seed 0, first half"})
+save_figure(fig, "04_gain_grid", {**provenance, "tuned_on": f"seed {TUNE_SEED}"})
 i_grid[["lr_start", "violation_area", "mean_latency_ms", "tracking_error"]]
 
 # %% [markdown]
@@ -177,7 +201,7 @@ i_grid[["lr_start", "violation_area", "mean_latency_ms", "tracking_error"]]
 streams = {seed: workload(seed) for seed in SEEDS}
 sweep = pd.DataFrame([{"seed": seed, "lam": lam, **scores(run_controller(
     s, tiers(s), latency, settings, "fixed", TARGET, window=WINDOW, params={"lam": lam},
-    seed=seed), TARGET)} for seed, s in streams.items() for lam in FIXED_LAMBDAS])
+    seed=seed), TARGET, **JUDGING)} for seed, s in streams.items() for lam in FIXED_LAMBDAS])
 BEST_FIXED = hindsight_fixed(sweep, TARGET)
 PARAMS["fixed"] = {"lam": BEST_FIXED}
 print(f"best fixed λ in hindsight: {BEST_FIXED}")
@@ -188,28 +212,32 @@ sweep.groupby("lam")[["hit_rate", "error_rate", "violation_area", "mean_latency_
 
 # %%
 runs = {(name, seed): run_controller(s, tiers(s), latency, settings, name, TARGET,
-                                     window=WINDOW, params=params, seed=seed)
+                                     window=WINDOW, params=params, seed=seed,
+                                     signal_smoothing=SIGNAL_SMOOTHING)
         for name, params in PARAMS.items() for seed, s in streams.items()}
-per_seed = pd.DataFrame([{"controller": name, "seed": seed, **scores(r, TARGET)}
+per_seed = pd.DataFrame([{"controller": name, "seed": seed, **scores(r, TARGET, **JUDGING)}
                          for (name, seed), r in runs.items()])
-settled = {name: [settle_after_shifts(runs[name, seed], TARGET) for seed in SEEDS]
+settled = {name: [settle_after_shifts(runs[name, seed], TARGET, **JUDGING) for seed in SEEDS]
            for name in PARAMS}
 table = per_seed.groupby("controller", sort=False).mean(numeric_only=True).drop(columns="seed")
 table["lambda_step_sd"] = [np.mean([runs[name, seed].lam.diff().std() for seed in SEEDS])
                            for name in table.index]  # λ's window-to-window chatter
-table[["violation_area", "overshoot", "settling_windows", "steady_state_error", "hit_rate",
-       "error_rate", "mean_latency_ms", "p99_latency_ms", "lambda_step_sd"]]
+table[["violation_area", "raw_violation_area", "overshoot", "settling_windows",
+       "steady_state_error", "hit_rate", "error_rate", "mean_latency_ms", "p99_latency_ms",
+       "lambda_step_sd"]]
 
 # %%
-series = pd.concat([r.assign(controller=name, seed=seed) for (name, seed), r in runs.items()])
+series = pd.concat([r.assign(controller=name, seed=seed, judged=judged(r, **JUDGING))
+                    for (name, seed), r in runs.items()], ignore_index=True)
 fig, axes = plt.subplots(3, 1, figsize=(11, 9), sharex=True)
-for ax, (column, label) in zip(axes, (("hit_rate", "hit rate"),
+for ax, (column, label) in zip(axes, (("judged", "judged hit rate"),
                                       ("mean_latency_ms", "mean latency (ms)"),
                                       ("lam", "λ"))):
     sns.lineplot(series, x="window", y=column, hue="controller", errorbar=("pi", 100), ax=ax)
     ax.axvline(WINDOWS // 2, c="grey", ls=":", lw=1)
     ax.set_ylabel(label)
 axes[0].axhline(TARGET, c="k", ls="--", lw=1)
+axes[0].axhspan(TARGET - 0.01, TARGET + 0.01, color="k", alpha=0.08)
 axes[1].set_yscale("log")
 axes[2].set_xlabel(f"window of {WINDOW} requests (dotted: load and popularity shift; "
                    "bands: min–max over seeds)")
@@ -224,6 +252,10 @@ bar_area = any(mean[c]["violation_area"] <= 0.5 * mean["I"]["violation_area"] an
                for c in ("PI", "PID"))
 REACHES_92 = bool(static.hit_rate.max() >= 0.92)
 bar_settle = all(s["within_band"] for c in ("I", "PI", "PID") for s in settled[c])
+seed_mean_ends = {c: {k: float(np.mean([s[k] for s in settled[c]]))
+                      for k in ("before_shift", "at_end")} for c in PARAMS}
+seed_mean_within = all(abs(v - TARGET) <= 0.01 for c in ("I", "PI", "PID")
+                       for v in seed_mean_ends[c].values())
 display(Markdown(f"""
 **Quality bars** (means over seeds {SEEDS}):
 
@@ -231,14 +263,16 @@ display(Markdown(f"""
   **{'holds' if bar_area else 'does not hold'}** (PI/I area = {ratio_pi:.2f}, PID/I = {ratio_pid:.2f};
   mean latency I {mean['I']['mean_latency_ms']:.0f} ms, PI {mean['PI']['mean_latency_ms']:.0f} ms,
   PID {mean['PID']['mean_latency_ms']:.0f} ms).
-* Every adaptive controller ends within 1 point of the target before and after the shift, on every
-  seed: **{'holds' if bar_settle else 'does not hold'}**
+* Every adaptive controller's judged hit rate ends within 1 point of the target before and after
+  the shift, on every seed: **{'holds' if bar_settle else 'does not hold'}**
   ({ {c: [round(s['before_shift'], 3) for s in settled[c]] for c in ('I', 'PI', 'PID')} } before,
-  { {c: [round(s['at_end'], 3) for s in settled[c]] for c in ('I', 'PI', 'PID')} } at the end).
+  { {c: [round(s['at_end'], 3) for s in settled[c]] for c in ('I', 'PI', 'PID')} } at the end);
+  on the mean over seeds: **{'holds' if seed_mean_within else 'does not hold'}**
+  ({ {c: {k: round(v, 3) for k, v in seed_mean_ends[c].items()} for c in ('I', 'PI', 'PID')} }).
+  For scale: a held setting's judged signal still spreads by {static.judged_sd.mean():.1%}
+  (raw windows: {static.window_hit_rate_sd.mean():.1%}).
 
-λ's window-to-window chatter (std of its step): { {c: round(mean[c]['lambda_step_sd'], 3) for c in PARAMS} }
-— the derivative term acts on a window hit rate whose spread from one window to the next is
-{static.window_hit_rate_sd.mean():.1%} for a held setting.
+λ's window-to-window chatter (std of its step): { {c: round(mean[c]['lambda_step_sd'], 3) for c in PARAMS} }.
 
 **The seed's claim** (38.7 ms at 92.4% hit rate against fixed weights' 42.3 ms / 89.1%):
 {'its 92% target is reachable here' if REACHES_92 else 'not reproduced here: no setting reaches a 92% hit rate'}
@@ -258,12 +292,17 @@ FIELDS = ("violation_area", "overshoot", "settling_windows", "steady_state_error
           "mean_latency_ms", "p99_latency_ms", "hit_rate")
 metrics = {
     "controllers": {name: {k: float(mean[name][k]) for k in (*FIELDS, "error_rate",
+                                                              "raw_violation_area",
                                                               "lambda_step_sd")}
                     for name in PARAMS},
     "best_fixed_lambda": BEST_FIXED,
     "target": TARGET, "windows": WINDOWS, "seeds": SEEDS,
     "gains": PARAMS, "static_settings": static.to_dict("records"),
-    "settled": settled, "seed_target_reachable": REACHES_92,
+    "settled": settled, "settled_seed_mean": seed_mean_ends,
+    "within_1pt_on_seed_mean": seed_mean_within, "gains_on_grid_edge": ON_EDGE,
+    "judged_sd_held": float(static.judged_sd.mean()),
+    "window_hit_rate_sd_held": float(static.window_hit_rate_sd.mean()),
+    "seed_target_reachable": REACHES_92,
     "latency_falls_with_hits": LATENCY_FALLS_WITH_HITS,
     "quality_bars": {"violation_area_halved_vs_I": bool(bar_area),
                      "adaptive_within_1pt_after_each_shift": bool(bar_settle)},
