@@ -4,9 +4,9 @@ The problem: minimise latency subject to constraints on what a window of request
 measured: hit rate ≥ target, and optionally error (false-hit) rate ≤ budget and p99
 latency ≤ SLA. Its Lagrangian for a lever setting ``s`` is
 
-    L(s, λ) = latency(s) / latency_scale_ms + Σ_k λ_k · violation_k(s)
+    L(s, λ) = objective(s) / objective_scale + Σ_k λ_k · violation_k(s)
 
-(or, with ``objective="error_rate"``, the false-hit rate in place of the scaled latency)
+(the objective: mean latency, or with ``objective="error_rate"`` the false-hit rate)
 
 where ``violation_k`` is ``target − value`` for an at-least constraint and
 ``value − target`` for an at-most one. Each λ_k comes from one :class:`Controller`
@@ -158,7 +158,7 @@ class PIDController(Controller):
     target needs, so set ``lam_max`` to a small multiple of the λ at which the decision
     stops changing. The default gains come from a grid search (kp 0.05–0.5, ki 0.01–0.2,
     kd 0–2) on :class:`FirstOrderPlant`'s defaults, where the derivative changes little;
-    a real cache needs its own (λ's scale follows ``Scheduler.latency_scale_ms``).
+    a real cache needs its own (λ's scale follows ``Scheduler.objective_scale``).
     """
 
     name = "PID"
@@ -252,22 +252,25 @@ class Scheduler:
     """Chooses a :class:`Levers` setting per window to minimise the Lagrangian (see module).
 
     ``settings``: the declared finite set; ``constraints``: metric name (a key of
-    :data:`METRICS`) → its controller; ``latency_scale_ms`` divides latency in the
-    Lagrangian (λ is in units of that latency per unit of violation; the default puts
-    latency in seconds), so it sets the λ a trade-off needs, and with it the gains and
-    ``lam_max`` a controller needs; ``smoothing`` is
+    :data:`METRICS`) → its controller; ``objective_scale`` divides the objective in the
+    Lagrangian (λ is in units of it per unit of violation; default: 1000 for latency, so
+    seconds, 1 for the error rate), so it sets the λ a trade-off needs, and with it the
+    gains and ``lam_max`` a controller needs — choose it so that λ ≈ 1 is the trade-off's
+    scale (e.g. the objective's change per unit of the constraint across the settings, so
+    that λ = 1 prices a unit of constraint at the settings' mean exchange rate);
+    ``smoothing`` is
     the weight of the newest window in a setting's moving averages; ``signal_smoothing``
     the newest window's weight in the filtered measurement each controller is fed (an
     exponential moving average over windows of its constrained metric; 1: the raw window),
     for windows whose measurement is noisier than the band the constraint is held to;
     ``explore`` the share of windows that use a random setting; ``seed`` seeds that choice.
-    ``objective`` is what is minimised: ``"mean_latency_ms"`` (÷ ``latency_scale_ms``) or
-    ``"error_rate"`` (the false-hit rate as it is: for workloads where every extra hit also
-    cuts latency, so a hit-rate constraint only binds against errors).
+    ``objective`` is what is minimised: ``"mean_latency_ms"`` (÷ ``objective_scale``) or
+    ``"error_rate"`` (the false-hit rate ÷ ``objective_scale``: for workloads where every
+    extra hit also cuts latency, so a hit-rate constraint only binds against errors).
     """
 
     def __init__(self, settings: Sequence[Levers], constraints: Mapping[str, Controller], *,
-                 latency_scale_ms: float = 1000.0, smoothing: float = 0.3,
+                 objective_scale: float | None = None, smoothing: float = 0.3,
                  signal_smoothing: float = 1.0, explore: float = 0.05, seed: int = 0,
                  objective: str = "mean_latency_ms") -> None:
         self.settings = list(settings)
@@ -283,15 +286,17 @@ class Scheduler:
         if objective not in OBJECTIVES:
             raise ConfigError(f"unknown objective {objective!r}; choose one of {OBJECTIVES}")
         self.objective = objective
-        if not _finite(latency_scale_ms, "latency_scale_ms", ConfigError) > 0:
-            raise ConfigError("latency_scale_ms must be positive")
+        if objective_scale is None:
+            objective_scale = 1000.0 if objective == "mean_latency_ms" else 1.0
+        if not _finite(objective_scale, "objective_scale", ConfigError) > 0:
+            raise ConfigError("objective_scale must be positive")
         for name, weight in (("smoothing", smoothing), ("signal_smoothing", signal_smoothing)):
             if not 0.0 < _finite(weight, name, ConfigError) <= 1.0:
                 raise ConfigError(f"{name} is the newest window's weight, in (0, 1]")
         if not 0.0 <= _finite(explore, "explore", ConfigError) < 1.0:
             raise ConfigError("explore is a share of windows, in [0, 1)")
-        self.latency_scale_ms, self.smoothing, self.explore = \
-            latency_scale_ms, smoothing, explore
+        self.objective_scale, self.smoothing, self.explore = \
+            objective_scale, smoothing, explore
         self.signal_smoothing = signal_smoothing
         self.seed = seed
         self.reset()
@@ -319,9 +324,7 @@ class Scheduler:
 
     def lagrangian(self, estimate: Mapping[str, float]) -> float:
         """L of a setting whose windows measured ``estimate`` (a :class:`WindowStats` dict)."""
-        value = estimate[self.objective]
-        if self.objective == "mean_latency_ms":
-            value /= self.latency_scale_ms
+        value = estimate[self.objective] / self.objective_scale
         for metric, controller in self.constraints.items():
             value += controller.lam * controller.violation(estimate[metric])
         return value

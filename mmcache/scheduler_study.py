@@ -50,50 +50,74 @@ def offset_settings(offsets: Sequence[float]) -> list[Levers]:
 def run_controller(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
                    settings: Sequence[Levers], name: str, target: float, *, window: int,
                    params: Mapping[str, Any] | None = None, seed: int = 0,
-                   signal_smoothing: float = 1.0) -> pd.DataFrame:
-    """Replay ``workload`` with a scheduler minimising the false-hit rate subject to hit rate
-    ≥ ``target`` under controller ``name`` fed the hit rate filtered with
-    ``signal_smoothing``; one row per window (its history)."""
+                   signal_smoothing: float = 1.0, objective_scale: float = 1.0) -> pd.DataFrame:
+    """Replay ``workload`` with a scheduler minimising the false-hit rate (÷
+    ``objective_scale``) subject to hit rate ≥ ``target`` under controller ``name`` fed the
+    hit rate filtered with ``signal_smoothing``; one row per window (its history)."""
     controller = make_controller(name, target, **dict(params or {}))
     scheduler = Scheduler(settings, {"hit_rate": controller}, objective="error_rate",
-                          seed=seed, signal_smoothing=signal_smoothing)
+                          objective_scale=objective_scale, seed=seed,
+                          signal_smoothing=signal_smoothing)
     scheduler.replay(workload, tiers, window=window, latency=latency, seed=seed)
     return pd.DataFrame(scheduler.history).rename(columns={"lambda_hit_rate": "lam"})
 
 
-def judged(windows: pd.DataFrame, *, smoothing: float = 1.0, warmup: int = 0) -> pd.Series:
+def exchange_rate(held: pd.DataFrame) -> float:
+    """False hits bought per unit of hit rate across held settings (rows with ``hit_rate``,
+    ``error_rate``): the chord from the lowest-hit to the highest-hit setting. As the
+    Lagrangian's ``objective_scale`` it makes λ = 1 the settings' mean exchange rate."""
+    ends = held.sort_values("hit_rate").iloc[[0, -1]]
+    rate = float(ends.error_rate.diff().iloc[-1] / ends.hit_rate.diff().iloc[-1])
+    if not rate > 0:
+        raise ConfigError(f"the held settings buy no hits with false hits (rate {rate!r})")
+    return rate
+
+
+def judged(windows: pd.DataFrame, *, smoothing: float = 1.0, warmup: int = 0,
+           restart: int | None = None) -> pd.Series:
     """The judged hit rate: from window ``warmup`` on, the exponentially weighted mean of the
-    window hit rates so far, the newest window's weight ``smoothing`` (1: the raw windows)."""
+    window hit rates so far, the newest window's weight ``smoothing`` (1: the raw windows),
+    started afresh at window ``restart`` (a shift: no weight on windows before it after it)."""
     if not 0 <= warmup < len(windows):
         raise ConfigError(f"warmup must be in 0..{len(windows) - 1} windows, got {warmup!r}")
+    if restart is not None and not warmup < restart < len(windows):
+        raise ConfigError(f"restart must be in {warmup + 1}..{len(windows) - 1}, got {restart!r}")
     if not 0 < smoothing <= 1:
         raise ConfigError(f"smoothing is the newest window's weight, in (0, 1], got {smoothing!r}")
-    return windows.hit_rate.iloc[warmup:].ewm(alpha=smoothing, adjust=True).mean()
+    hits = windows.hit_rate.iloc[warmup:]
+    phase = hits.index >= (restart if restart is not None else len(windows))
+    return hits.groupby(phase).transform(lambda h: h.ewm(alpha=smoothing, adjust=True).mean())
 
 
-def scores(windows: pd.DataFrame, target: float, *, smoothing: float = 1.0,
-           warmup: int = 0) -> dict[str, float]:
+def scores(windows: pd.DataFrame, target: float, *, smoothing: float = 1.0, warmup: int = 0,
+           restart: int | None = None, objective_scale: float = 1.0) -> dict[str, float]:
     """:func:`mmcache.scheduler.control_metrics` of the :func:`judged` hit rate, and over the
     windows from ``warmup`` on: the request-weighted hit, false-hit and mean latency, the p99 of
     the windows' p99s, the mean absolute distance of the judged hit rate to the target
-    (``tracking_error``) and the raw windows' violation area (``raw_violation_area``)."""
-    signal = judged(windows, smoothing=smoothing, warmup=warmup)
+    (``tracking_error``), the raw windows' violation area (``raw_violation_area``), λ's
+    window-to-window chatter (``lambda_step_sd``, the std of its steps) and ``cost``: the
+    false-hit rate ÷ ``objective_scale`` plus the tracking error (the Lagrangian's objective
+    with the constraint's miss counted both ways at λ = 1; the gain-choice criterion)."""
+    signal = judged(windows, smoothing=smoothing, warmup=warmup, restart=restart)
     windows = windows.iloc[warmup:]
     weight = windows.requests / windows.requests.sum()
+    error_rate = float((weight * windows.error_rate).sum())
+    tracking = float((signal - target).abs().mean())
     return {**control_metrics(signal.to_numpy(), target),
             "raw_violation_area": float((target - windows.hit_rate).clip(lower=0).sum()),
-            "hit_rate": float((weight * windows.hit_rate).sum()),
-            "error_rate": float((weight * windows.error_rate).sum()),
+            "hit_rate": float((weight * windows.hit_rate).sum()), "error_rate": error_rate,
             "mean_latency_ms": float((weight * windows.mean_latency_ms).sum()),
             "p99_latency_ms": float(windows.p99_latency_ms.quantile(0.99)),
-            "tracking_error": float((signal - target).abs().mean())}
+            "tracking_error": tracking, "lambda_step_sd": float(windows.lam.diff().std()),
+            "cost": error_rate / objective_scale + tracking}
 
 
 def settle_after_shifts(windows: pd.DataFrame, target: float, *, smoothing: float = 1.0,
-                        warmup: int = 0, band: float = 0.01) -> dict[str, Any]:
+                        warmup: int = 0, restart: int | None = None,
+                        band: float = 0.01) -> dict[str, Any]:
     """The :func:`judged` hit rate at the last window before the half and at the end, and
     whether each is within ``band`` of ``target``."""
-    signal = judged(windows, smoothing=smoothing, warmup=warmup)
+    signal = judged(windows, smoothing=smoothing, warmup=warmup, restart=restart)
     ends = {"before_shift": signal.loc[len(windows) // 2 - 1], "at_end": signal.iloc[-1]}
     return {**{k: float(v) for k, v in ends.items()},
             "within_band": bool(all(abs(v - target) <= band for v in ends.values()))}
@@ -102,7 +126,8 @@ def settle_after_shifts(windows: pd.DataFrame, target: float, *, smoothing: floa
 def grid(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
          settings: Sequence[Levers], name: str, target: float, axes: Mapping[str, Sequence[float]],
          *, window: int, fixed: Mapping[str, Any] | None = None, smoothing: float = 1.0,
-         warmup: int = 0) -> pd.DataFrame:
+         warmup: int = 0, restart: int | None = None,
+         objective_scale: float = 1.0) -> pd.DataFrame:
     """:func:`scores` of controller ``name`` (fed the hit rate filtered with ``smoothing``)
     at every combination of ``axes`` (parameter → values; ``fixed`` parameters held), one
     row each."""
@@ -110,13 +135,15 @@ def grid(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
     for values in itertools.product(*axes.values()):
         params = {**dict(fixed or {}), **dict(zip(axes, values))}
         run = run_controller(workload, tiers, latency, settings, name, target, window=window,
-                             params=params, signal_smoothing=smoothing)
+                             params=params, signal_smoothing=smoothing,
+                             objective_scale=objective_scale)
         rows.append({**dict(zip(axes, values)),
-                     **scores(run, target, smoothing=smoothing, warmup=warmup)})
+                     **scores(run, target, smoothing=smoothing, warmup=warmup, restart=restart,
+                              objective_scale=objective_scale)})
     return pd.DataFrame(rows)
 
 
-def best(table: pd.DataFrame, by: str = "tracking_error") -> dict[str, float]:
+def best(table: pd.DataFrame, by: str = "cost") -> dict[str, float]:
     """The row of ``table`` with the least ``by``."""
     return {k: float(v) for k, v in table.loc[table[by].idxmin()].items()}
 

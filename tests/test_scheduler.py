@@ -155,7 +155,7 @@ def test_scheduler_tries_every_setting_then_minimises_the_lagrangian():
     # loose: more hits but slower (a trade-off); λ fixed so the argmin is known
     for lam, expected in ((0.0, 0), (10.0, 1)):
         s = Scheduler([tight, loose], {"hit_rate": make_controller("fixed", TARGET, lam=lam)},
-                      latency_scale_ms=100.0, explore=0.0)
+                      objective_scale=100.0, explore=0.0)
         assert s.observe(_stats(0.80, 50.0)) is loose  # untried settings first
         for _ in range(3):
             s.observe(_stats(0.95, 80.0) if s.choice == 1 else _stats(0.80, 50.0))
@@ -213,7 +213,7 @@ def test_exploration_is_seeded_and_happens_at_about_the_stated_share():
     ({"explore": 1.0}, "explore"),
     ({"smoothing": 0.0}, "smoothing"),
     ({"signal_smoothing": 1.5}, "signal_smoothing"),
-    ({"latency_scale_ms": 0}, "latency_scale_ms"),
+    ({"objective_scale": 0}, "objective_scale"),
 ])
 def test_bad_scheduler_config_is_a_config_error(bad, match):
     kwargs = {"settings": [Levers()], "constraints": {}, **bad}
@@ -339,7 +339,7 @@ def test_one_scheduler_drives_a_replay_and_a_live_cache(stream):
                 ((-0.05, 1.0), (0.0, 1.0), (0.05, 1.0), (0.05, 0.5))]
     scheduler = Scheduler(settings, {"hit_rate": make_controller("PI", 0.6),
                                      "error_rate": make_controller("PI", 0.02, at_least=False)},
-                          latency_scale_ms=500.0, explore=0.1, seed=3)
+                          objective_scale=500.0, explore=0.1, seed=3)
     window = 30
     report = scheduler.replay(stream, _tiers(stream), window=window)
     windows = len(stream) // window
@@ -402,6 +402,9 @@ def test_the_error_objective_picks_the_strictest_setting_unless_the_hit_target_b
     settings = [Levers({m: d for m in MODALITIES}) for d in (0.0, 0.1)]
     free = Scheduler(settings, {}, objective="error_rate", explore=0.0)
     assert free.lagrangian({"error_rate": 0.03, "mean_latency_ms": 500.0}) == 0.03
+    scaled = Scheduler(settings, {}, objective="error_rate", objective_scale=0.5)
+    assert scaled.lagrangian({"error_rate": 0.03}) == pytest.approx(0.06)
+    assert Scheduler(settings, {}).lagrangian({"mean_latency_ms": 500.0}) == 0.5  # seconds
     bound = Scheduler(settings, {"hit_rate": make_controller("fixed", 0.9, lam=5.0)},
                       objective="error_rate", explore=0.0)
     free.replay(stream, _tiers(stream), window=30)

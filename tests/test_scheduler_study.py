@@ -8,8 +8,8 @@ import pytest
 
 from mmcache.cachebench import LatencyModel, TierSpec, at_load
 from mmcache.errors import ConfigError
-from mmcache.scheduler_study import (hindsight_fixed, judged, offset_settings, run_controller,
-                                     scores, settle_after_shifts, shift_load)
+from mmcache.scheduler_study import (exchange_rate, hindsight_fixed, judged, offset_settings,
+                                     run_controller, scores, settle_after_shifts, shift_load)
 from mmcache.workload import generate
 
 
@@ -33,14 +33,16 @@ def test_shift_load_sets_each_halfs_offered_load(stream):
 def test_scores_and_settling_of_a_replayed_run(stream):
     tiers = [TierSpec("L1", int(stream.size.sum() // 3), match="semantic", threshold=0.9)]
     run = run_controller(stream, tiers, LatencyModel(), offset_settings([0.0, 0.1]), "PI",
-                         0.5, window=40, signal_smoothing=0.5)
-    out = scores(run, 0.5, smoothing=0.5, warmup=2)
+                         0.5, window=40, signal_smoothing=0.5, objective_scale=0.2)
+    out = scores(run, 0.5, smoothing=0.5, warmup=2, objective_scale=0.2)
     signal = judged(run, smoothing=0.5, warmup=2)
     assert len(run) == 10 and {"lam", "hit_rate", "error_rate", "filtered_hit_rate"} <= set(run)
     assert out["violation_area"] == pytest.approx(np.maximum(0, 0.5 - signal).sum())
     assert out["raw_violation_area"] == pytest.approx(np.maximum(0, 0.5 - run.hit_rate[2:]).sum())
     assert out["hit_rate"] == pytest.approx(run.hit_rate[2:].mean())  # equal windows
     assert (run.lam >= 0).all()
+    assert out["cost"] == pytest.approx(out["error_rate"] / 0.2 + out["tracking_error"])
+    assert out["lambda_step_sd"] == pytest.approx(run.lam[2:].diff().std())
     ends = settle_after_shifts(run, 0.5, smoothing=0.5, warmup=2)
     assert ends["at_end"] == pytest.approx(signal.iloc[-1])
     assert ends["before_shift"] == pytest.approx(signal.loc[4])
@@ -55,7 +57,12 @@ def test_judged_is_the_weighted_mean_since_the_warmup():
     assert signal.loc[2] == pytest.approx(0.4)  # no weight left on the warm-up's windows
     assert signal.loc[3] == pytest.approx((0.4 * 0.5 + 0.8) / 1.5)
     assert judged(windows).tolist() == windows.hit_rate.tolist()
-    for bad in ({"warmup": 5}, {"warmup": -1}, {"smoothing": 0.0}, {"smoothing": 1.5}):
+    restarted = judged(windows, smoothing=0.5, warmup=2, restart=4)
+    assert restarted.loc[3] == pytest.approx(signal.loc[3])
+    assert restarted.loc[4] == pytest.approx(0.2)  # nothing from before the shift
+    assert signal.loc[4] == pytest.approx((0.4 * 0.25 + 0.8 * 0.5 + 0.2) / 1.75)  # carries it
+    for bad in ({"warmup": 5}, {"warmup": -1}, {"smoothing": 0.0}, {"smoothing": 1.5},
+                {"warmup": 2, "restart": 2}, {"restart": 5}):
         with pytest.raises(ConfigError):
             judged(windows, **bad)
 
@@ -67,3 +74,10 @@ def test_hindsight_fixed_takes_the_fewest_errors_among_feasible_lambdas():
     assert hindsight_fixed(runs, 0.3) == 0.5
     assert hindsight_fixed(runs, 0.35) == 1.0
     assert hindsight_fixed(runs, 0.9) == 1.0  # none feasible: the highest hit rate
+
+
+def test_exchange_rate_is_the_chord_from_the_fewest_to_the_most_hits():
+    held = pd.DataFrame({"hit_rate": [0.3, 0.2, 0.4], "error_rate": [0.01, 0.0, 0.05]})
+    assert exchange_rate(held) == pytest.approx(0.25)
+    with pytest.raises(ConfigError):
+        exchange_rate(held.assign(error_rate=[0.0, 0.0, 0.0]))
