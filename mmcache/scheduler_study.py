@@ -3,15 +3,17 @@ shifts half-way (arrival rate and popularity), scored window by window.
 
 :func:`shift_load` makes the load shift; :func:`run_controller` replays one controller;
 :func:`scores` turns its windows into the issue's metrics (:func:`mmcache.scheduler.
-control_metrics` plus latency); :func:`settle_after_shifts` checks where a run ends before
-and after the shift; :func:`grid` replays a gain grid.
+control_metrics` plus latency) and the gain-choice ``cost``; :func:`settle_after_shifts` checks
+where a run ends before and after the shift; :func:`grid` replays a gain grid;
+:func:`exchange_rate` gives the Lagrangian's objective unit (``objective_scale``).
 
 What is judged: a window of a few hundred requests measures the hit rate with several points
 of noise (sessions and bursts cluster hits), more than the ±1 point band the target is held
 to, and the first windows are an empty cache's whatever the controller does. So the scores
 are of :func:`judged`: the exponentially weighted mean of the window hit rates from window
-``warmup`` on (the newest window's weight ``smoothing``), the same filter the controllers are
-fed (``Scheduler(signal_smoothing=...)``).
+``warmup`` on (the newest window's weight ``smoothing``), started afresh at the shift
+(``restart``) so that what is judged after it carries nothing from before; the controllers are
+fed the same filter without the restart (``Scheduler(signal_smoothing=...)``).
 """
 
 from __future__ import annotations
