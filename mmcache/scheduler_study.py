@@ -92,14 +92,17 @@ def judged(windows: pd.DataFrame, *, smoothing: float = 1.0, warmup: int = 0,
 
 
 def scores(windows: pd.DataFrame, target: float, *, smoothing: float = 1.0, warmup: int = 0,
-           restart: int | None = None, objective_scale: float = 1.0) -> dict[str, float]:
+           restart: int | None = None, objective_scale: float = 1.0,
+           tracking_weight: float = 1.0) -> dict[str, float]:
     """:func:`mmcache.scheduler.control_metrics` of the :func:`judged` hit rate, and over the
     windows from ``warmup`` on: the request-weighted hit, false-hit and mean latency, the p99 of
     the windows' p99s, the mean absolute distance of the judged hit rate to the target
     (``tracking_error``), the raw windows' violation area (``raw_violation_area``), λ's
     window-to-window chatter (``lambda_step_sd``, the std of its steps) and ``cost``: the
-    false-hit rate ÷ ``objective_scale`` plus the tracking error (the Lagrangian's objective
-    with the constraint's miss counted both ways at λ = 1; the gain-choice criterion)."""
+    false-hit rate ÷ ``objective_scale`` plus ``tracking_weight`` × the tracking error (the
+    Lagrangian at λ = ``tracking_weight`` with the constraint's miss counted both ways; the
+    gain-choice criterion: with a weight above every setting's exchange rate, missing the
+    target never pays for the false hits it saves)."""
     signal = judged(windows, smoothing=smoothing, warmup=warmup, restart=restart)
     windows = windows.iloc[warmup:]
     weight = windows.requests / windows.requests.sum()
@@ -111,7 +114,7 @@ def scores(windows: pd.DataFrame, target: float, *, smoothing: float = 1.0, warm
             "mean_latency_ms": float((weight * windows.mean_latency_ms).sum()),
             "p99_latency_ms": float(windows.p99_latency_ms.quantile(0.99)),
             "tracking_error": tracking, "lambda_step_sd": float(windows.lam.diff().std()),
-            "cost": error_rate / objective_scale + tracking}
+            "cost": error_rate / objective_scale + tracking_weight * tracking}
 
 
 def settle_after_shifts(windows: pd.DataFrame, target: float, *, smoothing: float = 1.0,
@@ -128,8 +131,8 @@ def settle_after_shifts(windows: pd.DataFrame, target: float, *, smoothing: floa
 def grid(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
          settings: Sequence[Levers], name: str, target: float, axes: Mapping[str, Sequence[float]],
          *, window: int, fixed: Mapping[str, Any] | None = None, smoothing: float = 1.0,
-         warmup: int = 0, restart: int | None = None,
-         objective_scale: float = 1.0) -> pd.DataFrame:
+         warmup: int = 0, restart: int | None = None, objective_scale: float = 1.0,
+         tracking_weight: float = 1.0) -> pd.DataFrame:
     """:func:`scores` of controller ``name`` (fed the hit rate filtered with ``smoothing``)
     at every combination of ``axes`` (parameter → values; ``fixed`` parameters held), one
     row each."""
@@ -141,7 +144,7 @@ def grid(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
                              objective_scale=objective_scale)
         rows.append({**dict(zip(axes, values)),
                      **scores(run, target, smoothing=smoothing, warmup=warmup, restart=restart,
-                              objective_scale=objective_scale)})
+                              objective_scale=objective_scale, tracking_weight=tracking_weight)})
     return pd.DataFrame(rows)
 
 

@@ -42,6 +42,8 @@ def test_scores_and_settling_of_a_replayed_run(stream):
     assert out["hit_rate"] == pytest.approx(run.hit_rate[2:].mean())  # equal windows
     assert (run.lam >= 0).all()
     assert out["cost"] == pytest.approx(out["error_rate"] / 0.2 + out["tracking_error"])
+    weighted = scores(run, 0.5, smoothing=0.5, warmup=2, objective_scale=0.2, tracking_weight=3)
+    assert weighted["cost"] == pytest.approx(out["cost"] + 2 * out["tracking_error"])
     assert out["lambda_step_sd"] == pytest.approx(run.lam[2:].diff().std())
     ends = settle_after_shifts(run, 0.5, smoothing=0.5, warmup=2)
     assert ends["at_end"] == pytest.approx(signal.iloc[-1])
