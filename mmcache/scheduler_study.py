@@ -52,14 +52,17 @@ def offset_settings(offsets: Sequence[float]) -> list[Levers]:
 def run_controller(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
                    settings: Sequence[Levers], name: str, target: float, *, window: int,
                    params: Mapping[str, Any] | None = None, seed: int = 0,
-                   signal_smoothing: float = 1.0, objective_scale: float = 1.0) -> pd.DataFrame:
+                   signal_smoothing: float = 1.0, objective_scale: float = 1.0,
+                   mix: bool = True) -> pd.DataFrame:
     """Replay ``workload`` with a scheduler minimising the false-hit rate (÷
     ``objective_scale``) subject to hit rate ≥ ``target`` under controller ``name`` fed the
-    hit rate filtered with ``signal_smoothing``; one row per window (its history)."""
+    hit rate filtered with ``signal_smoothing``, mixing two neighbouring settings by λ
+    (``Scheduler(mix="hit_rate")``; ``mix=False``: one setting per window); one row per
+    window (its history)."""
     controller = make_controller(name, target, **dict(params or {}))
     scheduler = Scheduler(settings, {"hit_rate": controller}, objective="error_rate",
                           objective_scale=objective_scale, seed=seed,
-                          signal_smoothing=signal_smoothing)
+                          signal_smoothing=signal_smoothing, mix="hit_rate" if mix else None)
     scheduler.replay(workload, tiers, window=window, latency=latency, seed=seed)
     return pd.DataFrame(scheduler.history).rename(columns={"lambda_hit_rate": "lam"})
 

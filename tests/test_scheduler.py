@@ -519,6 +519,7 @@ def test_replay_and_live_serve_each_part_of_a_split_window_with_its_levers(strea
             if cache.get(query) is None and adapter.admit():
                 cache.put(query, str(query.ground_truth))
         adapter.detach()
+    assert any(0 < row["mix_weight"] < 1 for row in scheduler.history)
     for k, row in enumerate(scheduler.history):
         served = offsets[k * window:(k + 1) * window]
         looser = int(round(row["mix_weight"] * window)) if row["mixed_with"] == 1 else 0
