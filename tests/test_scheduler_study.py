@@ -83,3 +83,17 @@ def test_exchange_rate_is_the_chord_from_the_fewest_to_the_most_hits():
     assert exchange_rate(held) == pytest.approx(0.25)
     with pytest.raises(ConfigError):
         exchange_rate(held.assign(error_rate=[0.0, 0.0, 0.0]))
+
+
+def test_runs_mix_neighbouring_settings_unless_told_not_to(stream):
+    tiers = [TierSpec("L1", int(stream.size.sum() // 3), match="semantic", threshold=0.9)]
+    settings = offset_settings([0.0, 0.05, 0.1])
+
+    def run(mix):
+        return run_controller(stream, tiers, LatencyModel(), settings, "PI", 0.6, window=30,
+                              params={"kp": 1.0, "ki": 0.1, "lam_max": 1.0},
+                              objective_scale=0.2, mix=mix)
+    mixed, argmin = run(True), run(False)
+    assert ((mixed.mix_weight > 0) & (mixed.mix_weight < 1)).any()
+    assert (mixed.mix_weight.between(0, 1)).all()
+    assert (argmin.mix_weight == 0).all() and (argmin.setting == argmin.mixed_with).all()

@@ -61,3 +61,11 @@ def test_lambda_scale_and_clamp_come_from_the_held_settings(metrics):
     assert metrics["objective_scale"] == pytest.approx(chord)
     assert metrics["gains"]["PI"]["lam_max"] == metrics["lam_max"] >= 2.0  # ≥ twice λ = 1's
     assert metrics["kd_cost_cut"] >= 0  # kd = 0 (PI) is on the kd line, so never beaten by it
+
+
+def test_the_runs_mix_settings_and_the_argmin_alone_is_recorded_beside_them(metrics):
+    assert 0 < metrics["mixed_window_share"] <= 1
+    assert set(metrics["argmin_only"]) == {"I", "PI"}
+    for name, unmixed in metrics["argmin_only"].items():
+        assert unmixed["violation_area"] >= 0 and 0 <= unmixed["hit_rate"] <= 1
+        assert unmixed.keys() <= metrics["controllers"][name].keys()
