@@ -298,7 +298,8 @@ class Scheduler:
             raise ConfigError(f"unknown objective {objective!r}; choose one of {OBJECTIVES}")
         self.objective = objective
         if mix is not None and mix not in self.constraints:
-            raise ConfigError(f"mix names constraint {mix!r}, not one of {sorted(self.constraints)}")
+            raise ConfigError(f"mix names constraint {mix!r}, not one of "
+                              f"{sorted(self.constraints)}")
         self.mix = mix
         if objective_scale is None:
             objective_scale = 1000.0 if objective == "mean_latency_ms" else 1.0
