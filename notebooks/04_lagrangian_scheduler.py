@@ -399,6 +399,10 @@ metrics = {
     "argmin_only": {name: {k: float(v) for k, v in row.items()}
                     for name, row in unmixed.to_dict("index").items()},
     "mixed_window_share": float((series.mix_weight > 0).mean()),
+    "area_ratio_vs_I": {"judged": ratio, "raw": raw_ratio},
+    "settled_range": {c: [min(e[k] for e in settled[c] for k in ("before_shift", "at_end")),
+                          max(e[k] for e in settled[c] for k in ("before_shift", "at_end"))]
+                      for c in ADAPTIVE},
     "settled": settled, "settled_raw": settled_raw, "settled_seed_mean": seed_mean_ends,
     "gains_on_grid_edge": ON_EDGE, "kd_cost_cut": KD_GAIN, "objective_scale": SCALE,
     "lam_max": LAM_MAX, "target_margin": TARGET_MARGIN,
