@@ -4,27 +4,36 @@ The problem: minimise latency subject to constraints on what a window of request
 measured: hit rate ≥ target, and optionally error (false-hit) rate ≤ budget and p99
 latency ≤ SLA. Its Lagrangian for a lever setting ``s`` is
 
-    L(s, λ) = latency(s) / latency_scale_ms + Σ_k λ_k · violation_k(s)
+    L(s, λ) = objective(s) / objective_scale + Σ_k λ_k · violation_k(s)
 
-(or, with ``objective="error_rate"``, the false-hit rate in place of the scaled latency)
+(the objective: mean latency, or with ``objective="error_rate"`` the false-hit rate)
 
 where ``violation_k`` is ``target − value`` for an at-least constraint and
 ``value − target`` for an at-most one. Each λ_k comes from one :class:`Controller`
 (fixed, the seed's I, PI, PID; see :data:`CONTROLLERS`), updated with every window's
 measurement of its metric.
 
-The decision: the :class:`Scheduler` picks, per window, one setting from a declared
-finite set of :class:`Levers` — the one minimising L under per-setting estimates
-(exponential moving averages of the windows served with it). Settings never served
-are tried first, in order; afterwards a share ``explore`` of windows uses a random
-setting, so estimates of unused settings follow a changing workload (an estimate also
-carries the cache's state when it was measured: in a cold cache the settings tried
-first look worse until they are used again). Why a finite set
-with learned estimates: how a δ offset or an admission rate moves hit rate and latency
-depends on the workload, so no fixed mapping λ → lever is honest, while the argmin over
-a finite set is exact and needs no model. The price: the chosen hit rate is piecewise
-constant in λ, so for a target between two settings the choice alternates between them
-(their time average meets the target); a finer grid of settings narrows that.
+The decision: the :class:`Scheduler` picks, per window, a setting from a declared finite
+set of :class:`Levers` — the one minimising L under per-setting estimates (exponential
+moving averages of the requests served with it). Settings never served are tried first, in
+order; afterwards a share ``explore`` of windows uses a random setting, so estimates of
+unused settings follow a changing workload (an estimate also carries the cache's state when
+it was measured: in a cold cache the settings tried first look worse until they are used
+again). Why a finite set with learned estimates: how a δ offset or an admission rate moves
+hit rate and latency depends on the workload, so no fixed mapping λ → lever is honest, while
+the argmin over a finite set is exact and needs no model. Its price: the chosen hit rate is
+piecewise constant in λ, a staircase whose steps (neighbouring settings) can be wider than
+the band a target is held to. ``mix=<constraint>`` removes the steps the way a Lagrangian
+relaxation over discrete actions does, by randomising between neighbours (:meth:`Scheduler.
+mixture`): on the lower convex hull of the settings' (constraint, objective) estimates, each
+hull setting is served purely at its break-even multiplier (the λ at which it starts to win
+the argmin) and between two break-evens the window is split between the two neighbours,
+the looser one's share rising linearly in λ — so the expected constrained metric is
+continuous and monotone in λ, and a controller can hold a target between two settings
+without alternating. The split is deterministic (the first requests of the window with one
+setting, the rest with the other), so the estimates learn each part's requests, the same in
+replay and live; a finer grid of settings would narrow the steps too, but its estimates each
+get fewer requests, so each is noisier, while the mix keeps the grid and needs no model.
 
 Levers: a δ offset per modality (added to the threshold rule's δ: the cosine a semantic
 hit needs is lowered by it), admission (the probability that a miss is stored) and tiers
@@ -158,7 +167,7 @@ class PIDController(Controller):
     target needs, so set ``lam_max`` to a small multiple of the λ at which the decision
     stops changing. The default gains come from a grid search (kp 0.05–0.5, ki 0.01–0.2,
     kd 0–2) on :class:`FirstOrderPlant`'s defaults, where the derivative changes little;
-    a real cache needs its own (λ's scale follows ``Scheduler.latency_scale_ms``).
+    a real cache needs its own (λ's scale follows ``Scheduler.objective_scale``).
     """
 
     name = "PID"
@@ -252,21 +261,29 @@ class Scheduler:
     """Chooses a :class:`Levers` setting per window to minimise the Lagrangian (see module).
 
     ``settings``: the declared finite set; ``constraints``: metric name (a key of
-    :data:`METRICS`) → its controller; ``latency_scale_ms`` divides latency in the
-    Lagrangian (λ is in units of that latency per unit of violation; the default puts
-    latency in seconds), so it sets the λ a trade-off needs, and with it the gains and
-    ``lam_max`` a controller needs; ``smoothing`` is
-    the weight of the newest window in a setting's moving averages; ``explore`` the
-    share of windows that use a random setting; ``seed`` seeds that choice.
-    ``objective`` is what is minimised: ``"mean_latency_ms"`` (÷ ``latency_scale_ms``) or
-    ``"error_rate"`` (the false-hit rate as it is: for workloads where every extra hit also
-    cuts latency, so a hit-rate constraint only binds against errors).
+    :data:`METRICS`) → its controller; ``objective_scale`` divides the objective in the
+    Lagrangian (λ is in units of it per unit of violation; default: 1000 for latency, so
+    seconds, 1 for the error rate), so it sets the λ a trade-off needs, and with it the
+    gains and ``lam_max`` a controller needs — choose it so that λ ≈ 1 is the trade-off's
+    scale (e.g. the objective's change per unit of the constraint across the settings, so
+    that λ = 1 prices a unit of constraint at the settings' mean exchange rate);
+    ``smoothing`` is
+    the weight of the newest window in a setting's moving averages; ``signal_smoothing``
+    the newest window's weight in the filtered measurement each controller is fed (an
+    exponential moving average over windows of its constrained metric; 1: the raw window),
+    for windows whose measurement is noisier than the band the constraint is held to;
+    ``explore`` the share of windows that use a random setting; ``seed`` seeds that choice.
+    ``objective`` is what is minimised: ``"mean_latency_ms"`` (÷ ``objective_scale``) or
+    ``"error_rate"`` (the false-hit rate ÷ ``objective_scale``: for workloads where every
+    extra hit also cuts latency, so a hit-rate constraint only binds against errors).
+    ``mix`` names the constraint whose λ mixes two neighbouring settings (see module and
+    :meth:`mixture`); None: one setting per window, the Lagrangian's argmin.
     """
 
     def __init__(self, settings: Sequence[Levers], constraints: Mapping[str, Controller], *,
-                 latency_scale_ms: float = 1000.0, smoothing: float = 0.3,
-                 explore: float = 0.05, seed: int = 0,
-                 objective: str = "mean_latency_ms") -> None:
+                 objective_scale: float | None = None, smoothing: float = 0.3,
+                 signal_smoothing: float = 1.0, explore: float = 0.05, seed: int = 0,
+                 objective: str = "mean_latency_ms", mix: str | None = None) -> None:
         self.settings = list(settings)
         if not self.settings or not all(isinstance(s, Levers) for s in self.settings):
             raise ConfigError("settings must be a non-empty sequence of Levers")
@@ -280,30 +297,48 @@ class Scheduler:
         if objective not in OBJECTIVES:
             raise ConfigError(f"unknown objective {objective!r}; choose one of {OBJECTIVES}")
         self.objective = objective
-        if not _finite(latency_scale_ms, "latency_scale_ms", ConfigError) > 0:
-            raise ConfigError("latency_scale_ms must be positive")
-        if not 0.0 < _finite(smoothing, "smoothing", ConfigError) <= 1.0:
-            raise ConfigError("smoothing is the newest window's weight, in (0, 1]")
+        if mix is not None and mix not in self.constraints:
+            raise ConfigError(f"mix names constraint {mix!r}, not one of "
+                              f"{sorted(self.constraints)}")
+        self.mix = mix
+        if objective_scale is None:
+            objective_scale = 1000.0 if objective == "mean_latency_ms" else 1.0
+        if not _finite(objective_scale, "objective_scale", ConfigError) > 0:
+            raise ConfigError("objective_scale must be positive")
+        for name, weight in (("smoothing", smoothing), ("signal_smoothing", signal_smoothing)):
+            if not 0.0 < _finite(weight, name, ConfigError) <= 1.0:
+                raise ConfigError(f"{name} is the newest window's weight, in (0, 1]")
         if not 0.0 <= _finite(explore, "explore", ConfigError) < 1.0:
             raise ConfigError("explore is a share of windows, in [0, 1)")
-        self.latency_scale_ms, self.smoothing, self.explore = \
-            latency_scale_ms, smoothing, explore
+        self.objective_scale, self.smoothing, self.explore = \
+            objective_scale, smoothing, explore
+        self.signal_smoothing = signal_smoothing
         self.seed = seed
         self.reset()
 
     def reset(self) -> None:
-        """Forget estimates, history and controller state; start again from setting 0."""
+        """Forget estimates, filtered signals, history and controller state; start again
+        from setting 0."""
         for controller in self.constraints.values():
             controller.reset()
         self.estimates: list[dict[str, float] | None] = [None] * len(self.settings)
-        self.choice = 0
+        self.choice, self.mixed_with, self.weight = 0, 0, 0.0
+        self.filtered: dict[str, float] = {}
         self.history: list[dict[str, Any]] = []
         self._rng = np.random.default_rng(self.seed)
 
     @property
     def levers(self) -> Levers:
-        """The setting for the next window."""
+        """The setting the next window starts with."""
         return self.settings[self.choice]
+
+    def split(self, window: int) -> list[tuple[int, int]]:
+        """The next window of ``window`` requests as (setting index, requests) parts, in
+        order: :attr:`choice` for the first, :attr:`mixed_with` for the last
+        round(:attr:`weight` · window); parts without requests left out."""
+        mixed = int(round(self.weight * _window(window)))
+        parts = [(self.choice, window - mixed), (self.mixed_with, mixed)]
+        return [(k, n) for k, n in parts if n > 0]
 
     @property
     def lambdas(self) -> dict[str, float]:
@@ -312,42 +347,90 @@ class Scheduler:
 
     def lagrangian(self, estimate: Mapping[str, float]) -> float:
         """L of a setting whose windows measured ``estimate`` (a :class:`WindowStats` dict)."""
-        value = estimate[self.objective]
-        if self.objective == "mean_latency_ms":
-            value /= self.latency_scale_ms
+        value = estimate[self.objective] / self.objective_scale
         for metric, controller in self.constraints.items():
             value += controller.lam * controller.violation(estimate[metric])
         return value
 
-    def observe(self, stats: WindowStats) -> Levers:
-        """Learn from the window just served with :attr:`levers`; return the next setting.
+    def mixture(self) -> tuple[int, int, float]:
+        """(a, b, w) at the current multipliers: serve setting ``a`` with weight 1 − w and
+        ``b`` with weight w (every setting must have an estimate).
 
-        A window without requests changes nothing.
+        The settings are points (x, y): x the mixed constraint's margin (−violation), y the
+        objective ÷ ``objective_scale`` plus the other constraints' λ-terms, so L = y − λ·x.
+        Along the lower convex hull from the least y (its most x on ties), each hull vertex
+        v_i has a break-even μ_i, the slope from v_{i−1} (μ_0 = 0): the λ from which v_i
+        minimises L. For μ_i ≤ λ < μ_{i+1}, a = v_i, b = v_{i+1} and w = (λ − μ_i) /
+        (μ_{i+1} − μ_i); from the last μ on, its vertex alone. So x's expected value, and the
+        objective's, are continuous and monotone in λ, each vertex pure at its break-even.
+        """
+        if self.mix is None:
+            raise ConfigError("mixture() needs a Scheduler(mix=<constraint>)")
+        controller = self.constraints[self.mix]
+        margins = [-controller.violation(e[self.mix]) for e in self.estimates]
+        points = [(x, self.lagrangian(e) + controller.lam * x)
+                  for x, e in zip(margins, self.estimates)]
+        vertex = min(range(len(points)), key=lambda k: (points[k][1], -points[k][0]))
+        hull, breaks = [vertex], [0.0]
+        while True:
+            x0, y0 = points[hull[-1]]
+            ahead = [k for k, (x, _) in enumerate(points) if x > x0]
+            if not ahead:
+                break
+            slope = {k: (points[k][1] - y0) / (points[k][0] - x0) for k in ahead}
+            vertex = min(ahead, key=lambda k: (slope[k], -points[k][0]))
+            hull.append(vertex)
+            breaks.append(max(slope[vertex], breaks[-1]))
+        lam = controller.lam
+        i = int(np.searchsorted(breaks, lam, side="right")) - 1
+        if i == len(hull) - 1:
+            return hull[i], hull[i], 0.0
+        return hull[i], hull[i + 1], (lam - breaks[i]) / (breaks[i + 1] - breaks[i])
+
+    def observe(self, stats: WindowStats,
+                parts: Sequence[tuple[int, WindowStats]] | None = None) -> Levers:
+        """Learn from the window just served (as :meth:`split` said); return the setting the
+        next one starts with.
+
+        ``stats``: the whole window, fed (filtered) to the controllers; ``parts``: (setting
+        index, what its requests measured) per part of a split window (default: the whole
+        window, served with :attr:`levers`). Each part moves its setting's estimates with
+        weight ``smoothing`` × its share of the window's requests. A window without requests
+        changes nothing.
         """
         if stats.requests == 0:
             return self.levers
-        measured = {"mean_latency_ms": stats.mean_latency_ms,
-                    **{metric: getattr(stats, metric) for metric in METRICS}}
-        for name, value in measured.items():
-            _finite(value, f"window {name}", InvalidInputError)
-        old = self.estimates[self.choice]
-        self.estimates[self.choice] = measured if old is None else {
-            k: (1 - self.smoothing) * old[k] + self.smoothing * v for k, v in measured.items()}
+        measured = _measured(stats)
+        learned = [(k, part.requests, _measured(part)) for k, part in
+                   (parts if parts is not None else [(self.choice, stats)]) if part.requests]
+        for k, requests, values in learned:
+            old, weight = self.estimates[k], self.smoothing * requests / stats.requests
+            self.estimates[k] = values if old is None else {
+                name: (1 - weight) * old[name] + weight * v for name, v in values.items()}
         for metric, controller in self.constraints.items():
-            controller.update(measured[metric])
+            old_signal = self.filtered.get(metric, measured[metric])
+            self.filtered[metric] = old_signal + self.signal_smoothing * (
+                measured[metric] - old_signal)
+            controller.update(self.filtered[metric])
         self.history.append({"window": len(self.history), "setting": self.choice,
+                             "mixed_with": self.mixed_with, "mix_weight": self.weight,
                              "requests": stats.requests, **measured,
+                             **{f"filtered_{m}": v for m, v in self.filtered.items()},
                              **{f"lambda_{m}": lam for m, lam in self.lambdas.items()}})
-        self.choice = self._next_choice()
+        self.choice, self.mixed_with, self.weight = self._next_choice()
         return self.levers
 
-    def _next_choice(self) -> int:
+    def _next_choice(self) -> tuple[int, int, float]:
         untried = [k for k, e in enumerate(self.estimates) if e is None]
         if untried:
-            return untried[0]
+            return untried[0], untried[0], 0.0
         if self.explore and self._rng.random() < self.explore:
-            return int(self._rng.integers(len(self.settings)))
-        return int(np.argmin([self.lagrangian(e) for e in self.estimates]))
+            k = int(self._rng.integers(len(self.settings)))
+            return k, k, 0.0
+        if self.mix is not None:
+            return self.mixture()
+        k = int(np.argmin([self.lagrangian(e) for e in self.estimates]))
+        return k, k, 0.0
 
     def replay(self, workload: "Workload", tiers: Sequence["TierSpec"], *, window: int = 100,
                latency: "LatencyModel | None" = None, seed: int = 0,
@@ -371,10 +454,14 @@ class Scheduler:
         rng = np.random.default_rng(seed)
         n = len(workload)
         for start in range(0, n, window):
-            levers = self.levers
-            for i in range(start, min(n, start + window)):
-                replayer.serve(i, levers.delta_offset, _admits(rng, levers), levers.skip)
-            self.observe(_replayed_window(replayer, slice(start, min(n, start + window))))
+            parts, first = [], start
+            for k, requests in self.split(min(window, n - start)):
+                levers = self.settings[k]
+                for i in range(first, first + requests):
+                    replayer.serve(i, levers.delta_offset, _admits(rng, levers), levers.skip)
+                parts.append((k, _replayed_window(replayer, slice(first, first + requests))))
+                first += requests
+            self.observe(_replayed_window(replayer, slice(start, first)), parts)
         return replayer.report(limits=limits)
 
     def attach(self, cache: "TieredCache", *, window: int = 100, miss_cost_ms: float = 0.0,
@@ -382,6 +469,15 @@ class Scheduler:
         """Drive the live ``cache``: observe its metrics every ``window`` gets and set its
         levers (see :class:`CacheAdapter`)."""
         return CacheAdapter(self, cache, window=window, miss_cost_ms=miss_cost_ms, seed=seed)
+
+
+def _measured(stats: WindowStats) -> dict[str, float]:
+    """A window's objective and constraint metrics, checked finite."""
+    measured = {"mean_latency_ms": stats.mean_latency_ms,
+                **{metric: getattr(stats, metric) for metric in METRICS}}
+    for name, value in measured.items():
+        _finite(value, f"window {name}", InvalidInputError)
+    return measured
 
 
 def _replayed_window(replayer: Any, done: slice) -> WindowStats:
@@ -450,7 +546,8 @@ class CacheAdapter:
     It wraps the cache's threshold rule in an :class:`OffsetThreshold` and, through the
     cache's ``after_get`` hook, every ``window`` gets reads the window's hit rate, error
     rate (false hits ÷ lookups) and latency from ``cache.metrics.snapshot()`` and applies
-    the scheduler's next levers. Latency is the cache's own get latency plus
+    the scheduler's next levers (a split window: each part's levers in turn, a snapshot at
+    the switch giving each part's own measurement). Latency is the cache's own get latency plus
     ``miss_cost_ms`` (an assumed origin cost) per miss for the mean; the p99 is the get
     histogram's bucket bound. A setting's ``skip`` becomes the cache's ``probe`` (the
     tiers a get consults). The cache does not decide which misses are stored, its
@@ -474,15 +571,13 @@ class CacheAdapter:
         self.scheduler, self.cache = scheduler, cache
         self.rule = OffsetThreshold(cache.thresholds)
         self._rng = np.random.default_rng(seed)
-        self._gets = 0
-        self._last = cache.metrics.snapshot()
         cache.thresholds = self.rule
         cache.after_get = self._after_get
-        self._apply(scheduler.levers)
+        self._start_window(cache.metrics.snapshot())
 
     def admit(self) -> bool:
         """Whether to store the miss just seen (a draw with the current ``admit`` probability)."""
-        return _admits(self._rng, self.scheduler.levers)
+        return _admits(self._rng, self.levers)
 
     def detach(self) -> None:
         """Stop driving the cache and give it back its own threshold rule."""
@@ -490,16 +585,32 @@ class CacheAdapter:
         self.cache.thresholds = self.rule.inner
         self.cache.probe = None
 
+    def _start_window(self, now: CacheMetrics) -> None:
+        self._window_start = now
+        self._parts = self.scheduler.split(self.window)
+        self._measured: list[tuple[int, WindowStats]] = []
+        self._start_part(now)
+
+    def _start_part(self, now: CacheMetrics) -> None:
+        self._part_start, self._gets = now, 0
+        self._apply(self.scheduler.settings[self._parts[len(self._measured)][0]])
+
     def _after_get(self, hit: Hit | None) -> None:
         self._gets += 1
-        if self._gets % self.window:
+        setting, requests = self._parts[len(self._measured)]
+        if self._gets < requests:
             return
         now = self.cache.metrics.snapshot()
-        stats = window_stats(self._last, now, self.miss_cost_ms)
-        self._last = now
-        self._apply(self.scheduler.observe(stats))
+        self._measured.append((setting, window_stats(self._part_start, now, self.miss_cost_ms)))
+        if len(self._measured) < len(self._parts):
+            self._start_part(now)
+            return
+        self.scheduler.observe(window_stats(self._window_start, now, self.miss_cost_ms),
+                               self._measured)
+        self._start_window(now)
 
     def _apply(self, levers: Levers) -> None:
+        self.levers = levers
         self.rule.offsets = dict(levers.delta_offset)
         self.cache.probe = self._names - levers.skip if levers.skip else None
 

@@ -3,8 +3,17 @@ shifts half-way (arrival rate and popularity), scored window by window.
 
 :func:`shift_load` makes the load shift; :func:`run_controller` replays one controller;
 :func:`scores` turns its windows into the issue's metrics (:func:`mmcache.scheduler.
-control_metrics` plus latency); :func:`settle_after_shifts` checks where a run ends before
-and after the shift; :func:`grid` replays a gain grid.
+control_metrics` plus latency) and the gain-choice ``cost``; :func:`settle_after_shifts` checks
+where a run ends before and after the shift; :func:`grid` replays a gain grid;
+:func:`exchange_rate` gives the Lagrangian's objective unit (``objective_scale``).
+
+What is judged: a window of a few hundred requests measures the hit rate with several points
+of noise (sessions and bursts cluster hits), more than the ±1 point band the target is held
+to, and the first windows are an empty cache's whatever the controller does. So the scores
+are of :func:`judged`: the exponentially weighted mean of the window hit rates from window
+``warmup`` on (the newest window's weight ``smoothing``), started afresh at the shift
+(``restart``) so that what is judged after it carries nothing from before; the controllers are
+fed the same filter without the restart (``Scheduler(signal_smoothing=...)``).
 """
 
 from __future__ import annotations
@@ -35,18 +44,6 @@ def shift_load(workload: Workload, latency: LatencyModel, before: float,
     return replace(workload, time=times)
 
 
-#: The per-query columns of a :class:`Workload`.
-COLUMNS = ("intent", "modality", "variant", "topic", "session", "burst", "time", "size",
-           "modality_set")
-
-
-def head(workload: Workload, n: int) -> Workload:
-    """The first ``n`` queries of ``workload`` (the same draws, e.g. to tune on a prefix)."""
-    if not 0 < n <= len(workload):
-        raise ConfigError(f"n must be in 1..{len(workload)}, got {n!r}")
-    return replace(workload, **{c: getattr(workload, c)[:n] for c in COLUMNS})
-
-
 def offset_settings(offsets: Sequence[float]) -> list[Levers]:
     """One :class:`Levers` per δ offset, the same offset on every modality."""
     return [Levers({m: float(d) for m in MODALITIES}) for d in offsets]
@@ -54,55 +51,107 @@ def offset_settings(offsets: Sequence[float]) -> list[Levers]:
 
 def run_controller(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
                    settings: Sequence[Levers], name: str, target: float, *, window: int,
-                   params: Mapping[str, Any] | None = None, seed: int = 0) -> pd.DataFrame:
-    """Replay ``workload`` with a scheduler minimising the false-hit rate subject to hit rate
-    ≥ ``target`` under controller ``name``; one row per window (its history)."""
+                   params: Mapping[str, Any] | None = None, seed: int = 0,
+                   signal_smoothing: float = 1.0, objective_scale: float = 1.0,
+                   mix: bool = True) -> pd.DataFrame:
+    """Replay ``workload`` with a scheduler minimising the false-hit rate (÷
+    ``objective_scale``) subject to hit rate ≥ ``target`` under controller ``name`` fed the
+    hit rate filtered with ``signal_smoothing``, mixing two neighbouring settings by λ
+    (``Scheduler(mix="hit_rate")``; ``mix=False``: one setting per window); one row per
+    window (its history)."""
     controller = make_controller(name, target, **dict(params or {}))
     scheduler = Scheduler(settings, {"hit_rate": controller}, objective="error_rate",
-                          seed=seed)
+                          objective_scale=objective_scale, seed=seed,
+                          signal_smoothing=signal_smoothing, mix="hit_rate" if mix else None)
     scheduler.replay(workload, tiers, window=window, latency=latency, seed=seed)
     return pd.DataFrame(scheduler.history).rename(columns={"lambda_hit_rate": "lam"})
 
 
-def scores(windows: pd.DataFrame, target: float) -> dict[str, float]:
-    """:func:`mmcache.scheduler.control_metrics` of the windows' hit rates, with the
-    request-weighted hit, false-hit and mean latency, the p99 of the windows' p99s, and the
-    mean absolute distance to the target (``tracking_error``)."""
+def exchange_rate(held: pd.DataFrame) -> float:
+    """False hits bought per unit of hit rate across held settings (rows with ``hit_rate``,
+    ``error_rate``): the chord from the lowest-hit to the highest-hit setting. As the
+    Lagrangian's ``objective_scale`` it makes λ = 1 the settings' mean exchange rate."""
+    ends = held.sort_values("hit_rate").iloc[[0, -1]]
+    rate = float(ends.error_rate.diff().iloc[-1] / ends.hit_rate.diff().iloc[-1])
+    if not rate > 0:
+        raise ConfigError(f"the held settings buy no hits with false hits (rate {rate!r})")
+    return rate
+
+
+def judged(windows: pd.DataFrame, *, smoothing: float = 1.0, warmup: int = 0,
+           restart: int | None = None) -> pd.Series:
+    """The judged hit rate: from window ``warmup`` on, the exponentially weighted mean of the
+    window hit rates so far, the newest window's weight ``smoothing`` (1: the raw windows),
+    started afresh at window ``restart`` (a shift: no weight on windows before it after it)."""
+    if not 0 <= warmup < len(windows):
+        raise ConfigError(f"warmup must be in 0..{len(windows) - 1} windows, got {warmup!r}")
+    if restart is not None and not warmup < restart < len(windows):
+        raise ConfigError(f"restart must be in {warmup + 1}..{len(windows) - 1}, got {restart!r}")
+    if not 0 < smoothing <= 1:
+        raise ConfigError(f"smoothing is the newest window's weight, in (0, 1], got {smoothing!r}")
+    hits = windows.hit_rate.iloc[warmup:]
+    phase = hits.index >= (restart if restart is not None else len(windows))
+    return hits.groupby(phase).transform(lambda h: h.ewm(alpha=smoothing, adjust=True).mean())
+
+
+def scores(windows: pd.DataFrame, target: float, *, smoothing: float = 1.0, warmup: int = 0,
+           restart: int | None = None, objective_scale: float = 1.0,
+           tracking_weight: float = 1.0) -> dict[str, float]:
+    """:func:`mmcache.scheduler.control_metrics` of the :func:`judged` hit rate, and over the
+    windows from ``warmup`` on: the request-weighted hit, false-hit and mean latency, the p99 of
+    the windows' p99s, the mean absolute distance of the judged hit rate to the target
+    (``tracking_error``), the raw windows' violation area (``raw_violation_area``), λ's
+    window-to-window chatter (``lambda_step_sd``, the std of its steps) and ``cost``: the
+    false-hit rate ÷ ``objective_scale`` plus ``tracking_weight`` × the tracking error (the
+    Lagrangian at λ = ``tracking_weight`` with the constraint's miss counted both ways; the
+    gain-choice criterion: with a weight above every setting's exchange rate, missing the
+    target never pays for the false hits it saves)."""
+    signal = judged(windows, smoothing=smoothing, warmup=warmup, restart=restart)
+    windows = windows.iloc[warmup:]
     weight = windows.requests / windows.requests.sum()
-    return {**control_metrics(windows.hit_rate.to_numpy(), target),
-            "hit_rate": float((weight * windows.hit_rate).sum()),
-            "error_rate": float((weight * windows.error_rate).sum()),
+    error_rate = float((weight * windows.error_rate).sum())
+    tracking = float((signal - target).abs().mean())
+    return {**control_metrics(signal.to_numpy(), target),
+            "raw_violation_area": float((target - windows.hit_rate).clip(lower=0).sum()),
+            "hit_rate": float((weight * windows.hit_rate).sum()), "error_rate": error_rate,
             "mean_latency_ms": float((weight * windows.mean_latency_ms).sum()),
             "p99_latency_ms": float(windows.p99_latency_ms.quantile(0.99)),
-            "tracking_error": float((windows.hit_rate - target).abs().mean())}
+            "tracking_error": tracking, "lambda_step_sd": float(windows.lam.diff().std()),
+            "cost": error_rate / objective_scale + tracking_weight * tracking}
 
 
-def settle_after_shifts(windows: pd.DataFrame, target: float, *, tail: int = 5,
+def settle_after_shifts(windows: pd.DataFrame, target: float, *, smoothing: float = 1.0,
+                        warmup: int = 0, restart: int | None = None,
                         band: float = 0.01) -> dict[str, Any]:
-    """Mean hit rate of the last ``tail`` windows before the half and at the end, and whether
-    each is within ``band`` of ``target``."""
-    half = len(windows) // 2
-    ends = {"before_shift": windows.hit_rate.iloc[half - tail:half].mean(),
-            "at_end": windows.hit_rate.iloc[-tail:].mean()}
+    """The :func:`judged` hit rate at the last window before the half and at the end, and
+    whether each is within ``band`` of ``target``."""
+    signal = judged(windows, smoothing=smoothing, warmup=warmup, restart=restart)
+    ends = {"before_shift": signal.loc[len(windows) // 2 - 1], "at_end": signal.iloc[-1]}
     return {**{k: float(v) for k, v in ends.items()},
             "within_band": bool(all(abs(v - target) <= band for v in ends.values()))}
 
 
 def grid(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
          settings: Sequence[Levers], name: str, target: float, axes: Mapping[str, Sequence[float]],
-         *, window: int, fixed: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """:func:`scores` of controller ``name`` at every combination of ``axes`` (parameter →
-    values; ``fixed`` parameters held), one row each."""
+         *, window: int, fixed: Mapping[str, Any] | None = None, smoothing: float = 1.0,
+         warmup: int = 0, restart: int | None = None, objective_scale: float = 1.0,
+         tracking_weight: float = 1.0) -> pd.DataFrame:
+    """:func:`scores` of controller ``name`` (fed the hit rate filtered with ``smoothing``)
+    at every combination of ``axes`` (parameter → values; ``fixed`` parameters held), one
+    row each."""
     rows = []
     for values in itertools.product(*axes.values()):
         params = {**dict(fixed or {}), **dict(zip(axes, values))}
-        run = run_controller(workload, tiers, latency, settings, name, target,
-                             window=window, params=params)
-        rows.append({**dict(zip(axes, values)), **scores(run, target)})
+        run = run_controller(workload, tiers, latency, settings, name, target, window=window,
+                             params=params, signal_smoothing=smoothing,
+                             objective_scale=objective_scale)
+        rows.append({**dict(zip(axes, values)),
+                     **scores(run, target, smoothing=smoothing, warmup=warmup, restart=restart,
+                              objective_scale=objective_scale, tracking_weight=tracking_weight)})
     return pd.DataFrame(rows)
 
 
-def best(table: pd.DataFrame, by: str = "tracking_error") -> dict[str, float]:
+def best(table: pd.DataFrame, by: str = "cost") -> dict[str, float]:
     """The row of ``table`` with the least ``by``."""
     return {k: float(v) for k, v in table.loc[table[by].idxmin()].items()}
 

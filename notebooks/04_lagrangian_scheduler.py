@@ -17,8 +17,14 @@
 # Seed 000 minimises latency subject to hit rate ≥ 92% with dual ascent on λ
 # (λ ← max(0, λ + lr·(0.92 − hit rate)), lr cosine-annealed 0.05 → 0.001) and claims 38.7 ms /
 # 92.4% against fixed weights' 42.3 ms / 89.1%. Those are claims to test here, not results.
-# `mmcache.scheduler` picks, per window of requests, one lever setting (a δ offset on every
-# modality) minimising the Lagrangian under per-setting estimates; λ comes from one controller:
+# `mmcache.scheduler` picks, per window of requests, the lever setting (a δ offset on every
+# modality) minimising the Lagrangian under per-setting estimates, **mixed with its neighbour**
+# (`Scheduler(mix="hit_rate")`): neighbouring offsets are several points of hit rate apart, wider
+# than the ±1-point band, so one setting per window can only alternate around a target between
+# two of them. As in a Lagrangian relaxation over discrete actions, the window is split between
+# the two hull neighbours, each pure at its break-even λ and the looser one's share linear in λ
+# between them, so the expected hit rate is continuous in λ (`Scheduler.mixture`). λ comes from
+# one controller:
 # fixed, I (the seed's update and schedule), PI, PID (derivative on the measurement,
 # anti-windup). `mmcache.scheduler_study` holds the experiment's runner and scores.
 #
@@ -31,11 +37,29 @@
 # **assumption** (`ASSUMED_INFERENCE`, medians 400 / 700 / 1000 ms), misses queue FCFS for a
 # bounded pool of inference servers. **Cache**: CacheBench-MM's GPU → CPU → NVMe hierarchy
 # (`three_tier`, L3 = `CAPACITY_SHARE` of the working set).
+#
+# **What is judged.** A window of `WINDOW` requests measures the hit rate with several points of
+# noise (sessions and bursts cluster hits; the first pass prints it), more than the ±1-point band
+# of the quality bar, and the first windows are an empty cache's whatever the controller does. So
+# every score is computed on one documented signal (`scheduler_study.judged`): the exponentially
+# weighted mean of the window hit rates, the newest window's weight `SIGNAL_SMOOTHING` (about ten
+# windows' memory), counted from window `WARMUP` on (the windows in which the scheduler tries each
+# setting once from an empty cache) and **started afresh at the shift** (window `WINDOWS // 2`),
+# so the hit rate judged after the shift carries nothing from before it. The controllers are fed
+# the same filter, run on without a restart (`Scheduler(signal_smoothing=...)`: a controller is
+# not told when the workload shifts). The raw windows' scores are reported next to it.
+#
+# **λ's scale.** The Lagrangian is false-hit rate ÷ `objective_scale` + λ·(target − hit rate), with
+# `objective_scale` the tuning seed's exchange rate (`scheduler_study.exchange_rate`: false hits
+# bought per unit of hit rate from the strictest to the loosest held setting), so λ = 1 prices a
+# unit of hit rate at the settings' mean exchange rate, and the λ that switches between two
+# neighbouring settings is their local exchange rate over the mean one (of order 1).
 
 # %% tags=["parameters"]
 NOTEBOOK = "04_lagrangian_scheduler"  # this notebook: metrics go to runs/<NOTEBOOK>[-smoke]/
 SMOKE = False
 SEEDS = [0, 1, 2, 3, 4]
+TUNE_SEED = 100  # the target and the gains come from this seed's stream only
 N_QUERIES = 20_000
 N_INTENTS = 1_500
 WINDOW = 400
@@ -44,11 +68,11 @@ DRIFT_FRACTION = 0.5  # share of popularity ranks reshuffled at the half (synthe
 SERVERS = 4
 LOAD_BEFORE, LOAD_AFTER = 0.7, 1.1
 CAPACITY_SHARE = 0.05
-OFFSETS = [-0.1, -0.05, 0.0, 0.05, 0.1]
-FIXED_LAMBDAS = [0.0, 0.05, 0.1, 0.2, 0.5, 1.0]
-LAM_MAX = 2.0
-PI_GRID = {"kp": [0.5, 1.0, 2.0], "ki": [0.05, 0.1, 0.2]}
-PID_KD = 1.0
+OFFSETS = [-0.1, -0.075, -0.05, -0.025, 0.0, 0.025, 0.05, 0.075, 0.1]
+SIGNAL_SMOOTHING = 0.1  # the newest window's weight in the judged, and fed, hit rate
+FIXED_LAMBDAS = [0.0, 0.25, 0.5, 1.0, 2.0]  # in the Lagrangian's normalised unit
+PI_GRID = {"kp": [0.3, 1.0, 3.0, 10.0, 30.0, 100.0], "ki": [0.01, 0.03, 0.1, 0.3, 1.0]}
+KD_GRID = [0.0, 1.0, 3.0, 10.0, 30.0, 100.0]  # PID: kd at PI's chosen kp and ki (0: PI)
 I_LR_GRID = [0.05, 0.2, 0.5, 1.0]
 
 # %%
@@ -61,19 +85,23 @@ from IPython.display import Markdown, display
 from mmcache.cachebench import LatencyModel, three_tier
 from mmcache.plotting import save_figure
 from mmcache.runbook import write_metrics
-from mmcache.scheduler_study import (best, grid, head, hindsight_fixed, offset_settings,
-                                     run_controller, scores, settle_after_shifts, shift_load)
+from mmcache.scheduler_study import (best, exchange_rate, grid, hindsight_fixed, judged,
+                                     offset_settings, run_controller, scores,
+                                     settle_after_shifts, shift_load)
 from mmcache.workload import generate
 
 if SMOKE:
     SEEDS, N_QUERIES, N_INTENTS, WINDOW = [0, 1], 4_000, 400, 200
-    FIXED_LAMBDAS = [0.0, 0.2, 1.0]
-    PI_GRID = {"kp": [0.5, 2.0], "ki": [0.1]}
+    FIXED_LAMBDAS = [0.0, 1.0]
+    PI_GRID = {"kp": [3.0], "ki": [0.03, 0.1]}
+    KD_GRID = [0.0, 10.0]
     I_LR_GRID = [0.05, 0.5]
 
 latency = LatencyModel.measured(servers=SERVERS)
 settings = offset_settings(OFFSETS)
 WINDOWS = N_QUERIES // WINDOW
+WARMUP = len(settings)  # each setting tried once, from an empty cache
+JUDGING = {"smoothing": SIGNAL_SMOOTHING, "warmup": WARMUP, "restart": WINDOWS // 2}
 
 
 def workload(seed: int):
@@ -91,28 +119,39 @@ provenance = {"workload": f"mmcache.workload.generate, synthetic, {N_QUERIES} qu
                           f"{N_INTENTS} intents, multimodal {MULTIMODAL}, popularity reshuffle "
                           f"({DRIFT_FRACTION}) and load {LOAD_BEFORE} -> {LOAD_AFTER} half-way",
               "latency_model": latency.kind, "weights": "none (synthetic vectors)",
-              "seeds": SEEDS, "window": WINDOW, "smoke": SMOKE}
+              "seeds": SEEDS, "tune_seed": TUNE_SEED, "window": WINDOW,
+              "judged": JUDGING, "smoke": SMOKE}
 
 # %% [markdown]
 # ## First pass: what each setting does, and the target
 #
-# Every δ offset held for the whole run (seed 0). The target is derived, not picked: the midpoint
-# of the strictest and loosest settings' hit rates, so some settings reach it and others do not.
+# Every δ offset held for the whole run (the tuning seed). The target is derived, not picked: the
+# midpoint of the strictest and loosest settings' hit rates, so some settings reach it and others
+# do not (whether it stays reachable on the evaluated seeds, before and after the shift, is
+# checked below). `window_hit_rate_sd`: the raw windows' spread; `judged_sd`: the judged signal's
+# spread over the second half's last half (a held setting: what noise alone leaves in it). From
+# the same table: `objective_scale` (the exchange rate, see above) and `LAM_MAX`, twice the λ at
+# which the loosest setting wins (the steepest neighbouring exchange rate ÷ `objective_scale`):
+# above it no decision changes, so the PI/PID clamp leaves room without letting λ wind up further.
 
 # %%
-first = workload(SEEDS[0])
+first = workload(TUNE_SEED)
 held = {d: run_controller(first, tiers(first), latency, [s], "fixed", 0.0, window=WINDOW)
         for d, s in zip(OFFSETS, settings)}
-static = pd.DataFrame([{"delta_offset": d, **scores(r, 0.0),
-                        "window_hit_rate_sd": float(r.hit_rate.iloc[1:].std())}
+static = pd.DataFrame([{"delta_offset": d, **scores(r, 0.0, **JUDGING),
+                        "window_hit_rate_sd": float(r.hit_rate.iloc[WARMUP:].std()),
+                        "judged_sd": float(judged(r, **JUDGING).iloc[-WINDOWS // 4:].std())}
                        for d, r in held.items()])
 TARGET = round(float((static.hit_rate.iloc[0] + static.hit_rate.iloc[-1]) / 2), 3)
 LATENCY_FALLS_WITH_HITS = bool(static.sort_values("hit_rate").mean_latency_ms
                                .is_monotonic_decreasing)
-print(f"hit-rate target: {TARGET}; mean latency falls as the hit rate rises over the held "
-      f"settings: {LATENCY_FALLS_WITH_HITS}")
+SCALE = exchange_rate(static)
+ordered = static.sort_values("hit_rate")
+LAM_MAX = round(float(2 * (ordered.error_rate.diff() / ordered.hit_rate.diff()).max() / SCALE), 1)
+print(f"hit-rate target: {TARGET}; objective_scale {SCALE:.3f}; lam_max {LAM_MAX}; mean latency "
+      f"falls as the hit rate rises over the held settings: {LATENCY_FALLS_WITH_HITS}")
 static[["delta_offset", "hit_rate", "error_rate", "mean_latency_ms", "p99_latency_ms",
-        "window_hit_rate_sd"]]
+        "window_hit_rate_sd", "judged_sd"]]
 
 # %% [markdown]
 # What moves latency here: every looser setting serves more hits, and each hit skips inference
@@ -124,51 +163,62 @@ static[["delta_offset", "hit_rate", "error_rate", "mean_latency_ms", "p99_latenc
 # latency is reported as a consequence (the seed's "minimise latency" objective would simply pick
 # the loosest δ and never be constrained).
 #
-# The last column is the spread of one held setting's hit rate from window to window (sessions,
-# bursts and the drift make it): when it is several points, "within ±1 point of the target for
-# good" cannot happen window by window for any controller, and settling then equals the run's
-# length; read the steady-state error (the last 10% of windows' mean) instead.
+# The last two columns are why the judged signal is filtered: the raw windows spread by several
+# points, so "within ±1 point for good" could not happen window by window for any controller; the
+# judged signal's residual spread for a held setting is the floor under what a controller can
+# reach.
 
 # %% [markdown]
-# ## Gains: chosen on seed 0's first half, shown on a grid
+# ## Gains: chosen on the tuning seed, shown on a grid
 #
-# Procedure: each controller's gains minimise the tracking error (mean |hit rate − target| over
-# windows) on the first half of seed 0's stream only; they are then run unchanged on all seeds'
-# whole streams. λ's scale: false-hit rate per unit of hit rate; `lam_max` = `LAM_MAX`, above the
-# λ at which the loosest setting wins (the first pass's error/hit slopes). I keeps the seed's
+# Procedure: PI's kp and ki minimise `cost` on the tuning seed's whole stream (shifts included)
+# over a log grid: the run's false-hit rate ÷ `objective_scale` plus `LAM_MAX` × its tracking
+# error (mean |judged hit rate − target|), i.e. the Lagrangian at λ = `LAM_MAX` with the
+# constraint's miss counted on both sides. The weight exceeds every setting's exchange rate, so
+# sitting below the target never pays for the false hits it saves (at weight 1 the criterion
+# prefers a point below the target). Tracking error alone rewards a λ that slams between 0 and
+# its cap (the choice alternates between far settings, whose mean is on target, at several times
+# the false hits of the two settings next to it); the false-hit term charges that. PID keeps PI's kp and ki and takes the kd of a line search (kd = 0 included,
+# i.e. PI itself) by the same criterion. The evaluated seeds are never used. I keeps the seed's
 # schedule (lr 0.05 → 0.001) for the reported row; its lr grid is shown for comparison.
 
 # %%
-tune = head(workload(SEEDS[0]), N_QUERIES // 2)
-half_windows = len(tune) // WINDOW
-common = dict(window=WINDOW)
-pi_grid = grid(tune, tiers(tune), latency, settings, "PI", TARGET, PI_GRID,
+common = dict(window=WINDOW, objective_scale=SCALE, tracking_weight=LAM_MAX, **JUDGING)
+pi_grid = grid(first, tiers(first), latency, settings, "PI", TARGET, PI_GRID,
                fixed={"lam_max": LAM_MAX}, **common)
-pid_grid = grid(tune, tiers(tune), latency, settings, "PID", TARGET, PI_GRID,
-                fixed={"lam_max": LAM_MAX, "kd": PID_KD}, **common)
-i_grid = grid(tune, tiers(tune), latency, settings, "I", TARGET, {"lr_start": I_LR_GRID},
-              fixed={"horizon": half_windows}, **common)
-pi_best, pid_best = best(pi_grid), best(pid_grid)
+pi_best = best(pi_grid)
+pid_grid = grid(first, tiers(first), latency, settings, "PID", TARGET, {"kd": KD_GRID},
+                fixed={"kp": pi_best["kp"], "ki": pi_best["ki"], "lam_max": LAM_MAX}, **common)
+pid_best = best(pid_grid)
+i_grid = grid(first, tiers(first), latency, settings, "I", TARGET, {"lr_start": I_LR_GRID},
+              fixed={"horizon": WINDOWS}, **common)
 PARAMS = {"fixed": None,  # the best fixed λ in hindsight, set below
           "I": {"horizon": WINDOWS},
           "PI": {"kp": pi_best["kp"], "ki": pi_best["ki"], "lam_max": LAM_MAX},
-          "PID": {"kp": pid_best["kp"], "ki": pid_best["ki"], "kd": PID_KD, "lam_max": LAM_MAX}}
+          "PID": {"kp": pi_best["kp"], "ki": pi_best["ki"], "kd": pid_best["kd"],
+                  "lam_max": LAM_MAX}}
 print("chosen gains:", {k: v for k, v in PARAMS.items() if k in ("PI", "PID")})
-for name, table_, chosen in (("PI", pi_grid, pi_best), ("PID", pid_grid, pid_best)):
-    edge = [k for k in PI_GRID if chosen[k] in (min(PI_GRID[k]), max(PI_GRID[k]))]
-    print(f"{name}: violation area over the grid {table_.violation_area.min():.2f}–"
-          f"{table_.violation_area.max():.2f}, mean latency {table_.mean_latency_ms.min():.0f}–"
-          f"{table_.mean_latency_ms.max():.0f} ms; chosen gains on the grid's edge in {edge}")
+ON_EDGE = {"PI": [k for k in PI_GRID if pi_best[k] in (min(PI_GRID[k]), max(PI_GRID[k]))],
+           "PID": ["kd"] if pid_best["kd"] in (min(KD_GRID), max(KD_GRID)) else []}
+KD_GAIN = 1 - pid_best["cost"] / float(pid_grid.cost.iloc[0])  # cost cut against kd = 0 (PI)
+print(f"PI: cost over the grid {pi_grid.cost.min():.3f}–{pi_grid.cost.max():.3f}; chosen gains "
+      f"on the grid's edge in {ON_EDGE}; PID's best kd {pid_best['kd']:g} (cost "
+      f"{pid_best['cost']:.4f} against kd = 0's {pid_grid.cost.iloc[0]:.4f}: {KD_GAIN:.1%} less)")
 
-fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-for row, (name, table) in enumerate((("PI", pi_grid), ("PID", pid_grid))):
-    for col, metric in enumerate(("violation_area", "mean_latency_ms")):
-        sns.heatmap(table.pivot(index="kp", columns="ki", values=metric), annot=True,
-                    fmt=".3g", ax=axes[row, col], cbar=False)
-        axes[row, col].set_title(f"{name} (kd={PID_KD if name == 'PID' else 0}): {metric}")
+fig, axes = plt.subplots(1, 4, figsize=(18, 4))
+for ax, metric in zip(axes[:3], ("cost", "tracking_error", "error_rate")):
+    sns.heatmap(pi_grid.pivot(index="kp", columns="ki", values=metric), annot=True,
+                fmt=".3g", ax=ax, cbar=False)
+    ax.set_title(f"PI on the tuning seed: {metric}")
+for metric, style in (("cost", "o-"), ("tracking_error", "s--")):
+    axes[3].plot(pid_grid.kd, pid_grid[metric], style, label=f"PID, {metric}")
+axes[3].set_xscale("symlog", linthresh=1.0)
+axes[3].set_xlabel(f"kd (kp={pi_best['kp']:g}, ki={pi_best['ki']:g})")
+axes[3].legend()
 fig.tight_layout()
-save_figure(fig, "04_gain_grid", {**provenance, "tuned_on": "seed 0, first half"})
-i_grid[["lr_start", "violation_area", "mean_latency_ms", "tracking_error"]]
+save_figure(fig, "04_gain_grid", {**provenance, "tuned_on": f"seed {TUNE_SEED}"})
+pd.concat([pid_grid[["kd", "cost", "tracking_error", "error_rate", "lambda_step_sd"]],
+           i_grid[["lr_start", "cost", "tracking_error", "error_rate", "lambda_step_sd"]]])
 
 # %% [markdown]
 # ## The fixed-λ sweep and the best fixed λ in hindsight
@@ -177,39 +227,88 @@ i_grid[["lr_start", "violation_area", "mean_latency_ms", "tracking_error"]]
 streams = {seed: workload(seed) for seed in SEEDS}
 sweep = pd.DataFrame([{"seed": seed, "lam": lam, **scores(run_controller(
     s, tiers(s), latency, settings, "fixed", TARGET, window=WINDOW, params={"lam": lam},
-    seed=seed), TARGET)} for seed, s in streams.items() for lam in FIXED_LAMBDAS])
+    seed=seed, objective_scale=SCALE), TARGET, **JUDGING)}
+    for seed, s in streams.items() for lam in FIXED_LAMBDAS])
 BEST_FIXED = hindsight_fixed(sweep, TARGET)
 PARAMS["fixed"] = {"lam": BEST_FIXED}
 print(f"best fixed λ in hindsight: {BEST_FIXED}")
 sweep.groupby("lam")[["hit_rate", "error_rate", "violation_area", "mean_latency_ms"]].mean()
 
 # %% [markdown]
+# ## Is the target reachable on every evaluated seed, before and after the shift?
+#
+# The strictest and loosest settings held on each evaluated seed; their mean hit rate over the
+# second half of each phase (the cache refilled) bounds what any controller can reach there. The
+# target was not chosen here; this only checks that it is not outside, or at the edge of, the
+# reachable range. `margin`: the target's distance to the nearer end.
+
+# %%
+HALF = WINDOWS // 2
+phases = {"before": slice(HALF // 2, HALF), "after": slice(HALF + HALF // 2, WINDOWS)}
+reach = pd.DataFrame([{"seed": seed, "phase": phase, "setting": which,
+                       "hit_rate": float(r.hit_rate.iloc[part].mean())}
+                      for seed, s in streams.items()
+                      for which, setting in (("strictest", settings[0]), ("loosest", settings[-1]))
+                      for r in [run_controller(s, tiers(s), latency, [setting], "fixed", 0.0,
+                                               window=WINDOW)]
+                      for phase, part in phases.items()]).pivot(
+    index=["seed", "phase"], columns="setting", values="hit_rate")
+reach["margin"] = np.minimum(reach.loosest - TARGET, TARGET - reach.strictest)
+TARGET_MARGIN = float(reach.margin.min())
+print(f"the target's least margin inside the reachable range: {TARGET_MARGIN:.3f}")
+reach
+
+# %% [markdown]
 # ## The four controllers on every seed
 
 # %%
 runs = {(name, seed): run_controller(s, tiers(s), latency, settings, name, TARGET,
-                                     window=WINDOW, params=params, seed=seed)
+                                     window=WINDOW, params=params, seed=seed,
+                                     signal_smoothing=SIGNAL_SMOOTHING, objective_scale=SCALE)
         for name, params in PARAMS.items() for seed, s in streams.items()}
-per_seed = pd.DataFrame([{"controller": name, "seed": seed, **scores(r, TARGET)}
+per_seed = pd.DataFrame([{"controller": name, "seed": seed,
+                          **scores(r, TARGET, objective_scale=SCALE, tracking_weight=LAM_MAX,
+                                   **JUDGING)}
                          for (name, seed), r in runs.items()])
-settled = {name: [settle_after_shifts(runs[name, seed], TARGET) for seed in SEEDS]
+settled = {name: [settle_after_shifts(runs[name, seed], TARGET, **JUDGING) for seed in SEEDS]
            for name in PARAMS}
+RAW = {"warmup": WARMUP}  # the raw windows: the last window before the shift and the last one
+settled_raw = {name: [settle_after_shifts(runs[name, seed], TARGET, **RAW) for seed in SEEDS]
+               for name in PARAMS}
 table = per_seed.groupby("controller", sort=False).mean(numeric_only=True).drop(columns="seed")
-table["lambda_step_sd"] = [np.mean([runs[name, seed].lam.diff().std() for seed in SEEDS])
-                           for name in table.index]  # λ's window-to-window chatter
-table[["violation_area", "overshoot", "settling_windows", "steady_state_error", "hit_rate",
-       "error_rate", "mean_latency_ms", "p99_latency_ms", "lambda_step_sd"]]
+table[["violation_area", "raw_violation_area", "overshoot", "settling_windows",
+       "steady_state_error", "hit_rate", "error_rate", "mean_latency_ms", "p99_latency_ms",
+       "lambda_step_sd"]]
+
+# %% [markdown]
+# ## What the mix changes: the same gains, one setting per window
+#
+# I and PI again on every seed with the scheduler's argmin alone (`mix=False`), the gains as
+# chosen above (with the mix): how much of each score is the lever's quantisation.
 
 # %%
-series = pd.concat([r.assign(controller=name, seed=seed) for (name, seed), r in runs.items()])
+argmin_only = pd.DataFrame([{"controller": name, "seed": seed, **scores(run_controller(
+    s, tiers(s), latency, settings, name, TARGET, window=WINDOW, params=PARAMS[name], seed=seed,
+    signal_smoothing=SIGNAL_SMOOTHING, objective_scale=SCALE, mix=False), TARGET,
+    objective_scale=SCALE, tracking_weight=LAM_MAX, **JUDGING)}
+    for name in ("I", "PI") for seed, s in streams.items()])
+COMPARED = ["violation_area", "raw_violation_area", "steady_state_error", "hit_rate",
+            "error_rate", "mean_latency_ms", "lambda_step_sd"]
+unmixed = argmin_only.groupby("controller", sort=False)[COMPARED].mean()
+pd.concat({"mixed": table.loc[["I", "PI"], COMPARED], "argmin only": unmixed})
+
+# %%
+series = pd.concat([r.assign(controller=name, seed=seed, judged=judged(r, **JUDGING))
+                    for (name, seed), r in runs.items()], ignore_index=True)
 fig, axes = plt.subplots(3, 1, figsize=(11, 9), sharex=True)
-for ax, (column, label) in zip(axes, (("hit_rate", "hit rate"),
+for ax, (column, label) in zip(axes, (("judged", "judged hit rate"),
                                       ("mean_latency_ms", "mean latency (ms)"),
                                       ("lam", "λ"))):
     sns.lineplot(series, x="window", y=column, hue="controller", errorbar=("pi", 100), ax=ax)
     ax.axvline(WINDOWS // 2, c="grey", ls=":", lw=1)
     ax.set_ylabel(label)
 axes[0].axhline(TARGET, c="k", ls="--", lw=1)
+axes[0].axhspan(TARGET - 0.01, TARGET + 0.01, color="k", alpha=0.08)
 axes[1].set_yscale("log")
 axes[2].set_xlabel(f"window of {WINDOW} requests (dotted: load and popularity shift; "
                    "bands: min–max over seeds)")
@@ -217,28 +316,61 @@ save_figure(fig, "04_controllers_over_time", provenance)
 
 # %%
 mean = table.to_dict("index")
-ratio_pi, ratio_pid = (mean[c]["violation_area"] / max(mean["I"]["violation_area"], 1e-12)
-                       for c in ("PI", "PID"))
-bar_area = any(mean[c]["violation_area"] <= 0.5 * mean["I"]["violation_area"] and
+ADAPTIVE = ("I", "PI", "PID")
+
+
+def area_bar(area: str) -> bool:
+    """PI or PID has at most half I's seed-mean ``area`` at ≤ 5% higher mean latency."""
+    return any(mean[c][area] <= 0.5 * mean["I"][area] and
                mean[c]["mean_latency_ms"] <= 1.05 * mean["I"]["mean_latency_ms"]
                for c in ("PI", "PID"))
+
+
+def settle_bar(ends: dict) -> tuple[bool, bool]:
+    """(every adaptive run ends within 1 point before and after the shift, the seed means do)."""
+    seed_means = [np.mean([e[k] for e in ends[c]]) for c in ADAPTIVE
+                  for k in ("before_shift", "at_end")]
+    return (all(e["within_band"] for c in ADAPTIVE for e in ends[c]),
+            all(abs(v - TARGET) <= 0.01 for v in seed_means))
+
+
+ratio = {c: mean[c]["violation_area"] / max(mean["I"]["violation_area"], 1e-12)
+         for c in ("PI", "PID")}
+raw_ratio = {c: mean[c]["raw_violation_area"] / max(mean["I"]["raw_violation_area"], 1e-12)
+             for c in ("PI", "PID")}
+BARS = {"violation_area_halved_vs_I": area_bar("violation_area"),
+        "raw_violation_area_halved_vs_I": area_bar("raw_violation_area")}
+BARS["adaptive_within_1pt_after_each_shift"], BARS["within_1pt_on_seed_mean"] = \
+    settle_bar(settled)
+BARS["raw_within_1pt_after_each_shift"], BARS["raw_within_1pt_on_seed_mean"] = \
+    settle_bar(settled_raw)
 REACHES_92 = bool(static.hit_rate.max() >= 0.92)
-bar_settle = all(s["within_band"] for c in ("I", "PI", "PID") for s in settled[c])
+seed_mean_ends = {c: {k: float(np.mean([e[k] for e in settled[c]]))
+                      for k in ("before_shift", "at_end")} for c in PARAMS}
+verdict = {k: "holds" if v else "does not hold" for k, v in BARS.items()}
 display(Markdown(f"""
 **Quality bars** (means over seeds {SEEDS}):
 
 * PI or PID cuts the violation area by at least half against I at ≤ 5% higher mean latency:
-  **{'holds' if bar_area else 'does not hold'}** (PI/I area = {ratio_pi:.2f}, PID/I = {ratio_pid:.2f};
-  mean latency I {mean['I']['mean_latency_ms']:.0f} ms, PI {mean['PI']['mean_latency_ms']:.0f} ms,
-  PID {mean['PID']['mean_latency_ms']:.0f} ms).
-* Every adaptive controller ends within 1 point of the target before and after the shift, on every
-  seed: **{'holds' if bar_settle else 'does not hold'}**
-  ({ {c: [round(s['before_shift'], 3) for s in settled[c]] for c in ('I', 'PI', 'PID')} } before,
-  { {c: [round(s['at_end'], 3) for s in settled[c]] for c in ('I', 'PI', 'PID')} } at the end).
+  on the judged signal **{verdict['violation_area_halved_vs_I']}** (PI/I area =
+  {ratio['PI']:.2f}, PID/I = {ratio['PID']:.2f}); on the raw windows
+  **{verdict['raw_violation_area_halved_vs_I']}** (PI/I = {raw_ratio['PI']:.2f}, PID/I =
+  {raw_ratio['PID']:.2f}); mean latency I {mean['I']['mean_latency_ms']:.0f} ms,
+  PI {mean['PI']['mean_latency_ms']:.0f} ms, PID {mean['PID']['mean_latency_ms']:.0f} ms.
+* Every adaptive controller ends within 1 point of the target before and after the shift
+  (judged signal restarted at the shift), on every seed:
+  **{verdict['adaptive_within_1pt_after_each_shift']}**
+  ({ {c: [round(e['before_shift'], 3) for e in settled[c]] for c in ADAPTIVE} } before,
+  { {c: [round(e['at_end'], 3) for e in settled[c]] for c in ADAPTIVE} } at the end);
+  on the mean over seeds: **{verdict['within_1pt_on_seed_mean']}**
+  ({ {c: {k: round(v, 3) for k, v in seed_mean_ends[c].items()} for c in ADAPTIVE} }).
+  On the raw last windows: every seed **{verdict['raw_within_1pt_after_each_shift']}**, seed
+  mean **{verdict['raw_within_1pt_on_seed_mean']}**. The target lies at least
+  {TARGET_MARGIN:.1%} inside the reachable range on every seed and phase, so this is not
+  infeasibility. For scale: a held setting's judged signal still spreads by
+  {static.judged_sd.mean():.1%} (raw windows: {static.window_hit_rate_sd.mean():.1%}).
 
-λ's window-to-window chatter (std of its step): { {c: round(mean[c]['lambda_step_sd'], 3) for c in PARAMS} }
-— the derivative term acts on a window hit rate whose spread from one window to the next is
-{static.window_hit_rate_sd.mean():.1%} for a held setting.
+λ's window-to-window chatter (std of its step): { {c: round(mean[c]['lambda_step_sd'], 3) for c in PARAMS} }.
 
 **The seed's claim** (38.7 ms at 92.4% hit rate against fixed weights' 42.3 ms / 89.1%):
 {'its 92% target is reachable here' if REACHES_92 else 'not reproduced here: no setting reaches a 92% hit rate'}
@@ -258,15 +390,27 @@ FIELDS = ("violation_area", "overshoot", "settling_windows", "steady_state_error
           "mean_latency_ms", "p99_latency_ms", "hit_rate")
 metrics = {
     "controllers": {name: {k: float(mean[name][k]) for k in (*FIELDS, "error_rate",
+                                                              "raw_violation_area",
                                                               "lambda_step_sd")}
                     for name in PARAMS},
     "best_fixed_lambda": BEST_FIXED,
     "target": TARGET, "windows": WINDOWS, "seeds": SEEDS,
     "gains": PARAMS, "static_settings": static.to_dict("records"),
-    "settled": settled, "seed_target_reachable": REACHES_92,
+    "argmin_only": {name: {k: float(v) for k, v in row.items()}
+                    for name, row in unmixed.to_dict("index").items()},
+    "mixed_window_share": float((series.mix_weight > 0).mean()),
+    "area_ratio_vs_I": {"judged": ratio, "raw": raw_ratio},
+    "settled_range": {c: [min(e[k] for e in settled[c] for k in ("before_shift", "at_end")),
+                          max(e[k] for e in settled[c] for k in ("before_shift", "at_end"))]
+                      for c in ADAPTIVE},
+    "settled": settled, "settled_raw": settled_raw, "settled_seed_mean": seed_mean_ends,
+    "gains_on_grid_edge": ON_EDGE, "kd_cost_cut": KD_GAIN, "objective_scale": SCALE,
+    "lam_max": LAM_MAX, "target_margin": TARGET_MARGIN,
+    "judged_sd_held": float(static.judged_sd.mean()),
+    "window_hit_rate_sd_held": float(static.window_hit_rate_sd.mean()),
+    "seed_target_reachable": REACHES_92,
     "latency_falls_with_hits": LATENCY_FALLS_WITH_HITS,
-    "quality_bars": {"violation_area_halved_vs_I": bool(bar_area),
-                     "adaptive_within_1pt_after_each_shift": bool(bar_settle)},
+    "quality_bars": {k: bool(v) for k, v in BARS.items()},
     "provenance": provenance,
 }
 write_metrics(metrics, NOTEBOOK, SMOKE)

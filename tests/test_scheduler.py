@@ -155,7 +155,7 @@ def test_scheduler_tries_every_setting_then_minimises_the_lagrangian():
     # loose: more hits but slower (a trade-off); λ fixed so the argmin is known
     for lam, expected in ((0.0, 0), (10.0, 1)):
         s = Scheduler([tight, loose], {"hit_rate": make_controller("fixed", TARGET, lam=lam)},
-                      latency_scale_ms=100.0, explore=0.0)
+                      objective_scale=100.0, explore=0.0)
         assert s.observe(_stats(0.80, 50.0)) is loose  # untried settings first
         for _ in range(3):
             s.observe(_stats(0.95, 80.0) if s.choice == 1 else _stats(0.80, 50.0))
@@ -178,6 +178,20 @@ def test_scheduler_estimates_are_moving_averages_and_empty_windows_change_nothin
     assert len(s.history) == 2 and s.estimates[0]["hit_rate"] == pytest.approx(0.7)
 
 
+def test_controllers_are_fed_the_filtered_measurement():
+    s = Scheduler([Levers()], {"hit_rate": make_controller("I", TARGET, horizon=10)},
+                  signal_smoothing=0.25)
+    for hit_rate in (0.8, 0.4):
+        s.observe(_stats(hit_rate, 10.0))
+    assert s.filtered["hit_rate"] == pytest.approx(0.8 + 0.25 * (0.4 - 0.8))
+    assert s.history[-1]["filtered_hit_rate"] == pytest.approx(0.7)
+    seed_update = make_controller("I", TARGET, horizon=10)
+    seed_update.update(0.8)
+    assert s.lambdas["hit_rate"] == pytest.approx(seed_update.update(0.7))
+    s.reset()
+    assert s.filtered == {} and s.lambdas["hit_rate"] == 0.0
+
+
 def test_exploration_is_seeded_and_happens_at_about_the_stated_share():
     def choices(seed):
         s = Scheduler([Levers(), Levers(admit=0.5)],
@@ -198,7 +212,8 @@ def test_exploration_is_seeded_and_happens_at_about_the_stated_share():
     ({"constraints": {"error_rate": make_controller("PI", 0.02)}}, "at_least=False"),
     ({"explore": 1.0}, "explore"),
     ({"smoothing": 0.0}, "smoothing"),
-    ({"latency_scale_ms": 0}, "latency_scale_ms"),
+    ({"signal_smoothing": 1.5}, "signal_smoothing"),
+    ({"objective_scale": 0}, "objective_scale"),
 ])
 def test_bad_scheduler_config_is_a_config_error(bad, match):
     kwargs = {"settings": [Levers()], "constraints": {}, **bad}
@@ -324,7 +339,7 @@ def test_one_scheduler_drives_a_replay_and_a_live_cache(stream):
                 ((-0.05, 1.0), (0.0, 1.0), (0.05, 1.0), (0.05, 0.5))]
     scheduler = Scheduler(settings, {"hit_rate": make_controller("PI", 0.6),
                                      "error_rate": make_controller("PI", 0.02, at_least=False)},
-                          latency_scale_ms=500.0, explore=0.1, seed=3)
+                          objective_scale=500.0, explore=0.1, seed=3)
     window = 30
     report = scheduler.replay(stream, _tiers(stream), window=window)
     windows = len(stream) // window
@@ -387,6 +402,9 @@ def test_the_error_objective_picks_the_strictest_setting_unless_the_hit_target_b
     settings = [Levers({m: d for m in MODALITIES}) for d in (0.0, 0.1)]
     free = Scheduler(settings, {}, objective="error_rate", explore=0.0)
     assert free.lagrangian({"error_rate": 0.03, "mean_latency_ms": 500.0}) == 0.03
+    scaled = Scheduler(settings, {}, objective="error_rate", objective_scale=0.5)
+    assert scaled.lagrangian({"error_rate": 0.03}) == pytest.approx(0.06)
+    assert Scheduler(settings, {}).lagrangian({"mean_latency_ms": 500.0}) == 0.5  # seconds
     bound = Scheduler(settings, {"hit_rate": make_controller("fixed", 0.9, lam=5.0)},
                       objective="error_rate", explore=0.0)
     free.replay(stream, _tiers(stream), window=30)
@@ -395,3 +413,115 @@ def test_the_error_objective_picks_the_strictest_setting_unless_the_hit_target_b
     assert {row["setting"] for row in bound.history[2:]} == {1}
     with pytest.raises(ConfigError, match="objective"):
         Scheduler(settings, {}, objective="p50")
+
+
+# -- mixing two neighbouring settings (a Lagrangian relaxation's randomised optimum) --------
+#: A toy plant: (hit rate, false-hit rate) per setting; setting 4 is dominated (fewer hits
+#: and more false hits than setting 2), the others lie on a convex frontier whose
+#: break-even multipliers (the chord slopes) are 0.1, 0.2 and 0.4.
+TOY = [(0.6, 0.01), (0.7, 0.02), (0.8, 0.04), (0.9, 0.08), (0.75, 0.05)]
+
+
+def _toy(mix="hit_rate"):
+    controller = make_controller("fixed", 0.75, lam=0.0)
+    s = Scheduler([Levers(admit=a / 10) for a in range(len(TOY))], {"hit_rate": controller},
+                  objective="error_rate", explore=0.0, mix=mix)
+    for hit_rate, error_rate in TOY:  # each setting tried once: its estimate is its window
+        s.observe(_stats(hit_rate, 10.0, error_rate))
+    return s, controller
+
+
+def _expected_hit_rate(s, lam):
+    s.constraints["hit_rate"].lam = lam
+    a, b, w = s.mixture()
+    assert 0.0 <= w <= 1.0
+    return (1 - w) * TOY[a][0] + w * TOY[b][0]
+
+
+def test_the_mixed_hit_rate_is_continuous_and_monotone_in_lambda():
+    s, _ = _toy()
+    lams = np.linspace(0.0, 0.6, 1201)
+    expected = np.array([_expected_hit_rate(s, lam) for lam in lams])
+    steps = np.diff(expected)
+    assert steps.min() >= -1e-12  # monotone
+    # continuous: the steepest segment rises 0.1 of hit rate over 0.1 of λ
+    assert steps.max() <= (lams[1] - lams[0]) * 1.0 + 1e-9
+    assert expected[0] == pytest.approx(0.6) and expected[-1] == pytest.approx(0.9)
+    # between break-evens 0.2 and 0.4 it is linear: a quarter of the way, a quarter of the step
+    assert _expected_hit_rate(s, 0.25) == pytest.approx(0.825)
+    # the argmin alone is a staircase: a jump of a whole setting (0.1) at a break-even
+    argmin = Scheduler(s.settings, s.constraints, objective="error_rate", explore=0.0)
+    argmin.estimates = s.estimates
+    picks = []
+    for lam in (0.39, 0.41):
+        s.constraints["hit_rate"].lam = lam
+        picks.append(TOY[int(np.argmin([argmin.lagrangian(e) for e in argmin.estimates]))][0])
+    assert picks[1] - picks[0] == pytest.approx(0.1)
+
+
+def test_at_a_break_even_the_setting_is_picked_purely_and_dominated_ones_never():
+    s, controller = _toy()
+    for lam, setting in ((0.0, 0), (0.1, 1), (0.2, 2), (0.4, 3), (5.0, 3)):
+        controller.lam = lam
+        s.choice, s.mixed_with, s.weight = a, b, w = s.mixture()
+        # the break-even's own float rounding may put it on either side of it
+        assert (1 - w) * (a == setting) + w * (b == setting) == pytest.approx(1.0)
+        assert s.split(400) == [(setting, 400)]
+    for lam in np.linspace(0.0, 1.0, 101):
+        controller.lam = lam
+        assert 4 not in s.mixture()[:2]
+    controller.lam = 0.15
+    s.choice, s.mixed_with, s.weight = s.mixture()
+    assert (s.choice, s.mixed_with, s.weight) == (1, 2, pytest.approx(0.5))
+    assert s.split(400) == [(1, 200), (2, 200)]
+    with pytest.raises(ConfigError, match="mix"):
+        _toy(mix=None)[0].mixture()
+    with pytest.raises(ConfigError, match="mix"):
+        Scheduler([Levers()], {}, mix="hit_rate")
+
+
+def test_a_split_window_teaches_each_part_its_own_requests():
+    s, controller = _toy()
+    controller.lam = 0.15
+    s.observe(_stats(0.7, 10.0, 0.02))  # chooses the next window: half setting 1, half 2
+    assert (s.choice, s.mixed_with, s.weight) == (1, 2, pytest.approx(0.5))
+    before = {k: dict(s.estimates[k]) for k in (1, 2)}
+    whole = WindowStats(100, 0.8, 0.035, 10.0, 20.0)
+    s.observe(whole, [(1, WindowStats(50, 0.5, 0.02, 10.0, 20.0)),
+                      (2, WindowStats(50, 1.0, 0.05, 10.0, 20.0))])
+    for k, measured in ((1, 0.5), (2, 1.0)):  # weight: smoothing × the part's share (0.5)
+        assert s.estimates[k]["hit_rate"] == pytest.approx(
+            before[k]["hit_rate"] + 0.3 * 0.5 * (measured - before[k]["hit_rate"]))
+    assert s.history[-1]["hit_rate"] == 0.8
+    assert (s.history[-1]["setting"], s.history[-1]["mixed_with"]) == (1, 2)
+
+
+def test_replay_and_live_serve_each_part_of_a_split_window_with_its_levers(stream):
+    settings = [Levers({m: d for m in MODALITIES}) for d in (0.0, 0.1)]
+    window = 30
+
+    def mixed():
+        # a target between the two settings' hit rates (about 0.51 and 0.80 here)
+        pi = make_controller("PI", 0.6, kp=1.0, ki=0.1, lam_max=1.0)
+        return Scheduler(settings, {"hit_rate": pi}, objective="error_rate", explore=0.0,
+                         mix="hit_rate")
+    replayed = mixed()
+    replayed.replay(stream, _tiers(stream), window=window)
+    split = [row for row in replayed.history[2:] if 0 < row["mix_weight"] < 1]
+    assert split and all(row["mixed_with"] == 1 for row in split)
+    scheduler = mixed()
+    offsets = []
+    with mmcache.TieredCache(_config(0.1)) as cache:
+        adapter = scheduler.attach(cache, window=window)
+        for i in range(len(stream)):
+            offsets.append(cache.thresholds.offsets.get("text", 0.0))
+            query = stream.query(i, scope="t")
+            if cache.get(query) is None and adapter.admit():
+                cache.put(query, str(query.ground_truth))
+        adapter.detach()
+    assert any(0 < row["mix_weight"] < 1 for row in scheduler.history)
+    for k, row in enumerate(scheduler.history):
+        served = offsets[k * window:(k + 1) * window]
+        looser = int(round(row["mix_weight"] * window)) if row["mixed_with"] == 1 else 0
+        first = 0.1 * (row["setting"] == 1)
+        assert served == [first] * (window - looser) + [0.1] * looser

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmcache.cachebench import LatencyModel, TierSpec, offered_load
+from mmcache.cachebench import LatencyModel, TierSpec, at_load
 from mmcache.errors import ConfigError
-from mmcache.scheduler_study import (head, hindsight_fixed, offset_settings, run_controller,
-                                     scores, settle_after_shifts, shift_load)
+from mmcache.scheduler_study import (exchange_rate, hindsight_fixed, judged, offset_settings,
+                                     run_controller, scores, settle_after_shifts, shift_load)
 from mmcache.workload import generate
 
 
@@ -22,7 +22,7 @@ def test_shift_load_sets_each_halfs_offered_load(stream):
     latency = LatencyModel(servers=2)
     shifted = shift_load(stream, latency, 0.5, 1.5)
     half = len(stream) // 2
-    assert offered_load(head(shifted, half), latency) == pytest.approx(0.5, rel=0.15)  # halves differ a little
+    assert np.array_equal(shifted.time[:half + 1], at_load(stream, latency, 0.5).time[:half + 1])
     gaps = np.diff(shifted.time)
     assert gaps[half:].mean() == pytest.approx(gaps[:half - 1].mean() / 3, rel=0.3)
     assert np.all(gaps >= 0)
@@ -30,27 +30,43 @@ def test_shift_load_sets_each_halfs_offered_load(stream):
         shift_load(stream, latency, 0.5, 0.0)
 
 
-def test_head_keeps_the_same_draws(stream):
-    first = head(stream, 100)
-    assert len(first) == 100 and np.array_equal(first.intent, stream.intent[:100])
-    assert np.array_equal(first.vectors(7)[0], stream.vectors(7)[0])
-    with pytest.raises(ConfigError):
-        head(stream, 0)
-
-
 def test_scores_and_settling_of_a_replayed_run(stream):
     tiers = [TierSpec("L1", int(stream.size.sum() // 3), match="semantic", threshold=0.9)]
     run = run_controller(stream, tiers, LatencyModel(), offset_settings([0.0, 0.1]), "PI",
-                         0.5, window=40)
-    out = scores(run, 0.5)
-    assert len(run) == 10 and {"lam", "hit_rate", "error_rate"} <= set(run)
-    assert out["violation_area"] == pytest.approx(np.maximum(0, 0.5 - run.hit_rate).sum())
-    assert out["hit_rate"] == pytest.approx(run.hit_rate.mean())  # equal windows
+                         0.5, window=40, signal_smoothing=0.5, objective_scale=0.2)
+    out = scores(run, 0.5, smoothing=0.5, warmup=2, objective_scale=0.2)
+    signal = judged(run, smoothing=0.5, warmup=2)
+    assert len(run) == 10 and {"lam", "hit_rate", "error_rate", "filtered_hit_rate"} <= set(run)
+    assert out["violation_area"] == pytest.approx(np.maximum(0, 0.5 - signal).sum())
+    assert out["raw_violation_area"] == pytest.approx(np.maximum(0, 0.5 - run.hit_rate[2:]).sum())
+    assert out["hit_rate"] == pytest.approx(run.hit_rate[2:].mean())  # equal windows
     assert (run.lam >= 0).all()
-    ends = settle_after_shifts(run, 0.5, tail=2)
-    assert ends["at_end"] == pytest.approx(run.hit_rate.iloc[-2:].mean())
+    assert out["cost"] == pytest.approx(out["error_rate"] / 0.2 + out["tracking_error"])
+    weighted = scores(run, 0.5, smoothing=0.5, warmup=2, objective_scale=0.2, tracking_weight=3)
+    assert weighted["cost"] == pytest.approx(out["cost"] + 2 * out["tracking_error"])
+    assert out["lambda_step_sd"] == pytest.approx(run.lam[2:].diff().std())
+    ends = settle_after_shifts(run, 0.5, smoothing=0.5, warmup=2)
+    assert ends["at_end"] == pytest.approx(signal.iloc[-1])
+    assert ends["before_shift"] == pytest.approx(signal.loc[4])
     assert ends["within_band"] == (abs(ends["before_shift"] - 0.5) <= 0.01
                                    and abs(ends["at_end"] - 0.5) <= 0.01)
+
+
+def test_judged_is_the_weighted_mean_since_the_warmup():
+    windows = pd.DataFrame({"hit_rate": [0.0, 0.0, 0.4, 0.8, 0.2]})
+    signal = judged(windows, smoothing=0.5, warmup=2)
+    assert list(signal.index) == [2, 3, 4]
+    assert signal.loc[2] == pytest.approx(0.4)  # no weight left on the warm-up's windows
+    assert signal.loc[3] == pytest.approx((0.4 * 0.5 + 0.8) / 1.5)
+    assert judged(windows).tolist() == windows.hit_rate.tolist()
+    restarted = judged(windows, smoothing=0.5, warmup=2, restart=4)
+    assert restarted.loc[3] == pytest.approx(signal.loc[3])
+    assert restarted.loc[4] == pytest.approx(0.2)  # nothing from before the shift
+    assert signal.loc[4] == pytest.approx((0.4 * 0.25 + 0.8 * 0.5 + 0.2) / 1.75)  # carries it
+    for bad in ({"warmup": 5}, {"warmup": -1}, {"smoothing": 0.0}, {"smoothing": 1.5},
+                {"warmup": 2, "restart": 2}, {"restart": 5}):
+        with pytest.raises(ConfigError):
+            judged(windows, **bad)
 
 
 def test_hindsight_fixed_takes_the_fewest_errors_among_feasible_lambdas():
@@ -60,3 +76,24 @@ def test_hindsight_fixed_takes_the_fewest_errors_among_feasible_lambdas():
     assert hindsight_fixed(runs, 0.3) == 0.5
     assert hindsight_fixed(runs, 0.35) == 1.0
     assert hindsight_fixed(runs, 0.9) == 1.0  # none feasible: the highest hit rate
+
+
+def test_exchange_rate_is_the_chord_from_the_fewest_to_the_most_hits():
+    held = pd.DataFrame({"hit_rate": [0.3, 0.2, 0.4], "error_rate": [0.01, 0.0, 0.05]})
+    assert exchange_rate(held) == pytest.approx(0.25)
+    with pytest.raises(ConfigError):
+        exchange_rate(held.assign(error_rate=[0.0, 0.0, 0.0]))
+
+
+def test_runs_mix_neighbouring_settings_unless_told_not_to(stream):
+    tiers = [TierSpec("L1", int(stream.size.sum() // 3), match="semantic", threshold=0.9)]
+    settings = offset_settings([0.0, 0.05, 0.1])
+
+    def run(mix):
+        return run_controller(stream, tiers, LatencyModel(), settings, "PI", 0.6, window=30,
+                              params={"kp": 1.0, "ki": 0.1, "lam_max": 1.0},
+                              objective_scale=0.2, mix=mix)
+    mixed, argmin = run(True), run(False)
+    assert ((mixed.mix_weight > 0) & (mixed.mix_weight < 1)).any()
+    assert (mixed.mix_weight.between(0, 1)).all()
+    assert (argmin.mix_weight == 0).all() and (argmin.setting == argmin.mixed_with).all()
