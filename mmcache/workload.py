@@ -45,6 +45,7 @@ from .types import MODALITIES, Query
 
 if TYPE_CHECKING:
     from .encoders import Encoder, EmbeddingStore
+    from .workload_media import RealPool
 
 #: How the workload's vectors were made; print it next to results that use them.
 EMBEDDING_KIND = "synthetic (seeded random vectors with controlled paraphrase similarity)"
@@ -288,18 +289,25 @@ class Workload:
             vectors=encode_checked(encoder, distinct, store))
         return self.with_real({"text": real})
 
-    def with_real(self, real: Mapping[str, RealEmbeddings], media: Any = None) -> Workload:
-        """This stream with ``real`` vectors for those modalities (and ``media``, their inputs)."""
+    def with_real(self, real: Mapping[str, RealEmbeddings], media: Any = None,
+                  modality_set: np.ndarray | None = None) -> Workload:
+        """This stream with ``real`` vectors for those modalities (and ``media``, their inputs);
+        ``modality_set`` replaces the queries' modality sets (same intents, times, sizes)."""
+        sets = self.modality_set if modality_set is None else np.asarray(modality_set, np.int8)
+        _check(sets.shape == self.modality_set.shape, "one modality set per query")
         return replace(self, real={**self.real, **real}, media=media or self.media,
+                       modality_set=sets, modality=first_modality(sets),
                        _vectors=dict(self._vectors))
 
     def with_real_vectors(self, *, store: EmbeddingStore | None = None,
-                          encoders: Mapping[str, Encoder] | None = None) -> Workload:
-        """This stream with every modality embedded by the real encoders from real inputs
-        (see :func:`mmcache.workload_media.embed_workload`; cached through ``store``)."""
+                          encoders: Mapping[str, Encoder] | None = None,
+                          pool: RealPool | None = None) -> Workload:
+        """This stream with every modality embedded by the real encoders from a bounded
+        ``pool`` of real inputs (see :func:`mmcache.workload_media.embed_workload`; cached
+        through ``store``)."""
         from .workload_media import embed_workload
 
-        return embed_workload(self, store=store, encoders=encoders)
+        return embed_workload(self, store=store, encoders=encoders, pool=pool)
 
     def embedding_kinds(self) -> dict[str, str]:
         """How each modality's vectors were made (synthetic, or which encoder on which texts)."""
@@ -435,13 +443,16 @@ VECTOR_KINDS = ("synthetic", "real")
 
 
 def generate(config: WorkloadConfig | None = None, *, vectors: str = "synthetic",
-             store: EmbeddingStore | None = None, **overrides) -> Workload:
+             store: EmbeddingStore | None = None, pool: RealPool | None = None,
+             **overrides) -> Workload:
     """Draw a seeded multimodal query stream; ``overrides`` replace config fields.
 
-    ``vectors="real"`` embeds every query with the real encoders from real inputs
-    (:meth:`Workload.with_real_vectors`, through ``store``; the default store under
-    ``data/embeddings/`` when None); ``"synthetic"`` keeps the seeded stand-in vectors.
+    ``vectors="real"`` embeds every query with the real encoders from a bounded ``pool`` of
+    real inputs (:meth:`Workload.with_real_vectors`, through ``store``; the default store
+    under ``data/embeddings/`` when None; the default :class:`~mmcache.workload_media.RealPool`
+    when ``pool`` is None); ``"synthetic"`` keeps the seeded stand-in vectors.
     """
+    _check(pool is None or vectors == "real", "a RealPool applies only to vectors='real'")
     _check(vectors in VECTOR_KINDS, f"vectors must be one of {VECTOR_KINDS}, got {vectors!r}")
     unknown = set(overrides) - set(WorkloadConfig.__dataclass_fields__)
     _check(not unknown, f"unknown workload parameters {sorted(unknown)}")
@@ -462,8 +473,7 @@ def generate(config: WorkloadConfig | None = None, *, vectors: str = "synthetic"
     mix = np.array([cfg.modality_mix.get(m, 0.0) for m in MODALITIES], dtype=float)
     modality = rng.choice(len(MODALITIES), size=n, p=mix / mix.sum()).astype(np.int8)
     modality_set = _modality_sets(rng, cfg, modality)
-    modality = np.array([MODALITIES.index(MODALITY_SETS[k][0]) for k in range(len(MODALITY_SETS))],
-                        dtype=np.int8)[modality_set]
+    modality = first_modality(modality_set)
     variant = rng.choice(cfg.n_variants, size=n, p=_zipf_probs(cfg.n_variants, cfg.variant_alpha))
     time = _arrivals(rng, cfg, burst)
     intent_bytes = np.maximum(1, rng.lognormal(np.log(cfg.value_bytes_median),
@@ -474,8 +484,13 @@ def generate(config: WorkloadConfig | None = None, *, vectors: str = "synthetic"
     if vectors == "real":
         from .encoders import EmbeddingStore as Store
 
-        stream = stream.with_real_vectors(store=store or Store())
+        stream = stream.with_real_vectors(store=store or Store(), pool=pool)
     return stream
+
+
+def first_modality(modality_set: np.ndarray) -> np.ndarray:
+    """Per query, the :data:`MODALITIES` index of the first modality of its ``modality_set``."""
+    return np.array([MODALITIES.index(ms[0]) for ms in MODALITY_SETS], np.int8)[modality_set]
 
 
 def _traps(cfg: WorkloadConfig, novel: np.ndarray) -> np.ndarray:

@@ -37,6 +37,10 @@
 #   resizes; real Asterisk recordings and espeak-ng speech, the latter synthetic), through the
 #   embedding store (`mmcache.workload_media`); `MM_TRAP_SHARE` of the novel queries are traps,
 #   edits of another intent's inputs with their own answer. Smoke mode keeps synthetic vectors.
+#   Real mode encodes a bounded pool (`RealPool`): `MM_POOL_VARIANTS` real variants per intent and
+#   modality (a query's variant v carries variant v mod `MM_POOL_VARIANTS`'s input, a stand-in for
+#   a distinct paraphrase), real speech only for the `MM_AUDIO_INTENTS` most audio-requested
+#   intents and their traps (other queries drop their audio), so a first run encodes for minutes.
 #
 # Then the CacheBench-MM engine replays the multimodal stream through a GPU → CPU → NVMe
 # hierarchy under its latency model (`LatencyModel.measured`): encoder and tier-lookup times are log-normals
@@ -59,6 +63,8 @@ MM_INTENTS = 5_000
 MM_MULTIMODAL = {"text+image": 0.15, "audio+image": 0.1, "text+audio": 0.1}
 MM_VECTORS = "real"  # generate(vectors=...): real encoders on real inputs, or "synthetic"
 MM_TRAP_SHARE = 0.3  # share of novel queries that are traps (edits of another intent's inputs)
+MM_POOL_VARIANTS = 2  # real mode: real variants per intent and modality (variant v -> v mod 2)
+MM_AUDIO_INTENTS = 200  # real mode: intents with real speech (+ their traps); others drop audio
 CYCLE_AMPLITUDE = 0.5  # arrival rate 1 ± 0.5 × qps over one compressed "day" (synthetic)
 BURST_SPEEDUP = 3.0  # burst queries arrive 3× faster (synthetic)
 THRESHOLDS = [0.75, 0.8, 0.85, 0.9, 0.95]
@@ -99,6 +105,7 @@ from mmcache.policies import POLICIES
 from mmcache.replay import read_oracle_general
 from mmcache.runbook import write_metrics
 from mmcache.workload import TIMING_KIND, generate, zipf_trace
+from mmcache.workload_media import RealPool
 
 GiB = 1 << 30
 if SMOKE:
@@ -127,7 +134,8 @@ zipf = zipf_trace(ZIPF_N_REQ, ZIPF_N_OBJ, alpha=1.0, seed=SEED)
 zipf_lognormal = zipf_trace(ZIPF_N_REQ, ZIPF_N_OBJ, alpha=1.0, seed=SEED, obj_size=None)
 mm = generate(n_queries=MM_QUERIES, n_intents=MM_INTENTS, multimodal_mix=MM_MULTIMODAL,
               cycle_amplitude=CYCLE_AMPLITUDE, burst_speedup=BURST_SPEEDUP,
-              trap_share=MM_TRAP_SHARE, vectors=MM_VECTORS, seed=SEED)
+              trap_share=MM_TRAP_SHARE, vectors=MM_VECTORS, seed=SEED,
+              pool=RealPool(MM_POOL_VARIANTS, MM_AUDIO_INTENTS) if MM_VECTORS == "real" else None)
 print(mm.embedding_kinds())
 mm_exact, mm_oracle = mm.to_trace("exact"), mm.to_trace("intent-modality")
 
@@ -661,6 +669,7 @@ write_metrics({
                         "total_capacity_bytes": rt_total},
     "data": {"multimodal_embeddings": mm.embedding_kinds(), "multimodal_timing": TIMING_KIND,
              "multimodal_vectors": MM_VECTORS, "multimodal_traps": int(mm.traps.sum()),
+             "multimodal_per_modality_set": mm.describe()["per_modality_set"],
              "latency_model": model.kind,
              "real_text_embeddings": rt.embedding_kinds()["text"],
              "real_text_prompts": PROMPTS_PROVENANCE},
