@@ -81,7 +81,9 @@ PREFETCH_X = 1.0  # prefetch nodes whose PageRank is at least PREFETCH_X / numbe
 WARMUP_N = 2_000  # CacheWarmupLatencyP99: p99 of the first WARMUP_N requests after a cold start
 
 # %%
+import resource
 import tempfile
+import time
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -132,11 +134,21 @@ cp_path = DATA_DIR / "cloudPhysicsIO.oracleGeneral.bin"
 cloud = read_oracle_general(cp_path)
 zipf = zipf_trace(ZIPF_N_REQ, ZIPF_N_OBJ, alpha=1.0, seed=SEED)
 zipf_lognormal = zipf_trace(ZIPF_N_REQ, ZIPF_N_OBJ, alpha=1.0, seed=SEED, obj_size=None)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this kernel and its finished children (espeak-ng) so far."""
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+mm_started, mm_cpu = time.perf_counter(), cpu_seconds()
 mm = generate(n_queries=MM_QUERIES, n_intents=MM_INTENTS, multimodal_mix=MM_MULTIMODAL,
               cycle_amplitude=CYCLE_AMPLITUDE, burst_speedup=BURST_SPEEDUP,
               trap_share=MM_TRAP_SHARE, vectors=MM_VECTORS, seed=SEED,
               pool=RealPool(MM_POOL_VARIANTS, MM_AUDIO_INTENTS) if MM_VECTORS == "real" else None)
-print(mm.embedding_kinds())
+mm_build = {"wall_s": time.perf_counter() - mm_started, "cpu_s": cpu_seconds() - mm_cpu}
+print(mm.embedding_kinds(), f"built in {mm_build['wall_s']:.0f} s ({mm_build['cpu_s']:.0f} s CPU)")
 mm_exact, mm_oracle = mm.to_trace("exact"), mm.to_trace("intent-modality")
 
 
@@ -670,6 +682,8 @@ write_metrics({
     "data": {"multimodal_embeddings": mm.embedding_kinds(), "multimodal_timing": TIMING_KIND,
              "multimodal_vectors": MM_VECTORS, "multimodal_traps": int(mm.traps.sum()),
              "multimodal_per_modality_set": mm.describe()["per_modality_set"],
+             "multimodal_real_inputs": {m: len(r.vectors) for m, r in mm.real.items()},
+             "multimodal_build_s": mm_build,
              "latency_model": model.kind,
              "real_text_embeddings": rt.embedding_kinds()["text"],
              "real_text_prompts": PROMPTS_PROVENANCE},

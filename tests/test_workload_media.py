@@ -13,8 +13,8 @@ from mmcache import TieredCache
 from mmcache.encoders import EmbeddingStore, HashingTestEncoder
 from mmcache.errors import ConfigError
 from mmcache.types import Query
-from mmcache.workload import generate, modality_set_index
-from mmcache.workload_media import SpeechSpecEncoder
+from mmcache.workload import MODALITY_SETS, generate, modality_set_index
+from mmcache.workload_media import RealPool, SpeechSpecEncoder, audio_capped_sets
 
 MIX = {"text+audio": 0.3, "text+image": 0.2}
 STAND_IN = {"image": HashingTestEncoder("image", 32)}
@@ -67,7 +67,7 @@ def test_queries_carry_real_inputs_and_paraphrases_keep_the_prompt(real):
     text_rows = [i for i in range(len(real)) if "text" in real.modalities(i)
                  and not real.traps[i]]
     q = real.query(text_rows[0])
-    prompt = real.media.prompts[int(real.intent[text_rows[0]])]
+    prompt = real.media.prompt(int(real.intent[text_rows[0]]))
     assert q.text is not None and set(prompt.lower().split()) & set(q.text.lower().split())
     assert q.ground_truth == int(real.intent[text_rows[0]])
     speech = [i for i in range(len(real)) if "audio" in real.modalities(i)]
@@ -81,10 +81,10 @@ def test_traps_are_edits_of_the_intent_they_imitate(real):
     for i in traps:
         target, intent = int(real.trap_of[i]), int(real.intent[i])
         trap_text = real.media.text(intent, 0)
-        if trap_text != real.media.prompts[intent % len(real.media.prompts)]:
+        if trap_text != real.media.prompt(intent):
             edited += 1
-            assert trap_text != real.media.prompts[target]
-            shared = set(trap_text.split()) & set(real.media.prompts[target].split())
+            assert trap_text != real.media.prompt(target)
+            shared = set(trap_text.split()) & set(real.media.prompt(target).split())
             assert len(shared) >= len(set(trap_text.split())) // 2
     assert edited >= 1
 
@@ -140,7 +140,73 @@ def test_minilm_does_not_separate_edited_text_traps_at_the_default_threshold(rea
             continue
         cos = float(real.real["text"].vector(intent, int(real.variant[i]))
                     @ real.real["text"].vector(target, 0))
-        own = real.media.text(intent, 0) == real.media.prompts[intent % len(real.media.prompts)]
+        own = real.media.text(intent, 0) == real.media.prompt(intent)
         (kept if own else edited).append(cos)
     assert edited and np.median(edited) >= 0.85
     assert not kept or np.median(kept) < 0.5
+
+
+STAND_INS = {m: HashingTestEncoder(m, 16) for m in ("text", "image", "audio")}
+
+
+@pytest.fixture(scope="module")
+def wide():
+    """More intents and variants than the pool below keeps (stand-in encoders: fast)."""
+    return generate(n_queries=600, n_intents=40, multimodal_mix={"text+audio": 0.3,
+                    "image+audio": 0.2}, novel_share=0.2, trap_share=0.5, seed=3)
+
+
+@pytest.fixture(scope="module")
+def pooled(wide, store):
+    return wide.with_real_vectors(store=store, encoders=STAND_INS, pool=RealPool(2, 4))
+
+
+AUDIO_SETS = [k for k, ms in enumerate(MODALITY_SETS) if "audio" in ms]
+
+
+def test_the_pool_bounds_the_distinct_inputs_and_maps_variants_onto_it(wide, pooled):
+    assert set(wide.variant.tolist()) > {0, 1}
+    for m, emb in pooled.real.items():
+        groups = {}
+        for (i, v), row in emb.rows.items():
+            groups.setdefault((i, v % 2), set()).add(row)
+        assert all(len(rows) == 1 for rows in groups.values())  # v and v + 2 share an input
+        assert len({r for rows in groups.values() for r in rows}) == len(groups)
+        assert len(emb.vectors) == len(groups) < len(emb.rows)
+    trap_intents = set(pooled.intent[pooled.traps].tolist())
+    speech = {i for i, _ in pooled.real["audio"].rows}
+    assert len(speech - trap_intents) == 4
+    imitated = {int(pooled.trap_of[k]) for k in np.flatnonzero(pooled.traps)
+                if int(pooled.intent[k]) in speech}
+    assert imitated <= speech - trap_intents
+    q = int(np.flatnonzero(pooled.modality_set == modality_set_index("text+audio"))[0])
+    intent, variant = int(pooled.intent[q]), int(pooled.variant[q])
+    assert pooled.query(q).text == pooled.media.text(intent, variant % 2)
+    assert "v mod 2" in pooled.embedding_kinds()["text"]
+
+
+def test_queries_without_real_speech_drop_only_their_audio(wide, pooled):
+    sets, dropped = audio_capped_sets(wide, RealPool(2, 4))
+    assert np.array_equal(sets, pooled.modality_set)
+    changed = sets != wide.modality_set
+    assert dropped == int(changed.sum()) > 0
+    assert f"{dropped:,} queries of other intents dropped their audio" in \
+        pooled.embedding_kinds()["audio"]
+    for i in np.flatnonzero(changed):
+        before, after = wide.modalities(int(i)), pooled.modalities(int(i))
+        assert "audio" in before and "audio" not in after
+        assert set(after) == (set(before) - {"audio"} or {"text"})
+    for col in ("intent", "variant", "time", "size"):
+        assert np.array_equal(getattr(wide, col), getattr(pooled, col))
+    asked = np.isin(wide.modality_set, AUDIO_SETS) & ~wide.traps
+    ids, counts = np.unique(wide.intent[asked], return_counts=True)
+    kept = np.isin(ids, pooled.intent[np.isin(pooled.modality_set, AUDIO_SETS)])
+    assert kept.sum() == 4 and counts[kept].min() >= counts[~kept].max()  # the most requested
+
+
+def test_bad_pools_are_typed_errors():
+    for bad in ({"variants": 0}, {"audio_intents": -1}, {"variants": 1.5}):
+        with pytest.raises(ConfigError, match="RealPool"):
+            RealPool(**bad)
+    with pytest.raises(ConfigError, match="RealPool"):
+        generate(n_queries=10, n_intents=2, pool=RealPool())
