@@ -181,3 +181,6 @@ def test_multimodal_vectors_are_named_with_their_provenance(metrics):
     assert set(data["multimodal_embeddings"]) == {"text", "image", "audio"}
     assert all("synthetic" in kind for kind in data["multimodal_embeddings"].values())
     assert data["multimodal_traps"] > 0
+    assert data["multimodal_real_inputs"] == {}  # no encoder ran
+    assert {"text+image", "image+audio", "text+audio"} <= set(data["multimodal_per_modality_set"])
+    assert data["multimodal_build_s"]["wall_s"] > 0
