@@ -174,11 +174,11 @@ pd.DataFrame({name: {"requests": t.n_req, "objects": t.n_obj, "wss_MiB": wss(t) 
 # MiniLM.
 
 # %%
-prompts = load_prompts(MM_INTENTS)
+prompts = load_prompts(MM_INTENTS) if mm.real_text is None else None  # real: its own texts
 examples = [mm.query(int(i), prompts=prompts)
             for i in np.flatnonzero((mm.modality == 0) & ~mm.novel)[:8]]
 pd.DataFrame({"intent": [q.ground_truth for q in examples],
-              "text (ShareGPT, templated variant)": [q.text[:90] for q in examples]})
+              "text (ShareGPT, variant)": [q.text[:90] for q in examples]})
 
 # %% [markdown]
 # The stream's knobs, checked on the stream itself: cosine between same-modality query pairs by
