@@ -31,12 +31,14 @@
 #   **synthetic**; the exact-key trace is what an exact cache sees, the trace keyed by intent and
 #   modality is the oracle semantic cache of a cache that matches within a modality, as the tiers
 #   below do (ground-truth equivalence, zero false hits; no cross-modal retrieval). With
-#   `MM_VECTORS = "real"` (full mode) every query is embedded by the real encoders — MiniLM for
+#   `MM_VECTORS = "real"` every query is embedded by the real encoders — MiniLM for
 #   text, the offline CLIP for images, Whisper tiny.en for speech — from real inputs (ShareGPT
 #   prompts and `datasets.pairs` rewrites; Fashion-MNIST / scikit-image crops, brightness and
 #   resizes; real Asterisk recordings and espeak-ng speech, the latter synthetic), through the
 #   embedding store (`mmcache.workload_media`); `MM_TRAP_SHARE` of the novel queries are traps,
-#   edits of another intent's inputs with their own answer. Smoke mode keeps synthetic vectors.
+#   edits of another intent's inputs with their own answer. Both stay off in full mode (synthetic
+#   vectors, no traps) until a full real-mode run has been timed within `make figures`' budget and
+#   the README's numbers redone from it; smoke mode turns traps on to exercise them.
 #   Real mode encodes a bounded pool (`RealPool`): `MM_POOL_VARIANTS` real variants per intent and
 #   modality (a query's variant v carries variant v mod `MM_POOL_VARIANTS`'s input, a stand-in for
 #   a distinct paraphrase), real speech only for the `MM_AUDIO_INTENTS` most audio-requested
@@ -61,8 +63,8 @@ ZIPF_N_OBJ = 100_000
 MM_QUERIES = 50_000
 MM_INTENTS = 5_000
 MM_MULTIMODAL = {"text+image": 0.15, "audio+image": 0.1, "text+audio": 0.1}
-MM_VECTORS = "real"  # generate(vectors=...): real encoders on real inputs, or "synthetic"
-MM_TRAP_SHARE = 0.3  # share of novel queries that are traps (edits of another intent's inputs)
+MM_VECTORS = "synthetic"  # generate(vectors=...): "real" (real encoders on real inputs) or "synthetic"
+MM_TRAP_SHARE = 0.0  # share of novel queries that are traps (edits of another intent's inputs)
 MM_POOL_VARIANTS = 2  # real mode: real variants per intent and modality (variant v -> v mod 2)
 MM_AUDIO_INTENTS = 200  # real mode: intents with real speech (+ their traps); others drop audio
 CYCLE_AMPLITUDE = 0.5  # arrival rate 1 ± 0.5 × qps over one compressed "day" (synthetic)
@@ -112,7 +114,8 @@ from mmcache.workload_media import RealPool
 GiB = 1 << 30
 if SMOKE:
     ZIPF_N_REQ, ZIPF_N_OBJ, MM_QUERIES, MM_INTENTS = 50_000, 5_000, 4_000, 500
-    MM_VECTORS = "synthetic"  # smoke stays fast: no encoder runs (full mode: real vectors)
+    MM_VECTORS = "synthetic"  # smoke stays fast: no encoder runs
+    MM_TRAP_SHARE = 0.3  # smoke exercises the trap path
     THRESHOLDS = [0.8, 0.9]
     RT_QUERIES, RT_INTENTS, RT_THRESHOLDS = 1_500, 150, [0.7, 0.8, 0.9, 0.95]
     LOADS = [0.25, 0.8, 1.25, 1.5]
