@@ -74,7 +74,8 @@ KEYWORD_KEY_BASE = 1 << 62
 
 MATCH_RULES = ("exact", "semantic")
 
-#: (lookup µs, bandwidth GB/s) of a TieredCache's tiers by name (assumed, as in three_tier).
+#: (lookup µs, bandwidth GB/s) of a TieredCache's tiers by name (assumed, as in three_tier);
+#: :func:`measured_cache_tier_costs` replaces the lookups with measured ones.
 CACHE_TIER_COSTS: Mapping[str, tuple[float, float]] = {
     "l1": (2.0, BANDWIDTH_GBPS["hbm"]), "l2": (50.0, BANDWIDTH_GBPS["pcie4_x16"]),
     "l3": (100.0, BANDWIDTH_GBPS["nvme"])}
@@ -745,7 +746,8 @@ def replay_cache(workload: Workload, cache: Any, latency: LatencyModel | None = 
     """Replay ``workload`` through a :class:`mmcache.TieredCache` (every miss is ``put`` back).
 
     ``costs`` maps each tier name to ``(lookup_us, bandwidth_gbps)`` (default
-    :data:`CACHE_TIER_COSTS`, assumed constants). The stored value of an intent is a
+    :func:`measured_cache_tier_costs`: lookups measured on this machine where
+    ``data/latency_profile.json`` has them, nominal bandwidths). The stored value of an intent is a
     string of the workload's answer size that starts with the intent id, so a hit
     tells which answer it served. Latency: an exact hit (similarity 1 on every
     modality) pays the lookups of the tiers down to it; any other request pays
@@ -753,7 +755,10 @@ def replay_cache(workload: Workload, cache: Any, latency: LatencyModel | None = 
     model inference. Limits use the sum of the tiers' ``max_bytes`` when all are set.
     """
     latency = latency or LatencyModel()
-    costs = dict(CACHE_TIER_COSTS if costs is None else costs)
+    if costs is None:
+        costs, cost_sources = measured_cache_tier_costs()
+    else:
+        costs, cost_sources = dict(costs), {n: "given by the caller" for n in costs}
     names = [t.name for t in cache.tiers]
     missing = [n for n in names if n not in costs]
     if missing:
@@ -785,7 +790,29 @@ def replay_cache(workload: Workload, cache: Any, latency: LatencyModel | None = 
     policy = getattr(cache.config, names[0]).policy if hasattr(cache.config, names[0]) \
         else "lru"
     return _report(workload, names, latency, hit_tier, false_hit, lat_ms, draws, capacity, policy,
-                   {"tiered_cache_config": cache.config.to_dict(), "tier_costs": costs})
+                   {"tiered_cache_config": cache.config.to_dict(), "tier_costs": costs,
+                    "tier_cost_sources": cost_sources})
+
+
+def measured_cache_tier_costs(profile: Mapping[str, LogNormal] | None = None
+                              ) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
+    """``(costs, sources)`` for :func:`replay_cache`: each TieredCache tier's lookup µs is the
+    mean of its measured stage histograms (``<tier>.exact`` plus ``<tier>.semantic`` where the
+    tier has one) from ``profile`` (default: :func:`mmcache.latency.load_profile`); a tier the
+    profile lacks keeps :data:`CACHE_TIER_COSTS`. Bandwidths stay the nominal assumptions.
+    ``sources`` says where each tier's numbers came from."""
+    profile = load_profile() if profile is None else profile
+    costs, sources = {}, {}
+    for tier, (assumed_us, gbps) in CACHE_TIER_COSTS.items():
+        stages = [s for s in (f"{tier}.exact", f"{tier}.semantic") if s in profile]
+        if stages:
+            costs[tier] = (1000.0 * sum(profile[s].mean_ms for s in stages), gbps)
+            sources[tier] = (f"lookup: mean of measured {' + '.join(stages)} "
+                             f"({profile[stages[0]].source}); bandwidth: assumed nominal")
+        else:
+            costs[tier] = (assumed_us, gbps)
+            sources[tier] = "lookup and bandwidth: assumed nominal (not in the profile)"
+    return costs, sources
 
 
 def _answer(intent: int, size: int) -> str:

