@@ -90,6 +90,7 @@ import numpy as np
 from .build import build_tiers, make_encoder, make_threshold
 from .config import CacheConfig, check_ann_factory
 from .context import context_similarity, context_vector, turn_texts
+from .image_check import image_fingerprint
 from .degrade import text_only
 from .encoders.base import Encoder
 from .errors import (ConfigError, InvalidEmbeddingError, InvalidInputError, MMCacheError,
@@ -381,9 +382,10 @@ class TieredCache:
         if not complete:  # indexed under fewer modalities, it would answer other queries
             vectors = {}
         turns_vector = self._context_vector(prepared, encode_times)
+        fingerprint = None if query.image is None else image_fingerprint(query.image)
         now = self._clock()
         size = value_size(stored) + sum(4 * len(v) for v in vectors.values()) + \
-            _asked_size(query.text, prepared.context, turns_vector)
+            _asked_size(query.text, prepared.context, turns_vector) + len(fingerprint or b"")
         if not any(t.capacity.admits(size) for t in self.tiers):
             raise InvalidInputError(f"entry of {size} bytes is larger than every tier's "
                                     "max_bytes; nothing was stored")
@@ -395,7 +397,8 @@ class TieredCache:
                      value=stored, embeddings=vectors, size=size, created_at=now,
                      expires_at=None if lifetime is None else now + lifetime,
                      ground_truth=query.ground_truth, hints=hints, question=query.text,
-                     context=prepared.context, context_vector=turns_vector)
+                     context=prepared.context, context_vector=turns_vector,
+                     image_fingerprint=fingerprint)
 
     def _write(self, entries: list[Entry]) -> list[str | None]:
         """Write checked entries through every tier, durable first, one batch per run of

@@ -10,6 +10,8 @@ relative-date words, years) and WordNet antonyms ("on" / "off"); it knows nothin
 traps beyond "one token changed", and its precision / recall per trap kind is measured
 on the pairs' held-out split (notebook 02). Meaning-preserving rewrites it forgives:
 reordering, politeness words, letter case, punctuation, and WordNet synonyms.
+When the query and the entry both carry an image, :func:`verify_edits` first compares
+the pictures (:mod:`mmcache.image_check`): another picture vetoes the hit.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .datasets.wordnet import POS_FILES, antonyms, synonyms
+from .image_check import MAX_BLOCK_DIFFERENCE, block_difference
 
 #: P(answer fits) returned for each reason (round numbers, not fitted: see module doc).
 PROBABILITIES: dict[str, float] = {
     "identical": 0.99, "rewrite": 0.97, "negation": 0.03, "number": 0.03, "date": 0.03,
-    "entity": 0.05, "antonym": 0.03, "context": 0.05, "context-missing": 0.3}
+    "entity": 0.05, "antonym": 0.03, "context": 0.05, "context-missing": 0.3, "image": 0.03}
 #: Each unmatched content word (not a synonym of one on the other side) halves P.
 CONTENT_WORD_FACTOR = 0.5
 #: Least share of the shorter history's content words the other history must contain.
@@ -82,24 +85,41 @@ def check_edits(query_text: str, query_context: Sequence[Any] | None,
     return Verdict(p, "content" if unmatched else "rewrite", " ".join(sorted(unmatched)))
 
 
-def verify_edits(query_text: str, query_context: Sequence[Any] | None,
-                 entry_text: str, entry_context: Sequence[Any] | None) -> float:
-    """P(the entry's answer fits the query): :func:`check_edits`' probability."""
+def check_image(query_image: object, entry_fingerprint: bytes) -> Verdict | None:
+    """An "image" verdict when the query's picture is not the entry's
+    (:func:`mmcache.image_check.block_difference` above its limit); None when it is."""
+    difference = block_difference(query_image, entry_fingerprint)
+    if difference > MAX_BLOCK_DIFFERENCE:
+        return Verdict(PROBABILITIES["image"], "image", f"block difference {difference:.2f}")
+    return None
+
+
+def verify_edits(query_text: str | None, query_context: Sequence[Any] | None,
+                 entry_text: str | None, entry_context: Sequence[Any] | None, *,
+                 query_image: object = None, entry_fingerprint: bytes | None = None) -> float:
+    """P(the entry's answer fits the query): :func:`check_image`'s when both carry an image
+    and the pictures differ, else :func:`check_edits`' (1.0 without text on either side)."""
+    if query_image is not None and entry_fingerprint is not None:
+        verdict = check_image(query_image, entry_fingerprint)
+        if verdict is not None:
+            return verdict.probability
+    if query_text is None or entry_text is None:
+        return 1.0
     return check_edits(query_text, query_context, entry_text, entry_context).probability
 
 
 class EditVerifier:
     """The built-in verifier as a ``verifier(query, entry) -> probability`` callable
-    (:class:`mmcache.verifiers.Verifier`): reads ``query.text`` / ``query.context`` and
-    ``entry.question`` / ``entry.context``. Without text on either side (image-only,
-    speech) there is nothing to compare: 1.0."""
+    (:class:`mmcache.verifiers.Verifier`): reads ``query.text`` / ``query.context`` /
+    ``query.image`` and ``entry.question`` / ``entry.context`` / ``entry.image_fingerprint``
+    (:func:`verify_edits`). With neither text nor images on both sides (speech) there is
+    nothing to compare: 1.0."""
 
     name = "edits"
 
     def __call__(self, query: Any, entry: Any) -> float:
-        if query.text is None or entry.question is None:
-            return 1.0
-        return verify_edits(query.text, query.context, entry.question, entry.context)
+        return verify_edits(query.text, query.context, entry.question, entry.context,
+                            query_image=query.image, entry_fingerprint=entry.image_fingerprint)
 
 
 def _tokens(text: str) -> list[str]:

@@ -22,6 +22,7 @@ import numpy as np
 from .datasets.pairs import Pair
 from .edit_verifier import verify_edits
 from .errors import InvalidInputError, MMCacheError
+from .image_check import image_fingerprint
 
 #: Encoder per modality of the study (names for :func:`mmcache.encoders.get_encoder`).
 STUDY_ENCODERS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -72,7 +73,9 @@ def score_pairs(pairs: Sequence[Pair], encoders: Mapping[str, Any] | None = None
     """Embed and score ``pairs``; ``encoders`` maps a modality to an encoder (default
     :data:`STUDY_ENCODERS`), ``store`` an :class:`~mmcache.encoders.EmbeddingStore`.
 
-    The verifier reads each pair's texts; speech pairs have none, so it reads their
+    The verifier (:func:`~mmcache.edit_verifier.verify_edits`' signature) reads each pair's
+    texts and images (the cached side as an entry keeps it: its fingerprint); speech
+    pairs have no text, so it reads their
     transcripts when ``transcribe`` (clips → texts, e.g. Whisper's) is given, else 1.0.
     """
     if not pairs:
@@ -121,9 +124,15 @@ def _verify_all(pairs: Sequence[Pair], verifier: Callable[..., float],
                           [pairs[i].cached.audio for i in spoken])
         for k, i in enumerate(spoken):
             texts[i] = (said[k], said[len(spoken) + k])
-    return np.array([1.0 if q is None or e is None else
-                     float(verifier(q, p.query_context, e, p.cached_context))
+    return np.array([float(verifier(q, p.query_context, e, p.cached_context,
+                                    query_image=p.query.image,
+                                    entry_fingerprint=_fingerprint(p.cached.image)))
                      for p, (q, e) in zip(pairs, texts)])
+
+
+def _fingerprint(image: Any) -> bytes | None:
+    """What a cache entry keeps of the cached image (None without one)."""
+    return None if image is None else image_fingerprint(image)
 
 
 @dataclass(frozen=True, eq=False)

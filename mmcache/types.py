@@ -95,3 +95,6 @@ class Entry:
     context: tuple[tuple[str, str], ...] = ()
     #: The unit context vector of those turns (None: no context, or no text encoder).
     context_vector: np.ndarray | None = None
+    #: What the entry keeps of the query's image for verifiers
+    #: (:func:`mmcache.image_check.image_fingerprint`; None: no image).
+    image_fingerprint: bytes | None = None

@@ -56,15 +56,15 @@ def test_history_decides_follow_ups() -> None:
 
 def test_class_wrapper_reads_query_text_and_entry_question_and_ignores_textless() -> None:
     verifier = EditVerifier()
-    query = SimpleNamespace(text="continue", context=OTHER)
+    query = SimpleNamespace(image=None, text="continue", context=OTHER)
     entry_turns = tuple((t["role"], t["content"]) for t in HISTORY)  # how entries keep turns
-    assert verifier(query, SimpleNamespace(question="continue", context=entry_turns)) < 0.5
-    assert verifier(SimpleNamespace(text="continue", context=HISTORY),
-                    SimpleNamespace(question="continue", context=entry_turns)) > 0.9
-    assert verifier(SimpleNamespace(text="Is it safe?", context=()),
-                    SimpleNamespace(question="Is it not safe?", context=())) < 0.5
-    assert verifier(SimpleNamespace(text=None, context=()),
-                    SimpleNamespace(question="Is it safe?", context=())) == 1.0
+    assert verifier(query, SimpleNamespace(image_fingerprint=None, question="continue", context=entry_turns)) < 0.5
+    assert verifier(SimpleNamespace(image=None, text="continue", context=HISTORY),
+                    SimpleNamespace(image_fingerprint=None, question="continue", context=entry_turns)) > 0.9
+    assert verifier(SimpleNamespace(image=None, text="Is it safe?", context=()),
+                    SimpleNamespace(image_fingerprint=None, question="Is it not safe?", context=())) < 0.5
+    assert verifier(SimpleNamespace(image=None, text=None, context=()),
+                    SimpleNamespace(image_fingerprint=None, question="Is it safe?", context=())) == 1.0
 
 
 def test_registered_as_edits_and_vetoes_a_negation_in_the_cache() -> None:

@@ -13,8 +13,8 @@ the query) or not, with the ``kind`` of edit that made it:
 * image + text (Fashion-MNIST and scikit-image photos, real; bar charts, rendered
   here, synthetic): ``near-duplicate`` (crop / brightness), ``same-class-other-photo``,
   ``chart-near-duplicate`` and ``chart-bar-change`` (one bar's height changed);
-* audio (espeak-ng, synthetic speech): ``voice-change`` (the same sentence by another
-  voice), ``one-word-change`` ("turn on" / "turn off", same voice) and ``novel``.
+* audio (espeak-ng, synthetic speech): ``voice-change`` (the same sentence by two other
+  voices), ``one-word-change`` ("turn on" / "turn off", same voice) and ``novel``.
 
 The split is decided per source (:func:`mmcache.datasets.splits.split_of`, 70 % train /
 30 % test; a conversation is kept only where its chat and its prompt fall in the same
@@ -82,7 +82,7 @@ class PairSizes:
     conversations: int = 160
     photos: int = 120
     charts: int = 60
-    sentences: int = 40
+    sentences: int = 60
 
 
 #: Tiny sizes for smoke runs and tests.
@@ -476,13 +476,20 @@ def chart_pairs(split: str, seed: int, sizes: PairSizes = PairSizes()) -> list[P
 #: (word, its opposite) and the objects they apply to; sentences differ by that one word.
 SPEECH_COMMANDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("turn on", "turn off", ("the kitchen lights", "the heating", "the radio", "the fan",
-                             "the porch light", "the television")),
+                             "the porch light", "the television", "the oven", "the kettle",
+                             "the bedroom lamp", "the air conditioner", "the alarm")),
     ("open", "close", ("the garage door", "the blinds", "the front gate", "the window",
-                       "the curtains", "the sunroof")),
-    ("lock", "unlock", ("the front door", "the car", "the back door", "the phone", "the safe")),
+                       "the curtains", "the sunroof", "the skylight", "the shutters",
+                       "the bathroom window")),
+    ("lock", "unlock", ("the front door", "the car", "the back door", "the phone", "the safe",
+                        "the shed", "the side gate", "the tablet")),
     ("start", "stop", ("the dishwasher", "the timer", "the music", "the vacuum cleaner",
-                       "the washing machine", "the sprinklers", "the recording")),
-    ("raise", "lower", ("the volume", "the temperature", "the shades")),
+                       "the washing machine", "the sprinklers", "the recording", "the dryer",
+                       "the coffee machine", "the slideshow")),
+    ("raise", "lower", ("the volume", "the temperature", "the shades", "the brightness",
+                        "the desk", "the bed")),
+    ("mute", "unmute", ("the speaker", "the microphone", "the doorbell", "the notifications")),
+    ("arm", "disarm", ("the alarm system", "the security cameras", "the motion sensor")),
 )
 
 
@@ -493,7 +500,8 @@ def speech_sentences() -> list[tuple[str, str]]:
 
 
 def speech_pairs(split: str, seed: int, sizes: PairSizes = PairSizes()) -> list[Pair]:
-    """espeak-ng speech (synthetic): another voice (should hit), one word changed, another sentence."""
+    """espeak-ng speech (synthetic): two other voices (should hit), one word changed, another
+    sentence."""
     from .speech import VOICES
 
     sentences = speech_sentences()[:sizes.sentences]
@@ -502,10 +510,11 @@ def speech_pairs(split: str, seed: int, sizes: PairSizes = PairSizes()) -> list[
     for k, (sentence, opposite) in enumerate(mine):
         source = f"sentence:{sentence}"
         rng = _rng(seed, source)
-        voice, other_voice = (VOICES[int(i)] for i in rng.choice(len(VOICES), 2, replace=False))
+        voice, *others = (VOICES[int(i)] for i in rng.choice(len(VOICES), 3, replace=False))
+        other_voice = others[0]
         cached = _speech_query(sentence, voice)
-        pairs.append(Pair(_speech_query(sentence, other_voice), cached, True, "voice-change",
-                          "audio", source, split, f"{voice} -> {other_voice}"))
+        pairs += [Pair(_speech_query(sentence, v), cached, True, "voice-change", "audio", source,
+                       split, f"{voice} -> {v}") for v in others]
         pairs.append(Pair(_speech_query(opposite, voice), cached, False, "one-word-change",
                           "audio", source, split, f"'{sentence}' -> '{opposite}'"))
         if len(mine) > 1:

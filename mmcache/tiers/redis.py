@@ -16,6 +16,8 @@ Layout under ``prefix`` (default ``"mmcache"``) on one server, no pickle anywher
   empty when it has none, absent in entries written before hints existed),
   ``question``, ``context`` (the conversation turns, JSON) and ``context_vector`` (raw
   float32; all three empty when absent, and absent in entries written before them),
+  ``image_fingerprint`` (the entry's grey thumbnail, :mod:`mmcache.image_check`; empty
+  without an image, absent in entries written before it),
   ``version`` (absent in entries written before versions: 0) and ``vec:{modality}``
   (raw float32). An entry with a TTL carries an EXPIRE (its expiry plus the cache's
   stale windows), so expired entries leave Redis by themselves.
@@ -386,6 +388,7 @@ def _entry_fields(entry: Entry) -> list[Any]:
         "context": encode_turns(entry.context) or "",
         "context_vector": b"" if entry.context_vector is None
         else vector_to_bytes(entry.context_vector),
+        "image_fingerprint": entry.image_fingerprint or b"",
     }
     for modality, vec in entry.embeddings.items():
         fields[VECTOR_FIELD + modality] = vector_to_bytes(vec)
@@ -412,6 +415,7 @@ def _decode_entry(raw: Mapping[bytes, bytes], url: str) -> Entry:
                      if int(text.get("has_question", 0)) else None,
                      context=decode_turns(text.get("context") or None),
                      context_vector=vector_from_bytes(text["context_vector"])
-                     if text.get("context_vector") else None)
+                     if text.get("context_vector") else None,
+                     image_fingerprint=text.get("image_fingerprint") or None)
     except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         raise StorageError(f"Redis tier {url} holds a malformed entry: {exc!r}") from None

@@ -13,7 +13,8 @@ log after the last number it has seen, so no process misses another's write, rep
 or delete. ``PRAGMA data_version`` tells cheaply whether anyone else committed.
 Older files (schema 1 and 2) gain ``hints``, ``version`` and the log on open; schema 1–3
 files gain ``question``, ``context`` (the entry's conversation turns, JSON) and
-``context_vector`` (raw float32), empty for the entries they already hold.
+``context_vector`` (raw float32), and schema 1–4 files ``image_fingerprint`` (the
+entry's grey thumbnail, :mod:`mmcache.image_check`), empty for the entries they already hold.
 
 Sharing: with ``shared=True`` several caches (in any processes) may open the file.
 Without it the file is private: a second cache opening it while the first is open
@@ -49,7 +50,7 @@ from .store import Change, Removal, Store, StoreTier
 from .vectors import IndexSpec
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 #: Seconds opening a file waits for other processes opening it at the same moment.
 OPEN_TIMEOUT_S = 30.0
 #: Entries read per query when a tier replays many changes (on open).
@@ -61,7 +62,7 @@ CREATE TABLE IF NOT EXISTS entries (
     entry_id TEXT PRIMARY KEY, scope TEXT NOT NULL, exact_key TEXT NOT NULL,
     value_type TEXT NOT NULL, value BLOB NOT NULL, size INTEGER NOT NULL,
     created_at REAL NOT NULL, expires_at REAL, ground_truth TEXT, hints TEXT, version INTEGER,
-    question TEXT, context TEXT, context_vector BLOB);
+    question TEXT, context TEXT, context_vector BLOB, image_fingerprint BLOB);
 CREATE TABLE IF NOT EXISTS embeddings (
     entry_id TEXT NOT NULL REFERENCES entries(entry_id) ON DELETE CASCADE,
     modality TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL,
@@ -70,8 +71,9 @@ CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY AUTOINCREMENT,
                                 entry_id TEXT NOT NULL UNIQUE);
 """
 _ENTRY_COLS = "entry_id, scope, exact_key, value_type, value, size, created_at, " \
-              "expires_at, ground_truth, hints, question, context, context_vector, version"
-_INSERT = f"INSERT INTO entries ({_ENTRY_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+              "expires_at, ground_truth, hints, question, context, context_vector, image_fingerprint, " \
+              "version"
+_INSERT = f"INSERT INTO entries ({_ENTRY_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
 
 class SQLiteStore(Store):
@@ -101,7 +103,8 @@ class SQLiteStore(Store):
         return ((entry.entry_id, entry.scope, entry.exact_key, tag, payload, entry.size,
                  entry.created_at, entry.expires_at, label, encode_hints(entry.hints),
                  entry.question, encode_turns(entry.context),
-                 None if entry.context_vector is None else vector_to_bytes(entry.context_vector)),
+                 None if entry.context_vector is None else vector_to_bytes(entry.context_vector),
+                 entry.image_fingerprint),
                 [(entry.entry_id, m, len(v), vector_to_bytes(v))
                  for m, v in entry.embeddings.items()])
 
@@ -262,14 +265,14 @@ class SQLiteStore(Store):
 
     def _entry(self, row: tuple, embeddings: dict[str, np.ndarray]) -> Entry:
         entry_id, scope, exact_key, tag, payload, size, created, expires, label, hints, \
-            question, turns, turns_vector, version = row
+            question, turns, turns_vector, fingerprint, version = row
         return Entry(entry_id=entry_id, scope=scope, exact_key=exact_key,
                      value=decode_value(tag, payload), embeddings=embeddings,
                      size=size, created_at=created, expires_at=expires,
                      ground_truth=decode_label(label), hints=_decode_hints(hints, self.path),
                      version=version, question=question, context=_decode_turns(turns, self.path),
                      context_vector=None if turns_vector is None
-                     else vector_from_bytes(turns_vector))
+                     else vector_from_bytes(turns_vector), image_fingerprint=fingerprint)
 
     def _transaction(self) -> "_Transaction":
         return _Transaction(self._db)
@@ -338,9 +341,9 @@ def _upgrade(db: sqlite3.Connection) -> str:
                        "SELECT entry_id FROM entries ORDER BY rowid")
             db.execute("UPDATE entries SET version = "
                        "(SELECT seq FROM log WHERE log.entry_id = entries.entry_id)")
-        if version in ("1", "2", "3"):
+        if version in ("1", "2", "3", "4"):
             for column, kind in (("question", "TEXT"), ("context", "TEXT"),
-                                 ("context_vector", "BLOB")):
+                                 ("context_vector", "BLOB"), ("image_fingerprint", "BLOB")):
                 if column not in columns:
                     db.execute(f"ALTER TABLE entries ADD COLUMN {column} {kind}")
             db.execute("UPDATE meta SET value = ? WHERE key='schema_version'", (SCHEMA_VERSION,))

@@ -345,20 +345,24 @@ def test_hints_round_trip_and_old_entries_have_none(tier: RedisTier, redis_url: 
     assert tier.get("tenant-a", "e2").hints == {}
 
 
-def test_question_and_context_round_trip_and_old_entries_have_none(tier: RedisTier,
-                                                                  redis_url: str) -> None:
+def test_question_context_and_image_fingerprint_round_trip_and_old_entries_have_none(
+        tier: RedisTier, redis_url: str) -> None:
     e = entry("e1")
     e.question, e.context = "yes, cancel it", (("user", "cancel Netflix"), ("assistant", "ok?"))
     e.context_vector = unit(5)
+    e.image_fingerprint = bytes(range(256)) * 4
     tier.put(e)
     tier.put(entry("e2"))
     redis.Redis.from_url(redis_url).hdel(tier.key("tenant-a", "e2"), "question", "has_question",
-                                         "context", "context_vector")  # written before them
+                                         "context", "context_vector",
+                                         "image_fingerprint")  # written before them
     back = tier.get("tenant-a", "e1")
     assert (back.question, back.context) == (e.question, e.context)
     assert np.array_equal(back.context_vector, e.context_vector)
+    assert back.image_fingerprint == e.image_fingerprint
     old = tier.get("tenant-a", "e2")
-    assert (old.question, old.context, old.context_vector) == (None, (), None)
+    assert (old.question, old.context, old.context_vector, old.image_fingerprint) == \
+        (None, (), None, None)
 
 
 @pytest.mark.parametrize("policy, hint_a, hint_b", [

@@ -10,6 +10,7 @@ import pytest
 from mmcache.errors import StorageError
 from mmcache.testing import near, unit
 from mmcache.tiers import Capacity, SQLiteTier
+from mmcache.tiers.sqlite import SCHEMA_VERSION
 from mmcache.types import Entry
 
 DIM = 16
@@ -193,7 +194,7 @@ def test_a_schema_1_file_gains_the_hints_column(tmp_path):
     reopened = SQLiteTier(path)
     assert reopened.get("s", "s-2").hints == {"cost": 4.0}
     assert reopened.store._db.execute("SELECT value FROM meta WHERE key = 'schema_version'"
-                                      ).fetchone()[0] == "4"
+                                      ).fetchone()[0] == SCHEMA_VERSION
     reopened.close()
 
 
@@ -201,16 +202,20 @@ SCHEMA_3_ROW = ("INSERT INTO entries (entry_id, scope, exact_key, value_type, va
                 "created_at, version) VALUES ('s-1', 's', 's-1', 'str', X'6f6c64', 3, 1.0, 1)")
 
 
-def test_a_schema_3_file_gains_question_and_context_and_keeps_its_entries(tmp_path):
-    path = tmp_path / "v3.db"
+def _old_file(path, version: str, columns: str) -> None:
+    """A schema-``version`` file (entries with ``columns`` after ground_truth) holding s-1."""
     with sqlite3.connect(path) as db:
-        db.executescript(SCHEMA_1.replace("ground_truth TEXT);",
-                                          "ground_truth TEXT, hints TEXT, version INTEGER);")
-                         .replace("'1');", "'3');").split("INSERT INTO entries")[0])
+        db.executescript(SCHEMA_1.replace("ground_truth TEXT);", f"ground_truth TEXT, {columns});")
+                         .replace("'1');", f"'{version}');").split("INSERT INTO entries")[0])
         db.execute("CREATE TABLE log (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
                    "entry_id TEXT NOT NULL UNIQUE)")
         db.execute(SCHEMA_3_ROW)
         db.execute("INSERT INTO log VALUES (1, 's-1')")
+
+
+def test_a_schema_3_file_gains_question_and_context_and_keeps_its_entries(tmp_path):
+    path = tmp_path / "v3.db"
+    _old_file(path, "3", "hints TEXT, version INTEGER")
     tier = SQLiteTier(path)
     old = tier.get("s", "s-1")
     assert (old.value, old.question, old.context, old.context_vector) == ("old", None, (), None)
@@ -223,6 +228,23 @@ def test_a_schema_3_file_gains_question_and_context_and_keeps_its_entries(tmp_pa
     back = SQLiteTier(path).get("s", "s-2")
     assert (back.question, back.context) == ("yes, cancel it", (("user", "cancel Netflix"),))
     assert np.array_equal(back.context_vector, new.context_vector)
+
+
+def test_a_schema_4_file_gains_the_image_fingerprint_column(tmp_path):
+    path = tmp_path / "v4.db"
+    _old_file(path, "4", "hints TEXT, version INTEGER, question TEXT, context TEXT, "
+              "context_vector BLOB")
+    tier = SQLiteTier(path)
+    assert (tier.get("s", "s-1").value, tier.get("s", "s-1").image_fingerprint) == ("old", None)
+    new = entry(2, np.random.default_rng(4))
+    new.image_fingerprint = bytes(range(256)) * 4
+    tier.put(new)
+    tier.close()
+    reopened = SQLiteTier(path)
+    assert reopened.get("s", "s-2").image_fingerprint == new.image_fingerprint
+    assert reopened.store._db.execute("SELECT value FROM meta WHERE key = 'schema_version'"
+                                      ).fetchone()[0] == SCHEMA_VERSION
+    reopened.close()
 
 
 def test_malformed_stored_hints_are_a_storage_error(tmp_path):
