@@ -6,7 +6,11 @@ the query) or not, with the ``kind`` of edit that made it:
 
 * text (real ShareGPT prompts; no licence stated): ``paraphrase`` (WordNet synonyms,
   polite prefixes, sentence reordering) and traps ``negation``, ``entity-swap``,
-  ``number-change``, ``date-change``, ``scope-change`` made from the same prompt, and
+  ``number-change``, ``date-change``, ``scope-change`` made from the same prompt by nlpaug
+  where it has the transformation (:mod:`mmcache.datasets.augment`: synonym and antonym
+  swaps on Debian's WordNet, name / place / product / date-word swaps from the lists
+  below, sentence swaps) and by hand where it has none (polite prefixes, "not" / "n't"
+  negation, changed numbers and years), and
   ``novel`` (another prompt that shares the most words with it); multi-turn pairs from
   ShareGPT conversations: ``context-same`` (same history with small talk prepended)
   and ``context-other`` (the same follow-up message after another conversation);
@@ -35,7 +39,7 @@ import numpy as np
 from ..errors import InvalidInputError
 from ..types import Query
 from .splits import split_of
-from .wordnet import POS_FILES, WORDNET_SOURCE, senses, synonyms
+from . import augment
 
 #: Splits :func:`load_pairs` accepts.
 PAIR_SPLITS: tuple[str, ...] = ("train", "test")
@@ -48,7 +52,9 @@ TRAP_KINDS: tuple[str, ...] = ("negation", "entity-swap", "number-change", "date
                                "scope-change")
 PAIRS_PROVENANCE = (
     "text: ShareGPT V3 prompts and conversations (real; no licence stated) with rewrites and "
-    f"traps made by mmcache.datasets.pairs ({WORDNET_SOURCE} synonyms); image: Fashion-MNIST "
+    f"traps made by {augment.NLPAUG_SOURCE} (synonym, antonym, name / place / date-word and "
+    "sentence swaps) and by mmcache.datasets.pairs (polite prefixes, not-negation, numbers, "
+    "years); image: Fashion-MNIST "
     "(MIT) and scikit-image photos (real) plus bar charts rendered in code (synthetic); "
     "audio: espeak-ng speech (synthetic)")
 SCOPE = "pairs"
@@ -131,39 +137,24 @@ _WORD = re.compile(r"[A-Za-z]+")
 
 
 def paraphrase(text: str, how: str, rng: np.random.Generator) -> str | None:
-    """A meaning-preserving rewrite of ``text``: "synonym", "polite" or "reorder" (None: n/a)."""
+    """A meaning-preserving rewrite of ``text``: "synonym" (nlpaug ``SynonymAug``, WordNet),
+    "polite" (a polite prefix: by hand, nlpaug has none) or "reorder" (nlpaug
+    ``RandomSentAug``: one sentence swapped with its neighbour). None: it does not apply."""
     if how == "polite":
         prefix = _POLITE[int(rng.integers(len(_POLITE)))]
         return prefix + text[0].lower() + text[1:] if text[:1].isupper() and \
             not text[1:2].isupper() else prefix + text
     if how == "reorder":
-        sentences = re.split(r"(?<=[.!?])\s+", text.strip())
-        if len(sentences) < 2:
-            return None
-        return " ".join(sentences[1:] + sentences[:1])
+        return augment.sentence_swap(text, rng)
     if how == "synonym":
-        return _synonym_rewrite(text, rng)
+        # lower-case content words with at most two senses, all of one part of speech
+        out = augment.synonym_swap(text, rng, _content_word, max_swaps=2, max_senses=2)
+        return None if out == text else out
     raise InvalidInputError(f"unknown paraphrase {how!r}")
 
 
-def _synonym_rewrite(text: str, rng: np.random.Generator, max_swaps: int = 2) -> str | None:
-    """Swap up to ``max_swaps`` unambiguous lower-case words for a WordNet synonym."""
-    candidates = []
-    for m in _WORD.finditer(text):
-        word = m.group()
-        if word.islower() and len(word) >= 4 and word not in _STOPWORDS and 1 <= senses(word) <= 2:
-            options = [s for pos in POS_FILES for s in synonyms(word, pos)]
-            if options:
-                candidates.append((m.start(), m.end(), options))
-    if not candidates:
-        return None
-    picks = sorted(rng.choice(len(candidates), min(max_swaps, len(candidates)), replace=False))
-    out, last = [], 0
-    for k in picks:
-        start, end, options = candidates[k]
-        out += [text[last:start], options[int(rng.integers(len(options)))]]
-        last = end
-    return "".join(out) + text[last:]
+def _content_word(word: str) -> bool:
+    return word.islower() and len(word) >= 4 and word not in _STOPWORDS
 
 
 # --------------------------------------------------------------------------- text traps
@@ -191,8 +182,9 @@ _ENTITY_GROUPS: tuple[tuple[str, ...], ...] = (
      "Salesforce", "Oracle", "IBM", "Intel", "Nvidia"),
 )
 _SCOPE_GROUPS: tuple[tuple[str, ...], ...] = (
-    ("Python", "Java", "JavaScript", "TypeScript", "C++", "C#", "Rust", "PHP", "Ruby", "Kotlin",
-     "Swift", "Golang"),
+    # no "C++" / "C#": ReservedAug reads a multi-token entry as a regular expression
+    ("Python", "Java", "JavaScript", "TypeScript", "Rust", "PHP", "Ruby", "Kotlin", "Swift",
+     "Golang"),
     ("React", "Angular", "Vue", "Django", "Flask", "Laravel", "Spring"),
     ("Windows", "Linux", "macOS", "Android", "iOS"),
     ("AWS", "Azure", "GCP"),
@@ -211,8 +203,22 @@ _NUMBER = re.compile(r"(?<![\w.])(\d+)(?![\w.]*\d)")
 
 
 def make_trap(text: str, kind: str, rng: np.random.Generator) -> tuple[str, str] | None:
-    """``(trap text, note)``: ``text`` edited so its answer changes (None: ``kind`` does not apply)."""
-    makers = {"negation": _negate, "entity-swap": lambda t, r: _swap(t, _ENTITY_GROUPS, r),
+    """``(trap text, note)``: ``text`` edited so its answer changes (None: ``kind`` does not apply).
+
+    * ``negation``: nlpaug ``AntonymAug`` swaps one word for its WordNet antonym ("safe" ->
+      "dangerous", "increase" -> "decrease"); where no word has one, a "not" / "n't" is
+      added or removed by hand (nlpaug has no negation transformation);
+    * ``entity-swap`` / ``scope-change``: nlpaug ``ReservedAug`` swaps a name, place,
+      company or product (``_ENTITY_GROUPS``) or a language, platform, audience or genre
+      (``_SCOPE_GROUPS``) for another of its list: nlpaug has no named-entity recogniser, so
+      these hand-made lists say what a name is;
+    * ``number-change`` (by hand: nlpaug has no number transformation): the first number
+      that is not a year, +1..3 below 10 and doubled above;
+    * ``date-change``: a year moved by 1..3 (by hand, as numbers), else nlpaug
+      ``ReservedAug`` over months, weekdays, relative days and quarters.
+    """
+    makers = {"negation": _negate,
+              "entity-swap": lambda t, r: _swap(t, _ENTITY_GROUPS, r),
               "scope-change": lambda t, r: _swap(t, _SCOPE_GROUPS, r),
               "number-change": _change_number, "date-change": _change_date}
     if kind not in makers:
@@ -220,7 +226,26 @@ def make_trap(text: str, kind: str, rng: np.random.Generator) -> tuple[str, str]
     return makers[kind](text, rng)
 
 
+def _edit_note(old: str, new: str) -> str:
+    """"'a' -> 'b'" for the words that differ between ``old`` and ``new``."""
+    import difflib
+
+    a, b = old.split(), new.split()
+    changes = [(" ".join(a[i1:i2]), " ".join(b[j1:j2])) for tag, i1, i2, j1, j2 in
+               difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes() if tag != "equal"]
+    return "; ".join(f"'{x}' -> '{y}'" for x, y in changes)
+
+
 def _negate(text: str, rng: np.random.Generator) -> tuple[str, str] | None:
+    swapped = augment.antonym_swap(text, rng, _content_word)
+    if swapped != text:
+        return swapped, f"antonym {_edit_note(text, swapped)} (nlpaug AntonymAug)"
+    return _negate_by_hand(text)
+
+
+def _negate_by_hand(text: str) -> tuple[str, str] | None:
+    """Remove the first negation cue, or negate the first auxiliary verb (nlpaug has no
+    negation transformation)."""
     m = _NEGATED.search(text)
     if m:  # remove the first negation cue
         word = m.group()
@@ -242,16 +267,11 @@ def _negate(text: str, rng: np.random.Generator) -> tuple[str, str] | None:
 
 def _swap(text: str, groups: Sequence[Sequence[str]], rng: np.random.Generator
           ) -> tuple[str, str] | None:
-    for group in groups:
-        for name in group:
-            m = re.search(rf"(?<![\w+#]){re.escape(name)}(?![\w+#])", text)
-            if m:
-                others = [g for g in group if g != name and g.lower() not in text.lower()]
-                if not others:
-                    continue
-                new = others[int(rng.integers(len(others)))]
-                return text[:m.start()] + new + text[m.end():], f"'{name}' -> '{new}'"
-    return None
+    """nlpaug ``ReservedAug``: one token of ``groups`` in ``text`` for another of its group."""
+    swapped = augment.reserved_swap(text, groups, rng)
+    if swapped == text:
+        return None
+    return swapped, f"{_edit_note(text, swapped)} (nlpaug ReservedAug)"
 
 
 def _change_number(text: str, rng: np.random.Generator) -> tuple[str, str] | None:

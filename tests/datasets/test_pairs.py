@@ -7,8 +7,10 @@ import re
 import numpy as np
 import pytest
 
-from mmcache.datasets.pairs import (SAME_KINDS, SMALL_TALK, SMOKE_SIZES, TRAP_KINDS, load_pairs,
-                                    make_trap, paraphrase, render_bar_chart)
+from mmcache.datasets import augment
+from mmcache.datasets.pairs import (PAIRS_PROVENANCE, SAME_KINDS, SMALL_TALK, SMOKE_SIZES,
+                                    TRAP_KINDS, load_pairs, make_trap, paraphrase,
+                                    render_bar_chart)
 from mmcache.datasets.wordnet import synonyms
 from mmcache.errors import InvalidInputError
 
@@ -80,19 +82,97 @@ def test_same_seed_same_pairs_other_seed_other_split() -> None:
     assert {p.source for p in a} != {p.source for p in c}
 
 
-@pytest.mark.parametrize("text, kind, changed", [
-    ("Is ibuprofen safe with alcohol?", "negation", "Isn't"),
-    ("Why doesn't my code compile?", "negation", "does"),
-    ("Write a sorting function in Python", "scope-change", None),
-    ("Plan a 3 day trip to Paris", "number-change", "6"),
-    ("What happened in 2008 in Japan?", "date-change", None),
-    ("What happened in 2008 in Japan?", "entity-swap", None),
+@pytest.mark.parametrize("text, kind, gone, note", [
+    ("Is ibuprofen safe with alcohol?", "negation", "safe", "AntonymAug"),
+    ("How do I lower the volume?", "negation", "lower", "AntonymAug"),
+    ("Why doesn't my code compile?", "negation", "doesn't", "'doesn't' -> 'does'"),
+    ("Explain what a process is", "negation", None, "'is' -> 'is not'"),
+    ("Write a sorting function in Python", "scope-change", "Python", "ReservedAug"),
+    ("Write an email for beginners", "scope-change", None, "ReservedAug"),
+    ("Plan a 3 day trip to Paris", "number-change", "3", "3 -> 6"),
+    ("What happened in 2008 in Japan?", "date-change", "2008", "2008 ->"),
+    ("Book a table for next week on Monday", "date-change", None, "ReservedAug"),
+    ("What happened in 2008 in Japan?", "entity-swap", "Japan", "ReservedAug"),
+    ("Flights from New York to Paris", "entity-swap", None, "ReservedAug"),
 ])
-def test_each_trap_edits_the_cue(text, kind, changed) -> None:
-    trap, note = make_trap(text, kind, np.random.default_rng(0))
-    assert trap != text and note
-    if changed:
-        assert changed in trap
+def test_each_trap_edits_the_cue(text, kind, gone, note) -> None:
+    trap, said = make_trap(text, kind, np.random.default_rng(0))
+    assert trap != text and note in said
+    if gone:
+        assert gone not in trap
+    assert "nnnnn" not in trap  # ReservedAug's phrase joiner does not leak
+
+
+def test_swaps_never_repeat_a_name_already_in_the_text() -> None:
+    for seed in range(20):
+        trap, _ = make_trap("Flights from New York to Paris", "entity-swap",
+                            np.random.default_rng(seed))
+        assert trap.count("New York") + trap.count("Paris") == 1, trap
+        assert trap.startswith("Flights from ") and " to " in trap
+
+
+def test_augmenters_keep_the_texts_own_spacing_and_punctuation() -> None:
+    text = "Don't make it long.\nIs it safe (really)?  Thanks!"
+    trap, _ = make_trap(text, "negation", np.random.default_rng(0))
+    assert trap != text and "safe" not in trap  # only "safe" has an antonym here
+    assert trap.startswith("Don't make it long.\nIs it ") and trap.endswith(" (really)?  Thanks!")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_same_seed_same_trap_and_rewrite(seed) -> None:
+    text = "Is it safe to drive an old car in Germany on Monday? Explain in 3 steps for kids."
+    for kind in TRAP_KINDS:
+        a = make_trap(text, kind, np.random.default_rng(seed))
+        b = make_trap(text, kind, np.random.default_rng(seed))
+        assert a == b and a is not None and a[0] != text, kind
+    for how in ("synonym", "reorder", "polite"):
+        assert paraphrase(text, how, np.random.default_rng(seed)) == \
+            paraphrase(text, how, np.random.default_rng(seed)) != text
+
+
+def test_augmenters_leave_the_global_random_state_alone() -> None:
+    import random
+
+    random.seed(7)
+    np.random.seed(7)
+    before = (random.random(), np.random.random())
+    random.seed(7)
+    np.random.seed(7)
+    make_trap("Is ibuprofen safe with alcohol?", "negation", np.random.default_rng(0))
+    paraphrase("How to tell if a customer segment is well segmented?", "synonym",
+               np.random.default_rng(0))
+    assert (random.random(), np.random.random()) == before
+
+
+def test_nltk_never_downloads(monkeypatch) -> None:
+    """WordNet comes from Debian's files and POS from WordNet: nltk.download and the
+    network are never touched (both are made to fail here)."""
+    import socket
+
+    import nltk
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("network or nltk.download used")
+
+    monkeypatch.setattr(nltk, "download", refuse)
+    monkeypatch.setattr(nltk, "pos_tag", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    augment.wordnet_reader.cache_clear()
+    reader = augment.wordnet_reader()
+    assert reader.get_version() == "3.0"
+    assert "automobile" in [l.name() for l in reader.synset("car.n.01").lemmas()]
+    rng = np.random.default_rng(0)
+    assert paraphrase("Tell me about the instructor of the course", "synonym", rng) != \
+        "Tell me about the instructor of the course"
+    assert make_trap("Is ibuprofen safe with alcohol?", "negation", rng)[0] != \
+        "Is ibuprofen safe with alcohol?"
+    assert load_pairs("test", seed=1, modalities=["text"], sizes=SMOKE_SIZES)
+
+
+def test_provenance_names_nlpaug_and_its_version() -> None:
+    assert f"nlpaug {augment.NLPAUG_VERSION}" in PAIRS_PROVENANCE
+    assert "wordnet-base" in PAIRS_PROVENANCE and augment.NLPAUG_VERSION == "1.1.11"
 
 
 def test_trap_that_does_not_apply_is_none_and_unknown_kind_raises() -> None:
@@ -109,6 +189,9 @@ def test_paraphrases_keep_the_content() -> None:
                                               "a process and a thread."
     assert paraphrase(text, "polite", rng).endswith(text[1:])
     assert paraphrase("hello", "reorder", rng) is None
+    swapped = paraphrase("Tell me about the instructor of the course", "synonym", rng)
+    assert swapped is not None and "teacher" in swapped  # instructor's one synonym
+    assert paraphrase("What is it? Is it there?", "synonym", rng) is None  # nothing to swap
     assert synonyms("instructor", "n") == ["teacher"]
     assert "automobile" in synonyms("car", "n") and synonyms("qwertyuiop", "n") == []
 
