@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import random
 import re
-import shutil
+import tempfile
 from contextlib import contextmanager
 from functools import lru_cache
 from importlib.metadata import version
@@ -84,18 +84,24 @@ def nltk_wordnet_root(root: Path = NLTK_DATA_DIR) -> Path:
     for name in _WORDNET_FILES:
         dest = target / name
         if not dest.exists():
-            tmp = dest.with_suffix(dest.suffix + ".tmp")
-            tmp.unlink(missing_ok=True)
             # a copy (28 MB in all): nltk's path sandbox refuses symlinks and hard links
             # to files outside its data roots
-            shutil.copyfile(WORDNET_DIR / name, tmp)
-            tmp.replace(dest)
+            _write_atomically(dest, (WORDNET_DIR / name).read_bytes())
     lexnames = "".join(f"{i:02d}\t{name}\t{_CATEGORY[name.split('.')[0]]}\n"
                        for i, name in enumerate(LEXNAMES))
     path = target / "lexnames"
     if not path.exists() or path.read_text() != lexnames:
-        path.write_text(lexnames)
+        _write_atomically(path, lexnames.encode())
     return target
+
+
+def _write_atomically(dest: Path, data: bytes) -> None:
+    """Write ``dest`` through a temporary file of this process's own, renamed into place, so
+    processes that build the folder at once never read or remove each other's half-written files."""
+    with tempfile.NamedTemporaryFile(dir=dest.parent, prefix=dest.name + ".", suffix=".tmp",
+                                     delete=False) as tmp:
+        tmp.write(data)
+    Path(tmp.name).replace(dest)
 
 
 @lru_cache(maxsize=1)
