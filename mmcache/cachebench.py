@@ -4,7 +4,8 @@ The engine (seed 002 §4.3) replays a :class:`mmcache.workload.Workload` through
 hierarchy of tiers, each a bare eviction policy from :mod:`mmcache.policies` with a
 byte capacity and a match rule (``"exact"`` key or ``"semantic"``: the query's vector
 of every modality it carries at cosine ≥ the tier's threshold to the same resident
-entry of the same modality set; exact search over the resident vectors). A lookup
+entry of the same modality set; exact search over the resident vectors, read from the
+workload's neighbour table wherever its cutoff covers the lookup, :class:`Replayer`). A lookup
 walks the tiers top-down; a hit is copied up into the tiers above it (promote on
 hit); a miss runs the model and writes the answer through to every tier (as LMCache does).
 
@@ -55,6 +56,7 @@ import numpy as np
 
 from .errors import ConfigError
 from .latency import LogNormal, ServerPool, load_profile
+from .neighbours import NeighbourTable, best_resident, neighbour_table
 from .policies import make_policy
 from .policies.admission import admit_miss
 from .types import MODALITIES
@@ -317,16 +319,57 @@ def _per_modality(table: Mapping[str, Cost], n: int, rng: np.random.Generator) -
     return np.stack([_dist(table[m]).sample(rng, n) for m in MODALITIES], axis=1)
 
 
+class _TableRows:
+    """A :class:`mmcache.neighbours.NeighbourTable` as a replay's lookups read it: the dense key
+    of each exact key, its vector tuple's row, and the arrays :func:`best_resident` searches."""
+
+    def __init__(self, table: NeighbourTable) -> None:
+        self.table = table
+        self.keys: list[int] = table.keys.tolist()
+        self.dense = dict(zip(self.keys, range(len(self.keys))))
+        self.vid: list[int] = table.vid_of_key.tolist()
+        self.arrays = (table.nb_ptr, table.nb_vid, table.nb_cos, table.members_ptr, table.members)
+
+    def row(self, key: int) -> int:
+        """The table row of exact ``key``'s vectors (-1: not a key of the table's workload)."""
+        d = self.dense.get(key, -1)
+        return self.vid[d] if d >= 0 else -1
+
+    def covers(self, floors: Sequence[float]) -> bool:
+        """Whether every floor is at or above the table's cutoff (and positive, so an empty
+        index slot, cosine 0, never matches: nor does it in the exact search)."""
+        low = min(floors)
+        return low >= self.table.cutoff and low > 0
+
+
 class _VectorIndex:
     """Resident vectors of one modality set in a tier (one matrix per modality, of ``dims``,
-    sharing slots), searched exactly: an entry matches a query only as well as its worst
-    modality does."""
+    sharing slots), searched exactly, or through a neighbour table once :meth:`attach` ed: an
+    entry matches a query only as well as its worst modality does."""
 
     def __init__(self, dims: Sequence[int]) -> None:
         self.vecs = [np.zeros((64, d), dtype=np.float32) for d in dims]
         self.keys: list[int | None] = [None] * 64
         self.slot: dict[int, int] = {}
         self.free: list[int] = list(range(63, -1, -1))
+        self.rows: _TableRows | None = None
+        self.table_slot = np.zeros(0, np.int32)  # slot per dense key (-1: not resident here)
+        self.foreign = 0  # resident keys the table does not hold (their lookups search exactly)
+
+    def attach(self, rows: _TableRows, table_slot: np.ndarray) -> None:
+        """Keep ``table_slot`` (one per dense key of ``rows``, -1 where not resident; a tier's
+        indexes share it) in step with this index, from its resident keys on."""
+        self.rows, self.table_slot = rows, table_slot
+        for key, s in self.slot.items():
+            self._mark(key, s)
+
+    def _mark(self, key: int, s: int) -> None:
+        """Record ``key`` at slot ``s`` (-1: removed) in the table's slots."""
+        d = self.rows.dense.get(key, -1)
+        if d >= 0:
+            self.table_slot[d] = s
+        else:
+            self.foreign += 1 if s >= 0 else -1
 
     def add(self, key: int, vecs: Sequence[np.ndarray]) -> None:
         if not self.free:
@@ -338,6 +381,8 @@ class _VectorIndex:
         for mat, vec in zip(self.vecs, vecs):
             mat[s] = vec
         self.keys[s], self.slot[key] = key, s
+        if self.rows is not None:
+            self._mark(key, s)
 
     def remove(self, key: int) -> None:
         s = self.slot.pop(key)
@@ -345,10 +390,20 @@ class _VectorIndex:
             mat[s] = 0.0
         self.keys[s] = None
         self.free.append(s)
+        if self.rows is not None:
+            self._mark(key, -1)
 
-    def best(self, vecs: Sequence[np.ndarray],
-             floors: Sequence[float]) -> tuple[int | None, float]:
-        """The entry whose smallest margin (cosine - that modality's floor) is largest, and it."""
+    def best(self, vecs: Sequence[np.ndarray], floors: Sequence[float],
+             row: int = -1) -> tuple[int | None, float]:
+        """The entry whose smallest margin (cosine - that modality's floor) is largest, and it.
+
+        With the query's table ``row`` (>= 0), an attached table whose cutoff covers ``floors``
+        and every resident key in the table, it is the table's answer (:func:`best_resident`:
+        the exact search's up to the float32 rounding of one cosine), else the exact search's."""
+        if row >= 0 and self.rows is not None and not self.foreign and self.rows.covers(floors):
+            d, margin = best_resident(row, np.asarray(floors, np.float32), self.table_slot,
+                                      *self.rows.arrays)
+            return (self.rows.keys[d] if d >= 0 else None), float(margin)
         if not self.slot:
             return None, -np.inf
         margin = self.vecs[0] @ vecs[0] - floors[0]
@@ -370,26 +425,35 @@ class _Tier:
         self.used = 0
         self.index = [_VectorIndex(d) for d in dims] if spec.match == "semantic" else None
 
+    def attach(self, rows: _TableRows) -> None:
+        """Let the semantic search read the neighbour table ``rows`` where it covers a lookup."""
+        if self.index is not None:
+            table_slot = np.full(len(rows.keys), -1, np.int32)
+            for index in self.index:
+                index.attach(rows, table_slot)
+
     def find(self, key: int, modality: int, vec: Sequence[np.ndarray] | None,
-             offset: Sequence[float] = (0.0,), fresh_after: float = -np.inf) -> int | None:
+             offset: Sequence[float] = (0.0,), fresh_after: float = -np.inf,
+             row: int = -1) -> int | None:
         """The resident key this request matches (exact, or semantic: an entry of the same
         modality set whose every modality is at cosine >= the tier's threshold - that modality's
-        ``offset``), dropping expired matches (produced before ``fresh_after``) until a fresh
-        one matches or none does."""
-        found = self._match(key, modality, vec, offset)
+        ``offset``; ``row``: the query's neighbour-table row, -1 for none), dropping expired
+        matches (produced before ``fresh_after``) until a fresh one matches or none does."""
+        found = self._match(key, modality, vec, offset, row)
         while found is not None and self.entries[found][4] < fresh_after:
             self.policy.remove(found)
             self._drop([found])
-            found = self._match(key, modality, vec, offset)
+            found = self._match(key, modality, vec, offset, row)
         return found
 
     def _match(self, key: int, modality: int, vec: Sequence[np.ndarray] | None,
-               offset: Sequence[float]) -> int | None:
+               offset: Sequence[float], row: int) -> int | None:
         if key in self.entries:
             return key
         if self.index is None:
             return None
-        best, margin = self.index[modality].best(vec, [self.spec.threshold - o for o in offset])
+        best, margin = self.index[modality].best(
+            vec, [self.spec.threshold - o for o in offset], row)
         return best if margin >= 0 else None
 
     def admit(self, key: int, entry: tuple, **hints: Any) -> None:
@@ -450,11 +514,17 @@ class Replayer:
     semantic tiers' text threshold); :meth:`prefill` stores an answer without serving it.
     ``hit_key`` and ``level_served`` record, per served request, the key it hit (-1: none)
     and the index of its level in :data:`mmcache.degrade.LEVELS`.
+
+    Semantic lookups read the workload's neighbour table (:func:`mmcache.neighbours.
+    neighbour_table` at cosine ``cutoff``, default the lowest semantic threshold; built on first
+    use) wherever every floor of the lookup (threshold - offset) is at or above ``cutoff``, and
+    search every resident vector exactly otherwise, or always with ``exact_search``.
     """
 
     def __init__(self, workload: Workload, tiers: Sequence[TierSpec],
                  latency: LatencyModel | None = None, *, ttl_s: float | None = None,
-                 text_offset: float = 0.05) -> None:
+                 text_offset: float = 0.05, cutoff: float | None = None,
+                 exact_search: bool = False) -> None:
         self.latency = latency or LatencyModel()
         self.specs = tuple(tiers)
         if not self.specs or len({t.name for t in self.specs}) != len(self.specs):
@@ -488,6 +558,29 @@ class Replayer:
                                                          f"TierSpec {t.name}.lookup_us"))
             for t in self.specs])
         self._hint = [max(self.latency.mean_inference_ms(m) for m in ms) for ms in MODALITY_SETS]
+        semantic = [t.threshold for t in self.specs if t.match == "semantic"]
+        self.cutoff = cutoff if cutoff is not None or not semantic else min(semantic)
+        self.exact_search = exact_search
+        self._table: NeighbourTable | None = None
+        self._rows: _TableRows | None = None
+
+    @property
+    def table(self) -> NeighbourTable:
+        """The workload's neighbour table at ``cutoff`` (built on first use)."""
+        if self._table is None:
+            self._table = neighbour_table(self.workload, self.cutoff)
+        return self._table
+
+    def _row(self, key: int) -> int:
+        """The neighbour-table row a semantic lookup of exact ``key`` reads (-1: search
+        exactly); the first call attaches the table to every semantic tier."""
+        if self.exact_search:
+            return -1
+        if self._rows is None:
+            self._rows = _TableRows(self.table)
+            for tier in self.state:
+                tier.attach(self._rows)
+        return self._rows.row(key)
 
     def serve(self, i: int, offsets: Mapping[str, float] | None = None,
               admit: bool = True, skip: Collection[str] = (), level: str = "full-modal") -> None:
@@ -495,15 +588,15 @@ class Replayer:
         tier, false hit and latency."""
         key, m, encode_ms, service_ms, offsets, skip = self._degraded(i, level, offsets, skip)
         offset = [(offsets or {}).get(mod, 0.0) for mod in MODALITY_SETS[m]]
-        vec, cost_ms, found = None, 0.0, None
+        vec, row, cost_ms, found = None, -1, 0.0, None
         for k, tier in enumerate(self.state):
             if tier.spec.name in skip:
                 continue
             cost_ms += self.costs.lookup_ms[k, i]
             if tier.index is not None and vec is None:
-                vec = self._vectors(i, m)
+                vec, row = self._vectors(i, m), self._row(key)
                 cost_ms += encode_ms
-            found = tier.find(key, m, vec, offset, self.now_s[i] - self._ttl)
+            found = tier.find(key, m, vec, offset, self.now_s[i] - self._ttl, row)
             if found is not None:
                 break
         infer = self._hint[m]
@@ -528,8 +621,7 @@ class Replayer:
         order would, through the compiled kernel (:mod:`mmcache.tier_kernel`; every tier's policy
         in :data:`mmcache.tier_kernel.KERNEL_POLICIES`, nothing served yet). ``table``: this
         workload's :func:`mmcache.neighbours.neighbour_table` at or below every semantic tier's
-        threshold, to share one across replays (default: built here)."""
-        from .neighbours import neighbour_table
+        threshold, to share one across replays (default: :attr:`table`)."""
         from .tier_kernel import KERNEL_POLICIES, replay_tiers
 
         if any(t.policy not in KERNEL_POLICIES for t in self.specs):
@@ -537,9 +629,8 @@ class Replayer:
         if any(t.entries for t in self.state) or self.lat_ms.any():
             raise ConfigError("serve_all needs a replayer that has served nothing")
         semantic = [t.threshold for t in self.specs if t.match == "semantic"]
-        if table is None:
-            table = neighbour_table(self.workload, min(semantic) if semantic else None)
-        elif semantic and (table.cutoff is None or table.cutoff > min(semantic)):
+        table = self.table if table is None else table
+        if semantic and (table.cutoff is None or table.cutoff > min(semantic)):
             raise ConfigError(f"the neighbour table's cutoff {table.cutoff} is above a tier's "
                               f"threshold {min(semantic)}")
         self.hit_tier, self.hit_key, self.false_hit, hit_bytes = replay_tiers(
@@ -614,6 +705,17 @@ class Replayer:
                        {"tiers": [asdict(t) for t in self.specs], "ttl_s": self.ttl_s})
 
 
+def loosest_floor(tiers: Sequence[TierSpec], offsets: Iterable[Mapping[str, float]]
+                  ) -> float | None:
+    """The lowest cosine a semantic lookup of ``tiers`` asks for under any of ``offsets`` (δ
+    offsets per modality, positive loosens): a :class:`Replayer` ``cutoff`` under which every
+    such lookup reads the neighbour table. None without a semantic tier."""
+    semantic = [t.threshold for t in tiers if t.match == "semantic"]
+    if not semantic:
+        return None
+    return min(semantic) - max([0.0, *(o for given in offsets for o in given.values())])
+
+
 def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel | None = None,
            *, limits: bool = True, ttl_s: float | None = None) -> Report:
     """Replay ``workload`` through ``tiers`` (top first); returns the :class:`Report`.
@@ -640,7 +742,8 @@ def degradation_replay(workload: Workload, tiers: Sequence[TierSpec], latency: L
     """:func:`replay` (no limits) with every request at one degradation ``level``, or at the
     level a :class:`mmcache.degrade.Degrader` picks from the inference queue at its arrival;
     returns the report and the share of requests served at each level."""
-    replayer = Replayer(workload, tiers, latency, ttl_s=ttl_s, text_offset=text_offset)
+    replayer = Replayer(workload, tiers, latency, ttl_s=ttl_s, text_offset=text_offset,
+                        cutoff=loosest_floor(tiers, [{"text": text_offset}]))
     arrival = replayer.costs.arrival_ms
     for i in range(len(workload)):
         if isinstance(level, Degrader):

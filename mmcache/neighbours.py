@@ -234,3 +234,22 @@ def _match_groups(vecs, cols, order, gptr, pair_a, pair_b, cutoff, row, col, cos
                         cos[found, :n_mod] = sims[:n_mod]
                     found += 1
     return found, computed
+
+
+@njit(cache=True)
+def best_resident(row, floors, slot, nb_ptr, nb_vid, nb_cos, members_ptr, members):
+    """(key, margin) of the resident neighbour of tuple ``row`` (a key whose ``slot`` is >= 0)
+    whose smallest margin (cosine - that modality's ``floors``, float32) is largest, ties to
+    the lowest slot, as an exact search over a vector index breaks them; (-1, -inf) when no
+    neighbour is resident."""
+    best, best_margin, best_slot = -1, np.float32(-np.inf), 0
+    for p in range(nb_ptr[row], nb_ptr[row + 1]):
+        margin = nb_cos[p, 0] - floors[0]
+        for j in range(1, floors.shape[0]):
+            margin = min(margin, nb_cos[p, j] - floors[j])
+        r = nb_vid[p]
+        for q in range(members_ptr[r], members_ptr[r + 1]):
+            s = slot[members[q]]
+            if s >= 0 and (margin > best_margin or (margin == best_margin and s < best_slot)):
+                best, best_margin, best_slot = members[q], margin, s
+    return best, best_margin

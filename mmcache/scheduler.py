@@ -442,10 +442,11 @@ class Scheduler:
         (the capacity's miss lower bound, Belady and the oracle-semantic cache, over the
         tiers' total capacity; they ignore the levers).
         """
-        from .cachebench import Replayer
+        from .cachebench import Replayer, loosest_floor
 
         window = _window(window)
-        replayer = Replayer(workload, tiers, latency)
+        replayer = Replayer(workload, tiers, latency, cutoff=loosest_floor(
+            tiers, [s.delta_offset for s in self.settings]))
         names = {spec.name for spec in replayer.specs}
         unknown = set().union(*(s.skip for s in self.settings)) - names
         if unknown:

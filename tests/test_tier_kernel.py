@@ -1,21 +1,24 @@
-"""The compiled CacheBench-MM replay (Replayer.serve_all, mmcache.tier_kernel) serves every
-request exactly as Replayer.serve does with the exact search over all resident vectors: the
-same hit tier, hit key, false hits and latencies, on generated workloads with evictions,
-multimodal queries, TTLs and ties between identical vectors."""
+"""The compiled CacheBench-MM replay (Replayer.serve_all, mmcache.tier_kernel) and Replayer.serve
+reading the neighbour table serve every request exactly as Replayer.serve does with the exact
+search over all resident vectors: the same hit tier, hit key, false hits and latencies, on
+generated workloads with evictions, multimodal queries, TTLs, ties between identical vectors,
+δ offsets on both sides of the table's cutoff, admission, skipped tiers and degradation."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+import mmcache.cachebench as cachebench
 from mmcache.cachebench import LatencyModel, Replayer, TierSpec, replay, three_tier
+from mmcache.degrade import LEVELS
 from mmcache.errors import ConfigError
 from mmcache.neighbours import neighbour_table
 from mmcache.workload import generate
 
 
-def python_replay(workload, tiers, ttl_s=None, latency=None):
-    replayer = Replayer(workload, tiers, latency, ttl_s=ttl_s)
+def python_replay(workload, tiers, ttl_s=None, latency=None, exact_search=True):
+    replayer = Replayer(workload, tiers, latency, ttl_s=ttl_s, exact_search=exact_search)
     for i in range(len(workload)):
         replayer.serve(i)
     return replayer
@@ -55,6 +58,7 @@ def test_compiled_replay_matches_the_exact_search(name, policy):
     a = python_replay(workload, tiers, latency=latency)
     b = compiled_replay(workload, tiers, latency=latency)
     assert_same(a, b)
+    assert_same(a, python_replay(workload, tiers, latency=latency, exact_search=False))
     assert a.false_hit.any()  # the semantic tier's choice among candidates matters here
 
 
@@ -65,8 +69,9 @@ def test_compiled_replay_matches_with_a_ttl_and_two_semantic_tiers():
     tiers = (TierSpec("A", 20 * size, "lru", "semantic", 0.9),
              TierSpec("B", 80 * size, "fifo", "semantic", 0.82),
              TierSpec("C", 200 * size, "lru", "exact"))
-    assert_same(python_replay(workload, tiers, ttl_s=3.0),
-                compiled_replay(workload, tiers, ttl_s=3.0))
+    exact = python_replay(workload, tiers, ttl_s=3.0)
+    assert_same(exact, compiled_replay(workload, tiers, ttl_s=3.0))
+    assert_same(exact, python_replay(workload, tiers, ttl_s=3.0, exact_search=False))
 
 
 def test_identical_vectors_tie_as_the_exact_search_breaks_ties():
@@ -79,6 +84,7 @@ def test_identical_vectors_tie_as_the_exact_search_breaks_ties():
              TierSpec("L2", 60 * size, "lru", "semantic", 0.8))
     a, b = python_replay(workload, tiers), compiled_replay(workload, tiers)
     assert_same(a, b)
+    assert_same(a, python_replay(workload, tiers, exact_search=False))
     assert a.false_hit.any()
 
 
@@ -135,3 +141,55 @@ def test_small_cachebench_benchmark_prints_both_rates(capsys):
     assert "compiled (table + serve_all)" in out and "exact search (serve)" in out
     assert "ratio compiled / exact search: " in out and "target >= 100,000 req/s" in out
     assert "vector pairs computed of the" in out
+
+
+#: δ offsets per request, cycled: at, above and below the threshold; the last two take a floor
+#: under the table's cutoff (0.85 - 0.05), where serve falls back to the exact search.
+OFFSETS = ({}, {"text": -0.04, "image": 0.02}, {"text": 0.05, "audio": 0.05},
+           {"image": 0.08}, {"text": 0.1, "image": 0.1, "audio": 0.1})
+
+
+def served(workload, tiers, steps, exact_search, monkeypatch):
+    """A Replayer after serving request i as ``steps(i)`` (offsets, admit, skip, level) says, and
+    how many semantic lookups read the table (the others searched exactly)."""
+    lookups = {"table": 0, "all": 0}
+    best, best_resident = cachebench._VectorIndex.best, cachebench.best_resident
+
+    def counted_best(self, *args):
+        lookups["all"] += 1
+        return best(self, *args)
+
+    def counted_table(*args):
+        lookups["table"] += 1
+        return best_resident(*args)
+
+    monkeypatch.setattr(cachebench._VectorIndex, "best", counted_best)
+    monkeypatch.setattr(cachebench, "best_resident", counted_table)
+    replayer = Replayer(workload, tiers, LatencyModel.measured(servers=2), cutoff=0.8,
+                        exact_search=exact_search)
+    for i in range(len(workload)):
+        offsets, admit, skip, level = steps(i)
+        replayer.serve(i, offsets, admit, skip, level)
+    monkeypatch.undo()
+    return replayer, lookups
+
+
+def scheduler_steps(i):
+    return OFFSETS[i % len(OFFSETS)], i % 7 != 3, {"L1-gpu"} if i % 11 == 5 else (), "full-modal"
+
+
+def degraded_steps(i):
+    return OFFSETS[i % 3], True, (), LEVELS[(i // 50) % len(LEVELS)]
+
+
+@pytest.mark.parametrize("steps", [scheduler_steps, degraded_steps])
+def test_serve_on_the_table_matches_the_exact_search_with_offsets(steps, monkeypatch):
+    workload = generate(n_queries=3_000, n_intents=200, seed=11,
+                        multimodal_mix={"text+image": 0.3, "image+audio": 0.1})
+    tiers = three_tier(60 * int(workload.size.mean()), threshold=0.85)
+    exact, none_read = served(workload, tiers, steps, True, monkeypatch)
+    table, read = served(workload, tiers, steps, False, monkeypatch)
+    assert_same(exact, table)
+    np.testing.assert_array_equal(exact.level_served, table.level_served)
+    assert exact.false_hit.any() and none_read["table"] == 0
+    assert 0 < read["table"] < read["all"]  # both paths served lookups

@@ -12,8 +12,8 @@ timed (both read the same in-memory vectors).
   printed beside a dense search's) + :meth:`mmcache.cachebench.Replayer.serve_all` on the
   whole stream (kernel and latencies), each timed; the rate counts both, and the kernel's
   alone is printed beside it (a sweep replaying one workload many times builds the table once).
-- *exact search* (the baseline, ``Replayer.serve``: a GEMV over every resident vector per
-  request): the answers of the first ``--prefix`` requests are prefilled (not timed), then the
+- *exact search* (the baseline, ``Replayer(..., exact_search=True).serve``: a GEMV over every
+  resident vector per request): the answers of the first ``--prefix`` requests are prefilled (not timed), then the
   next ``--sample`` requests are served and timed with that many resident vectors.
 
 Both sides' hits on the sampled requests are compared (they need not be equal: the baseline
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     kernel_s = time.perf_counter() - start
     compiled_rate = args.requests / (table_s + kernel_s)
 
-    exact = Replayer(workload, tiers(args.threshold))
+    exact = Replayer(workload, tiers(args.threshold), exact_search=True)
     for i in range(args.prefix):
         exact.prefill(i)
     resident = len(exact.state[1].entries)

@@ -1,8 +1,9 @@
 """LIRS replay kernel (byte-sized, as libCacheSim's LIRS; mirrors mmcache.policies.lirs).
 
 An object may sit in stack S, queue Q and list NH at once, so each has its own links
-(``sp``/``sn``, ``qp``/``qn``, ``nhp``/``nhn``: prev/next arrays, separate 1-D arrays so no
-kernel call slices a view); its five flags share one byte of ``fl`` (one memory access).
+(``sp``/``sn``, ``qp``/``qn``, ``nhp``/``nhn``: prev/next); they, its five flags (``fl``) and
+its size are the columns of one int32 row per object (:func:`new_records`; the size in its own
+int64 array where a size exceeds int32), so a request touches one cache line of its object.
 ``st`` holds the counters: lirs_count, hirs_count, bytes in S.
 """
 
@@ -11,9 +12,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._lists import new_links, pop_tail, push_head, unlink
+from ._lists import pop_tail, push_head, unlink
 
 LC, HC, SB = 0, 1, 2
+#: Columns of an object's record after its links (0-5: prev / next in S, in Q and in NH).
+FLAGS, SIZE = 6, 7
 # Bits of an object's flags: in S, LIR (when in S), resident (when in S), in Q, in NH.
 IN_S, LIR, RES, IN_Q, IN_NH = (np.uint8(1 << b) for b in range(5))
 
@@ -179,6 +182,16 @@ def _replay(ids, sizes, cache_size, hirs_limit, sp, sn, qp, qn, nhp, nhn, fl, si
 def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: int,
            cache_size: int, hirs_ratio: float = 0.01) -> tuple[int, int]:
     """(miss_cnt, miss_byte) of LIRS on dense ids."""
-    links = [a for _ in range(3) for a in new_links(n_obj)]
-    return _replay(ids, sizes, cache_size, max(1, int(hirs_ratio * cache_size)), *links,
-                   np.zeros(n_obj, np.uint8), np.zeros(n_obj, np.int64))
+    record = new_records(n_obj, int(sizes.max()) <= np.iinfo(np.int32).max)
+    columns = [record[:, c] for c in range(record.shape[1])]
+    size = columns[SIZE] if len(columns) > SIZE else np.zeros(n_obj, np.int64)
+    return _replay(ids, sizes, cache_size, max(1, int(hirs_ratio * cache_size)),
+                   *columns[:FLAGS + 1], size)
+
+
+def new_records(n_obj: int, with_size: bool) -> np.ndarray:
+    """One int32 row per object: its six links (-1: none), its flags (0) and, ``with_size``,
+    its size (0), so serving a request touches one cache line of the object, not eight arrays."""
+    record = np.full((n_obj, SIZE + 1 if with_size else FLAGS + 1), -1, np.int32)
+    record[:, FLAGS:] = 0
+    return record
