@@ -35,6 +35,13 @@ def square(x, marker_dir, seed=0, sleep_s=0.0):
     if (marker_dir / f"fail-{x}").exists():
         raise RuntimeError(f"point {x} was told to fail")
     return {"square": x * x, "x_plus_seed": x + seed, "nested": {"half": x / 2}}
+
+
+def thread_caps(x):
+    import numpy  # noqa: F401  (loads its BLAS, whose pool threadpoolctl reports)
+    from threadpoolctl import threadpool_info
+    return {"omp_env": int(os.environ["OMP_NUM_THREADS"]),
+            "pool_threads": max(pool["num_threads"] for pool in threadpool_info())}
 '''
 
 
@@ -155,6 +162,17 @@ def test_function_sweep_writes_points_table_and_figure(tasks_dir, tmp_path) -> N
     assert list(table["nested.half"]) == [0.5, 0.5, 1.0, 1.0, 1.5, 1.5]
     assert (tmp_path / "out" / "squares.png").read_bytes()[:4] == b"\x89PNG"
     assert not (tmp_path / "out" / PARTIAL_DIR).exists()
+
+
+def test_points_run_with_thread_pools_capped_at_their_cpus(tasks_dir, tmp_path) -> None:
+    """Two one-core points side by side on a 2-core machine must not each start 2-thread
+    BLAS / OpenMP pools (oversubscribed, they spin-wait)."""
+    spec = parse_spec({"name": "caps", "function": "sweep_tasks:thread_caps",
+                       "grid": {"x": [1, 2]}, "resources": {"cpus": 1}})
+    run_sweep(spec, tmp_path / "out", progress=False)
+    table = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert list(table.omp_env) == [1, 1]
+    assert list(table.pool_threads) == [1, 1]
 
 
 def test_failed_point_is_recorded_and_rerun_resumes(tasks_dir, tmp_path) -> None:

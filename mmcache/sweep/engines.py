@@ -53,6 +53,11 @@ def run_points(engine: str, tasks: list[Task], resources: Resources,
     raise ConfigError(f"unknown engine {engine!r}; choose one of {list(ENGINES)}")
 
 
+def point_threads(resources: Resources) -> int:
+    """Threads one point may use: its whole CPU cores, at least one."""
+    return max(1, int(resources.cpus))
+
+
 def run_local(tasks: list[Task], resources: Resources) -> Iterator[tuple[int, PointOutcome]]:
     """A process pool with one worker per ``resources.cpus`` cores (at least one)."""
     if not tasks:
@@ -60,7 +65,8 @@ def run_local(tasks: list[Task], resources: Resources) -> Iterator[tuple[int, Po
     workers = max(1, min(len(tasks), int(available_cpus() // resources.cpus)))
     before = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(workers, mp_context=_worker_context(), initializer=_ignore_sigint)
-    futures = {pool.submit(run_point, *task): index for index, task in tasks}
+    threads = point_threads(resources)
+    futures = {pool.submit(run_point, *task, threads): index for index, task in tasks}
     children = set(multiprocessing.active_children()) - before
     finished = False
     try:
@@ -96,7 +102,8 @@ def run_ray(tasks: list[Task], resources: Resources,
         if resources.memory_mb is not None:
             options["memory"] = int(resources.memory_mb * 2**20)
         remote = ray.remote(run_point).options(**options)
-        pending = {remote.remote(*task): index for index, task in tasks}
+        threads = point_threads(resources)
+        pending = {remote.remote(*task, threads): index for index, task in tasks}
         try:
             while pending:
                 (ref,), _ = ray.wait(list(pending), num_returns=1)

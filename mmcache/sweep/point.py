@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 METRICS_FILE = "metrics.json"
+#: Thread-pool sizes that BLAS, OpenMP (torch) and numba read when they start; a point's
+#: notebook kernel inherits them.
+THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,15 @@ class PointOutcome:
                    "".join(traceback.format_exception(err)), elapsed_s, files or {})
 
 
-def run_point(kind: str, target: str, params: Mapping[str, Any]) -> PointOutcome:
-    """Run one function (``module:function``) or notebook point; its errors are returned."""
-    with tempfile.TemporaryDirectory(prefix="mmcache-point-") as tmp:
+def run_point(kind: str, target: str, params: Mapping[str, Any],
+              threads: int | None = None) -> PointOutcome:
+    """Run one function (``module:function``) or notebook point; its errors are returned.
+
+    ``threads`` (the point's CPU cores) caps the BLAS / OpenMP / numba thread pools of the
+    point, so points running side by side do not each start one thread per core of the
+    machine (oversubscribed, such pools spin-wait: Whisper decoding ran 4.5x slower).
+    """
+    with tempfile.TemporaryDirectory(prefix="mmcache-point-") as tmp, thread_limit(threads):
         run_dir = Path(tmp)
         start = time.perf_counter()
         error = None
@@ -85,6 +94,19 @@ def _execute_notebook(target: str, params: Mapping[str, Any], run_dir: Path) -> 
     rest = {k: v for k, v in params.items() if k != "SMOKE"}
     with environ({FIGURE_DIR_ENV: str(run_dir / "figures")}):
         runbook.execute(target, smoke=bool(params["SMOKE"]), parameters=rest, out_dir=run_dir)
+
+
+@contextlib.contextmanager
+def thread_limit(threads: int | None) -> Iterator[None]:
+    """Cap thread pools at ``threads`` for the block: the environment (read by libraries
+    that start later, and by a notebook's kernel) and the pools already loaded."""
+    if threads is None:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    with environ({key: str(threads) for key in THREAD_ENV}), threadpool_limits(threads):
+        yield
 
 
 @contextlib.contextmanager
