@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,6 +36,28 @@ def square(x, marker_dir, seed=0, sleep_s=0.0):
     if (marker_dir / f"fail-{x}").exists():
         raise RuntimeError(f"point {x} was told to fail")
     return {"square": x * x, "x_plus_seed": x + seed, "nested": {"half": x / 2}}
+
+
+PREPARED = Path(__file__).parent / "prepared"
+
+
+def prepare():
+    """A prerequisite: takes a while, then leaves its mark (once per call)."""
+    time.sleep(3.0)
+    PREPARED.mkdir(exist_ok=True)
+    (PREPARED / f"done-{time.time_ns()}").touch()
+
+
+def prepare_and_fail():
+    raise RuntimeError("cannot prepare")
+
+
+def after_prepare(x, marker_dir, check):
+    """Fails (when ``check``) unless the prerequisite has finished; leaves a call marker."""
+    (Path(marker_dir) / f"call-{x}-{time.time_ns()}").touch()
+    if check and not list(PREPARED.glob("done-*")):
+        raise RuntimeError("started before its prerequisite finished")
+    return {"x": x}
 
 
 def thread_caps(x):
@@ -173,6 +196,64 @@ def test_points_run_with_thread_pools_capped_at_their_cpus(tasks_dir, tmp_path) 
     table = pd.read_csv(tmp_path / "out" / "results.csv")
     assert list(table.omp_env) == [1, 1]
     assert list(table.pool_threads) == [1, 1]
+
+
+def prerequisite_tasks(markers: Path) -> list:
+    """Points 0 and 2 check that their prerequisite ran; point 1 needs none."""
+    return [(i, ("function", "sweep_tasks:after_prepare",
+                 {"x": i, "marker_dir": str(markers), "check": i != 1})) for i in range(3)]
+
+
+def test_a_prerequisite_runs_once_before_its_points_and_beside_the_others(tasks_dir,
+                                                                          tmp_path) -> None:
+    from mmcache.sweep.engines import available_cpus, run_local
+    from mmcache.sweep.spec import Resources
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    prepared = tasks_dir / "prepared"
+    if prepared.exists():
+        for mark in prepared.iterdir():
+            mark.unlink()
+    outcomes = dict(run_local(prerequisite_tasks(markers), Resources(cpus=1),
+                              needs={0: "sweep_tasks:prepare", 2: "sweep_tasks:prepare"}))
+    assert all(o.ok for o in outcomes.values()), {i: o.error for i, o in outcomes.items()}
+    done = [int(m.name.split("-")[1]) for m in prepared.glob("done-*")]
+    assert len(done) == 1  # once, for both points that need it
+    started = {int(m.name.split("-")[1]): int(m.name.split("-")[2]) for m in markers.iterdir()}
+    assert started[0] > done[0] and started[2] > done[0]
+    if available_cpus() >= 2:  # the point without a prerequisite did not wait for it
+        assert started[1] < done[0]
+
+
+def test_a_failed_prerequisite_fails_its_points_only(tasks_dir, tmp_path) -> None:
+    from mmcache.sweep.engines import run_local
+    from mmcache.sweep.spec import Resources
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    outcomes = dict(run_local(prerequisite_tasks(markers), Resources(cpus=1),
+                              needs={0: "sweep_tasks:prepare_and_fail",
+                                     2: "sweep_tasks:prepare_and_fail"}))
+    assert outcomes[1].ok
+    for i in (0, 2):
+        assert not outcomes[i].ok and "prerequisite sweep_tasks:prepare_and_fail failed" in \
+            outcomes[i].error and "cannot prepare" in outcomes[i].error
+    assert sorted(int(m.name.split("-")[1]) for m in markers.iterdir()) == [1]
+
+
+def test_notebook_entries_name_their_prerequisite(tmp_path) -> None:
+    (tmp_path / "tiny.py").write_text(NOTEBOOK)
+    (tmp_path / "other.py").write_text(NOTEBOOK)
+    spec = parse_spec({"notebooks": [{"path": "tiny.py", "needs": "mmcache.sweep.tasks:replay"},
+                                     "other.py"]}, base_dir=tmp_path)
+    assert [p.needs for p in spec.points] == ["mmcache.sweep.tasks:replay", None]
+    for entry, field in (({"path": "tiny.py", "needs": "no colon"}, "notebooks[0].needs"),
+                         ({"path": "tiny.py", "needs": "mmcache.nope:f"}, "notebooks[0].needs"),
+                         ({"needs": "mmcache.sweep.tasks:replay"}, "notebooks[0]"),
+                         ({"path": "tiny.py", "after": "x"}, "notebooks[0]")):
+        with pytest.raises(ConfigError, match=re.escape(f"`{field}")):
+            parse_spec({"notebooks": [entry]}, base_dir=tmp_path)
 
 
 def test_failed_point_is_recorded_and_rerun_resumes(tasks_dir, tmp_path) -> None:

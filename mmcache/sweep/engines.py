@@ -1,8 +1,10 @@
 """Where points run: a local process pool, or Ray (a cluster, or a local instance).
 
 Both engines take ``(index, (kind, target, params))`` tasks and yield
-``(index, PointOutcome)`` as points finish. Closing the generator early (Ctrl-C)
-cancels what has not finished and stops the workers.
+``(index, PointOutcome)`` as points finish. ``needs`` maps a task's index to its
+prerequisite (``module:function``), run once before the first task that needs it; a
+failed prerequisite fails its tasks. Closing the generator early (Ctrl-C) cancels what
+has not finished and stops the workers.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ..errors import ConfigError
-from .point import PointOutcome, run_point
+from .point import PointOutcome, run_point, run_prerequisite
 from .spec import Resources
 
 Task = tuple[int, tuple[str, str, Mapping[str, Any]]]
@@ -42,14 +44,15 @@ def available_cpus() -> int:
 
 
 def run_points(engine: str, tasks: list[Task], resources: Resources,
-               address: str | None = None) -> Iterator[tuple[int, PointOutcome]]:
+               address: str | None = None,
+               needs: Mapping[int, str] | None = None) -> Iterator[tuple[int, PointOutcome]]:
     """Run ``tasks`` on ``engine`` ("local" or "ray"), yielding outcomes as they finish."""
     if engine == "local":
         if address is not None:
             raise ConfigError("--address applies to --engine ray only")
-        return run_local(tasks, resources)
+        return run_local(tasks, resources, needs or {})
     if engine == "ray":
-        return run_ray(tasks, resources, address)
+        return run_ray(tasks, resources, address, needs or {})
     raise ConfigError(f"unknown engine {engine!r}; choose one of {list(ENGINES)}")
 
 
@@ -58,34 +61,62 @@ def point_threads(resources: Resources) -> int:
     return max(1, int(resources.cpus))
 
 
-def run_local(tasks: list[Task], resources: Resources) -> Iterator[tuple[int, PointOutcome]]:
-    """A process pool with one worker per ``resources.cpus`` cores (at least one)."""
+def run_local(tasks: list[Task], resources: Resources,
+              needs: Mapping[int, str] = {}) -> Iterator[tuple[int, PointOutcome]]:
+    """A process pool with one worker per ``resources.cpus`` cores (at least one).
+
+    Tasks start in the given order as workers come free, passing over those whose
+    prerequisite has not finished; a prerequisite takes a worker when its first task
+    comes up, so the other tasks use the remaining workers meanwhile.
+    """
     if not tasks:
         return
     workers = max(1, min(len(tasks), int(available_cpus() // resources.cpus)))
+    threads = point_threads(resources)
     before = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(workers, mp_context=_worker_context(), initializer=_ignore_sigint)
-    threads = point_threads(resources)
-    futures = {pool.submit(run_point, *task, threads): index for index, task in tasks}
-    children = set(multiprocessing.active_children()) - before
+    queue = dict(tasks)
+    prerequisites: dict[str, Future] = {}
+    running: dict[Future, int] = {}
     finished = False
     try:
-        for future in as_completed(futures):
-            yield futures[future], _local_outcome(future)
+        while queue or running:
+            free = workers - len(running) - sum(not f.done() for f in prerequisites.values())
+            for index in list(queue):
+                need = needs.get(index)
+                if need is not None and need not in prerequisites:
+                    if free > 0:
+                        prerequisites[need] = pool.submit(run_prerequisite, need, threads)
+                        free -= 1
+                elif need is not None and not prerequisites[need].done():
+                    continue
+                elif need is not None and prerequisites[need].exception() is not None:
+                    del queue[index]
+                    yield index, PointOutcome.failure(RuntimeError(
+                        f"prerequisite {need} failed: {prerequisites[need].exception()!r}"))
+                elif free > 0:
+                    running[pool.submit(run_point, *queue.pop(index), threads)] = index
+                    free -= 1
+            pending = [f for f in (*running, *prerequisites.values()) if not f.done()]
+            if pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done & running.keys():
+                    yield running.pop(future), _local_outcome(future)
         finished = True
     finally:
         pool.shutdown(wait=finished, cancel_futures=True)
         if not finished:  # interrupted: stop the points still running
-            for child in children:
+            for child in set(multiprocessing.active_children()) - before:
                 child.terminate()
                 child.join()
 
 
-def run_ray(tasks: list[Task], resources: Resources,
-            address: str | None) -> Iterator[tuple[int, PointOutcome]]:
+def run_ray(tasks: list[Task], resources: Resources, address: str | None,
+            needs: Mapping[int, str] = {}) -> Iterator[tuple[int, PointOutcome]]:
     """Ray tasks with the spec's resources on the cluster at ``address``, else on a local head.
 
     An already initialised Ray connection (``ray.init`` in a notebook) is used as is.
+    Prerequisites run first, as Ray tasks; a point that needs one is submitted after it.
     """
     if not tasks:
         return
@@ -103,7 +134,20 @@ def run_ray(tasks: list[Task], resources: Resources,
             options["memory"] = int(resources.memory_mb * 2**20)
         remote = ray.remote(run_point).options(**options)
         threads = point_threads(resources)
-        pending = {remote.remote(*task, threads): index for index, task in tasks}
+        prepared = {name: ray.remote(run_prerequisite).options(**options).remote(name, threads)
+                    for name in set(needs.values())}
+        failed = {}
+        for name, ref in prepared.items():
+            try:
+                ray.get(ref)
+            except Exception as err:  # its points fail; the others run
+                failed[name] = err
+        for index, _ in tasks:
+            if needs.get(index) in failed:
+                yield index, PointOutcome.failure(RuntimeError(
+                    f"prerequisite {needs[index]} failed: {failed[needs[index]]!r}"))
+        pending = {remote.remote(*task, threads): index for index, task in tasks
+                   if needs.get(index) not in failed}
         try:
             while pending:
                 (ref,), _ = ray.wait(list(pending), num_returns=1)

@@ -72,6 +72,14 @@ def run_point(kind: str, target: str, params: Mapping[str, Any],
     return PointOutcome(True, None, None, elapsed, files)
 
 
+def run_prerequisite(target: str, threads: int | None = None) -> None:
+    """Call a point's prerequisite ``module:function`` (no arguments); its errors propagate."""
+    from .spec import resolve_function
+
+    with thread_limit(threads):
+        resolve_function(target)()
+
+
 def _call_function(target: str, params: Mapping[str, Any], run_dir: Path) -> None:
     from .. import runbook
     from ..plotting import FIGURE_DIR_ENV

@@ -40,7 +40,8 @@ def run_sweep(spec: SweepSpec, out: str | Path, engine: str = "local",
     skipped = len(spec.points) - len(todo)
     tasks = [(i, (spec.kind, spec.points[i].target, spec.points[i].params)) for i in todo]
     failed = 0
-    outcomes = run_points(engine, tasks, spec.resources, address)
+    needs = {i: spec.points[i].needs for i in todo if spec.points[i].needs is not None}
+    outcomes = run_points(engine, tasks, spec.resources, address, needs)
     bar = tqdm(total=len(todo), desc=f"sweep {spec.name}", unit="pt", disable=not progress)
     try:
         with contextlib.closing(outcomes), bar:

@@ -16,7 +16,13 @@ A spec is a YAML mapping::
     figure: {x: cache_size, y: miss_ratio, hue: policy, logx: true}
 
 With ``notebooks``, every point runs once per notebook (in the listed order, which
-is the order a pool starts them in). Each point is content-addressed: its id hashes
+is the order a pool starts them in). An entry may name a prerequisite, a function run
+once (in a worker) before the first point that needs it, while other points run::
+
+    notebooks:
+      - ../03_cold_start_collapse.py
+      - {path: ../01_clip_whisper_alignment.py, needs: mmcache.encoders.clip_train:ensure_trained}
+ Each point is content-addressed: its id hashes
 its notebook's source (or the source of the function's module) with the point's
 parameters, so a changed notebook or function re-runs and an unchanged one is skipped.
 """
@@ -40,6 +46,7 @@ from ..errors import ConfigError
 FIELDS = ("name", "function", "notebook", "notebooks", "parameters", "grid", "points", "seeds",
           "seed_parameter", "smoke", "resources", "figure")
 RESOURCE_FIELDS = ("cpus", "gpus", "memory_mb")
+NOTEBOOK_ENTRY_FIELDS = ("path", "needs")
 FIGURE_FIELDS = ("x", "y", "hue", "logx", "logy")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -61,6 +68,7 @@ class Point:
     params: dict[str, Any]
     target: str               # "module:function" or the notebook source's absolute path
     source_sha256: str
+    needs: str | None = None  # a prerequisite "module:function", run before the point starts
 
 
 @dataclass(frozen=True)
@@ -123,8 +131,8 @@ def parse_spec(raw: Any, base_dir: str | Path = ".", default_name: str = "sweep"
                               "`parameters`/`grid`/`points`")
         params = [{**p, "SMOKE": smoke} for p in params]
     fixed = set(raw.get("parameters", {})) | {"SMOKE"}
-    points = tuple(_point(kind, target, source, p, fixed, named="notebooks" in raw)
-                   for target, source in targets for p in params)
+    points = tuple(_point(kind, target, source, p, fixed, named="notebooks" in raw, needs=needs)
+                   for target, source, needs in targets for p in params)
     spec = SweepSpec(name, kind, points, _resources(raw.get("resources", {})))
     return replace(spec, figure=_figure(raw.get("figure"), spec))
 
@@ -139,9 +147,10 @@ def resolve_function(target: str) -> Callable[..., Any]:
     return func
 
 
-def _targets(raw: Mapping[str, Any], base_dir: Path) -> tuple[str, list[tuple[str, str]]]:
-    """(kind, [(target, sha256 of its source)]) for the spec's `function`, `notebook` or
-    `notebooks`."""
+def _targets(raw: Mapping[str, Any],
+             base_dir: Path) -> tuple[str, list[tuple[str, str, str | None]]]:
+    """(kind, [(target, sha256 of its source, prerequisite)]) for the spec's `function`,
+    `notebook` or `notebooks`."""
     given = [key for key in ("function", "notebook", "notebooks") if key in raw]
     if len(given) != 1:
         raise ConfigError("give exactly one of `function` (module:function), `notebook` "
@@ -150,8 +159,9 @@ def _targets(raw: Mapping[str, Any], base_dir: Path) -> tuple[str, list[tuple[st
         notebooks = raw["notebooks"]
         if not isinstance(notebooks, list) or not notebooks:
             raise ConfigError("field `notebooks` must be a non-empty list of .py sources")
-        targets = [_notebook(nb, base_dir, f"notebooks[{i}]") for i, nb in enumerate(notebooks)]
-        if len({t for t, _ in targets}) != len(targets):
+        targets = [_notebook_entry(nb, base_dir, f"notebooks[{i}]")
+                   for i, nb in enumerate(notebooks)]
+        if len({t for t, _, _ in targets}) != len(targets):
             raise ConfigError(f"field `notebooks` lists a notebook twice: {notebooks}")
         return "notebook", targets
     if "function" in raw:
@@ -163,8 +173,28 @@ def _targets(raw: Mapping[str, Any], base_dir: Path) -> tuple[str, list[tuple[st
         except ImportError as err:
             raise ConfigError(f"field `function`: cannot import {target!r}: {err}") from err
         source = inspect.getsource(inspect.getmodule(func))
-        return "function", [(target, _sha256(source.encode()))]
-    return "notebook", [_notebook(raw["notebook"], base_dir, "notebook")]
+        return "function", [(target, _sha256(source.encode()), None)]
+    return "notebook", [(*_notebook(raw["notebook"], base_dir, "notebook"), None)]
+
+
+def _notebook_entry(entry: Any, base_dir: Path, where: str) -> tuple[str, str, str | None]:
+    """(absolute path, sha256, prerequisite) of a `notebooks` entry: a path, or a mapping
+    with `path` and `needs`."""
+    if not isinstance(entry, Mapping):
+        return (*_notebook(entry, base_dir, where), None)
+    unknown = sorted(set(entry) - set(NOTEBOOK_ENTRY_FIELDS))
+    if unknown or "path" not in entry:
+        raise ConfigError(f"field `{where}` must be a path or a mapping of "
+                          f"{list(NOTEBOOK_ENTRY_FIELDS)} with `path`, got {dict(entry)!r}")
+    needs = entry.get("needs")
+    if needs is not None:
+        if not isinstance(needs, str) or not re.fullmatch(r"[\w.]+:\w+", needs):
+            raise ConfigError(f"field `{where}.needs` must be 'module:function', got {needs!r}")
+        try:
+            resolve_function(needs)
+        except ImportError as err:
+            raise ConfigError(f"field `{where}.needs`: cannot import {needs!r}: {err}") from err
+    return (*_notebook(entry["path"], base_dir, f"{where}.path"), needs)
 
 
 def _notebook(notebook: Any, base_dir: Path, where: str) -> tuple[str, str]:
@@ -285,12 +315,12 @@ def _figure(raw: Any, spec: SweepSpec) -> dict[str, Any] | None:
 
 
 def _point(kind: str, target: str, source_sha256: str, params: dict[str, Any], fixed: set[str],
-           named: bool) -> Point:
+           named: bool, needs: str | None = None) -> Point:
     """A point of ``target``; ``named``: its id starts with the notebook's name."""
     label = target if kind == "function" else Path(target).name
     prefix = Path(target).stem if named else None
     return Point(_point_id(label, source_sha256, params, fixed, prefix), params, target,
-                 source_sha256)
+                 source_sha256, needs)
 
 
 def _point_id(label: str, source_sha256: str, params: Mapping[str, Any],
