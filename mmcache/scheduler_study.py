@@ -4,7 +4,8 @@ shifts half-way (arrival rate and popularity), scored window by window.
 :func:`shift_load` makes the load shift; :func:`run_controller` replays one controller;
 :func:`scores` turns its windows into the issue's metrics (:func:`mmcache.scheduler.
 control_metrics` plus latency) and the gain-choice ``cost``; :func:`settle_after_shifts` checks
-where a run ends before and after the shift; :func:`grid` replays a gain grid;
+where a run ends before and after the shift; :func:`window_noise` the noise of
+a held setting's windows; :func:`grid` replays a gain grid on tuning seeds;
 :func:`exchange_rate` gives the Lagrangian's objective unit (``objective_scale``).
 
 What is judged: a window of a few hundred requests measures the hit rate with several points
@@ -22,6 +23,7 @@ import itertools
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from .cachebench import LatencyModel, TierSpec, at_load
@@ -101,23 +103,27 @@ def scores(windows: pd.DataFrame, target: float, *, smoothing: float = 1.0, warm
     windows from ``warmup`` on: the request-weighted hit, false-hit and mean latency, the p99 of
     the windows' p99s, the mean absolute distance of the judged hit rate to the target
     (``tracking_error``), the raw windows' violation area (``raw_violation_area``), λ's
-    window-to-window chatter (``lambda_step_sd``, the std of its steps) and ``cost``: the
+    window-to-window chatter (``lambda_step_sd``, the std of its steps), ``cost``: the
     false-hit rate ÷ ``objective_scale`` plus ``tracking_weight`` × the tracking error (the
     Lagrangian at λ = ``tracking_weight`` with the constraint's miss counted both ways; the
     gain-choice criterion: with a weight above every setting's exchange rate, missing the
-    target never pays for the false hits it saves)."""
+    target never pays for the false hits it saves), and ``lagrangian_cost``: the same with
+    the mean violation (judged windows below the target only) in place of the tracking error,
+    the Lagrangian itself (it charges a margin above the target only through its false hits)."""
     signal = judged(windows, smoothing=smoothing, warmup=warmup, restart=restart)
     windows = windows.iloc[warmup:]
     weight = windows.requests / windows.requests.sum()
     error_rate = float((weight * windows.error_rate).sum())
     tracking = float((signal - target).abs().mean())
+    shortfall = float((target - signal).clip(lower=0).mean())
     return {**control_metrics(signal.to_numpy(), target),
             "raw_violation_area": float((target - windows.hit_rate).clip(lower=0).sum()),
             "hit_rate": float((weight * windows.hit_rate).sum()), "error_rate": error_rate,
             "mean_latency_ms": float((weight * windows.mean_latency_ms).sum()),
             "p99_latency_ms": float(windows.p99_latency_ms.quantile(0.99)),
             "tracking_error": tracking, "lambda_step_sd": float(windows.lam.diff().std()),
-            "cost": error_rate / objective_scale + tracking_weight * tracking}
+            "cost": error_rate / objective_scale + tracking_weight * tracking,
+            "lagrangian_cost": error_rate / objective_scale + tracking_weight * shortfall}
 
 
 def settle_after_shifts(windows: pd.DataFrame, target: float, *, smoothing: float = 1.0,
@@ -131,23 +137,36 @@ def settle_after_shifts(windows: pd.DataFrame, target: float, *, smoothing: floa
             "within_band": bool(all(abs(v - target) <= band for v in ends.values()))}
 
 
-def grid(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel,
+def window_noise(held: pd.DataFrame, *, warmup: int, restart: int) -> float:
+    """The window-to-window noise of the run ``held`` of one setting throughout: the std of
+    the change of the window hit rate from one window to the next over √2, over the second
+    half of each phase (the windows from ``warmup`` to ``restart`` and from ``restart`` on),
+    so the cache's refill and slow drifts do not count as noise."""
+    steps = [held.hit_rate.iloc[(start + stop) // 2:stop].diff().dropna()
+             for start, stop in ((warmup, restart), (restart, len(held)))]
+    return float(pd.concat(steps).std() / np.sqrt(2))
+
+
+def grid(cases: Mapping[int, tuple[Workload, Sequence[TierSpec]]], latency: LatencyModel,
          settings: Sequence[Levers], name: str, target: float, axes: Mapping[str, Sequence[float]],
          *, window: int, fixed: Mapping[str, Any] | None = None, smoothing: float = 1.0,
          warmup: int = 0, restart: int | None = None, objective_scale: float = 1.0,
          tracking_weight: float = 1.0) -> pd.DataFrame:
     """:func:`scores` of controller ``name`` (fed the hit rate filtered with ``smoothing``)
-    at every combination of ``axes`` (parameter → values; ``fixed`` parameters held), one
-    row each."""
+    at every combination of ``axes`` (parameter → values; ``fixed`` parameters held), replayed
+    on every case (seed → its workload and tiers; the seed also seeds the replay), averaged
+    over the cases: one row per combination."""
     rows = []
     for values in itertools.product(*axes.values()):
         params = {**dict(fixed or {}), **dict(zip(axes, values))}
-        run = run_controller(workload, tiers, latency, settings, name, target, window=window,
-                             params=params, signal_smoothing=smoothing,
-                             objective_scale=objective_scale)
-        rows.append({**dict(zip(axes, values)),
-                     **scores(run, target, smoothing=smoothing, warmup=warmup, restart=restart,
-                              objective_scale=objective_scale, tracking_weight=tracking_weight)})
+        runs = [scores(run_controller(stream, tiers, latency, settings, name, target,
+                                      window=window, params=params, seed=seed,
+                                      signal_smoothing=smoothing,
+                                      objective_scale=objective_scale),
+                       target, smoothing=smoothing, warmup=warmup, restart=restart,
+                       objective_scale=objective_scale, tracking_weight=tracking_weight)
+                for seed, (stream, tiers) in cases.items()]
+        rows.append({**dict(zip(axes, values)), **pd.DataFrame(runs).mean().to_dict()})
     return pd.DataFrame(rows)
 
 

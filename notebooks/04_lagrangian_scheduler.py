@@ -59,7 +59,8 @@
 NOTEBOOK = "04_lagrangian_scheduler"  # this notebook: metrics go to runs/<NOTEBOOK>[-smoke]/
 SMOKE = False
 SEEDS = [0, 1, 2, 3, 4]
-TUNE_SEED = 100  # the target and the gains come from this seed's stream only
+TUNE_SEED = 100  # the target, λ's scale and clamp come from this seed's stream
+TUNE_SEEDS = [100, 101, 102]  # the gains minimise the mean cost over these streams
 N_QUERIES = 20_000
 N_INTENTS = 1_500
 WINDOW = 400
@@ -71,11 +72,13 @@ CAPACITY_SHARE = 0.05
 OFFSETS = [-0.1, -0.075, -0.05, -0.025, 0.0, 0.025, 0.05, 0.075, 0.1]
 SIGNAL_SMOOTHING = 0.1  # the newest window's weight in the judged, and fed, hit rate
 FIXED_LAMBDAS = [0.0, 0.25, 0.5, 1.0, 2.0]  # in the Lagrangian's normalised unit
-PI_GRID = {"kp": [0.3, 1.0, 3.0, 10.0, 30.0, 100.0], "ki": [0.01, 0.03, 0.1, 0.3, 1.0]}
+PI_GRID = {"kp": [0.3, 1.0, 3.0, 10.0, 30.0, 100.0], "ki": [0.01, 0.03, 0.1, 0.3, 1.0, 3.0]}
 KD_GRID = [0.0, 1.0, 3.0, 10.0, 30.0, 100.0]  # PID: kd at PI's chosen kp and ki (0: PI)
 I_LR_GRID = [0.05, 0.2, 0.5, 1.0]
 
 # %%
+import math
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -87,7 +90,7 @@ from mmcache.plotting import save_figure
 from mmcache.runbook import write_metrics
 from mmcache.scheduler_study import (best, exchange_rate, grid, hindsight_fixed, judged,
                                      offset_settings, run_controller, scores,
-                                     settle_after_shifts, shift_load)
+                                     settle_after_shifts, shift_load, window_noise)
 from mmcache.workload import generate
 
 if SMOKE:
@@ -96,6 +99,7 @@ if SMOKE:
     PI_GRID = {"kp": [3.0], "ki": [0.03, 0.1]}
     KD_GRID = [0.0, 10.0]
     I_LR_GRID = [0.05, 0.5]
+    TUNE_SEEDS = TUNE_SEEDS[:1]
 
 latency = LatencyModel.measured(servers=SERVERS)
 settings = offset_settings(OFFSETS)
@@ -119,7 +123,8 @@ provenance = {"workload": f"mmcache.workload.generate, synthetic, {N_QUERIES} qu
                           f"{N_INTENTS} intents, multimodal {MULTIMODAL}, popularity reshuffle "
                           f"({DRIFT_FRACTION}) and load {LOAD_BEFORE} -> {LOAD_AFTER} half-way",
               "latency_model": latency.kind, "weights": "none (synthetic vectors)",
-              "seeds": SEEDS, "tune_seed": TUNE_SEED, "window": WINDOW,
+              "seeds": SEEDS, "tune_seed": TUNE_SEED, "tune_seeds": TUNE_SEEDS,
+              "window": WINDOW,
               "judged": JUDGING, "smoke": SMOKE}
 
 # %% [markdown]
@@ -169,35 +174,75 @@ static[["delta_offset", "hit_rate", "error_rate", "mean_latency_ms", "p99_latenc
 # reach.
 
 # %% [markdown]
-# ## Gains: chosen on the tuning seed, shown on a grid
+# ## The noise floor: what a controller exactly on target would still score
 #
-# Procedure: PI's kp and ki minimise `cost` on the tuning seed's whole stream (shifts included)
-# over a log grid: the run's false-hit rate ÷ `objective_scale` plus `LAM_MAX` × its tracking
+# `window_noise`: each held setting's window-to-window noise (the std of its window hit rate's
+# steps over √2, over each phase's second half, so the cache's refill is not counted). With
+# independent Gaussian windows of that noise: the last window enters the judged end with weight
+# `SIGNAL_SMOOTHING` and is measured after the last decision, so no controller can cancel it —
+# `LAST_SD` bounds from below how far any controller's judged end strays from its aim, and
+# `WITHIN_BOUND ** ENDS_JUDGED` bounds from above the chance that all judged ends (before and
+# after the shift, every seed, I, PI and PID) lie within 1 point even when every aim is the target;
+# `OPEN_SD` is the judged signal's spread with no feedback at all (a held setting). A window on
+# target in expectation falls σ/√(2π) below it on average, so `RAW_AREA_ON_TARGET` is the raw
+# violation area of a controller exactly on target.
+
+# %%
+WINDOW_NOISE = float(np.mean([window_noise(r, warmup=WARMUP, restart=WINDOWS // 2)
+                              for r in held.values()]))
+LAST_SD = SIGNAL_SMOOTHING * WINDOW_NOISE
+OPEN_SD = WINDOW_NOISE * math.sqrt(SIGNAL_SMOOTHING / (2 - SIGNAL_SMOOTHING))
+WITHIN_BOUND = math.erf(0.01 / (LAST_SD * math.sqrt(2)))
+ENDS_JUDGED = 2 * len(SEEDS) * 3
+RAW_AREA_ON_TARGET = WINDOW_NOISE / math.sqrt(2 * math.pi) * (WINDOWS - WARMUP)
+print(f"window noise {WINDOW_NOISE:.4f}; judged end's spread: ≥ {LAST_SD:.4f} under any "
+      f"controller, {OPEN_SD:.4f} with none; all {ENDS_JUDGED} judged ends within 1 point: "
+      f"chance ≤ {WITHIN_BOUND ** ENDS_JUDGED:.1%}; raw area on target ≈ {RAW_AREA_ON_TARGET:.2f}")
+
+# %% [markdown]
+# ## Gains: chosen on the tuning seeds, shown on a grid
+#
+# Procedure: PI's kp and ki minimise the mean `cost` over the tuning seeds' (`TUNE_SEEDS`) whole
+# streams (shifts included) over a log grid: a run's false-hit rate ÷ `objective_scale` plus
+# `LAM_MAX` × its tracking
 # error (mean |judged hit rate − target|), i.e. the Lagrangian at λ = `LAM_MAX` with the
 # constraint's miss counted on both sides. The weight exceeds every setting's exchange rate, so
 # sitting below the target never pays for the false hits it saves (at weight 1 the criterion
 # prefers a point below the target). Tracking error alone rewards a λ that slams between 0 and
 # its cap (the choice alternates between far settings, whose mean is on target, at several times
-# the false hits of the two settings next to it); the false-hit term charges that. PID keeps PI's kp and ki and takes the kd of a line search (kd = 0 included,
-# i.e. PI itself) by the same criterion. The evaluated seeds are never used. I keeps the seed's
-# schedule (lr 0.05 → 0.001) for the reported row; its lr grid is shown for comparison.
+# the false hits of the two settings next to it); the false-hit term charges that. PID keeps
+# PI's kp and ki and takes the kd of a line search (kd = 0 included, i.e. PI itself) by the same
+# criterion. The evaluated seeds are never used. I keeps the seed's schedule (lr 0.05 → 0.001)
+# for the reported row; its lr grid is shown for comparison. Why several tuning seeds: a
+# stream's windows carry several points of noise (below), so one stream's minimum is partly that
+# stream's noise; the gains minimise the mean over three.
+#
+# The criterion is also shown one-sided: `lagrangian_cost` counts only the judged windows below
+# the target (the Lagrangian at λ = `LAM_MAX` itself, the constraint as the first quality bar
+# weighs it); a margin above the target then costs only its false hits. Its PI gains are run on
+# the evaluated seeds below as a sensitivity row, not as the reported PI.
 
 # %%
 common = dict(window=WINDOW, objective_scale=SCALE, tracking_weight=LAM_MAX, **JUDGING)
-pi_grid = grid(first, tiers(first), latency, settings, "PI", TARGET, PI_GRID,
-               fixed={"lam_max": LAM_MAX}, **common)
+tuning = {seed: (s, tiers(s)) for seed in TUNE_SEEDS
+          for s in [first if seed == TUNE_SEED else workload(seed)]}
+pi_grid = grid(tuning, latency, settings, "PI", TARGET, PI_GRID, fixed={"lam_max": LAM_MAX},
+               **common)
 pi_best = best(pi_grid)
-pid_grid = grid(first, tiers(first), latency, settings, "PID", TARGET, {"kd": KD_GRID},
+pi_one_sided = best(pi_grid, "lagrangian_cost")
+pid_grid = grid(tuning, latency, settings, "PID", TARGET, {"kd": KD_GRID},
                 fixed={"kp": pi_best["kp"], "ki": pi_best["ki"], "lam_max": LAM_MAX}, **common)
 pid_best = best(pid_grid)
-i_grid = grid(first, tiers(first), latency, settings, "I", TARGET, {"lr_start": I_LR_GRID},
+i_grid = grid(tuning, latency, settings, "I", TARGET, {"lr_start": I_LR_GRID},
               fixed={"horizon": WINDOWS}, **common)
 PARAMS = {"fixed": None,  # the best fixed λ in hindsight, set below
           "I": {"horizon": WINDOWS},
           "PI": {"kp": pi_best["kp"], "ki": pi_best["ki"], "lam_max": LAM_MAX},
           "PID": {"kp": pi_best["kp"], "ki": pi_best["ki"], "kd": pid_best["kd"],
                   "lam_max": LAM_MAX}}
-print("chosen gains:", {k: v for k, v in PARAMS.items() if k in ("PI", "PID")})
+ONE_SIDED = {"kp": pi_one_sided["kp"], "ki": pi_one_sided["ki"], "lam_max": LAM_MAX}
+print("chosen gains:", {k: v for k, v in PARAMS.items() if k in ("PI", "PID")},
+      "; by the one-sided criterion, PI:", ONE_SIDED)
 ON_EDGE = {"PI": [k for k in PI_GRID if pi_best[k] in (min(PI_GRID[k]), max(PI_GRID[k]))],
            "PID": ["kd"] if pid_best["kd"] in (min(KD_GRID), max(KD_GRID)) else []}
 KD_GAIN = 1 - pid_best["cost"] / float(pid_grid.cost.iloc[0])  # cost cut against kd = 0 (PI)
@@ -206,17 +251,17 @@ print(f"PI: cost over the grid {pi_grid.cost.min():.3f}–{pi_grid.cost.max():.3
       f"{pid_best['cost']:.4f} against kd = 0's {pid_grid.cost.iloc[0]:.4f}: {KD_GAIN:.1%} less)")
 
 fig, axes = plt.subplots(1, 4, figsize=(18, 4))
-for ax, metric in zip(axes[:3], ("cost", "tracking_error", "error_rate")):
+for ax, metric in zip(axes[:3], ("cost", "lagrangian_cost", "violation_area")):
     sns.heatmap(pi_grid.pivot(index="kp", columns="ki", values=metric), annot=True,
                 fmt=".3g", ax=ax, cbar=False)
-    ax.set_title(f"PI on the tuning seed: {metric}")
+    ax.set_title(f"PI, mean over seeds {TUNE_SEEDS}: {metric}")
 for metric, style in (("cost", "o-"), ("tracking_error", "s--")):
     axes[3].plot(pid_grid.kd, pid_grid[metric], style, label=f"PID, {metric}")
 axes[3].set_xscale("symlog", linthresh=1.0)
 axes[3].set_xlabel(f"kd (kp={pi_best['kp']:g}, ki={pi_best['ki']:g})")
 axes[3].legend()
 fig.tight_layout()
-save_figure(fig, "04_gain_grid", {**provenance, "tuned_on": f"seed {TUNE_SEED}"})
+save_figure(fig, "04_gain_grid", {**provenance, "tuned_on": f"seeds {TUNE_SEEDS}"})
 pd.concat([pid_grid[["kd", "cost", "tracking_error", "error_rate", "lambda_step_sd"]],
            i_grid[["lr_start", "cost", "tracking_error", "error_rate", "lambda_step_sd"]]])
 
@@ -279,6 +324,22 @@ table = per_seed.groupby("controller", sort=False).mean(numeric_only=True).drop(
 table[["violation_area", "raw_violation_area", "overshoot", "settling_windows",
        "steady_state_error", "hit_rate", "error_rate", "mean_latency_ms", "p99_latency_ms",
        "lambda_step_sd"]]
+
+# %% [markdown]
+# ## Criterion sensitivity: PI with the one-sided criterion's gains
+#
+# The same runs with PI's gains chosen (on the tuning seeds) by `lagrangian_cost` instead.
+
+# %%
+one_sided_runs = [run_controller(s, tiers(s), latency, settings, "PI", TARGET, window=WINDOW,
+                                 params=ONE_SIDED, seed=seed, signal_smoothing=SIGNAL_SMOOTHING,
+                                 objective_scale=SCALE) for seed, s in streams.items()]
+one_sided = pd.DataFrame([scores(r, TARGET, objective_scale=SCALE, tracking_weight=LAM_MAX,
+                                 **JUDGING) for r in one_sided_runs]).mean()
+one_sided_ends = [settle_after_shifts(r, TARGET, **JUDGING) for r in one_sided_runs]
+SIDED = ["violation_area", "raw_violation_area", "hit_rate", "error_rate", "mean_latency_ms"]
+pd.DataFrame({"I": table.loc["I", SIDED], "PI (cost)": table.loc["PI", SIDED],
+              "PI (lagrangian_cost)": one_sided[SIDED]})
 
 # %% [markdown]
 # ## What the mix changes: the same gains, one setting per window
@@ -347,6 +408,12 @@ BARS["raw_within_1pt_after_each_shift"], BARS["raw_within_1pt_on_seed_mean"] = \
 REACHES_92 = bool(static.hit_rate.max() >= 0.92)
 seed_mean_ends = {c: {k: float(np.mean([e[k] for e in settled[c]]))
                       for k in ("before_shift", "at_end")} for c in PARAMS}
+one_sided_ratio = {area: float(one_sided[area] / max(mean["I"][area], 1e-12))
+                   for area in ("violation_area", "raw_violation_area")}
+one_sided_mean_ends = {k: float(np.mean([e[k] for e in one_sided_ends]))
+                       for k in ("before_shift", "at_end")}
+SATURATED = {c: float(series[series.controller == c].lam.isin([0.0, LAM_MAX]).mean())
+             for c in ("PI", "PID")}
 verdict = {k: "holds" if v else "does not hold" for k, v in BARS.items()}
 display(Markdown(f"""
 **Quality bars** (means over seeds {SEEDS}):
@@ -369,6 +436,24 @@ display(Markdown(f"""
   {TARGET_MARGIN:.1%} inside the reachable range on every seed and phase, so this is not
   infeasibility. For scale: a held setting's judged signal still spreads by
   {static.judged_sd.mean():.1%} (raw windows: {static.window_hit_rate_sd.mean():.1%}).
+
+**The noise floor.** A held setting's windows carry {WINDOW_NOISE:.1%} of window-to-window
+noise; the last window alone moves the judged end by {LAST_SD:.2%} (sd) under any controller
+({OPEN_SD:.2%} with no feedback), so even a controller aiming exactly at the target would have
+all {ENDS_JUDGED} judged ends within the band with a chance of at most about
+{WITHIN_BOUND ** ENDS_JUDGED:.0%}: "on every seed" is mostly a bar on the noise. A controller
+exactly on target would leave a raw violation area of about {RAW_AREA_ON_TARGET:.2f}, against half
+I's raw area, {0.5 * mean['I']['raw_violation_area']:.2f}: the raw form of the first bar needs a
+margin above the target, not better tracking.
+λ sits at 0 or its clamp in {SATURATED['PI']:.0%} (PI) and {SATURATED['PID']:.0%} (PID) of
+windows, so anti-windup rarely acts in these runs.
+
+**Criterion sensitivity.** PI with the one-sided criterion's gains (kp {ONE_SIDED['kp']:g},
+ki {ONE_SIDED['ki']:g}): violation area {one_sided['violation_area']:.2f}
+({one_sided_ratio['violation_area']:.2f} of I's; raw {one_sided_ratio['raw_violation_area']:.2f}),
+hit rate {one_sided['hit_rate']:.3f}, {one_sided['mean_latency_ms']:.0f} ms, judged ends
+{one_sided_mean_ends['before_shift']:.3f} before and {one_sided_mean_ends['at_end']:.3f} after the
+shift on the seed mean: it buys the area with a margin above the target.
 
 λ's window-to-window chatter (std of its step): { {c: round(mean[c]['lambda_step_sd'], 3) for c in PARAMS} }.
 
@@ -405,6 +490,15 @@ metrics = {
                       for c in ADAPTIVE},
     "settled": settled, "settled_raw": settled_raw, "settled_seed_mean": seed_mean_ends,
     "gains_on_grid_edge": ON_EDGE, "kd_cost_cut": KD_GAIN, "objective_scale": SCALE,
+    "tune_seeds": TUNE_SEEDS,
+    "noise_floor": {"window_noise": WINDOW_NOISE, "judged_end_sd_last_window": LAST_SD,
+                    "judged_end_sd_open_loop": OPEN_SD, "ends_judged": ENDS_JUDGED,
+                    "all_ends_within_1pt_chance_bound": WITHIN_BOUND ** ENDS_JUDGED,
+                    "raw_area_on_target": RAW_AREA_ON_TARGET},
+    "lambda_saturated_share": SATURATED,
+    "one_sided_criterion": {"gains": ONE_SIDED, "area_ratio_vs_I": one_sided_ratio,
+                            "settled_seed_mean": one_sided_mean_ends,
+                            **{k: float(one_sided[k]) for k in SIDED}},
     "lam_max": LAM_MAX, "target_margin": TARGET_MARGIN,
     "judged_sd_held": float(static.judged_sd.mean()),
     "window_hit_rate_sd_held": float(static.window_hit_rate_sd.mean()),

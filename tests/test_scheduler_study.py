@@ -8,8 +8,9 @@ import pytest
 
 from mmcache.cachebench import LatencyModel, TierSpec, at_load
 from mmcache.errors import ConfigError
-from mmcache.scheduler_study import (exchange_rate, hindsight_fixed, judged, offset_settings,
-                                     run_controller, scores, settle_after_shifts, shift_load)
+from mmcache.scheduler_study import (exchange_rate, grid, hindsight_fixed, judged,
+                                     offset_settings, run_controller, scores,
+                                     settle_after_shifts, shift_load, window_noise)
 from mmcache.workload import generate
 
 
@@ -44,6 +45,9 @@ def test_scores_and_settling_of_a_replayed_run(stream):
     assert out["cost"] == pytest.approx(out["error_rate"] / 0.2 + out["tracking_error"])
     weighted = scores(run, 0.5, smoothing=0.5, warmup=2, objective_scale=0.2, tracking_weight=3)
     assert weighted["cost"] == pytest.approx(out["cost"] + 2 * out["tracking_error"])
+    shortfall = np.maximum(0, 0.5 - signal).mean()  # one-sided: windows above cost nothing
+    assert out["lagrangian_cost"] == pytest.approx(out["error_rate"] / 0.2 + shortfall)
+    assert out["lagrangian_cost"] <= out["cost"]
     assert out["lambda_step_sd"] == pytest.approx(run.lam[2:].diff().std())
     ends = settle_after_shifts(run, 0.5, smoothing=0.5, warmup=2)
     assert ends["at_end"] == pytest.approx(signal.iloc[-1])
@@ -97,3 +101,28 @@ def test_runs_mix_neighbouring_settings_unless_told_not_to(stream):
     assert ((mixed.mix_weight > 0) & (mixed.mix_weight < 1)).any()
     assert (mixed.mix_weight.between(0, 1)).all()
     assert (argmin.mix_weight == 0).all() and (argmin.setting == argmin.mixed_with).all()
+
+
+def test_window_noise_is_the_step_spread_of_each_phases_second_half():
+    windows = pd.DataFrame({"hit_rate": [0.0, 0.2, 0.4, 0.3, 0.1, 0.5, 0.6, 0.4, 0.5]})
+    # before: windows 1-4, second half 3-4 (step -0.2); after: 5-8, second half 7-8 (+0.1)
+    steps = pd.Series([-0.2, 0.1])
+    assert window_noise(windows, warmup=1, restart=5) == pytest.approx(steps.std() / np.sqrt(2))
+    trend = pd.DataFrame({"hit_rate": np.linspace(0.1, 0.5, 20)})
+    assert window_noise(trend, warmup=2, restart=10) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_grid_averages_the_scores_over_the_tuning_cases(stream):
+    tiers = [TierSpec("L1", int(stream.size.sum() // 3), match="semantic", threshold=0.9)]
+    other = generate(n_queries=400, n_intents=40, n_variants=4, dim=32, seed=3)
+    settings = offset_settings([0.0, 0.1])
+    common = dict(window=40, objective_scale=0.2, smoothing=0.5, warmup=2)
+    table = grid({2: (stream, tiers), 3: (other, tiers)}, LatencyModel(), settings, "PI", 0.5,
+                 {"ki": [0.1, 0.3]}, fixed={"kp": 1.0}, **common)
+    assert table.ki.tolist() == [0.1, 0.3]
+    each = [scores(run_controller(s, tiers, LatencyModel(), settings, "PI", 0.5, window=40,
+                                  params={"kp": 1.0, "ki": 0.3}, seed=seed,
+                                  signal_smoothing=0.5, objective_scale=0.2),
+                   0.5, smoothing=0.5, warmup=2, objective_scale=0.2)["cost"]
+            for seed, s in ((2, stream), (3, other))]
+    assert table.cost.iloc[1] == pytest.approx(np.mean(each))

@@ -69,3 +69,16 @@ def test_the_runs_mix_settings_and_the_argmin_alone_is_recorded_beside_them(metr
     for name, unmixed in metrics["argmin_only"].items():
         assert unmixed["violation_area"] >= 0 and 0 <= unmixed["hit_rate"] <= 1
         assert unmixed.keys() <= metrics["controllers"][name].keys()
+
+
+def test_the_noise_floor_and_the_one_sided_criterion_are_recorded(metrics):
+    floor = metrics["noise_floor"]
+    assert 0 < floor["judged_end_sd_last_window"] < floor["judged_end_sd_open_loop"]
+    assert floor["ends_judged"] == 2 * len(metrics["seeds"]) * 3  # both ends, I, PI, PID
+    assert 0 <= floor["all_ends_within_1pt_chance_bound"] <= 1
+    assert floor["raw_area_on_target"] > 0
+    one_sided, area_i = metrics["one_sided_criterion"], metrics["controllers"]["I"]
+    assert {"kp", "ki"} <= set(one_sided["gains"]) and one_sided["violation_area"] >= 0
+    assert one_sided["area_ratio_vs_I"]["violation_area"] == pytest.approx(
+        one_sided["violation_area"] / max(area_i["violation_area"], 1e-12))
+    assert all(0 <= share <= 1 for share in metrics["lambda_saturated_share"].values())
