@@ -1018,24 +1018,26 @@ def miss_ratio_curves(trace: Any, policies: Sequence[str], sizes: Sequence[int])
     return pd.DataFrame(rows)
 
 
-def lower_bound_curve(trace: Any, sizes: Sequence[int], policies: Sequence[str]):
-    """:func:`mmcache.replay.opt_bounds` of ``trace`` at every size, with Belady's misses.
+def lower_bound_curve(trace: Any, curves: Any):
+    """:func:`mmcache.replay.opt_bounds` of ``trace`` at every size of ``curves`` (its
+    :func:`miss_ratio_curves`), with Belady's misses.
 
     Returns a pandas DataFrame with columns ``cache_size, lower, upper, lower_method,
     upper_by, belady, miss_ratio`` (``miss_ratio``: the lower bound's); ``upper`` is at
-    most every policy in ``policies``.
+    most every policy of ``curves``, whose misses are taken from it, not replayed again.
     """
     import pandas as pd
 
     from .replay import opt_bounds, simulate
 
     rows = []
-    for size in sizes:
-        bounds = opt_bounds(trace, int(size), policies=policies)
+    for size, at_size in curves.groupby("cache_size", sort=True):
+        known = dict(zip(at_size.policy, at_size.miss_cnt))
+        bounds = opt_bounds(trace, int(size), policies=list(known), known=known)
+        belady = known["belady"] if "belady" in known else simulate(trace, "belady", int(size)).miss_cnt
         rows.append({"cache_size": int(size), "lower": bounds.lower, "upper": bounds.upper,
                      "lower_method": bounds.lower_method, "upper_by": bounds.upper_by,
-                     "belady": simulate(trace, "belady", int(size)).miss_cnt,
-                     "miss_ratio": bounds.lower / trace.n_req})
+                     "belady": int(belady), "miss_ratio": bounds.lower / trace.n_req})
     return pd.DataFrame(rows)
 
 

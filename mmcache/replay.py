@@ -135,7 +135,7 @@ class OptBounds:
 
 
 def opt_bounds(trace: Trace, cache_size: int, *, policies: Iterable[str] | None = None,
-               method: str = "auto") -> OptBounds:
+               method: str = "auto", known: Mapping[str, int] | None = None) -> OptBounds:
     """Bounds on the fewest misses any policy can have on ``trace`` at ``cache_size`` bytes,
     counted as :func:`simulate` counts them.
 
@@ -143,13 +143,15 @@ def opt_bounds(trace: Trace, cache_size: int, *, policies: Iterable[str] | None 
     (PFOO-L); ``method`` picks it (see :func:`mmcache.bounds.lower_bound`). ``upper``
     is the fewest misses among the FOO-U schedule (when the LP was solved) and
     ``policies`` simulated with their defaults (every registered one unless given), so
-    it is at most each of them. Raises :class:`TraceFormatError` for an empty or
+    it is at most each of them; ``known`` gives misses already counted (by :func:`simulate`,
+    at this size) for some of them, which are then not replayed. Raises :class:`TraceFormatError` for an empty or
     non-trace, :class:`ConfigError` for a bad size or method and
     :class:`UnknownPolicyError` for an unknown policy.
     """
     _check_trace(trace, "opt_bounds()")
     cache_size = _cache_size(cache_size)
     names = [_policy_name(p) for p in (POLICIES if policies is None else policies)]
+    known = {_policy_name(name): int(misses) for name, misses in (known or {}).items()}
     low = lower_bound(trace, cache_size, method)
     upper, upper_by = trace.n_req, "no cache"
     if low.schedule_misses is not None and low.schedule_misses < upper:
@@ -157,7 +159,7 @@ def opt_bounds(trace: Trace, cache_size: int, *, policies: Iterable[str] | None 
     for name in sorted(names, key=lambda n: (n not in KERNELS, n)):  # compiled kernels first
         if upper == low.misses:  # optimal: no policy can miss less
             break
-        misses = simulate(trace, name, cache_size).miss_cnt
+        misses = known[name] if name in known else simulate(trace, name, cache_size).miss_cnt
         if misses < upper:
             upper, upper_by = misses, name
     return OptBounds(low.misses, upper, low.method, upper_by)

@@ -221,12 +221,12 @@ curves, bounds = [], []
 for name, (trace, sizes) in traces.items():
     df = miss_ratio_curves(trace, POLICY_NAMES, sizes)
     curves.append(df.assign(trace=name, size_frac=df.cache_size / wss(trace)))
-    bounds.append(lower_bound_curve(trace, sizes, POLICY_NAMES).assign(trace=name))
+    bounds.append(lower_bound_curve(trace, df).assign(trace=name))
 oracle = miss_ratio_curves(mm_oracle, ["lru", "belady"], traces["multimodal"][1])
+oracle_bound = lower_bound_curve(mm_oracle, oracle)
 oracle = oracle.assign(trace="multimodal", size_frac=oracle.cache_size / wss(mm_exact),
                        policy=oracle.policy.map({"lru": "oracle-semantic lru",
                                                  "belady": "oracle-semantic belady"}))
-oracle_bound = lower_bound_curve(mm_oracle, traces["multimodal"][1], ["lru", "belady"])
 bounds = pd.concat(bounds + [oracle_bound.assign(trace="multimodal oracle-semantic")],
                    ignore_index=True)
 bound_rows = bounds.assign(

@@ -144,3 +144,23 @@ def test_bad_method_or_policy_is_refused():
         opt_bounds(trace, 10, method="exact")
     with pytest.raises(UnknownPolicyError):
         opt_bounds(trace, 10, policies=["no-such-policy"])
+
+
+def test_known_misses_are_reused_not_replayed(monkeypatch) -> None:
+    """lower_bound_curve takes every policy's misses from the curves already replayed."""
+    import mmcache.replay
+    from mmcache.cachebench import lower_bound_curve, miss_ratio_curves
+    from mmcache.workload import zipf_trace
+
+    trace = zipf_trace(5_000, 500, alpha=1.0, seed=3, obj_size=None)
+    sizes = [50_000, 200_000]
+    curves = miss_ratio_curves(trace, ["lru", "fifo", "belady"], sizes)
+    replayed = [tuple(opt_bounds(trace, s, policies=["lru", "fifo", "belady"])) for s in sizes]
+
+    def no_replay(*args, **kwargs):
+        raise AssertionError("a policy was replayed again")
+
+    monkeypatch.setattr(mmcache.replay, "simulate", no_replay)
+    table = lower_bound_curve(trace, curves)
+    assert [tuple(r) for r in table[["lower", "upper"]].itertuples(index=False)] == replayed
+    assert list(table.belady) == list(curves[curves.policy == "belady"].miss_cnt)
