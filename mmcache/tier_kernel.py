@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 from numba import njit
 
-from .neighbours import NeighbourTable
+from .neighbours import NeighbourTable, best_resident
 from .policies.kernels._lists import push_head, unlink
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ def _drop(t, k, st, sizes, key_set):
         m = key_set[k]
         free[t, m, top[t, m]] = slot[t, k]
         top[t, m] += 1
+        slot[t, k] = -1
 
 
 @njit(cache=True)
@@ -73,30 +74,22 @@ def _admit(t, k, produced, st, sizes, key_set, capacity, promote):
 
 
 @njit(cache=True)
-def _match(t, k, st, floor, vid_of_key, members_ptr, members, nb_ptr, nb_vid, nb_cos):
-    """The resident key request key ``k`` matches in tier ``t`` (-1: none)."""
+def _match(t, k, st, floors, vid_of_key, members_ptr, members, nb_ptr, nb_vid, nb_cos):
+    """The resident key request key ``k`` matches in tier ``t`` (-1: none): the serve path's
+    :func:`mmcache.neighbours.best_resident` over the tier's slots (-1: not resident)."""
     res, prod, prev, nxt, heads, used, slot, free, top, caps, semantic = st
     if res[t, k]:
         return k
     if not semantic[t]:
         return -1
-    best, best_margin, best_slot = -1, np.float32(-np.inf), 0
-    f = floor[t]
-    v = vid_of_key[k]
-    for p in range(nb_ptr[v], nb_ptr[v + 1]):
-        r = nb_vid[p]
-        margin = min(nb_cos[p, 0] - f, nb_cos[p, 1] - f, nb_cos[p, 2] - f)
-        for q in range(members_ptr[r], members_ptr[r + 1]):
-            c = members[q]
-            if res[t, c] and (margin > best_margin or (margin == best_margin
-                                                       and slot[t, c] < best_slot)):
-                best, best_margin, best_slot = c, margin, slot[t, c]
-    return best if best_margin >= np.float32(0.0) else -1
+    best, margin = best_resident(vid_of_key[k], floors[t], slot[t], nb_ptr, nb_vid, nb_cos,
+                                 members_ptr, members)
+    return best if margin >= np.float32(0.0) else -1
 
 
 @njit(cache=True)
 def _replay(key_of_request, now, ttl, sizes, key_set, capacity, promote,
-            floor, st, vid_of_key, members_ptr, members, nb_ptr, nb_vid, nb_cos,
+            floors, st, vid_of_key, members_ptr, members, nb_ptr, nb_vid, nb_cos,
             hit_tier, hit_key):
     prod = st[1]
     n_tiers = capacity.shape[0]
@@ -105,11 +98,11 @@ def _replay(key_of_request, now, ttl, sizes, key_set, capacity, promote,
         fresh_after = now[i] - ttl
         found, ft = -1, -1
         for t in range(n_tiers):
-            found = _match(t, k, st, floor, vid_of_key, members_ptr, members, nb_ptr, nb_vid,
+            found = _match(t, k, st, floors, vid_of_key, members_ptr, members, nb_ptr, nb_vid,
                            nb_cos)
             while found >= 0 and prod[t, found] < fresh_after:
                 _drop(t, found, st, sizes, key_set)
-                found = _match(t, k, st, floor, vid_of_key, members_ptr, members, nb_ptr,
+                found = _match(t, k, st, floors, vid_of_key, members_ptr, members, nb_ptr,
                                nb_vid, nb_cos)
             if found >= 0:
                 ft = t
@@ -144,15 +137,19 @@ def replay_tiers(table: NeighbourTable, workload, specs: Sequence["TierSpec"],
     st = (np.zeros((n_tiers, n_keys), np.bool_), np.zeros((n_tiers, n_keys)),
           np.full((n_tiers, n_keys), -1, np.int32), np.full((n_tiers, n_keys), -1, np.int32),
           np.full((n_tiers, 2), -1, np.int64), np.zeros(n_tiers, np.int64),
-          np.zeros((n_tiers, n_keys), np.int32), free,
+          np.full((n_tiers, n_keys), -1, np.int32), free,
           np.full((n_tiers, n_sets), FIRST_SLOTS, np.int64),
           np.full((n_tiers, n_sets), FIRST_SLOTS, np.int64), semantic)
+    # one floor per modality (every modality's threshold is the tier's, as serve's with no
+    # offsets), the floors best_resident takes
+    floors = np.repeat(np.array([[s.threshold] for s in specs], np.float32),
+                       table.nb_cos.shape[1], axis=1)
     hit_tier = np.full(len(workload), -1, np.int16)
     hit_key = np.full(len(workload), -1, np.int64)
     _replay(table.key_of_request, workload.time.astype(np.float64),
-            np.inf if ttl_s is None else float(ttl_s), sizes, key_set, np.array([s.capacity_bytes for s in specs], np.int64),
-            np.array([s.policy == "lru" for s in specs]),
-            np.array([s.threshold for s in specs], np.float32), st, table.vid_of_key,
+            np.inf if ttl_s is None else float(ttl_s), sizes, key_set,
+            np.array([s.capacity_bytes for s in specs], np.int64),
+            np.array([s.policy == "lru" for s in specs]), floors, st, table.vid_of_key,
             table.members_ptr, table.members, table.nb_ptr, table.nb_vid, table.nb_cos,
             hit_tier, hit_key)
     hit = hit_tier >= 0
