@@ -558,8 +558,7 @@ class Replayer:
                                                          f"TierSpec {t.name}.lookup_us"))
             for t in self.specs])
         self._hint = [max(self.latency.mean_inference_ms(m) for m in ms) for ms in MODALITY_SETS]
-        semantic = [t.threshold for t in self.specs if t.match == "semantic"]
-        self.cutoff = cutoff if cutoff is not None or not semantic else min(semantic)
+        self.cutoff = cutoff if cutoff is not None else loosest_floor(self.specs, ())
         self.exact_search = exact_search
         self._table: NeighbourTable | None = None
         self._rows: _TableRows | None = None
@@ -628,11 +627,11 @@ class Replayer:
             raise ConfigError(f"serve_all replays only {KERNEL_POLICIES} tiers")
         if any(t.entries for t in self.state) or self.lat_ms.any():
             raise ConfigError("serve_all needs a replayer that has served nothing")
-        semantic = [t.threshold for t in self.specs if t.match == "semantic"]
+        lowest = loosest_floor(self.specs, ())
         table = self.table if table is None else table
-        if semantic and (table.cutoff is None or table.cutoff > min(semantic)):
+        if lowest is not None and (table.cutoff is None or table.cutoff > lowest):
             raise ConfigError(f"the neighbour table's cutoff {table.cutoff} is above a tier's "
-                              f"threshold {min(semantic)}")
+                              f"threshold {lowest}")
         self.hit_tier, self.hit_key, self.false_hit, hit_bytes = replay_tiers(
             table, self.workload, self.specs, self.ttl_s)
         self._latencies(hit_bytes)
@@ -1034,7 +1033,8 @@ def lower_bound_curve(trace: Any, curves: Any):
     for size, at_size in curves.groupby("cache_size", sort=True):
         known = dict(zip(at_size.policy, at_size.miss_cnt))
         bounds = opt_bounds(trace, int(size), policies=list(known), known=known)
-        belady = known["belady"] if "belady" in known else simulate(trace, "belady", int(size)).miss_cnt
+        belady = known["belady"] if "belady" in known else \
+            simulate(trace, "belady", int(size)).miss_cnt
         rows.append({"cache_size": int(size), "lower": bounds.lower, "upper": bounds.upper,
                      "lower_method": bounds.lower_method, "upper_by": bounds.upper_by,
                      "belady": int(belady), "miss_ratio": bounds.lower / trace.n_req})

@@ -144,9 +144,9 @@ def opt_bounds(trace: Trace, cache_size: int, *, policies: Iterable[str] | None 
     is the fewest misses among the FOO-U schedule (when the LP was solved) and
     ``policies`` simulated with their defaults (every registered one unless given), so
     it is at most each of them; ``known`` gives misses already counted (by :func:`simulate`,
-    at this size) for some of them, which are then not replayed. Raises :class:`TraceFormatError` for an empty or
-    non-trace, :class:`ConfigError` for a bad size or method and
-    :class:`UnknownPolicyError` for an unknown policy.
+    at this size) for some of them, which are then not replayed. Raises
+    :class:`TraceFormatError` for an empty or non-trace, :class:`ConfigError` for a bad size
+    or method and :class:`UnknownPolicyError` for an unknown policy.
     """
     _check_trace(trace, "opt_bounds()")
     cache_size = _cache_size(cache_size)

@@ -137,7 +137,9 @@ def wordnet_pos(word: str, max_senses: int | None = None) -> str | None:
     return poses.pop()
 
 
+@lru_cache(maxsize=1)
 def _nlpaug_wordnet():
+    """The :class:`DebianWordNet` model class (defined once, on first use)."""
     import nlpaug.model.word_dict as nmw
 
     class DebianWordNet(nmw.WordNet):

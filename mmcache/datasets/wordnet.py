@@ -4,7 +4,8 @@ nltk's reader refuses this layout as it is (it wants a ``lexnames`` file Debian
 does not ship, and nltk 3.10 sandboxes corpus paths), and the index/data format is a
 documented plain-text one (``man 5 wndb``), so the lookups the built-in verifier
 (:mod:`mmcache.edit_verifier`) uses read it directly; the pairs' nlpaug augmenters
-get nltk's own reader over a copy of these files (:mod:`mmcache.datasets.augment`). Licence: the WordNet 3.0 licence (Princeton; free use, see
+get nltk's own reader over a copy of these files (:mod:`mmcache.datasets.augment`).
+Licence: the WordNet 3.0 licence (Princeton; free use, see
 ``/usr/share/doc/wordnet-base/copyright``).
 """
 

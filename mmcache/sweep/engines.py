@@ -62,7 +62,7 @@ def point_threads(resources: Resources) -> int:
 
 
 def run_local(tasks: list[Task], resources: Resources,
-              needs: Mapping[int, str] = {}) -> Iterator[tuple[int, PointOutcome]]:
+              needs: Mapping[int, str]) -> Iterator[tuple[int, PointOutcome]]:
     """A process pool with one worker per ``resources.cpus`` cores (at least one).
 
     Tasks start in the given order as workers come free, passing over those whose
@@ -92,8 +92,7 @@ def run_local(tasks: list[Task], resources: Resources,
                     continue
                 elif need is not None and prerequisites[need].exception() is not None:
                     del queue[index]
-                    yield index, PointOutcome.failure(RuntimeError(
-                        f"prerequisite {need} failed: {prerequisites[need].exception()!r}"))
+                    yield index, _prerequisite_failed(need, prerequisites[need].exception())
                 elif free > 0:
                     running[pool.submit(run_point, *queue.pop(index), threads)] = index
                     free -= 1
@@ -112,7 +111,7 @@ def run_local(tasks: list[Task], resources: Resources,
 
 
 def run_ray(tasks: list[Task], resources: Resources, address: str | None,
-            needs: Mapping[int, str] = {}) -> Iterator[tuple[int, PointOutcome]]:
+            needs: Mapping[int, str]) -> Iterator[tuple[int, PointOutcome]]:
     """Ray tasks with the spec's resources on the cluster at ``address``, else on a local head.
 
     An already initialised Ray connection (``ray.init`` in a notebook) is used as is.
@@ -144,8 +143,7 @@ def run_ray(tasks: list[Task], resources: Resources, address: str | None,
                 failed[name] = err
         for index, _ in tasks:
             if needs.get(index) in failed:
-                yield index, PointOutcome.failure(RuntimeError(
-                    f"prerequisite {needs[index]} failed: {failed[needs[index]]!r}"))
+                yield index, _prerequisite_failed(needs[index], failed[needs[index]])
         pending = {remote.remote(*task, threads): index for index, task in tasks
                    if needs.get(index) not in failed}
         try:
@@ -237,6 +235,11 @@ def _worker_context() -> multiprocessing.context.BaseContext:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["mmcache.sweep.point", "mmcache.runbook"])
     return context
+
+
+def _prerequisite_failed(name: str, err: BaseException) -> PointOutcome:
+    """The outcome of a point whose prerequisite ``name`` raised ``err`` (the point never ran)."""
+    return PointOutcome.failure(RuntimeError(f"prerequisite {name} failed: {err!r}"))
 
 
 def _local_outcome(future: Future) -> PointOutcome:

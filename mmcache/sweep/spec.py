@@ -22,8 +22,8 @@ once (in a worker) before the first point that needs it, while other points run:
     notebooks:
       - ../03_cold_start_collapse.py
       - {path: ../01_clip_whisper_alignment.py, needs: mmcache.encoders.clip_train:ensure_trained}
- Each point is content-addressed: its id hashes
-its notebook's source (or the source of the function's module) with the point's
+
+Each point is content-addressed: its id hashes its notebook's source (or the source of the function's module) with the point's
 parameters, so a changed notebook or function re-runs and an unchanged one is skipped.
 """
 
@@ -166,13 +166,7 @@ def _targets(raw: Mapping[str, Any],
         return "notebook", targets
     if "function" in raw:
         target = raw["function"]
-        if not isinstance(target, str) or not re.fullmatch(r"[\w.]+:\w+", target):
-            raise ConfigError(f"field `function` must be 'module:function', got {target!r}")
-        try:
-            func = resolve_function(target)
-        except ImportError as err:
-            raise ConfigError(f"field `function`: cannot import {target!r}: {err}") from err
-        source = inspect.getsource(inspect.getmodule(func))
+        source = inspect.getsource(inspect.getmodule(_function(target, "function")))
         return "function", [(target, _sha256(source.encode()), None)]
     return "notebook", [(*_notebook(raw["notebook"], base_dir, "notebook"), None)]
 
@@ -188,13 +182,18 @@ def _notebook_entry(entry: Any, base_dir: Path, where: str) -> tuple[str, str, s
                           f"{list(NOTEBOOK_ENTRY_FIELDS)} with `path`, got {dict(entry)!r}")
     needs = entry.get("needs")
     if needs is not None:
-        if not isinstance(needs, str) or not re.fullmatch(r"[\w.]+:\w+", needs):
-            raise ConfigError(f"field `{where}.needs` must be 'module:function', got {needs!r}")
-        try:
-            resolve_function(needs)
-        except ImportError as err:
-            raise ConfigError(f"field `{where}.needs`: cannot import {needs!r}: {err}") from err
+        _function(needs, f"{where}.needs")
     return (*_notebook(entry["path"], base_dir, f"{where}.path"), needs)
+
+
+def _function(target: Any, where: str) -> Callable[..., Any]:
+    """The callable a ``module:function`` field ``where`` names (ConfigError naming the field)."""
+    if not isinstance(target, str) or not re.fullmatch(r"[\w.]+:\w+", target):
+        raise ConfigError(f"field `{where}` must be 'module:function', got {target!r}")
+    try:
+        return resolve_function(target)
+    except ImportError as err:
+        raise ConfigError(f"field `{where}`: cannot import {target!r}: {err}") from err
 
 
 def _notebook(notebook: Any, base_dir: Path, where: str) -> tuple[str, str]:
