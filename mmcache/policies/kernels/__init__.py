@@ -30,10 +30,17 @@ KERNELS: dict[str, tuple[str, dict[str, Any]]] = {
     "lirs": ("lirs", {}),
     "belady": ("belady", {}),
     "belady-bypass": ("belady", {"bypass": True}),
+    "lru-k": ("lruk", {}),
+    "hotness-freshness": ("hotness_freshness", {}),
+    "value-per-byte": ("value_per_byte", {}),
+    "entropy-retention": ("entropy_retention", {}),
 }
 
-#: The per-request hints a kernel takes (the others' policies ignore every hint).
-KERNEL_HINTS: dict[str, tuple[str, ...]] = {"gdsf": ("cost",)}
+#: The per-request hints a kernel takes (the others' policies ignore every hint); ``now`` is
+#: the trace's time column.
+KERNEL_HINTS: dict[str, tuple[str, ...]] = {
+    "gdsf": ("cost",), "value-per-byte": ("cost",), "entropy-retention": ("entropy",),
+    "hotness-freshness": ("now",)}
 
 
 def run_kernel(name: str, trace: "Trace", cache_size: int, params: dict[str, Any],
@@ -45,7 +52,8 @@ def run_kernel(name: str, trace: "Trace", cache_size: int, params: dict[str, Any
         return None
     module, fixed = KERNELS[name]
     ids, n_obj = trace.dense_ids()
-    taken = {h: hints[h] for h in KERNEL_HINTS.get(name, ()) if hints and h in hints}
+    columns = {"now": trace.time, **(hints or {})}
+    taken = {h: columns[h] for h in KERNEL_HINTS.get(name, ()) if h in columns}
     replay = import_module(f"{__name__}.{module}").replay
     counts = replay(ids, trace.obj_size, trace.next_access, n_obj, cache_size, **fixed, **params,
                     **taken)

@@ -6,45 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-
-@njit(cache=True, inline="always")
-def _less(pri, stamp, a, b):
-    return pri[a] < pri[b] or (pri[a] == pri[b] and stamp[a] < stamp[b])
-
-
-@njit(cache=True)
-def _push(pri, stamp, obj, n, p, st, x):
-    j = n
-    pri[j], stamp[j], obj[j] = p, st, x
-    while j > 0:
-        parent = (j - 1) >> 1
-        if not _less(pri, stamp, j, parent):
-            break
-        pri[j], pri[parent] = pri[parent], pri[j]
-        stamp[j], stamp[parent] = stamp[parent], stamp[j]
-        obj[j], obj[parent] = obj[parent], obj[j]
-        j = parent
-    return n + 1
-
-
-@njit(cache=True)
-def _pop(pri, stamp, obj, n):
-    n -= 1
-    pri[0], stamp[0], obj[0] = pri[n], stamp[n], obj[n]
-    j = 0
-    while True:
-        child = 2 * j + 1
-        if child >= n:
-            break
-        if child + 1 < n and _less(pri, stamp, child + 1, child):
-            child += 1
-        if not _less(pri, stamp, child, j):
-            break
-        pri[j], pri[child] = pri[child], pri[j]
-        stamp[j], stamp[child] = stamp[child], stamp[j]
-        obj[j], obj[child] = obj[child], obj[j]
-        j = child
-    return n
+from ._heap import drop_stale, new_heap, pop, push
 
 
 @njit(cache=True)
@@ -61,8 +23,8 @@ def _replay(ids, sizes, cost, cache_size, freq, obj_size, live, pri, stamp, obj)
         if live[x] >= 0:
             freq[x] += 1
             live[x] = clock
-            n = _push(pri, stamp, obj, n, aging + freq[x] * cost[i] * 1.0e6 / obj_size[x],
-                      clock, x)
+            n = push(pri, stamp, obj, n, aging + freq[x] * cost[i] * 1.0e6 / obj_size[x],
+                     clock, x)
             clock += 1
             continue
         s = sizes[i]
@@ -73,15 +35,14 @@ def _replay(ids, sizes, cost, cache_size, freq, obj_size, live, pri, stamp, obj)
         incoming = aging + cost[i] * 1.0e6 / s
         rejected = False
         while used + s > cache_size:
-            while live[obj[0]] != stamp[0]:
-                n = _pop(pri, stamp, obj, n)
+            n = drop_stale(pri, stamp, obj, n, live)
             if pri[0] > incoming:  # the incoming object ranks lowest: it goes
                 aging = incoming
                 rejected = True
                 break
             v = obj[0]
             aging = pri[0]
-            n = _pop(pri, stamp, obj, n)
+            n = pop(pri, stamp, obj, n)
             live[v] = -1
             used -= obj_size[v]
         if rejected:
@@ -89,7 +50,7 @@ def _replay(ids, sizes, cost, cache_size, freq, obj_size, live, pri, stamp, obj)
         freq[x] = 1
         obj_size[x] = s
         live[x] = clock
-        n = _push(pri, stamp, obj, n, incoming, clock, x)
+        n = push(pri, stamp, obj, n, incoming, clock, x)
         clock += 1
         used += s
     return miss_cnt, miss_byte
@@ -101,5 +62,4 @@ def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: i
     n_req = ids.shape[0]
     cost = np.ones(n_req) if cost is None else np.asarray(cost, np.float64)
     return _replay(ids, sizes, cost, cache_size, np.zeros(n_obj, np.int64),
-                   np.zeros(n_obj, np.int64), np.full(n_obj, -1, np.int64), np.empty(n_req, np.float64),
-                   np.empty(n_req, np.int64), np.empty(n_req, np.int32))
+                   np.zeros(n_obj, np.int64), np.full(n_obj, -1, np.int64), *new_heap(n_req))
