@@ -17,9 +17,10 @@ FIFO, CLOCK, LFU, SIEVE, Belady, ARC, LIRS, S3-FIFO, GDSF and LFUDA.
 Belady is then a heuristic, not the optimum) between a lower bound from
 :mod:`mmcache.bounds` and the best feasible schedule it finds.
 
-Policies with a compiled kernel (numba, over dense object ids; see
-:mod:`mmcache.policies.kernels`) replay at millions of requests per second; the
-others replay through their online object, one Python call per request.
+Every registered policy has a compiled kernel (numba, over dense object ids; see
+:mod:`mmcache.policies.kernels`) that replays at millions of requests per second and
+counts exactly like its online object; a policy without one (or ``use_kernel=False``)
+replays through the online object, one Python call per request.
 """
 
 from __future__ import annotations
