@@ -170,14 +170,14 @@ def _lagrange_search(start, end, size, n_states, cache_size, first_price, steps,
     there / cache_size − 1, −1, 1)).
     """
     price = np.full(n_states, first_price)
-    paid = np.zeros(n_states + 1)
-    held = np.zeros(n_states + 1)
+    paid = np.zeros(n_states + 1)  # paid[t]: the prices of the states before t
+    for t in range(n_states):
+        paid[t + 1] = paid[t] + price[t]
+    held = np.zeros(n_states + 1)  # bytes the worthwhile intervals start (+) or end (-) at t
+    rise, fall = np.exp(step_size), np.exp(-step_size)  # the factors of a clipped move
     best = np.inf
-    for _ in range(steps):
-        for t in range(n_states):
-            paid[t + 1] = paid[t] + price[t]
+    for step in range(steps):
         value = cache_size * paid[n_states]
-        held[:] = 0.0
         for k in range(start.shape[0]):
             gain = 1.0 - size[k] * (paid[end[k]] - paid[start[k]])
             if gain > 0.0:
@@ -185,10 +185,22 @@ def _lagrange_search(start, end, size, n_states, cache_size, first_price, steps,
                 held[start[k]] += size[k]
                 held[end[k]] -= size[k]
         best = min(best, value)
+        if step == steps - 1:
+            break
         occupancy = 0.0
+        factor = rise
+        seen = np.nan  # the occupancy ``factor`` belongs to: runs of equal occupancy share it
         for t in range(n_states):
             occupancy += held[t]
-            price[t] *= np.exp(step_size * min(1.0, max(-1.0, occupancy / cache_size - 1.0)))
+            held[t] = 0.0
+            if occupancy != seen:
+                seen = occupancy
+                overflow = occupancy / cache_size - 1.0
+                factor = rise if overflow >= 1.0 else fall if overflow <= -1.0 \
+                    else np.exp(step_size * overflow)
+            price[t] *= factor
+            paid[t + 1] = paid[t] + price[t]
+        held[n_states] = 0.0
     return best
 
 

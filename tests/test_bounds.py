@@ -10,12 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmcache.bounds import lower_bound
+from mmcache.bounds import lagrange_max_hits, lower_bound, reuse_intervals
 from mmcache.errors import ConfigError, TraceFormatError, UnknownPolicyError
 from mmcache.paths import DATA_DIR
 from mmcache.policies import POLICIES
 from mmcache.policies.kernels import KERNELS
 from mmcache.replay import Trace, make_trace, opt_bounds, read_oracle_general, simulate
+from mmcache.workload import zipf_trace
 
 EXPECTATIONS = json.loads((DATA_DIR / "libcachesim_expectations_cloudPhysicsIO.json").read_text())
 
@@ -91,6 +92,14 @@ def test_pfoo_l_is_looser_than_foo_l_on_a_unit_size_trace():
     pfoo = lower_bound(trace, 50, "pfoo-l").misses
     assert pfoo <= lagrange <= exact
     assert exact - lagrange < 0.02 * exact  # a 2% gap, at most, on this trace
+
+
+def test_lagrange_search_value_is_pinned():
+    """The Lagrangian search's value, to the last bit, as its first implementation found it
+    (Zipf(1.0) log-normal sizes, 20,000 requests, 5% of the working set)."""
+    trace = zipf_trace(20_000, 2_000, alpha=1.0, seed=0, obj_size=None)
+    intervals = reuse_intervals(trace, 618_692)
+    assert lagrange_max_hits(intervals, 618_692) == 14935.151564670572
 
 
 def test_oversized_objects_always_miss():
