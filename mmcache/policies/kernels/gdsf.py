@@ -6,13 +6,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..._jit import array_loop
+
 
 @njit(cache=True, inline="always")
 def _less(pri, stamp, a, b):
     return pri[a] < pri[b] or (pri[a] == pri[b] and stamp[a] < stamp[b])
 
 
-@njit(cache=True)
+@array_loop
 def _push(pri, stamp, obj, n, p, st, x):
     j = n
     pri[j], stamp[j], obj[j] = p, st, x
@@ -27,7 +29,7 @@ def _push(pri, stamp, obj, n, p, st, x):
     return n + 1
 
 
-@njit(cache=True)
+@array_loop
 def _pop(pri, stamp, obj, n):
     n -= 1
     pri[0], stamp[0], obj[0] = pri[n], stamp[n], obj[n]
@@ -47,7 +49,7 @@ def _pop(pri, stamp, obj, n):
     return n
 
 
-@njit(cache=True)
+@array_loop
 def _replay(ids, sizes, cost, cache_size, freq, obj_size, live, pri, stamp, obj):
     # live[x]: stamp of x's valid heap entry, -1 when x is not resident.
     used = 0
