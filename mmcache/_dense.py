@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._jit import array_loop
+
 _EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -44,18 +46,25 @@ def _grow(table, bits):
 
 
 @njit(cache=True, inline="always")
+def _number(table, bits, n, key):
+    """(dense id of ``key``, n): a new key gets id ``n`` (the table must have room for it)
+    and n grows by one."""
+    s = _find(table, bits, key)
+    if table[s, 1] != _EMPTY:
+        return np.int64(table[s, 1]), n
+    table[s, 0] = key
+    table[s, 1] = n
+    return n, n + 1
+
+
+@njit(cache=True, inline="always")
 def intern(table, bits, n, key):
     """(dense id of ``key``, table, bits, n): a new key gets id ``n`` and n grows by one;
     the table may be replaced by a larger one."""
-    key = np.uint64(key)
-    s = _find(table, bits, key)
-    if table[s, 1] != _EMPTY:
-        return np.int64(table[s, 1]), table, bits, n
-    table[s, 0] = key
-    table[s, 1] = n
-    if 2 * (n + 1) > table.shape[0]:
+    d, n = _number(table, bits, n, np.uint64(key))
+    if 2 * n > table.shape[0]:
         table, bits = _grow(table, bits)
-    return n, table, bits, n + 1
+    return d, table, bits, n
 
 
 @njit(cache=True, inline="always")
@@ -65,15 +74,23 @@ def lookup(table, bits, key):
     return np.int64(table[s, 1]) if table[s, 1] != _EMPTY else np.int64(-1)
 
 
-@njit(cache=True)
-def _dense_ids(obj_id, table, bits):
-    out = np.empty(obj_id.shape[0], np.int32)
-    n_obj = 0
-    for i in range(obj_id.shape[0]):
-        out[i], table, bits, n_obj = intern(table, bits, n_obj, obj_id[i])
-    return out, n_obj
+@array_loop
+def _dense_ids(obj_id, out, start, table, bits, n):
+    """Number ``obj_id[start:]`` into ``out`` until the table is half full; (the index
+    reached, n)."""
+    for i in range(start, obj_id.shape[0]):
+        out[i], n = _number(table, bits, n, obj_id[i])
+        if 2 * n > table.shape[0]:
+            return i + 1, n
+    return obj_id.shape[0], n
 
 
 def dense_ids(obj_id: np.ndarray) -> tuple[np.ndarray, int]:
     """(dense ids as int32, number of distinct ids) of ``obj_id`` (uint64)."""
-    return _dense_ids(obj_id, new_table(), 16)
+    out = np.empty(obj_id.shape[0], np.int32)
+    table, bits = new_table(), 16
+    done, n_obj = _dense_ids(obj_id, out, 0, table, bits, 0)
+    while done < obj_id.shape[0]:  # the table is half full: grow it outside the loop
+        table, bits = _grow(table, bits)
+        done, n_obj = _dense_ids(obj_id, out, done, table, bits, n_obj)
+    return out, n_obj
