@@ -2,8 +2,8 @@
 
 An open-addressing hash table of (key, dense id) rows, doubled when half full: O(1) per
 key, as a cache simulator's own id hash table. :func:`dense_ids` renumbers a trace's
-object ids with it; kernels use :func:`intern` and :func:`lookup` directly (LFUDA numbers
-its counts).
+object ids with it; kernels use :func:`number`, :func:`grow` and :func:`lookup` directly
+(LFUDA numbers its counts).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _find(table, bits, key):
 
 
 @njit(cache=True)
-def _grow(table, bits):
+def grow(table, bits):
     """The table rehashed into twice as many rows, and its new ``bits``."""
     bits += 1
     new = np.full((1 << bits, 2), _EMPTY, np.uint64)
@@ -46,25 +46,16 @@ def _grow(table, bits):
 
 
 @njit(cache=True, inline="always")
-def _number(table, bits, n, key):
-    """(dense id of ``key``, n): a new key gets id ``n`` (the table must have room for it)
-    and n grows by one."""
-    s = _find(table, bits, key)
+def number(table, bits, n, key):
+    """(dense id of ``key``, n): a new key gets id ``n`` and n grows by one. The table must
+    have room: a caller stops when it is half full (``2 * n > table.shape[0]``) and goes on
+    with :func:`grow`'s table, outside its compiled loop (growing allocates)."""
+    s = _find(table, bits, np.uint64(key))
     if table[s, 1] != _EMPTY:
         return np.int64(table[s, 1]), n
     table[s, 0] = key
     table[s, 1] = n
     return n, n + 1
-
-
-@njit(cache=True, inline="always")
-def intern(table, bits, n, key):
-    """(dense id of ``key``, table, bits, n): a new key gets id ``n`` and n grows by one;
-    the table may be replaced by a larger one."""
-    d, n = _number(table, bits, n, np.uint64(key))
-    if 2 * n > table.shape[0]:
-        table, bits = _grow(table, bits)
-    return d, table, bits, n
 
 
 @njit(cache=True, inline="always")
@@ -79,7 +70,7 @@ def _dense_ids(obj_id, out, start, table, bits, n):
     """Number ``obj_id[start:]`` into ``out`` until the table is half full; (the index
     reached, n)."""
     for i in range(start, obj_id.shape[0]):
-        out[i], n = _number(table, bits, n, obj_id[i])
+        out[i], n = number(table, bits, n, obj_id[i])
         if 2 * n > table.shape[0]:
             return i + 1, n
     return obj_id.shape[0], n
@@ -91,6 +82,6 @@ def dense_ids(obj_id: np.ndarray) -> tuple[np.ndarray, int]:
     table, bits = new_table(), 16
     done, n_obj = _dense_ids(obj_id, out, 0, table, bits, 0)
     while done < obj_id.shape[0]:  # the table is half full: grow it outside the loop
-        table, bits = _grow(table, bits)
+        table, bits = grow(table, bits)
         done, n_obj = _dense_ids(obj_id, out, done, table, bits, n_obj)
     return out, n_obj
