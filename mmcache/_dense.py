@@ -50,7 +50,8 @@ def number(table, bits, n, key):
     """(dense id of ``key``, n): a new key gets id ``n`` and n grows by one. The table must
     have room: a caller stops when it is half full (``2 * n > table.shape[0]``) and goes on
     with :func:`grow`'s table, outside its compiled loop (growing allocates)."""
-    s = _find(table, bits, np.uint64(key))
+    key = np.uint64(key)
+    s = _find(table, bits, key)
     if table[s, 1] != _EMPTY:
         return np.int64(table[s, 1]), n
     table[s, 0] = key
