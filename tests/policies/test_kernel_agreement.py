@@ -35,3 +35,17 @@ def test_kernel_matches_online_object(name, case):
     fast = simulate(trace, name, cache_size)
     slow = simulate(trace, name, cache_size, use_kernel=False)
     assert (fast.miss_cnt, fast.miss_byte) == (slow.miss_cnt, slow.miss_byte)
+
+
+def test_lfuda_kernel_matches_online_object_across_count_table_growth(monkeypatch):
+    from mmcache.policies.kernels import lfuda
+
+    grow, grown = lfuda.grow, []
+    monkeypatch.setattr(lfuda, "grow", lambda *table: grown.append(1) or grow(*table))
+    rng = np.random.default_rng(3)
+    ids = rng.zipf(1.2, 20_000) % 3000
+    trace = make_trace(ids, rng.integers(1, 9, 3000)[ids])
+    fast = simulate(trace, "lfuda", 2000)
+    slow = simulate(trace, "lfuda", 2000, use_kernel=False)
+    assert grown  # the kernel stopped for its count table at least once and resumed
+    assert (fast.miss_cnt, fast.miss_byte) == (slow.miss_cnt, slow.miss_byte)
