@@ -87,4 +87,5 @@ def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: i
     lists = np.stack([new_list() for _ in range(4)])
     return _replay(ids, sizes, cache_size, int(cache_size * small_size_ratio),
                    int(cache_size * ghost_size_ratio), move_to_main_threshold, prev, nxt, lists,
-                   np.zeros(4, np.int64), np.zeros(n_obj, np.int8), np.zeros(n_obj, np.int64), np.zeros(n_obj, np.int64))
+                   np.zeros(4, np.int64), np.zeros(n_obj, np.int8), np.zeros(n_obj, np.int64),
+                   np.zeros(n_obj, np.int64))
