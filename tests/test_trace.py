@@ -1,4 +1,5 @@
-"""mmcache.trace: make_trace and the oracleGeneral reader and writer (format checks, errors)."""
+"""mmcache.trace: make_trace, dense ids and the oracleGeneral reader and writer (format checks,
+errors)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,16 @@ def test_writer_round_trips_the_shipped_trace(tmp_path):
     source = DATA_DIR / "cloudPhysicsIO.oracleGeneral.bin"
     write_oracle_general(read_oracle_general(source), tmp_path / "copy.bin")
     assert (tmp_path / "copy.bin").read_bytes() == source.read_bytes()
+
+
+def test_dense_ids_number_objects_in_first_request_order_across_table_growth():
+    # ~190,000 distinct ids outgrow the 2**16-row table three times: numbering resumes after each.
+    rng = np.random.default_rng(0)
+    keys = rng.integers(0, 2**64 - 1, 200_000, dtype=np.uint64)
+    obj_id = keys[rng.integers(0, keys.shape[0], 600_000)]
+    ids, n_obj = make_trace(obj_id, 1).dense_ids()
+    uniq, first, inverse = np.unique(obj_id, return_index=True, return_inverse=True)
+    rank = np.empty(uniq.shape[0], np.int64)
+    rank[np.argsort(first)] = np.arange(uniq.shape[0])
+    assert ids.dtype == np.int32 and n_obj == uniq.shape[0]
+    assert np.array_equal(ids, rank[inverse.reshape(-1)])

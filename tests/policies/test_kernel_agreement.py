@@ -65,3 +65,17 @@ def test_value_per_byte_leaves_a_negative_cost_to_the_online_object():
     trace = make_trace([0, 1, 0], 1)
     with pytest.raises(ConfigError):
         simulate(trace, "value-per-byte", 2, hints={"cost": [1.0, -1.0, 1.0]})
+
+
+def test_lfuda_kernel_matches_online_object_across_count_table_growth(monkeypatch):
+    from mmcache.policies.kernels import lfuda
+
+    grow, grown = lfuda.grow, []
+    monkeypatch.setattr(lfuda, "grow", lambda *table: grown.append(1) or grow(*table))
+    rng = np.random.default_rng(3)
+    ids = rng.zipf(1.2, 20_000) % 3000
+    trace = make_trace(ids, rng.integers(1, 9, 3000)[ids])
+    fast = simulate(trace, "lfuda", 2000)
+    slow = simulate(trace, "lfuda", 2000, use_kernel=False)
+    assert grown  # the kernel stopped for its count table at least once and resumed
+    assert (fast.miss_cnt, fast.miss_byte) == (slow.miss_cnt, slow.miss_byte)

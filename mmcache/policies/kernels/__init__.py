@@ -2,7 +2,9 @@
 
 Each kernel replays a whole trace over dense object ids and returns
 ``(miss_cnt, miss_byte)``; it must count exactly like the policy's online object
-driven by :func:`mmcache.replay.simulate` (the property tests check that).
+driven by :func:`mmcache.replay.simulate` (the property tests check that). Kernels are
+compiled with :data:`mmcache._jit.array_loop` (no reference counting), so their Python
+wrapper allocates every array they use.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..._jit import array_loop
+
 
 def new_heap(capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Empty ``pri``, ``stamp`` and ``obj`` arrays for up to ``capacity`` entries."""
@@ -23,7 +25,7 @@ def _less(pri, stamp, a, b):
     return pri[a] < pri[b] or (pri[a] == pri[b] and stamp[a] < stamp[b])
 
 
-@njit(cache=True)
+@array_loop
 def push(pri, stamp, obj, n, p, st, x):
     """Add entry (``p``, ``st``) for object ``x``; returns the new length."""
     j = n
@@ -39,7 +41,7 @@ def push(pri, stamp, obj, n, p, st, x):
     return n + 1
 
 
-@njit(cache=True)
+@array_loop
 def pop(pri, stamp, obj, n):
     """Remove the top (least) entry; returns the new length."""
     n -= 1
@@ -60,7 +62,7 @@ def pop(pri, stamp, obj, n):
     return n
 
 
-@njit(cache=True)
+@array_loop
 def drop_stale(pri, stamp, obj, n, live):
     """Pop stale tops (``live[obj] != stamp``) until the top is live or the heap is empty;
     returns the new length."""

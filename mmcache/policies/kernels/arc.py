@@ -4,18 +4,17 @@ adaptation step is counted in objects of the requested size, see mmcache.policie
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..._jit import array_loop
 from ._lists import new_list, new_links, pop_tail, push_head, unlink
 
 # Where an object is: nowhere, T1, T2, B1 (ghost of T1), B2 (ghost of T2).
 NONE, T1, T2, B1, B2 = 0, 1, 2, 3, 4
 
 
-@njit(cache=True)
-def _replay(ids, sizes, cache_size, prev, nxt, lists, where, obj_size, paper_step):
+@array_loop
+def _replay(ids, sizes, cache_size, prev, nxt, lists, byte, where, obj_size, paper_step):
     # lists[k] is the head/tail pair of list k (1..4); byte[k] its size in bytes.
-    byte = np.zeros(5, np.int64)
     p = 0.0
     miss_cnt = 0
     miss_byte = 0
@@ -93,5 +92,5 @@ def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: i
     """(miss_cnt, miss_byte) of ARC (``paper_step``: ARC-paper) on dense ids."""
     prev, nxt = new_links(n_obj)
     lists = np.stack([new_list() for _ in range(5)])
-    return _replay(ids, sizes, cache_size, prev, nxt, lists, np.zeros(n_obj, np.int8),
-                   np.zeros(n_obj, np.int64), paper_step)
+    return _replay(ids, sizes, cache_size, prev, nxt, lists, np.zeros(5, np.int64),
+                   np.zeros(n_obj, np.int8), np.zeros(n_obj, np.int64), paper_step)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..._jit import array_loop
 from ..belady import NEVER
 
 
@@ -46,7 +47,7 @@ def _heap_pop(keys, vals, n):
     return n
 
 
-@njit(cache=True)
+@array_loop
 def _replay(ids, sizes, next_access, cache_size, bypass, resident, pri, obj_size, keys, vals):
     used = 0
     miss_cnt = 0

@@ -4,12 +4,12 @@ request re-classes the object on every admission and hit."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..._jit import array_loop
 from ._lists import new_list, new_links, pop_tail, push_head, unlink
 
 
-@njit(cache=True)
+@array_loop
 def _replay(ids, sizes, entropy, cache_size, threshold, prev, nxt, low_list, normal_list,
             resident, low, obj_size):
     # low[x]: whether resident x sits in the low-entropy list.

@@ -5,14 +5,14 @@ online policy keeps them; ``now`` per request is the trace's time."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..._jit import array_loop
 from ..hotness_freshness import FRESHNESS_FLOOR
 from ._heap import drop_stale, new_heap, pop, push
 from ._lists import new_list, new_links, pop_tail, push_head, unlink
 
 
-@njit(cache=True)
+@array_loop
 def _replay(ids, sizes, now_at, cache_size, decay, boost, window, w_hot, w_fresh, floor,
             hot, last, old, live, obj_size, prev, nxt, young, ypri, ystamp, yobj,
             opri, ostamp, oobj):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..._jit import array_loop
 from ._lists import new_links, push_head, unlink
 
 
-@njit(cache=True)
+@array_loop
 def _raise_min(buckets, min_freq, max_freq):
     """Next non-empty frequency above ``min_freq`` (unchanged if none)."""
     for f in range(min_freq + 1, max_freq + 1):
@@ -17,7 +17,7 @@ def _raise_min(buckets, min_freq, max_freq):
     return min_freq
 
 
-@njit(cache=True)
+@array_loop
 def _replay(ids, sizes, cache_size, prev, nxt, buckets, freq, obj_size):
     # buckets[f] is the head/tail pair of the list of objects with frequency f;
     # the head is the newest arrival, the tail the oldest (evicted first).

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..._dense import intern, lookup, new_table
+from ..._dense import grow, lookup, new_table, number
+from ..._jit import array_loop
 from ._lists import new_links, push_head, unlink
 
 #: Rows of the count -> slot table to start with (log2; it doubles when half full).
@@ -22,8 +23,12 @@ TABLE_BITS = 10
 #: Largest count the kernel tracks; past it, simulate() falls back to the online object.
 COUNT_LIMIT = 2**62
 
+#: The kernel's state between calls (it stops to let its count table grow): the next request,
+#: bytes cached, misses, missed bytes, the age (lowest count), heap size, slots numbered.
+NEXT, USED, MISS, MISS_BYTE, MIN_FREQ, HEAP_N, SLOTS = range(7)
 
-@njit(cache=True)
+
+@array_loop
 def _heap_push(heap, cnt, n, f):
     j = n
     heap[j] = f
@@ -36,7 +41,7 @@ def _heap_push(heap, cnt, n, f):
     return n + 1
 
 
-@njit(cache=True)
+@array_loop
 def _heap_pop(heap, cnt, n):
     n -= 1
     heap[0] = heap[n]
@@ -54,7 +59,7 @@ def _heap_pop(heap, cnt, n):
     return n
 
 
-@njit(cache=True)
+@array_loop
 def _live_top(heap, cnt, n, heads, queued):
     """Drop heap tops whose bucket is empty; the new heap size."""
     while n > 0:
@@ -66,7 +71,7 @@ def _live_top(heap, cnt, n, heads, queued):
     return n
 
 
-@njit(cache=True)
+@array_loop
 def _successor(heap, cnt, n, heads, queued, aside, v):
     """(smallest non-empty count above ``v``, or ``v`` if none; heap size)."""
     k = 0
@@ -84,35 +89,38 @@ def _successor(heap, cnt, n, heads, queued, aside, v):
 
 @njit(cache=True, inline="always")
 def _slot(table, bits, n_slots, cnt, f):
-    """(slot of the bucket for count ``f``, allocated on first use; table, bits, n_slots)."""
-    s, table, bits, n_slots = intern(table, bits, n_slots, f)
+    """(slot of the bucket for count ``f``, allocated on first use; n_slots)."""
+    s, n_slots = number(table, bits, n_slots, f)
     cnt[s] = f
-    return s, table, bits, n_slots
+    return s, n_slots
 
 
-@njit(cache=True)
-def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, obj_slot, table, cnt,
-            queued, heap, aside):
-    bits = TABLE_BITS
-    n_slots = 0
-    used = 0
-    miss_cnt = 0
-    miss_byte = 0
-    min_freq = 0
-    n = 0
-    for i in range(ids.shape[0]):
+@array_loop
+def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, obj_slot, table, bits,
+            cnt, queued, heap, aside, st):
+    """Replay from request ``st[NEXT]`` on; False when it stopped early because the count
+    table is half full (grow it and call again), True at the end (``st[MISS]`` -1: counts
+    outgrew int64)."""
+    used, miss_cnt, miss_byte = st[USED], st[MISS], st[MISS_BYTE]
+    min_freq, n, n_slots = st[MIN_FREQ], st[HEAP_N], st[SLOTS]
+    for i in range(st[NEXT], ids.shape[0]):
+        if 2 * n_slots > table.shape[0]:
+            st[NEXT], st[USED], st[MISS], st[MISS_BYTE] = i, used, miss_cnt, miss_byte
+            st[MIN_FREQ], st[HEAP_N], st[SLOTS] = min_freq, n, n_slots
+            return False
         x = ids[i]
         old = freq[x]
         if old > 0:
             new = old + min_freq
             if new > COUNT_LIMIT:  # counts can grow geometrically; beyond int64 give up
-                return -1, -1
+                st[MISS] = -1
+                return True
             freq[x] = new
             so = obj_slot[x]
             unlink(prev, nxt, heads[so], x)
             if old == min_freq and heads[so, 0] < 0:
                 min_freq, n = _successor(heap, cnt, n, heads, queued, aside, min_freq)
-            sn, table, bits, n_slots = _slot(table, bits, n_slots, cnt, new)
+            sn, n_slots = _slot(table, bits, n_slots, cnt, new)
             if not queued[sn]:
                 queued[sn] = True
                 n = _heap_push(heap, cnt, n, sn)
@@ -138,7 +146,7 @@ def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, obj_slot, 
                 min_freq, n = _successor(heap, cnt, n, heads, queued, aside, min_freq)
             freq[v] = 0
             used -= obj_size[v]
-        sn, table, bits, n_slots = _slot(table, bits, n_slots, cnt, min_freq + 1)
+        sn, n_slots = _slot(table, bits, n_slots, cnt, min_freq + 1)
         if not queued[sn]:
             queued[sn] = True
             n = _heap_push(heap, cnt, n, sn)
@@ -147,7 +155,8 @@ def _replay(ids, sizes, cache_size, prev, nxt, heads, freq, obj_size, obj_slot, 
         obj_slot[x] = sn
         obj_size[x] = s
         used += s
-    return miss_cnt, miss_byte
+    st[MISS], st[MISS_BYTE] = miss_cnt, miss_byte
+    return True
 
 
 def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: int,
@@ -156,9 +165,12 @@ def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: i
     prev, nxt = new_links(n_obj)
     n_slots = ids.shape[0] + 2
     heads = np.full((n_slots, 2), -1, np.int64)
-    counts = _replay(ids, sizes, cache_size, prev, nxt, heads, np.zeros(n_obj, np.int64),
-                     np.zeros(n_obj, np.int64), np.zeros(n_obj, np.int64),
-                     new_table(TABLE_BITS), np.zeros(n_slots, np.int64),
-                     np.zeros(n_slots, np.bool_), np.zeros(n_slots, np.int64),
-                     np.zeros(n_slots, np.int64))
-    return None if counts[0] < 0 else counts
+    table, bits = new_table(TABLE_BITS), TABLE_BITS
+    per_obj = (np.zeros(n_obj, np.int64), np.zeros(n_obj, np.int64), np.zeros(n_obj, np.int64))
+    per_slot = (np.zeros(n_slots, np.int64), np.zeros(n_slots, np.bool_),
+                np.zeros(n_slots, np.int64), np.zeros(n_slots, np.int64))
+    st = np.zeros(SLOTS + 1, np.int64)
+    while not _replay(ids, sizes, cache_size, prev, nxt, heads, *per_obj, table, bits,
+                      *per_slot, st):
+        table, bits = grow(table, bits)
+    return None if st[MISS] < 0 else (int(st[MISS]), int(st[MISS_BYTE]))

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._lists import pop_tail, push_head, unlink
+from ..._jit import array_loop
+from ._lists import new_list, pop_tail, push_head, unlink
 
 LC, HC, SB = 0, 1, 2
 #: Columns of an object's record after its links (0-5: prev / next in S, in Q and in NH).
@@ -92,13 +93,10 @@ def _limit_stack(sp, sn, hs, nhp, nhn, hn, fl, size, st, cache_size):
         st[SB] -= size[k]
 
 
-@njit(cache=True)
-def _replay(ids, sizes, cache_size, hirs_limit, sp, sn, qp, qn, nhp, nhn, fl, size):
+@array_loop
+def _replay(ids, sizes, cache_size, hirs_limit, sp, sn, qp, qn, nhp, nhn, fl, size, hs, hq, hn,
+            st):
     lirs_limit = cache_size - hirs_limit
-    hs = np.full(2, -1, np.int64)
-    hq = np.full(2, -1, np.int64)
-    hn = np.full(2, -1, np.int64)
-    st = np.zeros(3, np.int64)
     miss_cnt = 0
     miss_byte = 0
     for i in range(ids.shape[0]):
@@ -186,7 +184,8 @@ def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: i
     columns = [record[:, c] for c in range(record.shape[1])]
     size = columns[SIZE] if len(columns) > SIZE else np.zeros(n_obj, np.int64)
     return _replay(ids, sizes, cache_size, max(1, int(hirs_ratio * cache_size)),
-                   *columns[:FLAGS + 1], size)
+                   *columns[:FLAGS + 1], size, new_list(), new_list(), new_list(),
+                   np.zeros(3, np.int64))
 
 
 def new_records(n_obj: int, with_size: bool) -> np.ndarray:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..._jit import array_loop
 from ._lists import new_list, new_links, pop_tail, push_head, unlink
 
 
-@njit(cache=True)
+@array_loop
 def _replay(ids, sizes, cache_size, promote, prev, nxt, ht, resident, obj_size):
     used = 0
     miss_cnt = 0

@@ -4,13 +4,13 @@ the others in a lazily-deleted heap ranked by their K-th most recent access."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..._jit import array_loop
 from ._heap import drop_stale, new_heap, pop, push
 from ._lists import new_list, new_links, pop_tail, push_head, unlink
 
 
-@njit(cache=True)
+@array_loop
 def _replay(ids, sizes, cache_size, k, history, count, live, obj_size, prev, nxt, young,
             pri, stamp, obj):
     # history[x]: x's last k access stamps, a ring indexed by count[x] (accesses since

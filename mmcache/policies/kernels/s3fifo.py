@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..._jit import array_loop
 from ._lists import new_list, new_links, pop_tail, push_head, unlink
 
 # Where an object is: nowhere, small FIFO, main FIFO, ghost FIFO.
 NONE, SMALL, MAIN, GHOST = 0, 1, 2, 3
 
 
-@njit(cache=True)
+@array_loop
 def _replay(ids, sizes, cache_size, small_size, ghost_size, threshold,
-            prev, nxt, lists, where, freq, obj_size):
+            prev, nxt, lists, byte, where, freq, obj_size):
     main_size = cache_size - small_size
-    byte = np.zeros(4, np.int64)
     has_evicted = False
     miss_cnt = 0
     miss_byte = 0
@@ -88,4 +87,5 @@ def replay(ids: np.ndarray, sizes: np.ndarray, next_access: np.ndarray, n_obj: i
     lists = np.stack([new_list() for _ in range(4)])
     return _replay(ids, sizes, cache_size, int(cache_size * small_size_ratio),
                    int(cache_size * ghost_size_ratio), move_to_main_threshold, prev, nxt, lists,
-                   np.zeros(n_obj, np.int8), np.zeros(n_obj, np.int64), np.zeros(n_obj, np.int64))
+                   np.zeros(4, np.int64), np.zeros(n_obj, np.int8), np.zeros(n_obj, np.int64),
+                   np.zeros(n_obj, np.int64))

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..._jit import array_loop
 from ._lists import new_list, new_links, push_head, unlink
 
 
-@njit(cache=True)
+@array_loop
 def _replay(ids, sizes, cache_size, prev, nxt, ht, resident, visited, obj_size):
     used = 0
     miss_cnt = 0

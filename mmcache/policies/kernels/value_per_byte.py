@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..._jit import array_loop
 from ._heap import drop_stale, new_heap, pop, push
 
 
-@njit(cache=True)
+@array_loop
 def _replay(ids, sizes, cost, cache_size, count, obj_size, live, pri, stamp, obj):
     # live[x]: stamp of x's valid heap entry, -1 when x is not resident.
     used = 0
