@@ -18,6 +18,7 @@ widened by :func:`cos_slack` for float32 rounding so that no pair at the cutoff 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -25,8 +26,8 @@ from numba import njit
 from .errors import ConfigError
 from .workload import MODALITY_SETS, Workload
 
-#: Group centres compared per GEMM block.
-BLOCK_ROWS = 1024
+#: Group centres compared per GEMM tile (rows, columns): a tile of cosines stays in cache.
+TILE = (512, 4096)
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,8 @@ def neighbour_table(workload: Workload, cutoff: float | None) -> NeighbourTable:
         rows = np.flatnonzero(key_set == m)
         if not rows.size or cutoff is None:
             continue
-        mats = [np.stack(col) for col in zip(*(workload.vectors(int(i)) for i in first[rows]))]
-        distinct, vid = np.unique(np.hstack(mats), axis=0, return_inverse=True)
-        vid = vid.reshape(-1)
+        mats = [workload.modality_vectors(first[rows], name) for name in MODALITY_SETS[m]]
+        distinct, vid = _distinct_rows(np.hstack(mats))
         vid_of_key[rows] = offset + vid
         group = np.zeros(distinct.shape[0], np.int64)
         group[vid] = workload.intent[first[rows]]
@@ -94,6 +94,14 @@ def neighbour_table(workload: Workload, cutoff: float | None) -> NeighbourTable:
         pairs_computed=computed)
 
 
+def _distinct_rows(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``mat`` (equal byte for byte), in order of first appearance, and
+    each row's index among them."""
+    index: dict[bytes, int] = {}
+    vid = np.array([index.setdefault(row.tobytes(), len(index)) for row in mat], np.int64)
+    return mat[np.unique(vid, return_index=True)[1]], vid
+
+
 def cos_slack(dim: int) -> float:
     """A bound on the float32 rounding of a cosine of two unit vectors of ``dim`` components
     (``dim`` products summed in any order err by at most ``dim`` units of roundoff, doubled
@@ -112,12 +120,8 @@ def range_search(vecs: np.ndarray, cols: np.ndarray, group: np.ndarray, cutoff: 
     gptr = np.searchsorted(of_row[order], np.arange(labels.shape[0] + 1))
     slack = cos_slack(int(np.diff(cols).max()))
     pair_a, pair_b = candidate_groups(vecs, cols, order, gptr, cutoff, slack)
-    args = (vecs, cols, order, gptr, pair_a, pair_b, np.float32(cutoff))
-    n_found, computed = _match_groups(*args, np.zeros(0, np.int64), np.zeros(0, np.int64),
-                                      np.zeros((0, 3), np.float32), False)
-    row, col, cos = (np.zeros(n_found, np.int64), np.zeros(n_found, np.int64),
-                     np.full((n_found, 3), np.inf, np.float32))
-    _match_groups(*args, row, col, cos, True)
+    row, col, cos, computed = _match_groups(vecs, cols, order, gptr, pair_a, pair_b,
+                                            np.float32(cutoff))
     by_row = np.lexsort((col, row))
     counts = np.bincount(row, minlength=vecs.shape[0])
     return np.concatenate([[0], np.cumsum(counts)]), col[by_row], cos[by_row], computed
@@ -129,62 +133,97 @@ def candidate_groups(vecs: np.ndarray, cols: np.ndarray, order: np.ndarray, gptr
     pair of rows at cosine >= ``cutoff`` on every modality: on each, the angle between the
     groups' centres is at most their reaches (radius + ``arccos(cutoff - slack) / 2``), with
     ``slack`` on the centres' cosine too. The first modality's centres are compared in GEMM
-    blocks (upper triangle only), the others only on the pairs left."""
+    tiles (upper triangle only), the others only on the pairs left."""
     n_groups = gptr.shape[0] - 1
-    owner = np.repeat(np.arange(n_groups), np.diff(gptr))
     half = np.arccos(max(cutoff - slack, -1.0)) / 2
-    caps = [_caps(vecs[order, cols[j]:cols[j + 1]], owner, n_groups, half)
+    caps = [_caps(vecs, cols[j], cols[j + 1], order, gptr, half, slack)
             for j in range(cols.shape[0] - 1)]
-    centre, reach_cos, reach_sin, wide = caps[0]
+    centre = caps[0].centre
+    sims = np.zeros(TILE[0] * TILE[1], np.float32)
+    found = (np.zeros(sims.size, np.int64), np.zeros(sims.size, np.int64))
     pair_a, pair_b = [], []
-    for start in range(0, n_groups, BLOCK_ROWS):
-        sims = centre[start:start + BLOCK_ROWS] @ centre[start:].T
-        a, b = _near_caps(sims, start, reach_cos, reach_sin, wide, np.float32(slack))
-        for other in caps[1:]:
-            a, b = _near_pairs(a, b, *other, np.float32(slack))
-        pair_a.append(a)
-        pair_b.append(b)
+    for start in range(0, n_groups, TILE[0]):
+        rows = slice(start, min(start + TILE[0], n_groups))
+        for first in range(start, n_groups, TILE[1]):
+            shape = rows.stop - start, min(TILE[1], n_groups - first)
+            tile = sims[:shape[0] * shape[1]].reshape(shape)
+            np.matmul(centre[rows], centre[first:first + tile.shape[1]].T, out=tile)
+            tile[:, caps[0].wide[first:first + tile.shape[1]]] = np.inf  # every row's candidate
+            n = _near_caps(tile, start, first, *caps[0][1:], np.float32(slack), *found)
+            a, b = found[0][:n], found[1][:n]
+            for other in caps[1:]:
+                a, b = _near_pairs(a, b, *other[:4], np.float32(slack))
+            pair_a.append(a.copy())
+            pair_b.append(b.copy())
     return np.concatenate(pair_a), np.concatenate(pair_b)
 
 
-def _caps(members: np.ndarray, owner: np.ndarray, n_groups: int, half: float
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Each group's unit centre (float32), cosine and sine of its reach (radius + ``half``),
-    and whether the reach is at least a right angle (such a group is every group's candidate)."""
-    unit = members.astype(np.float64)
-    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
-    total = np.zeros((n_groups, unit.shape[1]))
-    np.add.at(total, owner, unit)
-    norm = np.linalg.norm(total, axis=1, keepdims=True)
-    centre = total / np.where(norm > 0, norm, 1.0)
-    closest = np.full(n_groups, 1.0)
-    np.minimum.at(closest, owner, np.einsum("ij,ij->i", unit, centre[owner]))
+class _Caps(NamedTuple):
+    """Each group's unit centre (float32), cosine and sine of its reach (radius + half the
+    cutoff's angle), whether the reach is at least a right angle (such a group is every group's
+    candidate), and the lowest centre cosine at which its cap may overlap a cap not so wide."""
+
+    centre: np.ndarray
+    reach_cos: np.ndarray
+    reach_sin: np.ndarray
+    wide: np.ndarray
+    floor: np.ndarray
+
+
+def _caps(vecs: np.ndarray, lo: int, hi: int, order: np.ndarray, gptr: np.ndarray,
+          half: float, slack: float) -> _Caps:
+    """The :class:`_Caps` of columns ``lo:hi`` of the groups of ``vecs`` (members
+    ``order[gptr[g]:gptr[g + 1]]``), reaches radius + ``half``, ``slack`` on cosines."""
+    centre, closest, norm = _centres(vecs, lo, hi, order, gptr)
     reach = np.arccos(np.clip(closest, -1.0, 1.0)) + half
-    wide = (reach >= np.pi / 2) | (norm[:, 0] == 0)
-    return (centre.astype(np.float32), np.cos(reach).astype(np.float32),
-            np.sin(reach).astype(np.float32), wide)
+    wide = (reach >= np.pi / 2) | (norm == 0)
+    widest = reach[~wide].max(initial=half)
+    floor = np.where(wide, -np.inf, np.cos(reach + widest) - 2 * slack)
+    return _Caps(centre.astype(np.float32), np.cos(reach).astype(np.float32),
+                 np.sin(reach).astype(np.float32), wide, floor.astype(np.float32))
 
 
 @njit(cache=True)
-def _near_caps(sims, start, reach_cos, reach_sin, wide, slack):
-    """Group pairs a <= b (a = start + row, b = start + column) of a block of centre cosines
-    ``sims`` whose caps' reaches overlap (:func:`candidate_groups`), as two arrays."""
-    rows, n = sims.shape
-    pair_a, pair_b = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    for fill in (False, True):
-        found = 0
-        for r in range(rows):
-            a = start + r
-            for c in range(r, n):
-                b = start + c
-                if wide[a] or wide[b] or (sims[r, c] + reach_sin[a] * reach_sin[b]
-                                          >= reach_cos[a] * reach_cos[b] - slack):
-                    if fill:
-                        pair_a[found], pair_b[found] = a, b
-                    found += 1
-        if not fill:
-            pair_a, pair_b = np.zeros(found, np.int64), np.zeros(found, np.int64)
-    return pair_a, pair_b
+def _centres(vecs, lo, hi, order, gptr):
+    """Each group's unit centre (the normalised sum of its members' columns ``lo:hi``, each
+    normalised, in float64), the smallest cosine of a member to it, and the sum's norm."""
+    n_groups, dim = gptr.shape[0] - 1, hi - lo
+    centre, closest = np.zeros((n_groups, dim)), np.ones(n_groups)
+    norm, unit = np.zeros(n_groups), np.zeros(dim)
+    for g in range(n_groups):
+        for p in range(gptr[g], gptr[g + 1]):
+            row = vecs[order[p], lo:hi].astype(np.float64)
+            centre[g] += row / np.sqrt(np.sum(row * row))
+        norm[g] = np.sqrt(np.sum(centre[g] * centre[g]))
+        if norm[g] > 0:
+            centre[g] /= norm[g]
+        for p in range(gptr[g], gptr[g + 1]):
+            row = vecs[order[p], lo:hi].astype(np.float64)
+            unit[:] = row / np.sqrt(np.sum(row * row))
+            closest[g] = min(closest[g], np.sum(unit * centre[g]))
+    return centre, closest, norm
+
+
+@njit(cache=True)
+def _near_caps(sims, start, first, reach_cos, reach_sin, wide, floor, slack, pair_a, pair_b):
+    """Write into ``pair_a`` / ``pair_b`` the group pairs a <= b (a = start + row, b = first +
+    column) of a tile of centre cosines ``sims`` whose caps' reaches overlap
+    (:func:`candidate_groups`; a wide group's column holds +inf); returns how many. ``floor``
+    (:class:`_Caps`) skips most pairs with one comparison."""
+    rows, cols = sims.shape
+    found = 0
+    for r in range(rows):
+        a = start + r
+        low = floor[a]
+        for c in range(max(0, a - first), cols):
+            if sims[r, c] < low:
+                continue
+            b = first + c
+            if wide[a] or wide[b] or (sims[r, c] + reach_sin[a] * reach_sin[b]
+                                      >= reach_cos[a] * reach_cos[b] - slack):
+                pair_a[found], pair_b[found] = a, b
+                found += 1
+    return found
 
 
 @njit(cache=True)
@@ -202,11 +241,13 @@ def _near_pairs(pair_a, pair_b, centre, reach_cos, reach_sin, wide, slack):
 
 
 @njit(cache=True, fastmath=True)
-def _match_groups(vecs, cols, order, gptr, pair_a, pair_b, cutoff, row, col, cos, fill):
-    """Count (``fill`` False) or write into ``row`` / ``col`` / ``cos`` the row pairs (both
-    orders) of the candidate group pairs a <= b at cosine >= ``cutoff`` on every modality;
-    returns (found, computed: pairs counted in both orders, as a dense search would)."""
+def _match_groups(vecs, cols, order, gptr, pair_a, pair_b, cutoff):
+    """(row, col, cosines, computed) of the row pairs (both orders) of the candidate group
+    pairs a <= b at cosine >= ``cutoff`` on every modality; computed:
+    the pairs counted in both orders, as a dense search would."""
     found, computed, n_mod = 0, 0, cols.shape[0] - 1
+    row, col = np.zeros(1024, np.int64), np.zeros(1024, np.int64)
+    cos = np.full((1024, 3), np.inf, np.float32)
     sims = np.zeros(3, np.float32)
     for p in range(pair_a.shape[0]):
         a, b = pair_a[p], pair_b[p]
@@ -224,16 +265,17 @@ def _match_groups(vecs, cols, order, gptr, pair_a, pair_b, cutoff, row, col, cos
                         break
                 if not near:
                     continue
-                if fill:
-                    row[found], col[found] = i, j
-                    cos[found, :n_mod] = sims[:n_mod]
+                if found + 2 > row.shape[0]:
+                    row, col = np.concatenate((row, row)), np.concatenate((col, col))
+                    cos = np.concatenate((cos, cos))
+                row[found], col[found] = i, j
+                cos[found, :n_mod] = sims[:n_mod]
                 found += 1
                 if a != b:
-                    if fill:
-                        row[found], col[found] = j, i
-                        cos[found, :n_mod] = sims[:n_mod]
+                    row[found], col[found] = j, i
+                    cos[found, :n_mod] = sims[:n_mod]
                     found += 1
-    return found, computed
+    return row[:found], col[:found], cos[:found], computed
 
 
 @njit(cache=True)

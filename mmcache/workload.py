@@ -335,13 +335,24 @@ class Workload:
         """Query ``i``'s unit vectors, one per modality of :meth:`modalities`, in that order."""
         return tuple(self._vector(i, MODALITIES.index(m)) for m in self.modalities(i))
 
+    def modality_vectors(self, indices: np.ndarray, modality: str) -> np.ndarray:
+        """The stacked unit vectors (float32) of queries ``indices`` in ``modality`` (each
+        carries it), as :meth:`vectors` gives them."""
+        m = MODALITIES.index(modality)
+        rows = zip(self.intent[indices].tolist(), self.topic[indices].tolist(),
+                   self.variant[indices].tolist())
+        return np.stack([self._drawn(m, *row) for row in rows]) if len(indices) else \
+            np.zeros((0, self.dim(modality)), np.float32)
+
     def _vector(self, i: int, m: int) -> np.ndarray:
-        intent, topic = int(self.intent[i]), int(self.topic[i])
+        return self._drawn(m, int(self.intent[i]), int(self.topic[i]), int(self.variant[i]))
+
+    def _drawn(self, m: int, intent: int, topic: int, variant: int) -> np.ndarray:
         if MODALITIES[m] in self.real:
-            return self.real[MODALITIES[m]].vector(intent, int(self.variant[i]))
-        key = (intent, m, int(self.variant[i]))
+            return self.real[MODALITIES[m]].vector(intent, variant)
+        key = (intent, m, variant)
         if key not in self._vectors:
-            self._vectors[key] = self._draw_embedding(m, intent, topic, key[2])
+            self._vectors[key] = self._draw_embedding(m, intent, topic, variant)
         return self._vectors[key]
 
     def _draw_embedding(self, m: int, intent: int, topic: int, variant: int) -> np.ndarray:

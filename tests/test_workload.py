@@ -361,3 +361,17 @@ def test_multimodal_queries_carry_every_modality():
 def test_bad_multimodal_mix_is_a_config_error(bad):
     with pytest.raises(ConfigError):
         generate(n_queries=10, multimodal_mix=bad)
+
+
+def test_modality_vectors_stack_what_vectors_gives():
+    from mmcache.workload import MODALITY_SETS
+
+    workload = generate(n_queries=400, n_intents=50, seed=4,
+                        multimodal_mix={"text+image": 0.3, "text+image+audio": 0.2})
+    for m, names in enumerate(MODALITY_SETS):
+        rows = np.flatnonzero(workload.modality_set == m)
+        for j, name in enumerate(names):
+            want = [workload.vectors(int(i))[j] for i in rows]
+            got = workload.modality_vectors(rows, name)
+            assert got.shape == (rows.size, workload.dim(name))
+            np.testing.assert_array_equal(got, np.stack(want) if want else got)
