@@ -23,8 +23,9 @@ once (in a worker) before the first point that needs it, while other points run:
       - ../03_cold_start_collapse.py
       - {path: ../01_clip_whisper_alignment.py, needs: mmcache.encoders.clip_train:ensure_trained}
 
-Each point is content-addressed: its id hashes its notebook's source (or the source of the function's module) with the point's
-parameters, so a changed notebook or function re-runs and an unchanged one is skipped.
+Each point is content-addressed: its id hashes its notebook's source (or the source of the
+function's module) with the point's parameters, so a changed notebook or function re-runs and
+an unchanged one is skipped.
 """
 
 from __future__ import annotations
