@@ -271,11 +271,11 @@ class Report:
 
     ``hit_rate_per_modality`` is keyed by modality set (``"text"``, ``"text+image"``, ...);
     ``cross_modal_hit_rate`` is seed 001 §4.4's CrossModalHitRate, the share of multimodal
-    queries where at least two modalities hit: a tier serves a hit only when every modality
-    of the query matches one entry, so it is their hit rate (a triple with two matching
-    modalities and a third that does not is not served, and is not counted; None without
-    multimodal queries); ``queue`` summarises
-    the misses' waits for an inference server and ``waits_ms`` holds them per request.
+    queries (video clips included: keyframes and track) where at least two modalities hit: a
+    tier serves a hit only when every modality of the query matches one entry, so it is their
+    hit rate (a triple with two matching modalities and a third that does not is not served,
+    and is not counted; None without multimodal queries); ``queue`` summarises the misses'
+    waits for an inference server and ``waits_ms`` holds them per request.
     """
 
     n_req: int

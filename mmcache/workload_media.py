@@ -76,7 +76,8 @@ class RealPool:
     ``v`` and ``v + variants`` of one intent carry the identical input). ``audio_intents``:
     how many intents get real speech, those with the most audio-carrying queries (ties: the
     lower id), plus every trap that imitates one of them; a query of any other intent drops
-    its audio (speech alone becomes text, the modality its speech is read from), so every vector stays a real encoding of a real input.
+    its audio (speech alone becomes text, the modality its speech is read from; a video clip
+    becomes its photo), so every vector stays a real encoding of a real input.
 
     The defaults bound notebook 06's full stream (50k queries, ~9,200 distinct speech inputs
     unpooled) to at most ``variants * audio_intents`` Whisper clips plus their traps', so a
@@ -318,9 +319,11 @@ def embed_workload(workload: Workload, *, store: EmbeddingStore | None = None,
         seconds = time.perf_counter() - started
         row = {p: k for k, p in enumerate(pairs)}
         note = f"; {dropped:,} queries of other intents dropped their audio" if m == "audio" else ""
+        encoder_id = enc.encoder_id if m == "video" else chosen[m].encoder_id
+        what = "synthetic video clips" if m == "video" else f"real {m} inputs"
         real[m] = RealEmbeddings(
-            encoder_id=enc.encoder_id if m == "video" else chosen[m].encoder_id,
-            kind=f"{chosen[m].encoder_id} on {len(pairs):,} real {m} inputs "
+            encoder_id=encoder_id,
+            kind=f"{encoder_id} on {len(pairs):,} {what} "
                  f"({_SOURCE_OF[m]}; {seconds:.1f} s to build and encode, store hits included; "
                  f"{pool.describe()}{note})",
             prompts=sources.prompts if m == "text" else (),
