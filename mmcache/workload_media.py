@@ -32,7 +32,8 @@ video clip of such an intent becomes a query of its photo).
 
 Every distinct (intent, pooled variant) input is embedded once per encoder through the
 :class:`mmcache.encoders.EmbeddingStore`; speech is keyed by its *spec* (source,
-voice, rate) so a cached clip is not even re-synthesised, and a rerun costs seconds.
+voice, rate) so a cached clip is not even re-synthesised, a video clip by its stacked keyframes
+(cheap to render), and a rerun costs seconds.
 """
 
 from __future__ import annotations
