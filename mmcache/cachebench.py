@@ -5,13 +5,17 @@ hierarchy of tiers, each a bare eviction policy from :mod:`mmcache.policies` wit
 byte capacity and a match rule (``"exact"`` key or ``"semantic"``: the query's vector
 of every modality it carries at cosine ≥ the tier's threshold to the same resident
 entry of the same modality set; exact search over the resident vectors, read from the
-workload's neighbour table wherever its cutoff covers the lookup, :class:`Replayer`). A lookup
-walks the tiers top-down; a hit is copied up into the tiers above it (promote on
-hit); a miss runs the model and writes the answer through to every tier (as LMCache does).
+workload's neighbour table wherever its cutoff covers the lookup, :class:`Replayer`). A video
+clip (keyframes + audio track) is a modality set of its own, kept in its own index. A tier may
+serve only some modality sets (``TierSpec.modality_sets``; :func:`route_video_to_last` is seed
+002 §3.1's route, video to the central tier only): a request of another set neither consults
+it nor is stored there. A lookup walks the tiers top-down; a hit is copied up into the tiers
+above it that serve its set (promote on hit); a miss runs the model and writes the answer
+through to every tier that serves its set (as LMCache does).
 
 Latency of one request = lookup cost of every tier consulted + the encoder cost
 (once, when a semantic tier is consulted: every modality of the query, one after
-another) + on a hit, ``size / bandwidth`` of the hit tier, or on a miss the wait for
+another; a clip's keyframes are :data:`~mmcache.workload.KEYFRAMES` image encodes) + on a hit, ``size / bandwidth`` of the hit tier, or on a miss the wait for
 one of the :class:`LatencyModel`'s ``servers`` inference servers (FCFS, at the
 request's arrival time; :class:`mmcache.latency.ServerPool`) and the model-inference
 time (the slowest of the query's modalities). Each cost is drawn per request from its
@@ -61,7 +65,8 @@ from .policies import make_policy
 from .policies.admission import admit_miss
 from .types import MODALITIES
 from .degrade import LEVELS, Degrader, check_level
-from .workload import MODALITY_SET_NAMES, MODALITY_SETS, Workload
+from .workload import KEYFRAMES, MODALITY_SET_NAMES, MODALITY_SETS, VIDEO, Workload, \
+    modality_set_index
 
 #: Nominal link / device bandwidths in GB/s (assumptions, not measurements): HBM3 on-device,
 #: NVLink 4 per link as seed 000 §2.3 states it, PCIe 4.0 x16 effective, NVMe SSD read,
@@ -89,7 +94,9 @@ class TierSpec:
 
     ``lookup_us`` is the cost of consulting the tier; ``bandwidth_gbps`` the rate
     at which a hit's value reaches the requester; ``threshold`` the cosine a
-    semantic match needs (ignored by exact tiers).
+    semantic match needs (ignored by exact tiers); ``modality_sets`` the names
+    (:data:`~mmcache.workload.MODALITY_SET_NAMES`, any order of ``+`` parts) of the modality
+    sets the tier serves, None for all.
     """
 
     name: str
@@ -99,10 +106,22 @@ class TierSpec:
     threshold: float = 0.85
     lookup_us: float = 1.0
     bandwidth_gbps: float = BANDWIDTH_GBPS["pcie4_x16"]
+    modality_sets: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ConfigError("a tier needs a name")
+        if self.modality_sets is not None:
+            if isinstance(self.modality_sets, str):
+                raise ConfigError(f"tier {self.name}: modality_sets must be a sequence of "
+                                  f"names, not the string {self.modality_sets!r}")
+            unknown = [n for n in self.modality_sets if not isinstance(n, str)
+                       or modality_set_index(n) < 0]
+            if unknown or not self.modality_sets:
+                raise ConfigError(f"tier {self.name}: unknown modality sets {unknown} (or none "
+                                  f"given); known: {MODALITY_SET_NAMES}")
+            object.__setattr__(self, "modality_sets", tuple(
+                MODALITY_SET_NAMES[modality_set_index(n)] for n in self.modality_sets))
         if isinstance(self.capacity_bytes, bool) or int(self.capacity_bytes) != \
                 self.capacity_bytes or self.capacity_bytes <= 0:
             raise ConfigError(f"tier {self.name}: capacity_bytes must be a positive integer")
@@ -113,6 +132,24 @@ class TierSpec:
         if self.lookup_us < 0 or self.bandwidth_gbps <= 0:
             raise ConfigError(f"tier {self.name}: lookup_us >= 0 and bandwidth_gbps > 0")
         make_policy(self.policy, capacity=int(self.capacity_bytes))  # raises early if unknown
+
+    def serves(self) -> np.ndarray:
+        """Per :data:`~mmcache.workload.MODALITY_SETS` index, whether this tier serves it."""
+        if self.modality_sets is None:
+            return np.ones(len(MODALITY_SETS), bool)
+        return np.isin(np.arange(len(MODALITY_SETS)),
+                       [modality_set_index(n) for n in self.modality_sets])
+
+
+def route_video_to_last(tiers: Sequence[TierSpec]) -> tuple[TierSpec, ...]:
+    """``tiers`` routed as seed 002 §3.1's ``routeByModality`` does video: clips only in the
+    last (central) tier, every other modality set as before in every tier."""
+    if not tiers:
+        raise ConfigError("tiers must be a non-empty sequence")
+    *upper, last = tiers
+    return tuple(replace(t, modality_sets=tuple(
+        n for n in (t.modality_sets or MODALITY_SET_NAMES) if n != "video")) for t in upper) + (
+        last,)
 
 
 #: Per-modality model-inference time of a miss. **An assumption, not a measurement**: no model
@@ -234,11 +271,11 @@ class Report:
 
     ``hit_rate_per_modality`` is keyed by modality set (``"text"``, ``"text+image"``, ...);
     ``cross_modal_hit_rate`` is seed 001 §4.4's CrossModalHitRate, the share of multimodal
-    queries where at least two modalities hit: a tier serves a hit only when every modality
-    of the query matches one entry, so it is their hit rate (a triple with two matching
-    modalities and a third that does not is not served, and is not counted; None without
-    multimodal queries); ``queue`` summarises
-    the misses' waits for an inference server and ``waits_ms`` holds them per request.
+    queries (video clips included: keyframes and track) where at least two modalities hit: a
+    tier serves a hit only when every modality of the query matches one entry, so it is their
+    hit rate (a triple with two matching modalities and a third that does not is not served,
+    and is not counted; None without multimodal queries); ``queue`` summarises the misses'
+    waits for an inference server and ``waits_ms`` holds them per request.
     """
 
     n_req: int
@@ -268,9 +305,15 @@ class Report:
         return out
 
 
+#: Encoder calls per modality (columns: MODALITIES) of each modality set: one per modality it
+#: carries, a video clip's image encoder once per keyframe.
+_ENCODES = np.array([[ms.count(m) * (KEYFRAMES if k == VIDEO and m == "image" else 1)
+                      for m in MODALITIES] for k, ms in enumerate(MODALITY_SETS)], float)
+
+
 class _RequestCosts:
     """A :class:`LatencyModel`'s seeded per-request draws on one workload (encoding: the sum of
-    the request's modalities' encoders, one after another; inference: the slowest of its
+    the request's encoder calls, one after another; inference: the slowest of its
     modalities' draws; each tier's lookup) and its inference queue."""
 
     def __init__(self, latency: LatencyModel, workload: Workload,
@@ -280,7 +323,7 @@ class _RequestCosts:
             workload.modality_set]
         encode = _per_modality(latency.encode_ms, len(workload), rng)
         service = _per_modality(latency.inference_ms, len(workload), rng)
-        self.encode_ms = np.where(member, encode, 0.0).sum(axis=1)
+        self.encode_ms = (_ENCODES[workload.modality_set] * encode).sum(axis=1)
         self.service_ms = np.where(member, service, 0.0).max(axis=1)
         self.text_encode_ms = encode[:, _TEXT]  # the same draws, text alone (degradation)
         self.text_service_ms = service[:, _TEXT]
@@ -535,8 +578,9 @@ class Replayer:
         self._ttl = np.inf if ttl_s is None else float(ttl_s)
         self.now_s = workload.time.tolist()
         self.workload = workload
-        dims = [[workload.dim(m) for m in ms] for ms in MODALITY_SETS]
+        dims = [workload.set_dims(k) for k in range(len(MODALITY_SETS))]
         self.state = [_Tier(spec, dims) for spec in self.specs]
+        self.serves = np.array([spec.serves() for spec in self.specs])  # tier × modality set
         self.modality_set = workload.modality_set.tolist()
         self.keys = workload.exact_keys().astype(np.int64)
         self.text_keys = self.keys - workload.modality_set.astype(np.int64) * \
@@ -589,7 +633,7 @@ class Replayer:
         offset = [(offsets or {}).get(mod, 0.0) for mod in MODALITY_SETS[m]]
         vec, row, cost_ms, found = None, -1, 0.0, None
         for k, tier in enumerate(self.state):
-            if tier.spec.name in skip:
+            if tier.spec.name in skip or not self.serves[k, m]:
                 continue
             cost_ms += self.costs.lookup_ms[k, i]
             if tier.index is not None and vec is None:
@@ -607,9 +651,9 @@ class Replayer:
             return
         entry = self.state[k].entries[found]
         hints = {"next_access": self.next_use.after(found, i), "now": i, "cost": infer}
-        for tier in self.state[:k + 1]:
-            if entry[3] is not None or tier.index is None:  # keyword answers have no vectors
-                tier.admit(found, entry, **hints)
+        for tier, serves in zip(self.state[:k + 1], self.serves[:k + 1, m]):
+            if serves and (entry[3] is not None or tier.index is None):  # keyword answers
+                tier.admit(found, entry, **hints)  # have no vectors
         self.hit_tier[i], self.hit_key[i] = k, found
         self.level_served[i] = LEVELS.index(level)
         self.false_hit[i] = entry[1] != self.intent[i]
@@ -642,7 +686,8 @@ class Replayer:
         hit_tier, n = self.hit_tier, len(self.workload)
         cost, encoded = np.zeros(n), np.zeros(n, dtype=bool)
         for k, spec in enumerate(self.specs):
-            consulted = (hit_tier < 0) | (hit_tier >= k)
+            consulted = ((hit_tier < 0) | (hit_tier >= k)) & \
+                self.serves[k][self.workload.modality_set]
             cost = np.where(consulted, cost + self.costs.lookup_ms[k], cost)
             if spec.match == "semantic":
                 first = consulted & ~encoded
@@ -668,8 +713,8 @@ class Replayer:
             vec = self._vectors(i, m)  # a skipped semantic tier still stores them
         entry = (self.size[i], self.intent[i], m, vec, self.now_s[i])
         hints = {"next_access": self.next_use.after(key, i), "now": i, "cost": infer}
-        for tier in self.state:
-            if semantic or tier.index is None:
+        for tier, serves in zip(self.state, self.serves[:, m]):
+            if serves and (semantic or tier.index is None):
                 tier.admit(key, entry, **hints)
 
     def _degraded(self, i: int, level: str, offsets: Mapping[str, float] | None,
@@ -793,7 +838,8 @@ def report_prometheus(report: Report, workload: Workload, *, model_type: str,
         window = sets[:warmup_n]
         warm = {MODALITY_SET_NAMES[k]: report.latencies_ms[:warmup_n][window == k].tolist()
                 for k in np.unique(window).tolist()}
-    cross = {name: v for name, v in report.hit_rate_per_modality.items() if "+" in name}
+    cross = {name: v for name, v in report.hit_rate_per_modality.items()
+             if len(MODALITY_SETS[MODALITY_SET_NAMES.index(name)]) > 1}
     register_serving(registry, model_type=model_type, cross_modal=cross, warmup_ms=warm)
     return generate_latest(registry).decode()
 

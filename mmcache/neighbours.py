@@ -2,10 +2,10 @@
 
 A CacheBench-MM stream repeats a finite set of vectors (one tuple per exact key: intent ×
 modality set × variant, by :class:`mmcache.workload.Workload`'s contract). The table holds, for
-every distinct vector tuple, every tuple of the same modality set whose cosine is at least
-``cutoff`` on each modality, with those cosines (float32), so a replay can find a query's
-semantic matches among the resident entries without a search over all of them. Identical tuples
-share one row, so they tie exactly.
+every distinct vector tuple, every tuple of the same modality set (a video clip's apart from a
+still image + audio query's) whose cosine is at least ``cutoff`` on each modality, with those
+cosines (float32), so a replay can find a query's semantic matches among the resident entries
+without a search over all of them. Identical tuples share one row, so they tie exactly.
 
 The search is exact but not quadratic in practice: the tuples are grouped by intent (any
 grouping keeps it exact; one whose groups are tight prunes most), each group gets a centre and
@@ -70,7 +70,7 @@ def neighbour_table(workload: Workload, cutoff: float | None) -> NeighbourTable:
         rows = np.flatnonzero(key_set == m)
         if not rows.size or cutoff is None:
             continue
-        mats = [workload.modality_vectors(first[rows], name) for name in MODALITY_SETS[m]]
+        mats = workload.set_vectors(first[rows], m)
         distinct, vid = _distinct_rows(np.hstack(mats))
         vid_of_key[rows] = offset + vid
         group = np.zeros(distinct.shape[0], np.int64)

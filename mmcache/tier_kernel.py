@@ -1,7 +1,8 @@
 """Compiled CacheBench-MM replay of LRU / FIFO tier hierarchies (numba).
 
 Serves a whole workload as :meth:`mmcache.cachebench.Replayer.serve` does at full modality with
-no δ offsets (top-down lookup, promote on hit, write-through on a miss, TTL, byte capacities),
+no δ offsets (top-down lookup, promote on hit, write-through on a miss, TTL, byte capacities,
+each tier consulted and written only for the modality sets it serves),
 and records the same hit tier, hit key and false hit for every request. A semantic tier's
 search looks only at the resident entries among the query's neighbours in a
 :class:`mmcache.neighbours.NeighbourTable` (every entry at cosine >= the tier's threshold is
@@ -88,7 +89,7 @@ def _match(t, k, st, floors, vid_of_key, members_ptr, members, nb_ptr, nb_vid, n
 
 
 @njit(cache=True)
-def _replay(key_of_request, now, ttl, sizes, key_set, capacity, promote,
+def _replay(key_of_request, now, ttl, sizes, key_set, capacity, promote, serves,
             floors, st, vid_of_key, members_ptr, members, nb_ptr, nb_vid, nb_cos,
             hit_tier, hit_key):
     prod = st[1]
@@ -98,6 +99,8 @@ def _replay(key_of_request, now, ttl, sizes, key_set, capacity, promote,
         fresh_after = now[i] - ttl
         found, ft = -1, -1
         for t in range(n_tiers):
+            if not serves[t, key_set[k]]:
+                continue
             found = _match(t, k, st, floors, vid_of_key, members_ptr, members, nb_ptr, nb_vid,
                            nb_cos)
             while found >= 0 and prod[t, found] < fresh_after:
@@ -109,11 +112,13 @@ def _replay(key_of_request, now, ttl, sizes, key_set, capacity, promote,
                 break
         if found < 0:
             for t in range(n_tiers):
-                _admit(t, k, now[i], st, sizes, key_set, capacity, promote)
+                if serves[t, key_set[k]]:
+                    _admit(t, k, now[i], st, sizes, key_set, capacity, promote)
             continue
         produced = prod[ft, found]
         for t in range(ft + 1):
-            _admit(t, found, produced, st, sizes, key_set, capacity, promote)
+            if serves[t, key_set[found]]:
+                _admit(t, found, produced, st, sizes, key_set, capacity, promote)
         hit_tier[i] = ft
         hit_key[i] = found
 
@@ -149,7 +154,9 @@ def replay_tiers(table: NeighbourTable, workload, specs: Sequence["TierSpec"],
     _replay(table.key_of_request, workload.time.astype(np.float64),
             np.inf if ttl_s is None else float(ttl_s), sizes, key_set,
             np.array([s.capacity_bytes for s in specs], np.int64),
-            np.array([s.policy == "lru" for s in specs]), floors, st, table.vid_of_key,
+            np.array([s.policy == "lru" for s in specs]),
+            np.array([s.serves() for s in specs]).reshape(n_tiers, -1), floors, st,
+            table.vid_of_key,
             table.members_ptr, table.members, table.nb_ptr, table.nb_vid, table.nb_cos,
             hit_tier, hit_key)
     hit = hit_tier >= 0

@@ -7,7 +7,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-#: Modalities a query may carry. Video is represented as frames (image) + audio.
+#: Modalities a query may carry. Video is represented as frames (image) + audio (in
+#: CacheBench-MM a modality set of its own, :data:`mmcache.workload.VIDEO`).
 MODALITIES: tuple[str, ...] = ("text", "image", "audio")
 
 #: Sample rate every audio array must have unless the query declares another one.

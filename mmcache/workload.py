@@ -11,7 +11,10 @@ intent that opened the session; assigned last, so a session keeps one intent and
 a novel query is a session of its own). The intent id travels with every query
 as ground truth, so false hits are measurable. A share of queries
 (``multimodal_mix``) carries several modalities (text + image, speech + image,
-text + speech, or all three; :data:`MODALITY_SETS`), one vector per modality.
+text + speech, or all three; :data:`MODALITY_SETS`), one vector per modality, or is a
+*video* clip (seed 002 §3.1): its keyframes (an image-space vector of their own, not a still
+photo's) and its audio track (the intent's speech, the audio modality's vector), a modality
+set of its own (``"video"``) that never matches a still image + audio query.
 
 Vectors are **synthetic** (labelled so in :data:`EMBEDDING_KIND`): per modality,
 intents cluster in topics; two variants of one intent have cosine about
@@ -55,12 +58,28 @@ TIMING_KIND = ("synthetic (Poisson arrivals with a daily cycle, faster in bursts
 #: Keys :meth:`Workload.to_trace` can key a trace by.
 TRACE_KEYS = ("exact", "intent", "intent-modality")
 #: The modality sets a query can carry, by index: each single modality at its
-#: :data:`mmcache.types.MODALITIES` index, then the pairs and the triple.
+#: :data:`mmcache.types.MODALITIES` index, then the pairs, the triple and video (keyframes in
+#: the image space, the track in the audio space).
 MODALITY_SETS: tuple[tuple[str, ...], ...] = (
     ("text",), ("image",), ("audio",), ("text", "image"), ("text", "audio"), ("image", "audio"),
-    ("text", "image", "audio"))
-#: Their names, modalities joined by ``+`` (keys of :attr:`WorkloadConfig.multimodal_mix`).
-MODALITY_SET_NAMES: tuple[str, ...] = tuple("+".join(ms) for ms in MODALITY_SETS)
+    ("text", "image", "audio"), ("image", "audio"))
+#: Their names, modalities joined by ``+``, and ``"video"`` (keys of
+#: :attr:`WorkloadConfig.multimodal_mix`).
+MODALITY_SET_NAMES: tuple[str, ...] = tuple("+".join(ms) for ms in MODALITY_SETS[:-1]) + (
+    "video",)
+#: The index of the video modality set.
+VIDEO = MODALITY_SET_NAMES.index("video")
+#: Vector channels: each modality's own vectors, and a video clip's keyframes (image space).
+CHANNELS: tuple[str, ...] = MODALITIES + ("video",)
+#: The channel of each modality of each modality set (a clip's track is the audio channel).
+SET_CHANNELS: tuple[tuple[int, ...], ...] = tuple(
+    tuple(MODALITIES.index(m) for m in ms) for ms in MODALITY_SETS[:VIDEO]) + (
+    (CHANNELS.index("video"), MODALITIES.index("audio")),)
+#: Keyframes per video clip.
+KEYFRAMES = 3
+#: How synthetic video vectors were made (a stream with video prints it beside the others).
+VIDEO_KIND = ("synthetic clips: keyframes as their own seeded vectors in the image space, "
+              "the audio track as the intent's synthetic speech vector")
 
 _TEXT_REWRITES: tuple[Callable[[str], str], ...] = (
     lambda s: s,
@@ -140,11 +159,13 @@ class WorkloadConfig:
 
 @dataclass(frozen=True)
 class ImageVariant:
-    """A photo variant: centre crop keeping ``crop`` of each side, brightness, output scale."""
+    """A photo variant: a crop keeping ``crop`` of each side, brightness, output scale; the crop
+    is centred, or moved by ``pan`` (rows, columns; -1 / 1: to either edge)."""
 
     crop: float
     brightness: float
     scale: float
+    pan: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -312,6 +333,8 @@ class Workload:
     def embedding_kinds(self) -> dict[str, str]:
         """How each modality's vectors were made (synthetic, or which encoder on which texts)."""
         kinds = dict.fromkeys(MODALITIES, EMBEDDING_KIND)
+        if (self.modality_set == VIDEO).any():
+            kinds["video"] = VIDEO_KIND
         kinds.update({m: r.kind for m, r in self.real.items()})
         return kinds
 
@@ -323,33 +346,51 @@ class Workload:
             return int(self.real[modality].vectors.shape[1])
         return self.config.dim
 
-    def embedding(self, i: int) -> np.ndarray:
-        """Query ``i``'s unit vector (float32) in its own modality's space.
+    def set_dims(self, modality_set: int) -> tuple[int, ...]:
+        """The vector dimension of each modality of :data:`MODALITY_SETS` ``[modality_set]``."""
+        return tuple(self._channel_dim(c) for c in SET_CHANNELS[modality_set])
 
-        Equal for queries with the same (intent, modality, variant); synthetic
+    def _channel_dim(self, c: int) -> int:
+        if CHANNELS[c] in self.real:
+            return int(self.real[CHANNELS[c]].vectors.shape[1])
+        return self.dim(MODALITY_SETS[VIDEO][0]) if CHANNELS[c] == "video" else \
+            self.dim(CHANNELS[c])
+
+    def embedding(self, i: int) -> np.ndarray:
+        """Query ``i``'s unit vector (float32) of its first modality (a clip's: its keyframes').
+
+        Equal for queries with the same (intent, modality set, variant); synthetic
         ones are kept once computed.
         """
-        return self._vector(i, int(self.modality[i]))
+        return self._vector(i, SET_CHANNELS[int(self.modality_set[i])][0])
 
     def vectors(self, i: int) -> tuple[np.ndarray, ...]:
         """Query ``i``'s unit vectors, one per modality of :meth:`modalities`, in that order."""
-        return tuple(self._vector(i, MODALITIES.index(m)) for m in self.modalities(i))
+        return tuple(self._vector(i, c) for c in SET_CHANNELS[int(self.modality_set[i])])
 
     def modality_vectors(self, indices: np.ndarray, modality: str) -> np.ndarray:
         """The stacked unit vectors (float32) of queries ``indices`` in ``modality`` (each
-        carries it), as :meth:`vectors` gives them."""
-        m = MODALITIES.index(modality)
+        carries it, none is a video clip), as :meth:`vectors` gives them."""
+        return self._stacked(indices, MODALITIES.index(modality))
+
+    def set_vectors(self, indices: np.ndarray, modality_set: int) -> list[np.ndarray]:
+        """Per modality of :data:`MODALITY_SETS` ``[modality_set]``, the stacked unit vectors
+        (float32) of queries ``indices`` (each of that set), as :meth:`vectors` gives them."""
+        return [self._stacked(indices, c) for c in SET_CHANNELS[modality_set]]
+
+    def _stacked(self, indices: np.ndarray, c: int) -> np.ndarray:
         rows = zip(self.intent[indices].tolist(), self.topic[indices].tolist(),
                    self.variant[indices].tolist())
-        return np.stack([self._drawn(m, *row) for row in rows]) if len(indices) else \
-            np.zeros((0, self.dim(modality)), np.float32)
+        return np.stack([self._drawn(c, *row) for row in rows]) if len(indices) else \
+            np.zeros((0, self._channel_dim(c)), np.float32)
 
-    def _vector(self, i: int, m: int) -> np.ndarray:
-        return self._drawn(m, int(self.intent[i]), int(self.topic[i]), int(self.variant[i]))
+    def _vector(self, i: int, c: int) -> np.ndarray:
+        return self._drawn(c, int(self.intent[i]), int(self.topic[i]), int(self.variant[i]))
 
     def _drawn(self, m: int, intent: int, topic: int, variant: int) -> np.ndarray:
-        if MODALITIES[m] in self.real:
-            return self.real[MODALITIES[m]].vector(intent, variant)
+        """The vector of channel ``m`` (:data:`CHANNELS`) of (intent, variant)."""
+        if CHANNELS[m] in self.real:
+            return self.real[CHANNELS[m]].vector(intent, variant)
         key = (intent, m, variant)
         if key not in self._vectors:
             self._vectors[key] = self._draw_embedding(m, intent, topic, variant)
@@ -375,20 +416,22 @@ class Workload:
         Raises :class:`ConfigError` when their modalities have different dims.
         """
         idx = np.arange(len(self)) if indices is None else np.asarray(indices, dtype=np.int64)
-        dims = {self.dim(MODALITIES[k]) for k in np.unique(self.modality[idx])}
+        dims = {self.set_dims(k)[0] for k in np.unique(self.modality_set[idx]).tolist()}
         _check(len(dims) <= 1, f"these queries' modalities have different dims {sorted(dims)}; "
                                "stack one modality at a time")
         return np.stack([self.embedding(int(i)) for i in idx]) if len(idx) else \
             np.zeros((0, dims.pop() if dims else self.config.dim), np.float32)
 
     def pair_similarities(self, sample: int = 2_000) -> dict[str, np.ndarray]:
-        """Cosines between same-modality pairs among the first ``sample`` queries, by kind:
-        ``paraphrase`` (same intent, other variant), ``sibling`` (other intent, same topic)
-        and ``unrelated`` (other topic). Topics are the generator's; real text ignores them."""
+        """Cosines between pairs of :meth:`embedding` s of one channel (a modality, or video
+        keyframes) among the first ``sample`` queries, by kind: ``paraphrase`` (same intent,
+        other variant), ``sibling`` (other intent, same topic) and ``unrelated`` (other topic).
+        Topics are the generator's; real text ignores them."""
         n = min(sample, len(self))
         out: dict[str, list[np.ndarray]] = {"paraphrase": [], "sibling": [], "unrelated": []}
-        for k in np.unique(self.modality[:n]):
-            idx = np.flatnonzero(self.modality[:n] == k)
+        channel = np.array([cs[0] for cs in SET_CHANNELS])[self.modality_set[:n]]
+        for k in np.unique(channel):
+            idx = np.flatnonzero(channel == k)
             emb = self.embeddings(idx)
             sims = emb @ emb.T
             i, v, t = self.intent[idx], self.variant[idx], self.topic[idx]
@@ -413,7 +456,8 @@ class Workload:
         variant of photo ``images(intent)`` when ``images`` (a photo loader) is
         given; audio queries get ``speech(intent, speech_variant(variant))`` (16 kHz
         float32, e.g. espeak-ng through :func:`mmcache.datasets.speech.synthesize`).
-        ``ground_truth`` is the intent id.
+        A video clip's image is its first keyframe (:class:`~mmcache.types.Query` has no
+        video field), its audio the speech. ``ground_truth`` is the intent id.
         """
         mods = self.modalities(i)
         intent, variant = int(self.intent[i]), int(self.variant[i])
@@ -428,7 +472,7 @@ class Workload:
         if "text" in mods and prompts:
             text = text_variant(prompts[intent % len(prompts)], variant)
         if "image" in mods and images is not None:
-            image = apply_image_variant(images(intent), image_variant(variant))
+            image = query_image(images(intent), int(self.modality_set[i]), variant)
         if "audio" in mods and speech is not None:
             audio = np.asarray(speech(intent, speech_variant(variant)), dtype=np.float32)
         return Query(text=text, image=image, audio=audio,
@@ -551,6 +595,18 @@ def image_variant(variant: int) -> ImageVariant:
                         scale=float(rng.choice([0.5, 0.75, 1.0, 1.5])))
 
 
+def video_keyframes(variant: int) -> tuple[ImageVariant, ...]:
+    """The :data:`KEYFRAMES` crops of video variant ``variant``: a short synthetic pan across
+    the intent's photo at one crop size (variant 0: left to right at 80 %; others: their own
+    direction, crop and brightness)."""
+    rng = np.random.default_rng([8, variant])
+    angle = 0.0 if variant == 0 else float(rng.uniform(0, 2 * np.pi))
+    crop = 0.8 if variant == 0 else float(rng.uniform(0.7, 0.9))
+    brightness = 1.0 if variant == 0 else float(rng.uniform(0.8, 1.2))
+    return tuple(ImageVariant(crop, brightness, 1.0, (t * np.sin(angle), t * np.cos(angle)))
+                 for t in np.linspace(-1.0, 1.0, KEYFRAMES).tolist())
+
+
 def speech_variant(variant: int) -> SpeechVariant:
     """The voice and speaking rate of speech variant ``variant``."""
     from .datasets.speech import RATES, VOICES
@@ -559,13 +615,21 @@ def speech_variant(variant: int) -> SpeechVariant:
                          RATES[(variant // len(VOICES)) % len(RATES)])
 
 
+def query_image(pixels: np.ndarray, modality_set: int, variant: int) -> np.ndarray:
+    """The image a query of ``modality_set`` carries of a photo: its ``variant``, or for a video
+    clip its first keyframe."""
+    spec = video_keyframes(variant)[0] if modality_set == VIDEO else image_variant(variant)
+    return apply_image_variant(pixels, spec)
+
+
 def apply_image_variant(pixels: np.ndarray, spec: ImageVariant) -> np.ndarray:
     """Apply a centre crop, brightness factor and nearest-neighbour resize to a uint8 image."""
     img = np.asarray(pixels)
     _check(img.ndim in (2, 3) and min(img.shape[:2]) >= 1, "image must be H×W or H×W×C")
     h, w = img.shape[:2]
     ch, cw = max(1, round(h * spec.crop)), max(1, round(w * spec.crop))
-    top, left = (h - ch) // 2, (w - cw) // 2
+    top = (h - ch) // 2 + round(spec.pan[0] * ((h - ch) // 2))
+    left = (w - cw) // 2 + round(spec.pan[1] * ((w - cw) // 2))
     img = img[top:top + ch, left:left + cw].astype(np.float32) * spec.brightness
     oh, ow = max(1, round(ch * spec.scale)), max(1, round(cw * spec.scale))
     rows = np.minimum((np.arange(oh) + 0.5) * ch / oh, ch - 1).astype(int)
@@ -647,9 +711,12 @@ def _session_starts(rng: np.random.Generator, n: int, p_continue: float,
 
 
 def modality_set_index(name: str) -> int:
-    """The :data:`MODALITY_SETS` index of ``"text+image"`` (any order); -1 if there is none."""
+    """The :data:`MODALITY_SETS` index of ``"text+image"`` (any order) or ``"video"``; -1 if
+    there is none."""
+    if name.strip() == "video":
+        return VIDEO
     parts = sorted(p.strip() for p in name.split("+"))
-    return next((k for k, ms in enumerate(MODALITY_SETS) if sorted(ms) == parts), -1)
+    return next((k for k, ms in enumerate(MODALITY_SETS[:VIDEO]) if sorted(ms) == parts), -1)
 
 
 def _modality_sets(rng: np.random.Generator, cfg: WorkloadConfig,

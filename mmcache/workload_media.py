@@ -10,7 +10,12 @@ Each intent gets real sources, one per modality:
 * audio: for the first intents, a real recorded Asterisk prompt (variants: gain and
   speed changes of the recording); for the rest, the first words of the intent's
   prompt spoken by espeak-ng (**synthetic** speech; variants: the voices and rates of
-  :func:`mmcache.workload.speech_variant`).
+  :func:`mmcache.workload.speech_variant`);
+* video: **synthetic** clips built from those offline inputs: the keyframes are a short pan
+  across the intent's photo (:func:`mmcache.workload.video_keyframes`; variants are other
+  pans), embedded by the image encoder one frame at a time and mean-pooled
+  (:class:`KeyframeMeanEncoder`); the audio track is the intent's speech, the audio
+  modality's own input and vector.
 
 A *trap* (``Workload.trap_of``) is a novel intent whose inputs are edited from the
 intent it imitates, as the threshold study's pairs do (:mod:`mmcache.datasets.pairs`):
@@ -22,11 +27,13 @@ The inputs encoded are a bounded pool (:class:`RealPool`), so a 50k-query stream
 minutes of encoding, not hours of Whisper: each intent has at most ``variants`` real
 variants per modality (variant v carries the input of variant ``v % variants``, a labelled
 stand-in for a distinct paraphrase), and only ``audio_intents`` intents get real speech;
-the other queries drop their audio rather than carry a vector that is no real encoding.
+the other queries drop their audio rather than carry a vector that is no real encoding (a
+video clip of such an intent becomes a query of its photo).
 
 Every distinct (intent, pooled variant) input is embedded once per encoder through the
 :class:`mmcache.encoders.EmbeddingStore`; speech is keyed by its *spec* (source,
-voice, rate) so a cached clip is not even re-synthesised, and a rerun costs seconds.
+voice, rate) so a cached clip is not even re-synthesised, a video clip by its stacked keyframes
+(cheap to render), and a rerun costs seconds.
 """
 
 from __future__ import annotations
@@ -40,8 +47,9 @@ import numpy as np
 
 from .errors import ConfigError, InvalidInputError
 from .types import MODALITIES, Query
-from .workload import (MODALITY_SETS, RealEmbeddings, Workload, apply_image_variant,
-                       encode_checked, image_variant, modality_set_index, speech_variant)
+from .workload import (CHANNELS, MODALITY_SETS, SET_CHANNELS, RealEmbeddings, Workload,
+                       apply_image_variant, encode_checked, image_variant, modality_set_index,
+                       query_image, speech_variant, video_keyframes)
 
 if TYPE_CHECKING:
     from .encoders import EmbeddingStore, Encoder
@@ -55,7 +63,8 @@ MEDIA_PROVENANCE = (
     "text: ShareGPT prompts (real; no licence stated) with mmcache.datasets.pairs rewrites; "
     "image: Fashion-MNIST test photos (MIT) and scikit-image photos (real) with crops / "
     "brightness / resizes; audio: Asterisk core sounds (real, CC-BY-SA-3.0) with gain / speed "
-    "changes, and espeak-ng speech of the prompts' first words (synthetic); traps made by "
+    "changes, and espeak-ng speech of the prompts' first words (synthetic); video: synthetic "
+    "clips built from those photos (keyframe pans) and that speech (the track); traps made by "
     "mmcache.datasets.pairs edits")
 
 
@@ -68,7 +77,8 @@ class RealPool:
     ``v`` and ``v + variants`` of one intent carry the identical input). ``audio_intents``:
     how many intents get real speech, those with the most audio-carrying queries (ties: the
     lower id), plus every trap that imitates one of them; a query of any other intent drops
-    its audio (speech alone becomes text, the modality its speech is read from), so every vector stays a real encoding of a real input.
+    its audio (speech alone becomes text, the modality its speech is read from; a video clip
+    becomes its photo), so every vector stays a real encoding of a real input.
 
     The defaults bound notebook 06's full stream (50k queries, ~9,200 distinct speech inputs
     unpooled) to at most ``variants * audio_intents`` Whisper clips plus their traps', so a
@@ -131,6 +141,11 @@ class MediaSources:
         """The photo of (intent, variant)."""
         return apply_image_variant(self.photos[self._photo(intent)], image_variant(variant))
 
+    def keyframes(self, intent: int, variant: int) -> np.ndarray:
+        """The keyframes of (intent, variant)'s clip, stacked (frames × H × W × C)."""
+        photo = self.photos[self._photo(intent)]
+        return np.stack([apply_image_variant(photo, spec) for spec in video_keyframes(variant)])
+
     def speech_spec(self, intent: int, variant: int) -> str:
         """A string naming (intent, variant)'s clip exactly (the embedding store's key)."""
         spec = speech_variant(variant)
@@ -152,8 +167,10 @@ class MediaSources:
         """Query ``i`` of ``workload`` with its real inputs and vectors."""
         mods = workload.modalities(i)
         intent, variant = int(workload.intent[i]), self.pool.variant(int(workload.variant[i]))
+        photo = self.photos[self._photo(intent)]
         return Query(text=self.text(intent, variant) if "text" in mods else None,
-                     image=self.image(intent, variant) if "image" in mods else None,
+                     image=query_image(photo, int(workload.modality_set[i]), variant)
+                     if "image" in mods else None,
                      audio=self.speech(self.speech_spec(intent, variant))
                      if "audio" in mods else None,
                      embeddings=dict(zip(mods, workload.vectors(i))), scope=scope,
@@ -243,6 +260,23 @@ class SpeechSpecEncoder:
         return self.encoder.encode([self.sources.speech(s) for s in inputs])
 
 
+class KeyframeMeanEncoder:
+    """Embeds video clips given as stacked keyframes (:meth:`MediaSources.keyframes`): the
+    image ``encoder`` embeds every frame, the clip's vector is their renormalised mean."""
+
+    modality = "image"
+
+    def __init__(self, encoder: Encoder) -> None:
+        self.encoder, self.dim = encoder, encoder.dim
+        self.encoder_id = f"{encoder.encoder_id}/keyframe-mean-v1"
+
+    def encode(self, clips: Sequence[np.ndarray]) -> np.ndarray:
+        frames = [frame for clip in clips for frame in clip]
+        per_frame = np.asarray(self.encoder.encode(frames), np.float32)
+        mean = per_frame.reshape(len(clips), -1, self.dim).mean(axis=1)
+        return mean / np.linalg.norm(mean, axis=1, keepdims=True)
+
+
 def embed_workload(workload: Workload, *, store: EmbeddingStore | None = None,
                    encoders: Mapping[str, Encoder] | None = None,
                    pool: RealPool | None = None) -> Workload:
@@ -263,8 +297,9 @@ def embed_workload(workload: Workload, *, store: EmbeddingStore | None = None,
     sources = load_media_sources(workload, pool=pool)
     chosen = {m: (encoders or {}).get(m) or get_encoder(DEFAULT_ENCODERS[m])
               for m in MODALITIES}
+    chosen["video"] = chosen["image"]
     real = {}
-    for m in MODALITIES:
+    for m in CHANNELS:
         asked = _pairs_carrying(workload, m)
         pairs = sorted({(i, pool.variant(v)) for i, v in asked})
         if not pairs:
@@ -277,15 +312,19 @@ def embed_workload(workload: Workload, *, store: EmbeddingStore | None = None,
             inputs = [sources.text(*p) for p in pairs]  # similar lengths pad little
         elif m == "image":
             inputs = [sources.image(*p) for p in pairs]
+        elif m == "video":
+            inputs, enc = [sources.keyframes(*p) for p in pairs], KeyframeMeanEncoder(enc)
         else:
             inputs, enc = [sources.speech_spec(*p) for p in pairs], SpeechSpecEncoder(enc, sources)
         vectors = encode_checked(enc, inputs, store)
         seconds = time.perf_counter() - started
         row = {p: k for k, p in enumerate(pairs)}
         note = f"; {dropped:,} queries of other intents dropped their audio" if m == "audio" else ""
+        encoder_id = enc.encoder_id if m == "video" else chosen[m].encoder_id
+        what = "synthetic video clips" if m == "video" else f"real {m} inputs"
         real[m] = RealEmbeddings(
-            encoder_id=chosen[m].encoder_id,
-            kind=f"{chosen[m].encoder_id} on {len(pairs):,} real {m} inputs "
+            encoder_id=encoder_id,
+            kind=f"{encoder_id} on {len(pairs):,} {what} "
                  f"({_SOURCE_OF[m]}; {seconds:.1f} s to build and encode, store hits included; "
                  f"{pool.describe()}{note})",
             prompts=sources.prompts if m == "text" else (),
@@ -314,11 +353,16 @@ def audio_capped_sets(workload: Workload, pool: RealPool) -> tuple[np.ndarray, i
 
 _SOURCE_OF = {"text": "ShareGPT prompts and pairs.paraphrase rewrites",
               "image": "Fashion-MNIST / scikit-image photos, crops / brightness / resizes",
-              "audio": "Asterisk recordings (real) and espeak-ng speech (synthetic)"}
+              "audio": "Asterisk recordings (real) and espeak-ng speech (synthetic)",
+              "video": "synthetic clips: keyframe pans across the Fashion-MNIST / scikit-image "
+                       "photos, mean of the frames' vectors; their track is the intent's speech, "
+                       "embedded as the audio inputs"}
 
 
-def _pairs_carrying(workload: Workload, modality: str) -> list[tuple[int, int]]:
-    """The distinct (intent, variant) of the queries that carry ``modality``, sorted."""
-    sets = [k for k, ms in enumerate(MODALITY_SETS) if modality in ms]
+def _pairs_carrying(workload: Workload, channel: str) -> list[tuple[int, int]]:
+    """The distinct (intent, variant) of the queries that carry ``channel`` (a modality, or
+    ``"video"``: a clip's keyframes), sorted."""
+    c = CHANNELS.index(channel)
+    sets = [k for k, cs in enumerate(SET_CHANNELS) if c in cs]
     has = np.isin(workload.modality_set, sets)
     return sorted(set(zip(workload.intent[has].tolist(), workload.variant[has].tolist())))

@@ -235,3 +235,108 @@ def test_a_multimodal_miss_encodes_every_modality_and_waits_for_the_slowest():
                     limits=False)
     first = int(np.flatnonzero(w.modality_set == 3)[0])
     assert report.latencies_ms[first] == pytest.approx(0.01 + 5.0 + 15.0 + 300.0)
+
+
+# --- video clips: their own index, their own tier route ---
+
+VIDEO_MIX = {"video": 0.3, "image+audio": 0.3}
+
+
+@pytest.fixture(scope="module")
+def video_stream():
+    return generate(n_queries=2_500, n_intents=150, seed=21, multimodal_mix=VIDEO_MIX)
+
+
+def _set_of_key(workload, keys):
+    from mmcache.workload import MODALITY_SETS
+
+    return (keys // workload.config.n_variants) % len(MODALITY_SETS)
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_video_never_matches_a_still_image_and_audio_entry(video_stream, kernel):
+    """At a threshold loose enough that keyframes would often pass for a photo, every hit is of
+    the request's own modality set, in the compiled kernel and the serve path alike."""
+    from mmcache.cachebench import Replayer
+
+    tiers = [TierSpec("L2", 10**12, "lru", "semantic", threshold=0.01)]
+    r = Replayer(video_stream, tiers)
+    if kernel:
+        r.serve_all()
+    else:
+        for i in range(len(video_stream)):
+            r.serve(i)
+    hit = r.hit_tier >= 0
+    assert hit.mean() > 0.5
+    np.testing.assert_array_equal(_set_of_key(video_stream, r.hit_key[hit]),
+                                  video_stream.modality_set[hit])
+
+
+def test_a_route_keeps_video_out_of_the_upper_tiers_and_off_their_lookups(video_stream):
+    from mmcache.cachebench import Replayer, route_video_to_last
+    from mmcache.workload import VIDEO
+
+    tiers = route_video_to_last(three_tier(int(video_stream.size.sum() // 10)))
+    assert [t.modality_sets is None for t in tiers] == [False, False, True]
+    assert "video" not in tiers[0].modality_sets and "image+audio" in tiers[1].modality_sets
+    served = Replayer(video_stream, tiers)
+    for i in range(len(video_stream)):
+        served.serve(i)
+        if video_stream.modality_set[i] == VIDEO:
+            for tier in served.state[:2]:
+                assert not any(e[2] == VIDEO for e in tier.entries.values())
+    video = video_stream.modality_set == VIDEO
+    assert set(served.hit_tier[video].tolist()) <= {-1, 2} and (served.hit_tier[video] == 2).any()
+    # a video hit pays L3's lookup and transfer only: no L1 / L2 lookup, no encoding (L3 is exact)
+    i = int(np.flatnonzero(video & (served.hit_tier == 2))[0])
+    expected = served.costs.lookup_ms[2, i] + video_stream.size[i] / (tiers[2].bandwidth_gbps * 1e6)
+    assert served.lat_ms[i] == pytest.approx(expected)
+    kernel = Replayer(video_stream, tiers)
+    kernel.serve_all()
+    np.testing.assert_array_equal(kernel.hit_tier, served.hit_tier)
+    np.testing.assert_allclose(kernel.lat_ms, served.lat_ms)
+
+
+def test_tier_routes_name_known_sets_only():
+    with pytest.raises(ConfigError, match="vidoe"):
+        TierSpec("L1", 100, modality_sets=("text", "vidoe"))
+    with pytest.raises(ConfigError, match="not the string"):
+        TierSpec("L1", 100, modality_sets="video")
+    with pytest.raises(ConfigError, match="none given"):
+        TierSpec("L1", 100, modality_sets=())
+    assert TierSpec("L1", 100, modality_sets=("audio+image",)).modality_sets == ("image+audio",)
+    from mmcache.cachebench import route_video_to_last
+    with pytest.raises(ConfigError):
+        route_video_to_last([])
+
+
+def test_video_reports_count_as_multimodal_and_keyed_apart_in_the_oracle(video_stream):
+    from mmcache.cachebench import report_prometheus
+    from mmcache.workload import VIDEO, modality_set_index
+
+    report = replay(video_stream, three_tier(int(video_stream.size.sum() // 10)))
+    assert set(report.hit_rate_per_modality) >= {"video", "image+audio"}
+    multi = video_stream.modality_set >= 3
+    assert report.hit_rate_per_modality["video"] > 0
+    text = report_prometheus(report, video_stream, model_type="m", warmup_n=500)
+    assert 'mmcache_cross_modal_hit_rate{modality_set="video",model_type="m"}' in text
+    assert 'modality_set="video"' in text.split("warmup_latency_p99")[-1]
+    assert report.cross_modal_hit_rate == pytest.approx(
+        sum(report.hit_rate_per_modality[n] * (video_stream.modality_set == modality_set_index(n))
+            .sum() for n in ("video", "image+audio")) / multi.sum())
+    ids = video_stream.to_trace("intent-modality").obj_id
+    video = video_stream.modality_set == VIDEO
+    assert not set(ids[video].tolist()) & set(ids[~video].tolist())
+
+
+def test_a_video_miss_encodes_every_keyframe_and_its_track():
+    from mmcache.workload import KEYFRAMES, VIDEO
+
+    from mmcache.cachebench import Replayer
+
+    w = generate(n_queries=200, n_intents=20, seed=2, multimodal_mix={"video": 0.5})
+    r = Replayer(w, [TierSpec("L2", 10**9, match="semantic", lookup_us=0.0)], LatencyModel())
+    r.serve_all()
+    miss = (r.hit_tier < 0) & (w.modality_set == VIDEO)
+    assert miss.any()  # assumed constants: image 15 ms, audio 40 ms to encode, 1 s inference
+    np.testing.assert_allclose(r.lat_ms[miss], KEYFRAMES * 15.0 + 40.0 + 1000.0)

@@ -54,6 +54,7 @@ CASES = {
                        "zipf_alpha": 0.6},
     "multimodal": {"n_intents": 200, "multimodal_mix": {"image+audio": 0.3, "text+image": 0.2,
                                                         "text+image+audio": 0.2}},
+    "video": {"n_intents": 200, "multimodal_mix": {"video": 0.3, "image+audio": 0.3}},
     "novel-and-spread": {"n_intents": 300, "novel_share": 0.2, "paraphrase_cos": 0.8,
                          "paraphrase_spread": 0.15},
 }

@@ -375,3 +375,100 @@ def test_modality_vectors_stack_what_vectors_gives():
             got = workload.modality_vectors(rows, name)
             assert got.shape == (rows.size, workload.dim(name))
             np.testing.assert_array_equal(got, np.stack(want) if want else got)
+
+
+# --- video clips (seed 002 §3.1): keyframes + audio track, a modality set of their own ---
+
+def _stream_digest(w) -> str:
+    """A digest of a stream's columns and of every 97th query's vectors."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in ("intent", "modality", "variant", "topic", "session", "burst", "time", "size",
+                 "modality_set"):
+        h.update(np.ascontiguousarray(getattr(w, name)).tobytes())
+    for i in range(0, len(w), 97):
+        for v in w.vectors(i):
+            h.update(v.tobytes())
+    return h.hexdigest()
+
+
+def test_streams_without_video_are_as_before_video_existed():
+    """Digests made by the code before video was added (commit 3a31bc8)."""
+    from mmcache.workload import VIDEO
+
+    plain = generate(n_queries=3000, n_intents=300, seed=3)
+    multi = generate(n_queries=3000, n_intents=300, seed=4,
+                     multimodal_mix={"text+image": 0.2, "image+audio": 0.1})
+    assert not (plain.modality_set == VIDEO).any() and not (multi.modality_set == VIDEO).any()
+    assert "video" not in plain.embedding_kinds()
+    assert _stream_digest(plain) == \
+        "44b3828da3b84f148d9f87a80bb1eaaab8e7c854b5f7100001a4b7ac500201b4"
+    assert _stream_digest(multi) == \
+        "7233abfc32c0474fdb317e38f720956f63d14c3474603cdd760f9c1c2904994b"
+
+
+@settings(max_examples=15, deadline=None)
+@given(share=st.floats(0.01, 0.5), seed=st.integers(0, 2**16))
+def test_the_video_share_is_honoured_within_sampling_error(share, seed):
+    from mmcache.workload import VIDEO
+
+    n = 4000
+    w = generate(n_queries=n, n_intents=100, seed=seed,
+                 multimodal_mix={"video": share, "text+image": 0.1})
+    observed = (w.modality_set == VIDEO).mean()
+    assert abs(observed - share) <= 5 * np.sqrt(share * (1 - share) / n)
+    assert w.describe()["per_modality_set"]["video"] == int((w.modality_set == VIDEO).sum())
+
+
+def test_video_is_its_own_set_with_keyframes_of_its_own_and_the_speech_track():
+    from mmcache.workload import (MODALITY_SET_NAMES, MODALITY_SETS, VIDEO, VIDEO_KIND,
+                                  modality_set_index)
+
+    assert MODALITY_SET_NAMES[VIDEO] == "video" and MODALITY_SETS[VIDEO] == ("image", "audio")
+    assert modality_set_index("video") == VIDEO
+    assert modality_set_index("audio+image") == MODALITY_SET_NAMES.index("image+audio") != VIDEO
+    w = generate(n_queries=3000, n_intents=50, seed=5,
+                 multimodal_mix={"video": 0.3, "image+audio": 0.3})
+    assert w.embedding_kinds()["video"] == VIDEO_KIND
+    video = np.flatnonzero(w.modality_set == VIDEO)
+    still = np.flatnonzero(w.modality_set == modality_set_index("image+audio"))
+    pair = next((a, b) for a in video.tolist() for b in still.tolist()
+                if w.intent[a] == w.intent[b] and w.variant[a] == w.variant[b])
+    clip, photo = w.vectors(pair[0]), w.vectors(pair[1])
+    assert w.modalities(pair[0]) == ("image", "audio") and w.modality[pair[0]] == 1
+    assert np.array_equal(clip[1], photo[1])  # the track is the intent's speech
+    assert abs(float(clip[0] @ photo[0])) < 0.5  # keyframes are not the still photo's vector
+    assert np.array_equal(w.embedding(pair[0]), clip[0])
+    # keyframes of one intent are paraphrases of each other, as any modality's variants
+    same = [i for i in video.tolist() if w.intent[i] == w.intent[pair[0]]
+            and w.variant[i] != w.variant[pair[0]]]
+    assert same and float(w.vectors(same[0])[0] @ clip[0]) > 0.6
+    got = w.set_vectors(video[:20], VIDEO)
+    for j, mat in enumerate(got):
+        assert np.array_equal(mat, np.stack([w.vectors(i)[j] for i in video[:20]]))
+    assert w.set_dims(VIDEO) == (w.config.dim, w.config.dim)
+    q = w.query(pair[0], images=lambda intent: np.full((28, 28, 3), 9, np.uint8))
+    assert q.image is not None and set(q.embeddings) == {"image", "audio"}
+
+
+def test_video_keyframes_are_a_pan_at_one_crop_and_a_centred_variant_is_unchanged():
+    from mmcache.workload import KEYFRAMES, video_keyframes
+
+    photo = np.arange(40 * 40 * 3, dtype=np.uint8).reshape(40, 40, 3)
+    for variant in range(4):
+        specs = video_keyframes(variant)
+        assert len(specs) == KEYFRAMES and len({s.crop for s in specs}) == 1
+        frames = [apply_image_variant(photo, s) for s in specs]
+        assert len({f.shape for f in frames}) == 1
+        assert not np.array_equal(frames[0], frames[-1])
+    assert video_keyframes(1) != video_keyframes(2)
+    centred = ImageVariant(0.8, 1.0, 1.0)
+    assert np.array_equal(apply_image_variant(photo, centred),
+                          apply_image_variant(photo, ImageVariant(0.8, 1.0, 1.0, (0.0, 0.0))))
+    assert np.array_equal(apply_image_variant(photo, centred), photo[4:36, 4:36])
+
+
+def test_unknown_modality_sets_are_config_errors_naming_them():
+    with pytest.raises(ConfigError, match="vidoe"):
+        WorkloadConfig(multimodal_mix={"vidoe": 0.1})

@@ -210,3 +210,74 @@ def test_bad_pools_are_typed_errors():
             RealPool(**bad)
     with pytest.raises(ConfigError, match="RealPool"):
         generate(n_queries=10, n_intents=2, pool=RealPool())
+
+
+# --- video clips: keyframe pans of the offline photos (image encoder, mean) + the speech track ---
+
+class _Counting(HashingTestEncoder):
+    """The hashing stand-in, counting the inputs it is asked to encode."""
+
+    calls = 0
+
+    def encode(self, inputs):
+        type(self).calls += len(inputs)
+        return super().encode(inputs)
+
+
+@pytest.fixture(scope="module")
+def clips():
+    return generate(n_queries=60, n_intents=4, multimodal_mix={"video": 0.5}, novel_share=0.0,
+                    seed=7)
+
+
+def _video_build(clips, store, image_encoder):
+    return clips.with_real_vectors(store=store, pool=RealPool(2, 4),
+                                   encoders={"image": image_encoder,
+                                             "text": HashingTestEncoder("text", 16)})
+
+
+def test_real_video_is_keyframe_means_and_the_whisper_track_read_back_from_the_store(clips,
+                                                                                     store):
+    from mmcache.workload import VIDEO
+    from mmcache.workload_media import KeyframeMeanEncoder
+
+    real = _video_build(clips, store, _Counting("image", 32))
+    video = np.flatnonzero(real.modality_set == VIDEO)
+    assert video.size and real.set_dims(VIDEO) == (32, 384)
+    kinds = real.embedding_kinds()
+    assert kinds["video"].startswith("stand-in:hashing-test-encoder/image/32/keyframe-mean-v1")
+    assert "synthetic clips" in kinds["video"]
+    for i in video[:5].tolist():
+        frames, track = real.vectors(i)
+        assert np.linalg.norm(frames) == pytest.approx(1, abs=1e-5)
+        intent, variant = int(real.intent[i]), int(real.variant[i]) % 2
+        clip = real.media.keyframes(intent, variant)
+        assert clip.shape[0] == 3 and not np.array_equal(clip[0], clip[-1])
+        assert np.allclose(frames, KeyframeMeanEncoder(HashingTestEncoder("image", 32))
+                           .encode([clip])[0], atol=1e-6)
+        assert np.array_equal(track, real.real["audio"].vector(intent, int(real.variant[i])))
+        q = real.query(i)
+        assert np.array_equal(q.image, clip[0]) and q.audio.dtype == np.float32
+    _Counting.calls = 0
+    again = _video_build(clips, store, _Counting("image", 32))
+    assert _Counting.calls == 0  # every keyframe clip came from the store
+    assert np.array_equal(again.real["video"].vectors, real.real["video"].vectors)
+
+
+def test_real_video_with_the_offline_clip_has_clip_dims():
+    from mmcache.encoders import clip_train
+
+    if not (clip_train.model_dir() / "model_card.json").is_file():
+        pytest.skip("default offline CLIP not trained here; run `make models`")
+    from mmcache.encoders import get_encoder
+    from mmcache.workload import VIDEO
+
+    clip = get_encoder("clip")
+    w = generate(n_queries=30, n_intents=3, multimodal_mix={"video": 0.6}, novel_share=0.0,
+                 seed=8)
+    real = w.with_real_vectors(store=None, pool=RealPool(1, 3),
+                               encoders={"text": HashingTestEncoder("text", 16)})
+    video = np.flatnonzero(real.modality_set == VIDEO)
+    assert video.size and real.set_dims(VIDEO) == (clip.dim, 384)
+    for vec in real.real["video"].vectors:
+        assert np.linalg.norm(vec) == pytest.approx(1, abs=1e-3)
