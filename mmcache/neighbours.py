@@ -13,12 +13,17 @@ an angular radius per modality (the largest angle of a member from the centre, c
 two groups are compared member by member only if, on every modality, the angle between their
 centres is at most both radii plus ``arccos(cutoff)`` (the triangle inequality on the sphere),
 widened by :func:`cos_slack` for float32 rounding so that no pair at the cutoff is pruned.
+With many groups the centres' cosines come from a bfloat16 or float16 GEMM where that is faster
+on the CPU (AMX / AVX-512 kernels), and the pruning widens by that format's error bound
+(:func:`half_precision_error`), so the table stays exact; members are compared in float64.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import NamedTuple
+from functools import lru_cache
+from typing import Callable, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -28,6 +33,9 @@ from .workload import MODALITY_SETS, Workload
 
 #: Group centres compared per GEMM tile (rows, columns): a tile of cosines stays in cache.
 TILE = (512, 4096)
+#: Groups from which the centre cosines may use a half-precision GEMM (torch's, where it is
+#: faster on this CPU: :func:`_tile_gemm`); below it the float32 GEMM is cheap anyway.
+HALF_PRECISION_FROM = TILE[1]
 
 
 @dataclass(frozen=True)
@@ -138,7 +146,9 @@ def candidate_groups(vecs: np.ndarray, cols: np.ndarray, order: np.ndarray, gptr
     half = np.arccos(max(cutoff - slack, -1.0)) / 2
     caps = [_caps(vecs, cols[j], cols[j + 1], order, gptr, half, slack)
             for j in range(cols.shape[0] - 1)]
-    centre = caps[0].centre
+    gemm, error = _tile_gemm(caps[0].centre)
+    reach_cos, reach_sin, wide, floor = caps[0][1:]
+    floor = floor - np.float32(error)
     sims = np.zeros(TILE[0] * TILE[1], np.float32)
     found = (np.zeros(sims.size, np.int64), np.zeros(sims.size, np.int64))
     pair_a, pair_b = [], []
@@ -147,15 +157,85 @@ def candidate_groups(vecs: np.ndarray, cols: np.ndarray, order: np.ndarray, gptr
         for first in range(start, n_groups, TILE[1]):
             shape = rows.stop - start, min(TILE[1], n_groups - first)
             tile = sims[:shape[0] * shape[1]].reshape(shape)
-            np.matmul(centre[rows], centre[first:first + tile.shape[1]].T, out=tile)
-            tile[:, caps[0].wide[first:first + tile.shape[1]]] = np.inf  # every row's candidate
-            n = _near_caps(tile, start, first, *caps[0][1:], np.float32(slack), *found)
+            gemm(rows, slice(first, first + shape[1]), tile)
+            tile[:, wide[first:first + tile.shape[1]]] = np.inf  # every row's candidate
+            n = _near_caps(tile, start, first, reach_cos, reach_sin, wide, floor,
+                           np.float32(slack + error), *found)
             a, b = found[0][:n], found[1][:n]
             for other in caps[1:]:
                 a, b = _near_pairs(a, b, *other[:4], np.float32(slack))
             pair_a.append(a.copy())
             pair_b.append(b.copy())
     return np.concatenate(pair_a), np.concatenate(pair_b)
+
+
+def half_precision_error(unit_roundoff: float, dim: int) -> float:
+    """A bound on the error of a cosine of two unit vectors of ``dim`` components whose inputs
+    and result are rounded to a format of ``unit_roundoff`` (products summed in float32): the
+    inputs' rounding errs by at most ``2u + u²`` relatively per product, so by that much in sum
+    (Cauchy-Schwarz), the result's by ``u`` and float32 summation by ``dim`` float32 units; and
+    components below the format's normal range by ``2·sqrt(dim)`` float32 units."""
+    u, eps32 = unit_roundoff, float(np.finfo(np.float32).eps)
+    return (2 * u + u * u) * (1 + u) + u + (dim + 2 * np.sqrt(dim)) * eps32
+
+
+@lru_cache(maxsize=1)
+def _fastest_half() -> tuple[object, float] | None:
+    """The torch dtype (bfloat16 or float16) whose GEMM of a tile of centres is fastest on this
+    CPU, with its unit roundoff, or None where neither beats numpy's float32 GEMM (timed once
+    per process on a random tile; the table does not depend on the choice, only its speed)."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    centre = rng.standard_normal((sum(TILE), 128)).astype(np.float32)
+    rows, cols = slice(0, TILE[0]), slice(TILE[0], sum(TILE))
+    out = np.zeros(TILE, np.float32)
+    timed = {None: _best_time(lambda: np.matmul(centre[rows], centre[cols].T, out=out))}
+    for dtype in (torch.bfloat16, torch.float16):
+        gemm = _half_gemm(centre, dtype)
+        timed[dtype] = _best_time(lambda: gemm(rows, cols, out))
+    best = min(timed, key=timed.get)
+    return None if best is None else (best, torch.finfo(best).eps / 2)
+
+
+def _best_time(run: Callable[[], object], repeats: int = 3) -> float:
+    """The fastest of ``repeats`` timed calls of ``run`` (after one untimed call)."""
+    run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def _half_gemm(centre: np.ndarray, dtype) -> Callable[[slice, slice, np.ndarray], None]:
+    """``gemm(rows, cols, out)``: the cosines of ``centre[rows]`` and ``centre[cols]`` by torch
+    in ``dtype`` (into one reused buffer), written into ``out`` as float32."""
+    import torch
+
+    low = torch.from_numpy(centre).to(dtype)
+    buf = torch.empty(TILE[0] * TILE[1], dtype=dtype)
+
+    def gemm(rows: slice, cols: slice, out: np.ndarray) -> None:
+        part = buf[:out.size].view(out.shape)
+        torch.matmul(low[rows], low[cols].T, out=part)
+        torch.from_numpy(out).copy_(part)
+    return gemm
+
+
+def _tile_gemm(centre: np.ndarray) -> tuple[Callable[[slice, slice, np.ndarray], None], float]:
+    """``gemm(rows, cols, out)`` writing the cosines of ``centre[rows]`` and ``centre[cols]``
+    into ``out`` (float32), and a bound on its error beyond float32 rounding: numpy's float32
+    GEMM (0), or for many groups a half-precision one where it is faster
+    (:func:`half_precision_error`)."""
+    half = _fastest_half() if centre.shape[0] >= HALF_PRECISION_FROM else None
+    if half is None:
+        def gemm(rows: slice, cols: slice, out: np.ndarray) -> None:
+            np.matmul(centre[rows], centre[cols].T, out=out)
+        return gemm, 0.0
+    dtype, roundoff = half
+    return _half_gemm(centre, dtype), half_precision_error(roundoff, centre.shape[1])
 
 
 class _Caps(NamedTuple):

@@ -2,15 +2,19 @@
 over all distinct vectors finds (same neighbour sets, same cosines up to float32 rounding), on
 generated workloads with close sibling intents, multimodal queries, novel queries and identical
 vectors, on adversarial pairs exactly at the cutoff, and under a grouping that prunes nothing;
-and on a workload with many intents it computes a small share of the pairs."""
+and on a workload with many intents it computes a small share of the pairs. The same holds when
+the centres' cosines come from a half-precision GEMM (bfloat16 or float16, forced here at every
+size), whose error bound is checked against measured errors."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
+from mmcache import neighbours
 from mmcache.errors import ConfigError
-from mmcache.neighbours import neighbour_table, range_search
+from mmcache.neighbours import half_precision_error, neighbour_table, range_search
 from mmcache.workload import generate
 
 #: Cosines of the pruned and the brute-force search differ by float32 rounding only.
@@ -127,3 +131,41 @@ def test_a_grouping_that_prunes_nothing_is_still_exact_and_far_groups_are_pruned
 def test_a_cutoff_outside_the_cosine_range_is_refused():
     with pytest.raises(ConfigError):
         neighbour_table(generate(n_queries=100, n_intents=10, seed=8), -1.5)
+
+
+@pytest.fixture(params=[torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def half_gemm(request, monkeypatch):
+    """Every table below uses a half-precision GEMM of ``request.param`` for the centres."""
+    dtype = request.param
+    monkeypatch.setattr(neighbours, "HALF_PRECISION_FROM", 0)
+    monkeypatch.setattr(neighbours, "_fastest_half", lambda: (dtype, torch.finfo(dtype).eps / 2))
+    return dtype
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_half_precision_gemm_gives_the_brute_force_table(half_gemm, name):
+    assert_matches_brute_force(generate(n_queries=3_000, seed=11, **CASES[name]), 0.85)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_half_precision_gemm_keeps_pairs_at_the_cutoff(half_gemm, seed):
+    cutoff, cols = 0.85, np.array([0, 64])
+    vecs = boundary_groups(cutoff + 2e-6, radius=0.2, seed=seed)
+    pruned = range_search(vecs, cols, np.array([0, 0, 1, 1]), cutoff)
+    assert 2 in pruned[1][pruned[0][1]:pruned[0][2]] and pruned[3] == 16
+
+
+def test_the_half_precision_error_bound_holds_on_unit_vectors(half_gemm):
+    rng = np.random.default_rng(3)
+    for dim in (3, 64, 128, 512):
+        vecs = rng.standard_normal((400, dim)).astype(np.float32)
+        vecs[:50] *= rng.random((50, dim)) < 0.1  # sparse rows: components below normal range
+        vecs[200:] = vecs[:200] + 0.05 * rng.standard_normal((200, dim))  # near pairs too
+        vecs = vecs[np.linalg.norm(vecs, axis=1) > 0]
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        exact = vecs.astype(np.float64) @ vecs.T.astype(np.float64)
+        low = torch.from_numpy(vecs).to(half_gemm)
+        error = np.abs((low @ low.T).float().numpy() - exact).max()
+        bound = half_precision_error(torch.finfo(half_gemm).eps / 2, dim)
+        assert error <= bound
+        assert error > bound / 50  # the bound is not vacuous
