@@ -40,8 +40,9 @@ import numpy as np
 
 from .errors import ConfigError, InvalidInputError
 from .types import MODALITIES, Query
-from .workload import (MODALITY_SETS, RealEmbeddings, Workload, apply_image_variant,
-                       encode_checked, image_variant, modality_set_index, speech_variant)
+from .workload import (MODALITY_SETS, TEXT_STORE_BATCH, RealEmbeddings, Workload,
+                       apply_image_variant, encode_checked, image_variant, modality_set_index,
+                       speech_variant)
 
 if TYPE_CHECKING:
     from .encoders import EmbeddingStore, Encoder
@@ -279,7 +280,8 @@ def embed_workload(workload: Workload, *, store: EmbeddingStore | None = None,
             inputs = [sources.image(*p) for p in pairs]
         else:
             inputs, enc = [sources.speech_spec(*p) for p in pairs], SpeechSpecEncoder(enc, sources)
-        vectors = encode_checked(enc, inputs, store)
+        vectors = encode_checked(enc, inputs, store,
+                                 TEXT_STORE_BATCH if m == "text" else 256)
         seconds = time.perf_counter() - started
         row = {p: k for k, p in enumerate(pairs)}
         note = f"; {dropped:,} queries of other intents dropped their audio" if m == "audio" else ""
