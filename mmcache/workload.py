@@ -307,7 +307,7 @@ class Workload:
             encoder_id=encoder.encoder_id,
             kind=f"{encoder.encoder_id} on {source} with templated rewrites",
             prompts=prompts, rows={pair: row[t] for pair, t in zip(pairs, texts)},
-            vectors=encode_checked(encoder, distinct, store))
+            vectors=encode_checked(encoder, distinct, store, TEXT_STORE_BATCH))
         return self.with_real({"text": real})
 
     def with_real(self, real: Mapping[str, RealEmbeddings], media: Any = None,
@@ -650,14 +650,21 @@ def _checked_prompts(prompts: Sequence[str]) -> tuple[str, ...]:
     return out
 
 
-def encode_checked(encoder: Encoder, texts: Sequence[Any],
-                   store: EmbeddingStore | None) -> np.ndarray:
+#: New texts per store shard and encode call: one call spans many batches, which the text
+#: encoder sorts by token length, so a batch pads to near its own longest text.
+TEXT_STORE_BATCH = 2048
+
+
+def encode_checked(encoder: Encoder, texts: Sequence[Any], store: EmbeddingStore | None,
+                   store_batch: int = 256) -> np.ndarray:
     """Read-only ``(len(texts), encoder.dim)`` unit vectors of the inputs ``texts`` (via
-    ``store`` if any); raises :class:`InvalidEmbeddingError` for anything else."""
+    ``store`` if any, ``store_batch`` new inputs per encode call and shard); raises
+    :class:`InvalidEmbeddingError` for anything else."""
     if not len(texts):
         vectors = np.zeros((0, encoder.dim), np.float32)
     else:
-        raw = store.encode(encoder, texts) if store is not None else encoder.encode(texts)
+        raw = store.encode(encoder, texts, store_batch) if store is not None \
+            else encoder.encode(texts)
         vectors = np.asarray(raw, dtype=np.float32)
         if vectors.shape != (len(texts), encoder.dim) or not np.isfinite(vectors).all() \
                 or not np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3):

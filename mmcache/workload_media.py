@@ -47,9 +47,9 @@ import numpy as np
 
 from .errors import ConfigError, InvalidInputError
 from .types import MODALITIES, Query
-from .workload import (CHANNELS, MODALITY_SETS, SET_CHANNELS, RealEmbeddings, Workload,
-                       apply_image_variant, encode_checked, image_variant, modality_set_index,
-                       query_image, speech_variant, video_keyframes)
+from .workload import (CHANNELS, MODALITY_SETS, SET_CHANNELS, TEXT_STORE_BATCH, RealEmbeddings,
+                       Workload, apply_image_variant, encode_checked, image_variant,
+                       modality_set_index, query_image, speech_variant, video_keyframes)
 
 if TYPE_CHECKING:
     from .encoders import EmbeddingStore, Encoder
@@ -316,7 +316,8 @@ def embed_workload(workload: Workload, *, store: EmbeddingStore | None = None,
             inputs, enc = [sources.keyframes(*p) for p in pairs], KeyframeMeanEncoder(enc)
         else:
             inputs, enc = [sources.speech_spec(*p) for p in pairs], SpeechSpecEncoder(enc, sources)
-        vectors = encode_checked(enc, inputs, store)
+        vectors = encode_checked(enc, inputs, store,
+                                 TEXT_STORE_BATCH if m == "text" else 256)
         seconds = time.perf_counter() - started
         row = {p: k for k, p in enumerate(pairs)}
         note = f"; {dropped:,} queries of other intents dropped their audio" if m == "audio" else ""

@@ -27,21 +27,23 @@
 # * **Multimodal** — `mmcache.workload.generate`: Zipf intents asked through text / image / speech
 #   paraphrase variants, a share of queries carrying two modalities (`MM_MULTIMODAL`: text + image,
 #   speech + image, text + speech), novel queries, sessions that keep their intent, bursts, drift
-#   that brings new intents, Poisson arrivals with a daily cycle. Its vectors and timing are
-#   **synthetic**; the exact-key trace is what an exact cache sees, the trace keyed by intent and
-#   modality is the oracle semantic cache of a cache that matches within a modality, as the tiers
-#   below do (ground-truth equivalence, zero false hits; no cross-modal retrieval). With
-#   `MM_VECTORS = "real"` every query is embedded by the real encoders — MiniLM for
-#   text, the offline CLIP for images, Whisper tiny.en for speech — from real inputs (ShareGPT
-#   prompts and `datasets.pairs` rewrites; Fashion-MNIST / scikit-image crops, brightness and
-#   resizes; real Asterisk recordings and espeak-ng speech, the latter synthetic), through the
-#   embedding store (`mmcache.workload_media`); `MM_TRAP_SHARE` of the novel queries are traps,
-#   edits of another intent's inputs with their own answer. Both stay off in full mode (synthetic
-#   vectors, no traps) until a full real-mode run has been timed within `make figures`' budget and
-#   the README's numbers redone from it; smoke mode turns traps on to exercise them.
-#   Real mode encodes a bounded pool (`RealPool`): `MM_POOL_VARIANTS` real variants per intent and
-#   modality (a query's variant v carries variant v mod `MM_POOL_VARIANTS`'s input, a stand-in for
-#   a distinct paraphrase), real speech only for the `MM_AUDIO_INTENTS` most audio-requested
+#   that brings new intents, Poisson arrivals with a daily cycle. Its timing and its stream
+#   structure (intents, sessions, bursts, drift) are **synthetic**; the exact-key trace is what an
+#   exact cache sees, the trace keyed by intent and modality is the oracle semantic cache of a cache
+#   that matches within a modality, as the tiers below do (ground-truth equivalence, zero false
+#   hits; no cross-modal retrieval). In full mode (`MM_VECTORS = "real"`) every query is embedded by
+#   the real encoders — all-MiniLM-L6-v2 for text, the offline CLIP for images, Whisper tiny.en for
+#   speech — from real inputs (ShareGPT prompts and `datasets.pairs` rewrites; Fashion-MNIST /
+#   scikit-image crops, brightness and resizes; real Asterisk recordings and espeak-ng speech, the
+#   latter **synthetic**), through the embedding store (`mmcache.workload_media`; the weights' ids
+#   and every input source are printed below and written to metrics.json). `MM_TRAP_SHARE` of the
+#   novel queries are traps, edits of another intent's inputs with their own answer: 0.3 of the 10%
+#   novel queries, about 3% of the stream, an assumption (no trap rate of a real stream is known
+#   here) chosen so a threshold's false hits on traps are counted on over a thousand queries while
+#   traps stay a small minority; smoke mode uses the same share on synthetic vectors, so no encoder
+#   runs. Real mode encodes a bounded pool (`RealPool`): `MM_POOL_VARIANTS` real variants per intent
+#   and modality (a query's variant v carries variant v mod `MM_POOL_VARIANTS`'s input, a stand-in
+#   for a distinct paraphrase), real speech only for the `MM_AUDIO_INTENTS` most audio-requested
 #   intents and their traps (other queries drop their audio), so a first run encodes for minutes.
 #
 # Then the CacheBench-MM engine replays the multimodal stream through a GPU → CPU → NVMe
@@ -63,8 +65,8 @@ ZIPF_N_OBJ = 100_000
 MM_QUERIES = 50_000
 MM_INTENTS = 5_000
 MM_MULTIMODAL = {"text+image": 0.15, "audio+image": 0.1, "text+audio": 0.1}
-MM_VECTORS = "synthetic"  # generate(vectors=...): "real" (real encoders on real inputs) or "synthetic"
-MM_TRAP_SHARE = 0.0  # share of novel queries that are traps (edits of another intent's inputs)
+MM_VECTORS = "real"  # generate(vectors=...): "real" (real encoders on real inputs) or "synthetic"
+MM_TRAP_SHARE = 0.3  # share of novel queries that are traps (edits of another intent's inputs)
 MM_POOL_VARIANTS = 2  # real mode: real variants per intent and modality (variant v -> v mod 2)
 MM_AUDIO_INTENTS = 200  # real mode: intents with real speech (+ their traps); others drop audio
 CYCLE_AMPLITUDE = 0.5  # arrival rate 1 ± 0.5 × qps over one compressed "day" (synthetic)
@@ -109,13 +111,12 @@ from mmcache.policies import POLICIES
 from mmcache.replay import read_oracle_general
 from mmcache.runbook import write_metrics
 from mmcache.workload import TIMING_KIND, generate, zipf_trace
-from mmcache.workload_media import RealPool
+from mmcache.workload_media import MEDIA_PROVENANCE, RealPool
 
 GiB = 1 << 30
 if SMOKE:
     ZIPF_N_REQ, ZIPF_N_OBJ, MM_QUERIES, MM_INTENTS = 50_000, 5_000, 4_000, 500
     MM_VECTORS = "synthetic"  # smoke stays fast: no encoder runs
-    MM_TRAP_SHARE = 0.3  # smoke exercises the trap path
     THRESHOLDS = [0.8, 0.9]
     RT_QUERIES, RT_INTENTS, RT_THRESHOLDS = 1_500, 150, [0.7, 0.8, 0.9, 0.95]
     LOADS = [0.25, 0.8, 1.25, 1.5]
@@ -151,7 +152,10 @@ mm = generate(n_queries=MM_QUERIES, n_intents=MM_INTENTS, multimodal_mix=MM_MULT
               trap_share=MM_TRAP_SHARE, vectors=MM_VECTORS, seed=SEED,
               pool=RealPool(MM_POOL_VARIANTS, MM_AUDIO_INTENTS) if MM_VECTORS == "real" else None)
 mm_build = {"wall_s": time.perf_counter() - mm_started, "cpu_s": cpu_seconds() - mm_cpu}
-print(mm.embedding_kinds(), f"built in {mm_build['wall_s']:.0f} s ({mm_build['cpu_s']:.0f} s CPU)")
+for modality, kind in mm.embedding_kinds().items():
+    print(f"{modality}: {kind}")
+print("inputs:", MEDIA_PROVENANCE if MM_VECTORS == "real" else "none (synthetic vectors)")
+print(f"timing: {TIMING_KIND}; built in {mm_build['wall_s']:.0f} s ({mm_build['cpu_s']:.0f} s CPU)")
 mm_exact, mm_oracle = mm.to_trace("exact"), mm.to_trace("intent-modality")
 
 
@@ -267,7 +271,8 @@ provenance = {"data": {"cloudPhysics": f"{cp_path.name} (libCacheSim sample, dat
                                "(sigma 1 around 4 KiB)",
                        "multimodal": mm.describe(), "prompts (example table only)":
                            PROMPTS_PROVENANCE},
-              "weights": "none (no model used)", "smoke": SMOKE}
+              "weights": "none in the replays (exact keys)",
+              "multimodal_embeddings": mm.embedding_kinds(), "smoke": SMOKE}
 save_figure(fig, "06_miss_ratio_curves", provenance)
 
 # %% [markdown]
@@ -483,7 +488,7 @@ degrade_frame.drop(columns="shares").round(4)
 # exp(−Δt / 300 s)), its PageRank, and every node at PageRank ≥ `PREFETCH_X` / nodes prefetched
 # into a cold cache before the rest of the stream is replayed (its last training request as the
 # stored answer). The prefix is never measured and the rest never used to choose (`mmcache.prefetch`).
-# Sessions keep one intent and follow each other independently in this synthetic stream, so the
+# Sessions keep one intent and follow each other independently in this generated stream, so the
 # graph ranks mostly by recent popularity. Wasted bytes: prefetched and gone (evicted or expired)
 # without a hit; CacheWarmupLatencyP99: p99 latency of the first `WARMUP_N` requests after the
 # cold start, at load `BASE_LOAD`.
@@ -513,7 +518,7 @@ save_figure(fig, "06_prefetch", {**provenance, "latency_model": latency_provenan
 # (cold start at its first request; the load sweep's replay when it has that load)
 cold_report = under_load.get(float(BASE_LOAD)) or replay(
     mm_base, three_tier(capacity, threshold=0.85), model, limits=False)
-exposition = report_prometheus(cold_report, mm_base, model_type="cachebench-mm-synthetic",
+exposition = report_prometheus(cold_report, mm_base, model_type=f"cachebench-mm-{MM_VECTORS}",
                                warmup_n=WARMUP_N)
 print(exposition[:1500])
 pd.Series(warm.as_dict())
@@ -684,6 +689,7 @@ write_metrics({
                         "total_capacity_bytes": rt_total},
     "data": {"multimodal_embeddings": mm.embedding_kinds(), "multimodal_timing": TIMING_KIND,
              "multimodal_vectors": MM_VECTORS, "multimodal_traps": int(mm.traps.sum()),
+             "multimodal_inputs": MEDIA_PROVENANCE if MM_VECTORS == "real" else None,
              "multimodal_per_modality_set": mm.describe()["per_modality_set"],
              "multimodal_real_inputs": {m: len(r.vectors) for m, r in mm.real.items()},
              "multimodal_build_s": mm_build,

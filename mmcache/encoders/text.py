@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
@@ -75,39 +75,48 @@ class MiniLMEncoder:
         self.encoder_id = f"minilm:all-MiniLM-L6-v2/{digest}/mean-l2"
 
     def encode(self, inputs: Sequence[str]) -> np.ndarray:
-        """``(n, 384)`` float32 unit vectors for ``n`` non-empty texts."""
+        """``(n, 384)`` float32 unit vectors for ``n`` non-empty texts, in input order."""
+        import torch
+
         texts = check_texts(inputs)
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        parts = [self._encode_batch(texts[i:i + self.batch_size])
-                 for i in range(0, len(texts), self.batch_size)]
-        return np.concatenate(parts).astype(np.float32)
-
-    def _encode_batch(self, texts: list[str]) -> np.ndarray:
-        import torch
-
-        hidden, attention = self._hidden(texts)
-        mask = attention.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy()
-
-    def _hidden(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Last-layer hidden states ``(n, tokens, 384)`` of one padded batch, and its
-        attention mask ``(n, tokens)``."""
-        import torch
-
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=MAX_TOKENS,
-                               return_tensors="pt").to(self.device)
-        with torch.inference_mode():
-            return self.model(**batch).last_hidden_state, batch["attention_mask"]
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for rows, hidden, attention in self._batches(texts):
+            mask = attention.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            out[rows] = torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy()
+        return out
 
     def token_states(self, inputs: Sequence[str]) -> list[np.ndarray]:
         """Per text, the last-layer hidden states ``(n_tokens, 384)`` float32 of its word-piece
-        tokens, unpooled ([CLS], [SEP] and padding left out)."""
+        tokens, unpooled ([CLS], [SEP] and padding left out), in input order."""
         texts = check_texts(inputs)
-        out: list[np.ndarray] = []
-        for i in range(0, len(texts), self.batch_size):
-            hidden, attention = self._hidden(texts[i:i + self.batch_size])
+        states: dict[int, np.ndarray] = {}
+        for rows, hidden, attention in self._batches(texts):
             lengths = attention.sum(1).tolist()
-            out += [h[1:n - 1].astype(np.float32) for h, n in zip(hidden.cpu().numpy(), lengths)]
-        return out
+            for i, h, n in zip(rows.tolist(), hidden.cpu().numpy(), lengths):
+                states[i] = h[1:n - 1].astype(np.float32)
+        return [states[i] for i in range(len(texts))]
+
+    def _batches(self, texts: list[str]
+                 ) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+        """Batches of at most ``batch_size`` texts of similar token length (so each pads to
+        near its own longest): the texts' input positions, their last-layer hidden states
+        ``(n, tokens, 384)`` and attention mask ``(n, tokens)``."""
+        import torch
+
+        if not texts:
+            return
+        ids = self.tokenizer(texts, truncation=True, max_length=MAX_TOKENS)["input_ids"]
+        order = np.argsort([len(x) for x in ids], kind="stable")
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start:start + self.batch_size]
+            width = max(len(ids[i]) for i in rows)
+            input_ids = torch.full((len(rows), width), self.tokenizer.pad_token_id)
+            attention = torch.zeros((len(rows), width), dtype=torch.long)
+            for r, i in enumerate(rows):
+                input_ids[r, :len(ids[i])] = torch.tensor(ids[i])
+                attention[r, :len(ids[i])] = 1
+            with torch.inference_mode():
+                hidden = self.model(input_ids=input_ids.to(self.device),
+                                    attention_mask=attention.to(self.device)).last_hidden_state
+            yield rows, hidden, attention.to(self.device)
