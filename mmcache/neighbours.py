@@ -20,7 +20,10 @@ on the CPU (AMX / AVX-512 kernels), and the pruning widens by that format's erro
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, NamedTuple
@@ -36,6 +39,7 @@ TILE = (512, 4096)
 #: Groups from which the centre cosines may use a half-precision GEMM (torch's, where it is
 #: faster on this CPU: :func:`_tile_gemm`); below it the float32 GEMM is cheap anyway.
 HALF_PRECISION_FROM = TILE[1]
+_CALIBRATING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -64,32 +68,41 @@ class NeighbourTable:
     pairs_computed: int
 
 
-def neighbour_table(workload: Workload, cutoff: float | None) -> NeighbourTable:
+def neighbour_table(workload: Workload, cutoff: float | None, *, threads: int = 1
+                    ) -> NeighbourTable:
     """The :class:`NeighbourTable` of ``workload`` at cosine ``cutoff`` on every modality (None:
-    dense keys only, no neighbours)."""
+    dense keys only, no neighbours). ``threads`` > 1 searches that many modality sets at once
+    (in threads, beside the next set's preparation); the table does not depend on it."""
     if cutoff is not None and not -1.0 <= cutoff <= 1.0:
         raise ConfigError(f"cutoff must be a cosine in [-1, 1], got {cutoff!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ConfigError(f"threads must be a positive integer, got {threads!r}")
     keys, first, key_of_request = np.unique(workload.exact_keys(), return_index=True,
                                             return_inverse=True)
     key_set = workload.modality_set[first]
     vid_of_key = np.zeros(keys.shape[0], np.int64)
-    ptr, vids, cos, offset, computed = [np.zeros(1, np.int64)], [], [], 0, 0
-    for m in range(len(MODALITY_SETS)):
-        rows = np.flatnonzero(key_set == m)
-        if not rows.size or cutoff is None:
-            continue
-        mats = workload.set_vectors(first[rows], m)
-        distinct, vid = _distinct_rows(np.hstack(mats))
-        vid_of_key[rows] = offset + vid
-        group = np.zeros(distinct.shape[0], np.int64)
-        group[vid] = workload.intent[first[rows]]
-        cols = np.cumsum([0] + [mat.shape[1] for mat in mats])
-        set_ptr, set_vid, set_cos, set_computed = range_search(distinct, cols, group, cutoff)
-        ptr.append(ptr[-1][-1] + set_ptr[1:])
-        vids.append(offset + set_vid)
-        cos.append(set_cos)
-        offset += distinct.shape[0]
-        computed += set_computed
+    searches, offset = [], 0
+    with ThreadPoolExecutor(threads) if threads > 1 else nullcontext() as pool:
+        for m in range(len(MODALITY_SETS)):
+            rows = np.flatnonzero(key_set == m)
+            if not rows.size or cutoff is None:
+                continue
+            mats = workload.set_vectors(first[rows], m)
+            distinct, vid = _distinct_rows(np.hstack(mats))
+            vid_of_key[rows] = offset + vid
+            group = np.zeros(distinct.shape[0], np.int64)
+            group[vid] = workload.intent[first[rows]]
+            cols = np.cumsum([0] + [mat.shape[1] for mat in mats])
+            submit = pool.submit if pool else _run_now
+            searches.append((offset, submit(range_search, distinct, cols, group, cutoff)))
+            offset += distinct.shape[0]
+        ptr, vids, cos, computed = [np.zeros(1, np.int64)], [], [], 0
+        for set_offset, search in searches:
+            set_ptr, set_vid, set_cos, set_computed = search.result()
+            ptr.append(ptr[-1][-1] + set_ptr[1:])
+            vids.append(set_offset + set_vid)
+            cos.append(set_cos)
+            computed += set_computed
     order = np.argsort(vid_of_key, kind="stable")
     members_ptr = np.searchsorted(vid_of_key[order], np.arange(offset + 1))
     return NeighbourTable(
@@ -100,6 +113,13 @@ def neighbour_table(workload: Workload, cutoff: float | None) -> NeighbourTable:
         nb_cos=np.concatenate(cos) if cos else np.zeros((0, 3), np.float32),
         set_size=np.bincount(key_set, minlength=len(MODALITY_SETS)), cutoff=cutoff,
         pairs_computed=computed)
+
+
+def _run_now(fn: Callable, *args: object) -> Future:
+    """``fn(*args)``, called here, as a completed future (what one thread submits)."""
+    done: Future = Future()
+    done.set_result(fn(*args))
+    return done
 
 
 def _distinct_rows(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -180,10 +200,11 @@ def half_precision_error(unit_roundoff: float, dim: int) -> float:
 
 
 @lru_cache(maxsize=1)
-def _fastest_half() -> tuple[object, float] | None:
+def half_precision_format() -> tuple[object, float] | None:
     """The torch dtype (bfloat16 or float16) whose GEMM of a tile of centres is fastest on this
     CPU, with its unit roundoff, or None where neither beats numpy's float32 GEMM (timed once
-    per process on a random tile; the table does not depend on the choice, only its speed)."""
+    per process on a random tile, importing torch; the table does not depend on the choice,
+    only its speed)."""
     import torch
 
     rng = np.random.default_rng(0)
@@ -229,7 +250,11 @@ def _tile_gemm(centre: np.ndarray) -> tuple[Callable[[slice, slice, np.ndarray],
     into ``out`` (float32), and a bound on its error beyond float32 rounding: numpy's float32
     GEMM (0), or for many groups a half-precision one where it is faster
     (:func:`half_precision_error`)."""
-    half = _fastest_half() if centre.shape[0] >= HALF_PRECISION_FROM else None
+    if centre.shape[0] < HALF_PRECISION_FROM:
+        half = None
+    else:
+        with _CALIBRATING:  # searches in threads calibrate once
+            half = half_precision_format()
     if half is None:
         def gemm(rows: slice, cols: slice, out: np.ndarray) -> None:
             np.matmul(centre[rows], centre[cols].T, out=out)
@@ -263,7 +288,7 @@ def _caps(vecs: np.ndarray, lo: int, hi: int, order: np.ndarray, gptr: np.ndarra
                  np.sin(reach).astype(np.float32), wide, floor.astype(np.float32))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _centres(vecs, lo, hi, order, gptr):
     """Each group's unit centre (the normalised sum of its members' columns ``lo:hi``, each
     normalised, in float64), the smallest cosine of a member to it, and the sum's norm."""
@@ -284,7 +309,7 @@ def _centres(vecs, lo, hi, order, gptr):
     return centre, closest, norm
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _near_caps(sims, start, first, reach_cos, reach_sin, wide, floor, slack, pair_a, pair_b):
     """Write into ``pair_a`` / ``pair_b`` the group pairs a <= b (a = start + row, b = first +
     column) of a tile of centre cosines ``sims`` whose caps' reaches overlap
@@ -306,7 +331,7 @@ def _near_caps(sims, start, first, reach_cos, reach_sin, wide, floor, slack, pai
     return found
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _near_pairs(pair_a, pair_b, centre, reach_cos, reach_sin, wide, slack):
     """The pairs of ``pair_a`` / ``pair_b`` whose caps' reaches overlap on one more modality."""
     keep = np.zeros(pair_a.shape[0], np.bool_)
@@ -320,7 +345,7 @@ def _near_pairs(pair_a, pair_b, centre, reach_cos, reach_sin, wide, slack):
     return pair_a[keep], pair_b[keep]
 
 
-@njit(cache=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _match_groups(vecs, cols, order, gptr, pair_a, pair_b, cutoff):
     """(row, col, cosines, computed) of the row pairs (both orders) of the candidate group
     pairs a <= b at cosine >= ``cutoff`` on every modality; computed:

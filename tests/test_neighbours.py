@@ -128,6 +128,21 @@ def test_a_grouping_that_prunes_nothing_is_still_exact_and_far_groups_are_pruned
             assert computed < ids.size ** 2 / 20  # singletons: radius 0, far pairs pruned
 
 
+def test_threads_give_the_same_table():
+    workload = generate(n_queries=3_000, seed=11, **CASES["multimodal"])
+    one, two = (neighbour_table(workload, 0.8, threads=n) for n in (1, 2))
+    for field in ("keys", "key_of_request", "vid_of_key", "members_ptr", "members", "nb_ptr",
+                  "nb_vid", "nb_cos", "set_size"):
+        np.testing.assert_array_equal(getattr(one, field), getattr(two, field))
+    assert one.pairs_computed == two.pairs_computed
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True])
+def test_a_bad_thread_count_is_refused(threads):
+    with pytest.raises(ConfigError, match="threads"):
+        neighbour_table(generate(n_queries=100, n_intents=10, seed=8), 0.8, threads=threads)
+
+
 def test_a_cutoff_outside_the_cosine_range_is_refused():
     with pytest.raises(ConfigError):
         neighbour_table(generate(n_queries=100, n_intents=10, seed=8), -1.5)
@@ -138,7 +153,7 @@ def half_gemm(request, monkeypatch):
     """Every table below uses a half-precision GEMM of ``request.param`` for the centres."""
     dtype = request.param
     monkeypatch.setattr(neighbours, "HALF_PRECISION_FROM", 0)
-    monkeypatch.setattr(neighbours, "_fastest_half", lambda: (dtype, torch.finfo(dtype).eps / 2))
+    monkeypatch.setattr(neighbours, "half_precision_format", lambda: (dtype, torch.finfo(dtype).eps / 2))
     return dtype
 
 
