@@ -16,6 +16,15 @@ batch (one SQLite transaction, one Redis pipeline, one vector add per index).
 Scopes are separate key spaces and separate vector indexes: entries never match
 across scopes.
 
+Video (seed 002 §3.1): a clip (``Query.video``, a :class:`~mmcache.types.VideoClip`) is its
+keyframes, each through the image encoder and mean-pooled
+(:class:`~mmcache.encoders.KeyframeMeanEncoder`; the ``video`` channel), and its track through
+the audio encoder (the ``audio`` channel). Its modality set, ``video`` (``text+video`` with
+text), has indexes of its own, apart from a still image + audio. Routes: each tier serves the
+modality sets that the config's ``modality_sets`` and ``route`` give it
+(:func:`mmcache.build.tier_routes`; by default every set); a query of another set neither looks
+it up there nor is stored or promoted there.
+
 Freshness (seed 001 §3.3): an entry expires ``ttl`` seconds after its put. For
 ``freshness.stale_while_revalidate`` seconds after expiry it is still served,
 marked ``Hit.freshness == "stale-while-revalidate"`` (the caller should refresh

@@ -36,7 +36,7 @@ video: clips only in the last enabled tier (the central one), every other set as
 
 L2 index choice: ``index: flat`` is exact inner-product search at every size
 ("exact flat"); ``index: auto`` (default) is exact below ``ann_min_size`` vectors
-per (scope, modality) index and ``ann_factory`` (any faiss factory string) above.
+per (scope, modality set, modality) index and ``ann_factory`` (any faiss factory string) above.
 """
 
 from __future__ import annotations

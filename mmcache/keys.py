@@ -7,9 +7,10 @@ mode and size (a lossless re-encoding shares the key, one changed pixel or a JPE
 copy does not); audio by its samples after validation and resampling to 16 kHz
 (:func:`mmcache.inputs.audio_16k`); a video clip by its frames' pixels in order and
 its track's samples (another frame order, or another track, is another key);
-channels given only as embeddings by the bytes of the normalised vector. An exact key is served at similarity 1 without a
-threshold, so near-duplicates (a brighter copy, another recording) are left to the
-semantic tiers, where they pass through the threshold rule.
+channels given only as embeddings by the bytes of the normalised vector. An exact
+key is served at similarity 1 without a threshold, so near-duplicates (a brighter
+copy, another recording) are left to the semantic tiers, where they pass through the
+threshold rule.
 """
 
 from __future__ import annotations

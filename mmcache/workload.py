@@ -454,8 +454,8 @@ class Workload:
         variant of photo ``images(intent)`` when ``images`` (a photo loader) is
         given; audio queries get ``speech(intent, speech_variant(variant))`` (16 kHz
         float32, e.g. espeak-ng through :func:`mmcache.datasets.speech.synthesize`).
-        A video clip's image is its first keyframe (:class:`~mmcache.types.Query` has no
-        video field), its audio the speech. ``ground_truth`` is the intent id.
+        A video clip's query here is its first keyframe as the image and the speech as the
+        audio (not a :class:`~mmcache.types.VideoClip`). ``ground_truth`` is the intent id.
         """
         mods = self.modalities(i)
         intent, variant = int(self.intent[i]), int(self.variant[i])

@@ -1,4 +1,4 @@
-"""Modality-set names: a clip's keyframes and track are one set, ``video``, apart from image + audio."""
+"""Modality-set names: a clip's keyframes and track are one set, ``video``, not image + audio."""
 
 from __future__ import annotations
 
