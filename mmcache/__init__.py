@@ -7,9 +7,9 @@ from .offline import enforce_offline
 enforce_offline()
 
 from . import errors  # noqa: E402
-from .types import Entry, Hit, Query  # noqa: E402
+from .types import Entry, Hit, Query, VideoClip  # noqa: E402
 
-__all__ = ["CacheConfig", "Entry", "Hit", "Query", "TieredCache", "errors"]
+__all__ = ["CacheConfig", "Entry", "Hit", "Query", "TieredCache", "VideoClip", "errors"]
 
 _LAZY = {"TieredCache": ".cache", "CacheConfig": ".config"}
 

@@ -8,6 +8,7 @@ so nothing below it (``tiers/``, ``policies/``, ``thresholds``) imports ``config
 ``l3.backend`` is built by :func:`make_store_tier`, which imports ``mmcache.tiers.redis``
 only when ``backend: redis`` is selected and calls
 ``RedisTier(url=..., capacity=..., policy=..., spec=..., precheck=..., **l3.options)``.
+:func:`tier_routes` says, per tier in that order, which modality sets it serves.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .policies import EvictionPolicy, make_policy
 from .thresholds import RULES, ThresholdRule
 from .tiers import Capacity, MemoryTier, SemanticTier, SQLiteTier, Tier
 from .tiers.vectors import IndexSpec
+from .types import SET_NAMES, is_clip_set, modality_set_channels, modality_set_name
 
 
 def build_tiers(config: CacheConfig) -> list[Tier]:
@@ -44,6 +46,19 @@ def build_tiers(config: CacheConfig) -> list[Tier]:
     if store is not None:
         tiers.append(store)
     return tiers
+
+
+def tier_routes(config: CacheConfig) -> list[frozenset[str]]:
+    """Per enabled tier of ``config``, in :func:`build_tiers`' order, the names of the modality
+    sets it serves: its ``modality_sets`` (every set when null), and under ``route:
+    video-to-last`` no clip set in any tier but the last."""
+    sections = [c for c in (config.l1, config.l2) if c.enabled] + \
+        ([config.l3] if config.l3.backend is not None else [])
+    routes = [frozenset(SET_NAMES) if c.modality_sets is None else frozenset(
+        modality_set_name(modality_set_channels(n)) for n in c.modality_sets) for c in sections]
+    if config.route == "video-to-last":
+        routes[:-1] = [frozenset(n for n in r if not is_clip_set(n)) for r in routes[:-1]]
+    return routes
 
 
 def make_store_tier(l3: StoreTierConfig, spec: IndexSpec, precheck: bool = True) -> Tier | None:

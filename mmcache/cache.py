@@ -16,6 +16,15 @@ batch (one SQLite transaction, one Redis pipeline, one vector add per index).
 Scopes are separate key spaces and separate vector indexes: entries never match
 across scopes.
 
+Video (seed 002 §3.1): a clip (``Query.video``, a :class:`~mmcache.types.VideoClip`) is its
+keyframes, each through the image encoder and mean-pooled
+(:class:`~mmcache.encoders.KeyframeMeanEncoder`; the ``video`` channel), and its track through
+the audio encoder (the ``audio`` channel). Its modality set, ``video`` (``text+video`` with
+text), has indexes of its own, apart from a still image + audio. Routes: each tier serves the
+modality sets that the config's ``modality_sets`` and ``route`` give it
+(:func:`mmcache.build.tier_routes`; by default every set); a query of another set neither looks
+it up there nor is stored or promoted there.
+
 Freshness (seed 001 §3.3): an entry expires ``ttl`` seconds after its put. For
 ``freshness.stale_while_revalidate`` seconds after expiry it is still served,
 marked ``Hit.freshness == "stale-while-revalidate"`` (the caller should refresh
@@ -87,12 +96,13 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .build import build_tiers, make_encoder, make_threshold
+from .build import build_tiers, make_encoder, make_threshold, tier_routes
 from .config import CacheConfig, check_ann_factory
 from .context import context_similarity, context_vector, turn_texts
 from .image_check import image_fingerprint
 from .degrade import text_only
 from .encoders.base import Encoder
+from .encoders.keyframes import KeyframeMeanEncoder
 from .errors import (ConfigError, InvalidEmbeddingError, InvalidInputError, MMCacheError,
                      UnknownHitError)
 from .guard import ExactKeyFilter
@@ -102,7 +112,7 @@ from .thresholds import ThresholdRule
 from .tiers import Candidate, Tier
 from .tiers.codec import canonical_value, detached, encode_label, value_size
 from .tiers.store import StoreTier
-from .types import HINT_NAMES, MODALITIES, Entry, Hit, Query
+from .types import HINT_NAMES, MODALITIES, VIDEO, Entry, Hit, Query, modality_set_name
 from .verifiers import Verifier, checked_probability, make_verifier
 
 #: Candidates fetched per semantic tier search (stale ones are skipped).
@@ -183,6 +193,8 @@ class TieredCache:
         self.tiers: list[Tier] = build_tiers(self.config)
         if not self.tiers:
             raise ConfigError("every tier is disabled: enable l1, l2 or configure l3")
+        #: Per tier, the names of the modality sets it serves (:func:`~mmcache.build.tier_routes`).
+        self._routes = tier_routes(self.config)
         for tier in self.tiers:
             tier.clock = clock
             if isinstance(tier, StoreTier):
@@ -226,13 +238,14 @@ class TieredCache:
         """
         self._check_open()
         encode_times: list[float] = []
+        kinds: list[str] = []
         entry = self._entry(query, value, self._lifetime(ttl), _checked_hints(hints),
-                            self._dims_now(), encode_times)  # encoders run outside the lock
+                            self._dims_now(), encode_times, kinds)  # encoders run outside the lock
         with self._lock:
             self._check_open()
             self._check_dims([entry.embeddings])
             self._record_encodes(encode_times)
-            return self._write([entry])[0]
+            return self._write([entry], kinds)[0]
 
     def put_many(self, queries: Sequence[Query], values: Sequence[Any], *,
                  ttl: float | None = None,
@@ -256,18 +269,18 @@ class TieredCache:
         lifetime = self._lifetime(ttl)
         dims = self._dims_now()
         encode_times: list[float] = []
-        entries = []
+        entries, kinds = [], []
         for i, (query, value, hint) in enumerate(zip(queries, values, item_hints)):
             try:  # encoders run outside the lock
                 entries.append(self._entry(query, value, lifetime, _checked_hints(hint),
-                                           dims, encode_times))
+                                           dims, encode_times, kinds))
             except MMCacheError as exc:
                 raise type(exc)(f"put_many item {i}: {exc}") from exc
         with self._lock:
             self._check_open()
             self._check_dims([e.embeddings for e in entries])
             self._record_encodes(encode_times)
-            ids = self._write(entries)
+            ids = self._write(entries, kinds)
             self._build_searched_indexes()
             return ids
 
@@ -370,10 +383,17 @@ class TieredCache:
 
     # -- writing -------------------------------------------------------------------------
     def _entry(self, query: Query, value: Any, lifetime: float | None, hints: dict[str, float],
-               dims: dict[str, int], encode_times: list[float]) -> Entry:
+               dims: dict[str, int], encode_times: list[float],
+               kinds: list[str] | None = None) -> Entry:
         """The entry ``put`` would store, checked against ``dims`` (which then records its
-        vectors' dims, so later items of a batch are checked against them too)."""
+        vectors' dims, so later items of a batch are checked against them too); its query's
+        modality set is appended to ``kinds``."""
         prepared = prepare(query, dims)
+        kind = modality_set_name(prepared.modalities)
+        serving = [t for t, served in zip(self.tiers, self._routes) if kind in served]
+        if not serving:
+            raise InvalidInputError(f"no tier serves modality set {kind!r} (the tiers' "
+                                    "modality_sets and route); nothing was stored")
         if lifetime is not None:
             lifetime *= self.config.freshness.ttl_factor(prepared.scope)
         stored = canonical_value(value)
@@ -386,13 +406,15 @@ class TieredCache:
         now = self._clock()
         size = value_size(stored) + sum(4 * len(v) for v in vectors.values()) + \
             _asked_size(query.text, prepared.context, turns_vector) + len(fingerprint or b"")
-        if not any(t.capacity.admits(size) for t in self.tiers):
+        if not any(t.capacity.admits(size) for t in serving):
             raise InvalidInputError(f"entry of {size} bytes is larger than every tier's "
                                     "max_bytes; nothing was stored")
         for modality, vec in vectors.items():
             if modality not in dims:
                 check_ann_factory(self.config.l2, {modality: len(vec)})
             dims.setdefault(modality, len(vec))
+        if kinds is not None:
+            kinds.append(kind)
         return Entry(entry_id=prepared.key, scope=prepared.scope, exact_key=prepared.key,
                      value=stored, embeddings=vectors, size=size, created_at=now,
                      expires_at=None if lifetime is None else now + lifetime,
@@ -400,16 +422,18 @@ class TieredCache:
                      context=prepared.context, context_vector=turns_vector,
                      image_fingerprint=fingerprint)
 
-    def _write(self, entries: list[Entry]) -> list[str | None]:
-        """Write checked entries through every tier, durable first, one batch per run of
-        entries a tier can hold; the result is that of one ``put`` per entry in order.
-        Returns each entry's id, or None where no tier admitted it."""
+    def _write(self, entries: list[Entry], kinds: list[str]) -> list[str | None]:
+        """Write checked entries (of modality sets ``kinds``) through every tier that serves
+        their set, durable first, one batch per run of entries a tier can hold; the result is
+        that of one ``put`` per entry in order. Returns each entry's id, or None where no tier
+        admitted it."""
         stored = [False] * len(entries)
-        for tier in reversed(self.tiers):
-            for fits, start, run in _runs(entries, tier):
+        for tier, served in zip(reversed(self.tiers), reversed(self._routes)):
+            routed = [i for i, kind in enumerate(kinds) if kind in served]
+            for fits, start, run in _runs([entries[i] for i in routed], tier):
                 if fits:
                     victims = tier.put_many(run)
-                    for i, admitted in enumerate(tier.admitted(run), start):
+                    for i, admitted in zip(routed[start:], tier.admitted(run)):
                         stored[i] = stored[i] or admitted
                     self._metrics.count("evictions", tier.name, len(victims))
                     self._metrics.count("puts", tier.name, len(run))
@@ -422,7 +446,7 @@ class TieredCache:
         ids = [e.entry_id if ok else None for e, ok in zip(entries, stored)]
         for entry, entry_id in zip(entries, ids):
             if entry_id is None:
-                self._metrics.count("not_stored", "+".join(entry.embeddings) or "none")
+                self._metrics.count("not_stored", modality_set_name(entry.embeddings) or "none")
                 continue
             for modality, vec in entry.embeddings.items():
                 self._dims.setdefault(modality, len(vec))
@@ -463,13 +487,13 @@ class TieredCache:
         dims = self._dims_now()
         prepared = prepare(query, dims)
         unencoded = [m for m in prepared.modalities if m not in prepared.vectors]
-        encodable = all(m in self._encoders or m in self.config.encoders for m in unencoded)
+        encodable = all(self._can_encode(m) for m in unencoded)
         context_pending = bool(prepared.context) and self._has_text_encoder()
         with self._lock:
             self._check_open()
             self._check_dims([prepared.vectors])
             if bypass or self._wants_bypass(prepared.text):
-                self._metrics.count("bypasses", "+".join(prepared.modalities))
+                self._metrics.count("bypasses", modality_set_name(prepared.modalities))
                 return None, False
             now = self._clock()
             found, nearest, pending = self._exact(prepared, now, origin_failed), None, []
@@ -502,7 +526,7 @@ class TieredCache:
         """Count the outcome of a lookup, show it to the threshold rule (every lookup's
         nearest similarities) and remember a hit for ``feedback``; return the hit and whether
         this call is the one to start its refresh."""
-        modalities = "+".join(p.modalities)
+        modalities = modality_set_name(p.modalities)
         if found is not None:
             nearest = found[0].similarities
         self.thresholds.observe_lookup(p.scope, p.modalities, nearest)
@@ -537,8 +561,9 @@ class TieredCache:
 
     def _exact(self, p: PreparedQuery, now: float, origin_failed: bool) -> _Found | None:
         maybe = self.guard is None or self.guard.might_contain(p.key)
+        kind = modality_set_name(p.modalities)
         for level, tier in enumerate(self.tiers):
-            if not self._probes(tier):
+            if not self._probes(tier) or kind not in self._routes[level]:
                 continue
             if not maybe and not tier.shared:
                 self._metrics.count("guard_skips", f"{tier.name}:bloom")
@@ -551,7 +576,7 @@ class TieredCache:
             freshness = self._freshness(entry, now, origin_failed)
             if freshness is None:
                 continue
-            self._promote(entry, level)
+            self._promote(entry, level, kind)
             return self._hit(entry, tier.name, freshness, {m: 1.0 for m in p.modalities}), \
                 entry, 0.0
         return None
@@ -570,10 +595,13 @@ class TieredCache:
             return None, None, []
         nearest: dict[str, float] | None = None
         pending: list[_Pending] = []
+        kind = modality_set_name(p.modalities)
         for level, tier in enumerate(self.tiers):
-            # a covered tier holds nothing its semantic tier above lacks, unless that one is skipped
-            if not tier.semantic or not self._probes(tier) or \
-                    (self._covered[tier.name] and self.probe is None):
+            # a covered tier holds nothing of this set that a semantic tier above serving it
+            # lacks, unless that one is skipped
+            if not tier.semantic or not self._probes(tier) or kind not in self._routes[level] \
+                    or (self._covered[tier.name] and self.probe is None and
+                        self._served_above(level, kind)):
                 continue
             start = time.perf_counter()
             candidates = self._search(tier, p.scope, vectors, floors)
@@ -647,10 +675,15 @@ class TieredCache:
         """Serve an accepted candidate: the rule charges it, the tiers above back-fill it."""
         charged = self.thresholds.served(cand.similarities, cand.entry.entry_id, p.scope,
                                          evidence)
-        self._promote(cand.entry, cand.level)
+        self._promote(cand.entry, cand.level, modality_set_name(p.modalities))
         hit = self._hit(cand.entry, self.tiers[cand.level].name, cand.freshness,
                         cand.similarities)
         return hit, cand.entry, charged
+
+    def _served_above(self, level: int, kind: str) -> bool:
+        """Whether a semantic tier above ``level`` serves modality set ``kind``."""
+        return any(t.semantic and kind in served
+                   for t, served in zip(self.tiers[:level], self._routes))
 
     def _probes(self, tier: Tier) -> bool:
         """Whether gets consult ``tier`` (see :attr:`probe`)."""
@@ -692,10 +725,11 @@ class TieredCache:
             self._purge(entry.entry_id, entry.version)  # a newer write of the key stays
         return None
 
-    def _promote(self, entry: Entry, level: int) -> None:
-        """Back-fill ``entry`` into every tier above ``level`` that can hold it."""
-        for tier in self.tiers[:level]:
-            if tier.capacity.admits(entry.size):
+    def _promote(self, entry: Entry, level: int, kind: str) -> None:
+        """Back-fill ``entry`` (of modality set ``kind``) into every tier above ``level`` that
+        serves its set and can hold it."""
+        for tier, served in zip(self.tiers[:level], self._routes):
+            if kind in served and tier.capacity.admits(entry.size):
                 victims = tier.put(entry)
                 self._metrics.count("evictions", tier.name, len(victims))
                 if victims:
@@ -756,7 +790,12 @@ class TieredCache:
         return vectors, len(vectors) == len(p.modalities)
 
     def _has_text_encoder(self) -> bool:
-        return "text" in self._encoders or "text" in self.config.encoders
+        return self._can_encode("text")
+
+    def _can_encode(self, channel: str) -> bool:
+        """Whether this cache has, or can load, the encoder of ``channel`` (a clip's keyframes:
+        the image encoder's)."""
+        return channel in self._encoders or _encoded_by(channel) in self.config.encoders
 
     def _context_vector(self, p: PreparedQuery,
                         encode_times: list[float] | None = None) -> np.ndarray | None:
@@ -791,20 +830,24 @@ class TieredCache:
                     raise InvalidEmbeddingError(f"{modality} embedding has dimension "
                                                 f"{len(vec)}; this cache expects {expected}")
 
-    def _encoder(self, modality: str) -> Encoder | None:
-        """The encoder of ``modality``, loading one named in the config on first use (outside
-        the cache's lock, so loading a model stalls only the calls that need it)."""
+    def _encoder(self, channel: str) -> Encoder | None:
+        """The encoder of ``channel`` (a clip's keyframes: the image encoder's keyframe mean),
+        loading one named in the config on first use (outside the cache's lock, so loading a
+        model stalls only the calls that need it)."""
+        modality = _encoded_by(channel)
         if modality not in self._encoders and modality in self.config.encoders:
             with self._loading:
                 if modality not in self._encoders:
                     encoder = make_encoder(self.config.encoders[modality])
                     with self._lock:
                         self._add_encoder(modality, encoder)
-        return self._encoders.get(modality)
+        return self._encoders.get(channel)
 
     def _add_encoder(self, modality: str, encoder: Encoder) -> None:
         if modality not in MODALITIES:
-            raise ConfigError(f"encoders: unknown modality {modality!r}; known: {list(MODALITIES)}")
+            raise ConfigError(f"encoders: unknown modality {modality!r}; known: {list(MODALITIES)}"
+                              + (" (a clip's keyframes go through the image encoder)"
+                                 if modality == VIDEO else ""))
         if not callable(getattr(encoder, "encode", None)) or not isinstance(
                 getattr(encoder, "dim", None), int):
             raise ConfigError(f"encoders.{modality} must have encode(inputs) and an int dim")
@@ -815,6 +858,8 @@ class TieredCache:
         check_ann_factory(self.config.l2, {modality: encoder.dim})
         self._dims[modality] = encoder.dim
         self._encoders[modality] = encoder
+        if modality == "image":
+            self._encoders[VIDEO] = KeyframeMeanEncoder(encoder)
 
     def _lifetime(self, ttl: float | None) -> float | None:
         if ttl is None:
@@ -853,6 +898,11 @@ class TieredCache:
     def _check_open(self) -> None:
         if self._closed:
             raise MMCacheError("this TieredCache is closed")
+
+
+def _encoded_by(channel: str) -> str:
+    """The modality whose encoder embeds ``channel`` (a clip's keyframes: the image's)."""
+    return "image" if channel == VIDEO else channel
 
 
 def _checked_hints(hints: Mapping[str, float] | None) -> dict[str, float]:

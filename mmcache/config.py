@@ -23,9 +23,20 @@ freshness decay over ten minutes without a hit (in trace replay the same
 ``window`` counts requests). Cost- and entropy-aware policies (``value-per-byte``,
 ``entropy-retention``) read the ``hints`` given to ``TieredCache.put``.
 
+Tier routes (modality-aware routing): each tier's ``modality_sets`` lists the modality sets
+it serves (names as :func:`mmcache.types.modality_set_name` gives them: ``text``,
+``text+image``, ``video`` (a clip: keyframes + track), ``text+video``, ...; null, the default:
+every set). A query of a set a tier does not serve neither looks it up there nor is stored
+or promoted there. ``route: video-to-last`` is seed 002 §3.1's ``routeByModality`` for
+video: clips only in the last enabled tier (the central one), every other set as the tiers'
+``modality_sets`` say; the default ``route: all`` adds nothing::
+
+    route: video-to-last
+    l3: {backend: sqlite, path: runs/cache.db}
+
 L2 index choice: ``index: flat`` is exact inner-product search at every size
 ("exact flat"); ``index: auto`` (default) is exact below ``ann_min_size`` vectors
-per (scope, modality) index and ``ann_factory`` (any faiss factory string) above.
+per (scope, modality set, modality) index and ``ann_factory`` (any faiss factory string) above.
 """
 
 from __future__ import annotations
@@ -46,13 +57,16 @@ import yaml
 from .errors import ConfigError
 from .policies import POLICIES, make_policy
 from .thresholds import RULES
-from .types import MODALITIES
+from .types import CHANNELS, MODALITIES, modality_set_channels
 
 STORE_BACKENDS = ("sqlite", "redis")
 INDEX_KINDS = ("auto", "flat")
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 #: Policies that need the future (``next_access``): replay only, never a live tier.
 ORACLE_POLICIES = ("belady", "belady-bypass")
+#: ``route`` values: every tier serves what its ``modality_sets`` say, or seed 002 §3.1's
+#: video route on top (clips only in the last enabled tier).
+ROUTES = ("all", "video-to-last")
 #: Embedding dimensions ``l2.ann_factory`` is tried at when ``dims`` names none.
 PROBE_DIMS = (384, 512, 768, 1024)
 
@@ -67,18 +81,21 @@ class MemoryTierConfig:
     max_bytes: int | None = None
     policy: str = "lru"
     policy_options: dict[str, Any] = field(default_factory=dict)
+    #: The modality sets this tier serves (None: every set; see the module docstring).
+    modality_sets: list[str] | None = None
 
 
 @dataclass
 class SemanticTierConfig:
-    """L2: in-memory entries with one FAISS index per (scope, modality); ``policy_options`` as
-    for L1."""
+    """L2: in-memory entries with one FAISS index per (scope, modality set, modality);
+    ``policy_options`` and ``modality_sets`` as for L1."""
 
     enabled: bool = True
     max_entries: int | None = 1_000_000
     max_bytes: int | None = None
     policy: str = "lru"
     policy_options: dict[str, Any] = field(default_factory=dict)
+    modality_sets: list[str] | None = None
     index: str = "auto"
     ann_factory: str = "HNSW32"
     ann_min_size: int = 10_000
@@ -94,7 +111,7 @@ class StoreTierConfig:
     ``max_staleness``: seconds a shared store's view may be old when private copies are
     revalidated, default 0; Redis ``prefix``; Redis ``cluster: true`` for a Redis Cluster,
     with the URL of any node, and ``skew_window``, the requests per window of its skew
-    watch); ``policy_options`` as for L1.
+    watch); ``policy_options`` and ``modality_sets`` as for L1.
 
     ``shared: true`` lets several caches open one SQLite file (Redis is always shared);
     without it a second open of the file is refused. The capacity (``max_entries``,
@@ -108,6 +125,7 @@ class StoreTierConfig:
     max_bytes: int | None = None
     policy: str = "lru"
     policy_options: dict[str, Any] = field(default_factory=dict)
+    modality_sets: list[str] | None = None
     synchronous: str = "NORMAL"
     shared: bool = False
     options: dict[str, Any] = field(default_factory=dict)
@@ -239,8 +257,11 @@ class CacheConfig:
     guard: GuardConfig = field(default_factory=GuardConfig)
     #: Expected embedding dimension per modality (else fixed by encoder or first vector).
     dims: dict[str, int] = field(default_factory=dict)
-    #: Encoder name per modality, resolved lazily with ``mmcache.encoders.get_encoder``.
+    #: Encoder name per modality, resolved lazily with ``mmcache.encoders.get_encoder`` (a
+    #: clip's keyframes go through the image encoder).
     encoders: dict[str, str] = field(default_factory=dict)
+    #: One of :data:`ROUTES` (see the module docstring).
+    route: str = "all"
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -351,6 +372,8 @@ def _validate(cfg: CacheConfig) -> None:
         _positive_or_none(tier.max_entries, f"{name}.max_entries")
         _positive_or_none(tier.max_bytes, f"{name}.max_bytes")
         _policy(tier.policy, tier.policy_options, tier.max_bytes, f"{name}.policy")
+        _modality_sets(tier.modality_sets, f"{name}.modality_sets")
+    _choice(cfg.route, ROUTES, "route")
     ram = _physical_memory()
     for name in ("l1", "l2"):
         tier = getattr(cfg, name)
@@ -378,7 +401,7 @@ def _validate(cfg: CacheConfig) -> None:
     th = cfg.thresholds
     _choice(th.rule, tuple(RULES), "thresholds.rule")
     for modality, delta in th.delta.items():
-        _modality(modality, f"thresholds.delta.{modality}")
+        _modality(modality, f"thresholds.delta.{modality}", CHANNELS)
         _in_range(delta, 0.0, 2.0, f"thresholds.delta.{modality}")
     _in_range(th.percentile, 0.0, 100.0, "thresholds.percentile")
     _positive(th.window, "thresholds.window")
@@ -403,7 +426,7 @@ def _validate(cfg: CacheConfig) -> None:
     _positive(cfg.guard.expected_items, "guard.expected_items")
     _in_range(cfg.guard.error_rate, 0.0, 1.0, "guard.error_rate", low_open=True, high_open=True)
     for modality, dim in cfg.dims.items():
-        _modality(modality, f"dims.{modality}")
+        _modality(modality, f"dims.{modality}", CHANNELS)
         _positive(dim, f"dims.{modality}")
     check_ann_factory(l2, cfg.dims)
     for modality, name in cfg.encoders.items():
@@ -459,9 +482,21 @@ def _choice(value: Any, choices: tuple[str, ...], key: str) -> None:
         raise ConfigError(f"{key} must be one of {list(choices)}, got {value!r}")
 
 
-def _modality(name: str, key: str) -> None:
-    if name not in MODALITIES:
-        raise ConfigError(f"{key}: unknown modality {name!r}; known: {list(MODALITIES)}")
+def _modality(name: str, key: str, known: tuple[str, ...] = MODALITIES) -> None:
+    if name not in known:
+        raise ConfigError(f"{key}: unknown modality {name!r}; known: {list(known)}")
+
+
+def _modality_sets(names: list[str] | None, key: str) -> None:
+    if names is None:
+        return
+    if not names:
+        raise ConfigError(f"{key} must name at least one modality set, or be null (every set)")
+    for name in names:
+        try:
+            modality_set_channels(name)
+        except ValueError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
 
 
 def _policy(name: Any, options: dict[str, Any], max_bytes: int | None, key: str) -> None:

@@ -98,5 +98,5 @@ def text_only(query: Query) -> Query:
     Raises :class:`InvalidInputError` for a query without text."""
     if "text" not in query.modalities():
         raise InvalidInputError("text-fallback needs a query with text")
-    return replace(query, image=None, audio=None,
+    return replace(query, image=None, audio=None, video=None,
                    embeddings={m: v for m, v in query.embeddings.items() if m == "text"})

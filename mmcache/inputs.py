@@ -1,8 +1,11 @@
 """Checking a :class:`mmcache.Query` and turning it into what the tiers need.
 
-:func:`prepare` validates every part of a query (scope, text, image, audio,
+:func:`prepare` validates every part of a query (scope, text, image, audio, video clip,
 embeddings) and computes its exact key without running any encoder; it raises a
 typed :class:`~mmcache.errors.InvalidInputError` subclass naming the problem.
+A clip query (``Query.video``, or an ``embeddings["video"]`` vector) is text at most plus
+the clip: its keyframes (the ``video`` channel) and its track (the ``audio`` channel); a
+still image or a ``Query.audio`` beside it is refused, and so is a clip without a track.
 Embeddings must be 1-D float32, finite, non-zero and of the modality's expected
 dimension; they come back L2-normalised. Audio is 1-D float at ``audio_rate``
 (16 kHz unless declared; another declared rate is resampled) or WAV bytes, whose
@@ -24,7 +27,7 @@ from . import keys
 from .context import Turns, check_context, context_key
 from .errors import (InvalidEmbeddingError, InvalidInputError, InvalidMediaError,
                      UnknownModalityError)
-from .types import AUDIO_SAMPLE_RATE, MODALITIES, Query
+from .types import AUDIO_SAMPLE_RATE, CHANNELS, VIDEO, Query, VideoClip
 
 #: Vectors with a smaller L2 norm count as zero.
 MIN_NORM = 1e-6
@@ -51,8 +54,8 @@ def prepare(query: Query, dims: Mapping[str, int]) -> PreparedQuery:
     if not isinstance(query.embeddings, Mapping):
         raise InvalidEmbeddingError("Query.embeddings must map modality names to vectors")
     for name in query.embeddings:
-        if name not in MODALITIES:
-            raise UnknownModalityError(f"unknown modality {name!r}; known: {list(MODALITIES)}")
+        if name not in CHANNELS:
+            raise UnknownModalityError(f"unknown modality {name!r}; known: {list(CHANNELS)}")
     vectors = {m: unit_vector(v, m, dims.get(m)) for m, v in query.embeddings.items()}
     raw: dict[str, Any] = {}
     hashes: dict[str, str] = {}
@@ -65,16 +68,54 @@ def prepare(query: Query, dims: Mapping[str, int]) -> PreparedQuery:
     if query.audio is not None:
         raw["audio"] = audio_16k(query.audio, query.audio_rate)
         hashes["audio"] = keys.audio_key(raw["audio"])
+    if query.video is not None:
+        raw[VIDEO], raw["audio"] = clip_16k(query.video, query.audio_rate)
+        hashes[VIDEO], hashes["audio"] = keys.video_key(raw[VIDEO]), keys.audio_key(raw["audio"])
     for m, vec in vectors.items():
         hashes.setdefault(m, "emb:" + keys.vector_key(vec))
     if not hashes:
-        raise InvalidInputError("query has no text, image, audio or embedding")
-    modalities = tuple(m for m in MODALITIES if m in hashes)
+        raise InvalidInputError("query has no text, image, audio, video or embedding")
+    if VIDEO in hashes:
+        check_clip_query(query, hashes)
+    modalities = tuple(m for m in CHANNELS if m in hashes)
     turns = check_context(query.context)
     if turns:
         hashes["context"] = context_key(turns)
     return PreparedQuery(scope, keys.exact_key(scope, hashes), modalities, raw, vectors,
                          query.text, turns)
+
+
+def clip_16k(clip: Any, rate: int = AUDIO_SAMPLE_RATE) -> tuple[tuple[Any, ...], np.ndarray]:
+    """A clip's keyframes (decoded when they are hashed, :func:`mmcache.keys.video_key`) and its
+    track as :func:`audio_16k` returns it; InvalidMediaError naming the problem otherwise."""
+    if not isinstance(clip, VideoClip):
+        raise InvalidMediaError(f"video must be an mmcache.VideoClip, got {type(clip).__name__}")
+    frames = clip.frames
+    if isinstance(frames, np.ndarray) and frames.ndim == 4:
+        frames = tuple(frames)
+    if not isinstance(frames, (list, tuple)):
+        raise InvalidMediaError("video frames must be a list or tuple of images or an N×H×W×C "
+                                f"uint8 array, got {type(frames).__name__}")
+    if not frames:
+        raise InvalidMediaError("video clip has no frames")
+    try:
+        track = audio_16k(clip.audio, rate)
+    except InvalidMediaError as exc:
+        raise InvalidMediaError(f"video track: {exc}") from None
+    return tuple(frames), track
+
+
+def check_clip_query(query: Query, hashes: Mapping[str, str]) -> None:
+    """InvalidInputError unless a clip query (``hashes`` has ``video``) carries its track and
+    neither a still image nor a ``Query.audio`` beside the clip."""
+    if "image" in hashes:
+        raise InvalidInputError("a query carries a video clip or a still image, not both")
+    if query.audio is not None:
+        raise InvalidInputError("a clip's track is VideoClip.audio (or embeddings['audio']), "
+                                "not Query.audio")
+    if "audio" not in hashes:
+        raise InvalidInputError("a video clip needs its audio track (VideoClip.audio or "
+                                "embeddings['audio'])")
 
 
 def unit_vector(vector: Any, modality: str, dim: int | None) -> np.ndarray:

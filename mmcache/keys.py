@@ -5,10 +5,12 @@ of modalities and every modality has the same content: text after Unicode NFKC,
 case folding and whitespace collapsing; images by their decoded pixels with their
 mode and size (a lossless re-encoding shares the key, one changed pixel or a JPEG
 copy does not); audio by its samples after validation and resampling to 16 kHz
-(:func:`mmcache.inputs.audio_16k`); modalities given only as embeddings by the
-bytes of the normalised vector. An exact key is served at similarity 1 without a
-threshold, so near-duplicates (a brighter copy, another recording) are left to the
-semantic tiers, where they pass through the threshold rule.
+(:func:`mmcache.inputs.audio_16k`); a video clip by its frames' pixels in order and
+its track's samples (another frame order, or another track, is another key);
+channels given only as embeddings by the bytes of the normalised vector. An exact
+key is served at similarity 1 without a threshold, so near-duplicates (a brighter
+copy, another recording) are left to the semantic tiers, where they pass through the
+threshold rule.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import io
 import re
 import unicodedata
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import xxhash
@@ -82,6 +84,18 @@ def image_key(image: object) -> str:
     if img.mode == "P":  # palette indices are not pixels: the same picture may use another palette
         img = img.convert("RGBA" if "transparency" in img.info else "RGB")
     return _hash_parts(img.mode.encode(), np.asarray(img.size, "<u8").tobytes(), img.tobytes())
+
+
+def video_key(frames: Sequence[object]) -> str:
+    """Hash of a clip's keyframes in order, each as :func:`image_key` hashes it;
+    InvalidMediaError naming the first frame that does not decode."""
+    parts = []
+    for i, frame in enumerate(frames):
+        try:
+            parts.append(image_key(frame).encode())
+        except InvalidMediaError as exc:
+            raise InvalidMediaError(f"video frame {i}: {exc}") from None
+    return _hash_parts(*parts)
 
 
 def audio_key(audio16k: np.ndarray) -> str:

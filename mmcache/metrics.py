@@ -1,7 +1,8 @@
 """Cache metrics: hits per tier and modality, misses, false hits, latency histograms.
 
 Counters are plain dictionaries keyed by ``(tier, modalities)`` where
-``modalities`` is the query's modality set joined by ``+`` (``"text+image"``).
+``modalities`` is the query's modality set as :func:`mmcache.types.modality_set_name` names it
+(``"text+image"``; a video clip, keyframes and track: ``"video"``, with text ``"text+video"``).
 ``not_stored`` counts puts that no tier admitted (every tier's policy declined the
 entry), by the modalities of the entry's vectors (``"none"``: an exact key only).
 A hit is *false* when the query carries ``ground_truth`` and the entry's stored
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 import numpy as np
 
 from .errors import InvalidInputError
+from .types import is_multimodal
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -124,7 +126,7 @@ class CacheMetrics:
         """Count a hit served by ``tier``."""
         with self._lock:
             self.hits[(tier, modalities)] += 1
-            if "+" in modalities:  # a hit matches every modality: two or more hit
+            if is_multimodal(modalities):  # a hit matches every modality: two or more hit
                 self.cross_modal_hits[(tier, modalities)] += 1
             if freshness != "fresh":
                 self.stale_hits[(tier, freshness)] += 1
@@ -178,7 +180,7 @@ def _cross_modal_rates(snap: "CacheMetrics") -> dict[str, float]:
         lookups[mods] += n
     for (_, mods), n in snap.cross_modal_hits.items():
         hits[mods] += n
-    return {mods: hits[mods] / n for mods, n in lookups.items() if "+" in mods and n}
+    return {mods: hits[mods] / n for mods, n in lookups.items() if is_multimodal(mods) and n}
 
 
 def register_serving(registry: Any, *, model_type: str, cross_modal: Mapping[str, float],

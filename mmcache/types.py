@@ -1,18 +1,36 @@
-"""Value types of the public API: :class:`Query`, :class:`Hit`, :class:`Entry`."""
+"""Value types of the public API: :class:`Query`, :class:`VideoClip`, :class:`Hit`, :class:`Entry`,
+and the names of the vector channels and modality sets a cache keeps apart."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-#: Modalities a query may carry. Video is represented as frames (image) + audio (in
-#: CacheBench-MM a modality set of its own, :data:`mmcache.workload.VIDEO`).
+#: Modalities a query may carry as raw input, each with its own encoder. A video clip
+#: (:class:`VideoClip`) is keyframes (image encoder) plus its audio track (audio encoder).
 MODALITIES: tuple[str, ...] = ("text", "image", "audio")
+#: The vector channel of a clip's keyframes (their mean in the image encoder's space).
+VIDEO = "video"
+#: Every vector channel an entry may carry: the modalities, and a clip's keyframes (its track
+#: is the ``audio`` channel). A clip's set (``video`` + ``audio``) is indexed apart from a
+#: still image + audio, so neither ever matches the other.
+CHANNELS: tuple[str, ...] = MODALITIES + (VIDEO,)
 
 #: Sample rate every audio array must have unless the query declares another one.
 AUDIO_SAMPLE_RATE = 16_000
+
+
+@dataclass(frozen=True)
+class VideoClip:
+    """A video clip: its keyframes in order (``frames``: a list or tuple of images as
+    :attr:`Query.image` takes them, or an ``N×H×W×C`` uint8 array) and its audio track
+    (``audio``: as :attr:`Query.audio` takes it, at the query's ``audio_rate``)."""
+
+    frames: Sequence[bytes | np.ndarray] | np.ndarray
+    audio: np.ndarray | bytes
 
 
 @dataclass(frozen=True)
@@ -21,8 +39,11 @@ class Query:
 
     ``text`` is a string; ``image`` is encoded image bytes (PNG/JPEG/...) or an
     ``H×W[×C]`` uint8 array; ``audio`` is a 1-D float32 array at
-    ``audio_rate`` Hz (16 kHz by default). ``embeddings`` maps a modality name to a
-    precomputed 1-D float32 vector, which the cache uses instead of its encoders.
+    ``audio_rate`` Hz (16 kHz by default). ``video`` is a :class:`VideoClip` (keyframes and
+    track); a clip query may carry text, but no still ``image`` or ``audio`` (its track is
+    the clip's). ``embeddings`` maps a channel (:data:`CHANNELS`) to a precomputed 1-D
+    float32 vector, which the cache uses instead of its encoders: for a clip, ``"video"``
+    is its keyframes' vector and ``"audio"`` its track's.
     ``scope`` is the isolation namespace (tenant, model, system-prompt hash, ...):
     required, and entries never match across scopes. ``context`` is the conversation
     before ``text`` (the last user message): ``[{"role": ..., "content": ...}, ...]``,
@@ -32,6 +53,7 @@ class Query:
     text: str | None = None
     image: bytes | np.ndarray | None = None
     audio: np.ndarray | None = None
+    video: VideoClip | None = None
     embeddings: Mapping[str, np.ndarray] = field(default_factory=dict)
     scope: str | None = None
     audio_rate: int = AUDIO_SAMPLE_RATE
@@ -39,13 +61,55 @@ class Query:
     context: Sequence[Mapping[str, str]] = ()
 
     def modalities(self) -> tuple[str, ...]:
-        """The modalities present in this query, as raw input or as embedding."""
+        """The channels present in this query, as raw input or as embedding (a clip: ``video``
+        and ``audio``, its track)."""
         present = {"text": self.text is not None, "image": self.image is not None,
-                   "audio": self.audio is not None}
+                   "audio": self.audio is not None or self.video is not None,
+                   VIDEO: self.video is not None}
         for name in self.embeddings:
             present[name] = True
-        return tuple(m for m in MODALITIES if present.get(m)) + tuple(
-            sorted(m for m in present if m not in MODALITIES and present[m]))
+        return tuple(m for m in CHANNELS if present.get(m)) + tuple(
+            sorted(m for m in present if m not in CHANNELS and present[m]))
+
+
+def modality_set_name(channels: Iterable[str]) -> str:
+    """The name of a set of channels: its modalities joined by ``+`` (``"text+image"``), a
+    clip's keyframes and track as ``video`` (``"video"``, ``"text+video"``)."""
+    present = set(channels)
+    if VIDEO in present:
+        present.discard("audio")
+    return "+".join(m for m in CHANNELS if m in present)
+
+
+def modality_set_channels(name: str) -> frozenset[str]:
+    """The channels of a modality set named as :func:`modality_set_name` names it (any order
+    of its ``+`` parts; ``video`` brings its track); ValueError for a name of no set."""
+    parts = [p.strip() for p in name.split("+")] if isinstance(name, str) else [name]
+    channels = set(parts) | ({"audio"} if VIDEO in parts else set())
+    if not all(p in CHANNELS for p in parts) or len(set(parts)) != len(parts) or \
+            {"image", VIDEO} <= channels:
+        raise ValueError(f"{name!r} names no modality set: join some of {list(MODALITIES)} with "
+                         "'+', or write 'video' (a clip: keyframes and track) with or without "
+                         "'text'")
+    return frozenset(channels)
+
+
+#: Every modality set a query can have, by name: each non-empty set of :data:`MODALITIES`,
+#: and a clip with or without text.
+SET_NAMES: tuple[str, ...] = tuple(
+    modality_set_name(ms) for r in range(1, len(MODALITIES) + 1)
+    for ms in itertools.combinations(MODALITIES, r)) + (VIDEO, f"text+{VIDEO}")
+
+
+def is_clip_set(name: str) -> bool:
+    """Whether the modality set called ``name`` is a video clip's (with or without text)."""
+    return VIDEO in name.split("+")
+
+
+def is_multimodal(name: str) -> bool:
+    """Whether the modality set called ``name`` has two or more modalities (a clip has two:
+    keyframes and track)."""
+    return "+" in name or is_clip_set(name)
 
 
 @dataclass(frozen=True)

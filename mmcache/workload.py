@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .errors import ConfigError, InvalidEmbeddingError, InvalidInputError
-from .types import MODALITIES, Query
+from .types import CHANNELS, MODALITIES, Query
 
 if TYPE_CHECKING:
     from .encoders import Encoder, EmbeddingStore
@@ -69,8 +69,6 @@ MODALITY_SET_NAMES: tuple[str, ...] = tuple("+".join(ms) for ms in MODALITY_SETS
     "video",)
 #: The index of the video modality set.
 VIDEO = MODALITY_SET_NAMES.index("video")
-#: Vector channels: each modality's own vectors, and a video clip's keyframes (image space).
-CHANNELS: tuple[str, ...] = MODALITIES + ("video",)
 #: The channel of each modality of each modality set (a clip's track is the audio channel).
 SET_CHANNELS: tuple[tuple[int, ...], ...] = tuple(
     tuple(MODALITIES.index(m) for m in ms) for ms in MODALITY_SETS[:VIDEO]) + (
@@ -456,8 +454,8 @@ class Workload:
         variant of photo ``images(intent)`` when ``images`` (a photo loader) is
         given; audio queries get ``speech(intent, speech_variant(variant))`` (16 kHz
         float32, e.g. espeak-ng through :func:`mmcache.datasets.speech.synthesize`).
-        A video clip's image is its first keyframe (:class:`~mmcache.types.Query` has no
-        video field), its audio the speech. ``ground_truth`` is the intent id.
+        A video clip's query here is its first keyframe as the image and the speech as the
+        audio (not a :class:`~mmcache.types.VideoClip`). ``ground_truth`` is the intent id.
         """
         mods = self.modalities(i)
         intent, variant = int(self.intent[i]), int(self.variant[i])

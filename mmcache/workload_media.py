@@ -14,8 +14,8 @@ Each intent gets real sources, one per modality:
 * video: **synthetic** clips built from those offline inputs: the keyframes are a short pan
   across the intent's photo (:func:`mmcache.workload.video_keyframes`; variants are other
   pans), embedded by the image encoder one frame at a time and mean-pooled
-  (:class:`KeyframeMeanEncoder`); the audio track is the intent's speech, the audio
-  modality's own input and vector.
+  (:class:`mmcache.encoders.KeyframeMeanEncoder`, as the cache embeds clips); the audio
+  track is the intent's speech, the audio modality's own input and vector.
 
 A *trap* (``Workload.trap_of``) is a novel intent whose inputs are edited from the
 intent it imitates, as the threshold study's pairs do (:mod:`mmcache.datasets.pairs`):
@@ -260,23 +260,6 @@ class SpeechSpecEncoder:
         return self.encoder.encode([self.sources.speech(s) for s in inputs])
 
 
-class KeyframeMeanEncoder:
-    """Embeds video clips given as stacked keyframes (:meth:`MediaSources.keyframes`): the
-    image ``encoder`` embeds every frame, the clip's vector is their renormalised mean."""
-
-    modality = "image"
-
-    def __init__(self, encoder: Encoder) -> None:
-        self.encoder, self.dim = encoder, encoder.dim
-        self.encoder_id = f"{encoder.encoder_id}/keyframe-mean-v1"
-
-    def encode(self, clips: Sequence[np.ndarray]) -> np.ndarray:
-        frames = [frame for clip in clips for frame in clip]
-        per_frame = np.asarray(self.encoder.encode(frames), np.float32)
-        mean = per_frame.reshape(len(clips), -1, self.dim).mean(axis=1)
-        return mean / np.linalg.norm(mean, axis=1, keepdims=True)
-
-
 def embed_workload(workload: Workload, *, store: EmbeddingStore | None = None,
                    encoders: Mapping[str, Encoder] | None = None,
                    pool: RealPool | None = None) -> Workload:
@@ -289,7 +272,7 @@ def embed_workload(workload: Workload, *, store: EmbeddingStore | None = None,
     through ``store``. The seconds each modality took (rendering and encoding) are in its
     ``kind``, with the pool's sharing.
     """
-    from .encoders import get_encoder
+    from .encoders import KeyframeMeanEncoder, get_encoder
 
     pool = pool or RealPool()
     sets, dropped = audio_capped_sets(workload, pool)

@@ -239,7 +239,7 @@ def _video_build(clips, store, image_encoder):
 def test_real_video_is_keyframe_means_and_the_whisper_track_read_back_from_the_store(clips,
                                                                                      store):
     from mmcache.workload import VIDEO
-    from mmcache.workload_media import KeyframeMeanEncoder
+    from mmcache.encoders import KeyframeMeanEncoder
 
     real = _video_build(clips, store, _Counting("image", 32))
     video = np.flatnonzero(real.modality_set == VIDEO)

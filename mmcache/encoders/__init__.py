@@ -9,6 +9,8 @@
 * ``"asr-minilm"`` — speech embedded through its Whisper transcript by MiniLM, 384-d;
 * ``"hashing-test"`` — the named test stand-in (never for reported results).
 
+:class:`KeyframeMeanEncoder` embeds a video clip's keyframes through an image encoder.
+
 Heavy libraries are imported only when an encoder is built.
 """
 
@@ -18,10 +20,11 @@ from typing import Any, Callable
 
 from ..errors import ConfigError
 from .base import Encoder, HashingTestEncoder
+from .keyframes import KeyframeMeanEncoder
 from .store import EmbeddingStore
 
-__all__ = ["Encoder", "HashingTestEncoder", "EmbeddingStore", "ENCODER_NAMES", "get_encoder",
-           "load_whisper"]
+__all__ = ["Encoder", "HashingTestEncoder", "KeyframeMeanEncoder", "EmbeddingStore",
+           "ENCODER_NAMES", "get_encoder", "load_whisper"]
 
 
 def _minilm(**kw: Any) -> Encoder:

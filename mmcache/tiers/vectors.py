@@ -25,7 +25,8 @@ Single-query search runs on one faiss/OpenMP thread (restored afterwards).
 :class:`SemanticIndex` adds scopes, modality sets and the every-modality rule. An
 entry is indexed under the set of modalities it has vectors for, and a query only
 ever searches the entries whose set equals its own: a text-only query never sees a
-text + image entry, nor the reverse. A candidate must be within its floor on
+text + image entry, nor the reverse, and a video clip (``video`` + ``audio``) never an
+``image`` + ``audio`` one. A candidate must be within its floor on
 *every* modality of that set for the *same* entry.
 """
 
