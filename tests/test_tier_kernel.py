@@ -138,8 +138,11 @@ def test_small_cachebench_benchmark_prints_both_rates(capsys):
 
     main(["--requests", "3000", "--intents", "200", "--prefix", "2500", "--sample", "50"])
     out = capsys.readouterr().out
-    assert "compiled (table + serve_all)" in out and "exact search (serve)" in out
-    assert "ratio compiled / exact search: " in out and "target >= 100,000 req/s" in out
+    for threads in (1, 2):
+        assert f"compiled (table on {threads} thread(s) + serve_all)" in out
+        assert f"target >= 100,000 req/s with >= 100k resident vectors, table on {threads}" in out
+    assert "exact search (serve, 1 thread)" in out
+    assert "ratio compiled (1 thread) / exact search: " in out
     assert "vector pairs computed of the" in out
 
 
