@@ -26,6 +26,7 @@ Serving features: :func:`degradation_replay` / :func:`degradation_rows` serve re
 degradation levels of :mod:`mmcache.degrade` (forced, or switched by the inference queue at
 each arrival); :mod:`mmcache.prefetch` warms a cold replay with a PageRank prefetch;
 :func:`report_prometheus` exports seed 001 §4.4's CrossModalHitRate and CacheWarmupLatencyP99.
+:func:`served_summary` splits a served replay by request (e.g. video clips against the rest).
 
 Freshness: ``replay(..., ttl_s=τ)`` gives every answer a TTL of τ seconds of workload
 time from the moment the model produced it (a copy promoted up a tier keeps that
@@ -747,6 +748,32 @@ class Replayer:
                        self.hit_tier, self.false_hit, self.lat_ms, self.costs, capacity,
                        self.specs[0].policy,
                        {"tiers": [asdict(t) for t in self.specs], "ttl_s": self.ttl_s})
+
+
+def served_summary(replayer: Replayer, select: np.ndarray | None = None) -> dict[str, Any]:
+    """What a served ``replayer`` recorded for the requests ``select`` (a boolean mask; None:
+    all): ``requests``, ``hit_rate``, ``false_hit_rate``, ``mean_ms`` and ``p99_ms`` of their
+    latencies, per tier ``hit_<tier>`` (their hit rate there) and ``share_of_<tier>_hits`` (the
+    share of all that tier's hits they took), and ``other_set_hits``: how many hit an entry of
+    another modality set than their own (0 when every set keeps its own index)."""
+    w = replayer.workload
+    select = np.ones(len(w), bool) if select is None else np.asarray(select, bool)
+    hit_tier = replayer.hit_tier
+    hit = select & (hit_tier >= 0)
+    key_set = (replayer.hit_key // w.config.n_variants) % len(MODALITY_SETS)
+    lat = replayer.lat_ms[select]
+    out: dict[str, Any] = {
+        "requests": int(select.sum()),
+        "hit_rate": float(hit.sum() / max(1, select.sum())),
+        "false_hit_rate": float((select & replayer.false_hit).sum() / max(1, select.sum())),
+        "mean_ms": float(lat.mean()) if lat.size else 0.0,
+        "p99_ms": float(np.percentile(lat, 99)) if lat.size else 0.0,
+        "other_set_hits": int((hit & (key_set != w.modality_set)).sum())}
+    for k, spec in enumerate(replayer.specs):
+        at = hit_tier == k
+        out[f"hit_{spec.name}"] = float((select & at).sum() / max(1, select.sum()))
+        out[f"share_of_{spec.name}_hits"] = float((select & at).sum() / max(1, at.sum()))
+    return out
 
 
 def loosest_floor(tiers: Sequence[TierSpec], offsets: Iterable[Mapping[str, float]]

@@ -340,3 +340,28 @@ def test_a_video_miss_encodes_every_keyframe_and_its_track():
     miss = (r.hit_tier < 0) & (w.modality_set == VIDEO)
     assert miss.any()  # assumed constants: image 15 ms, audio 40 ms to encode, 1 s inference
     np.testing.assert_allclose(r.lat_ms[miss], KEYFRAMES * 15.0 + 40.0 + 1000.0)
+
+
+def test_served_summary_splits_a_replay_by_request_set(video_stream):
+    from mmcache.cachebench import Replayer, route_video_to_last, served_summary
+    from mmcache.workload import VIDEO
+
+    video = video_stream.modality_set == VIDEO
+    for tiers in (three_tier(int(video_stream.size.sum() // 10)),
+                  route_video_to_last(three_tier(int(video_stream.size.sum() // 10)))):
+        r = Replayer(video_stream, tiers)
+        r.serve_all()
+        report, clips, rest = r.report(limits=False), served_summary(r, video), \
+            served_summary(r, ~video)
+        whole = served_summary(r)
+        assert whole["hit_rate"] == pytest.approx(report.hit_rate)
+        assert whole["p99_ms"] == pytest.approx(report.latency_ms["p99"])
+        assert clips["requests"] + rest["requests"] == len(video_stream)
+        assert clips["hit_rate"] == pytest.approx(report.hit_rate_per_modality["video"])
+        for t in tiers:
+            assert clips[f"share_of_{t.name}_hits"] + rest[f"share_of_{t.name}_hits"] == \
+                pytest.approx(1.0 if (r.hit_tier == tiers.index(t)).any() else 0.0)
+        assert clips["other_set_hits"] == rest["other_set_hits"] == 0
+    # the seed's route: clips take no L1 / L2 hit, every clip hit is L3's
+    assert clips["share_of_L1-gpu_hits"] == clips["share_of_L2-cpu_hits"] == 0.0
+    assert clips["hit_rate"] > 0 and clips["hit_L3-nvme"] == pytest.approx(clips["hit_rate"])

@@ -184,3 +184,27 @@ def test_multimodal_vectors_are_named_with_their_provenance(metrics):
     assert data["multimodal_real_inputs"] == {}  # no encoder ran
     assert {"text+image", "image+audio", "text+audio"} <= set(data["multimodal_per_modality_set"])
     assert data["multimodal_build_s"]["wall_s"] > 0
+
+
+def test_video_clips_keep_their_own_index_and_the_seeds_route(metrics):
+    """video_route: clips, the other sets and all requests through the 3-tier hierarchy with
+    every tier serving every set, and with seed 002 §3.1's route (clips in the last tier only)."""
+    routes, setup = metrics["video_route"], metrics["video_route_setup"]
+    assert set(routes) == {"all_tiers", "central_only"} and setup["clips"] > 0
+    assert "synthetic" in setup["video_embeddings"]
+    for rows in routes.values():
+        assert rows["video"]["requests"] == setup["clips"]
+        assert rows["video"]["requests"] + rows["other_sets"]["requests"] == setup["n_queries"]
+        for row in rows.values():
+            assert 0.0 <= row["false_hit_rate"] <= row["hit_rate"] <= 1.0
+            assert 0.0 < row["mean_ms"] <= row["p99_ms"]
+            assert all(0.0 <= v <= 1.0 for k, v in row.items() if k.startswith("share_of_"))
+        assert rows["video"]["other_set_hits"] == 0  # a clip never matches a still entry
+        assert rows["other_sets"]["other_set_hits"] == 0
+    every, central = routes["all_tiers"]["video"], routes["central_only"]["video"]
+    assert every["share_of_L1-gpu_hits"] > 0 and every["share_of_L2-cpu_hits"] > 0
+    assert central["share_of_L1-gpu_hits"] == central["share_of_L2-cpu_hits"] == 0.0
+    assert central["hit_L3-nvme"] == pytest.approx(central["hit_rate"])
+    assert central["false_hit_rate"] == 0.0  # L3 matches exact keys, whose intent is the query's
+    assert setup["routes"]["central_only"]["L3-nvme"] == "all"
+    assert "video" not in setup["routes"]["central_only"]["L2-cpu"]
