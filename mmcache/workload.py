@@ -420,16 +420,23 @@ class Workload:
         return np.stack([self.embedding(int(i)) for i in idx]) if len(idx) else \
             np.zeros((0, dims.pop() if dims else self.config.dim), np.float32)
 
-    def pair_similarities(self, sample: int = 2_000) -> dict[str, np.ndarray]:
+    def pair_similarities(self, sample: int = 2_000, channel: str | None = None
+                          ) -> dict[str, np.ndarray]:
         """Cosines between pairs of :meth:`embedding` s of one channel (a modality, or video
-        keyframes) among the first ``sample`` queries, by kind: ``paraphrase`` (same intent,
-        other variant), ``sibling`` (other intent, same topic) and ``unrelated`` (other topic).
-        Topics are the generator's; real text ignores them."""
+        keyframes; only ``channel``'s, of :data:`CHANNELS`, when given) among the first
+        ``sample`` queries, by kind: ``paraphrase`` (same intent, other variant), ``sibling``
+        (other intent, same topic) and ``unrelated`` (other topic). Topics are the generator's;
+        real vectors ignore them (``sibling`` and ``unrelated`` together are the other-intent
+        pairs)."""
+        if channel is not None and channel not in CHANNELS:
+            raise ConfigError(f"unknown channel {channel!r}; known: {CHANNELS}")
         n = min(sample, len(self))
         out: dict[str, list[np.ndarray]] = {"paraphrase": [], "sibling": [], "unrelated": []}
-        channel = np.array([cs[0] for cs in SET_CHANNELS])[self.modality_set[:n]]
-        for k in np.unique(channel):
-            idx = np.flatnonzero(channel == k)
+        channel_of = np.array([cs[0] for cs in SET_CHANNELS])[self.modality_set[:n]]
+        for k in np.unique(channel_of):
+            if channel is not None and CHANNELS[k] != channel:
+                continue
+            idx = np.flatnonzero(channel_of == k)
             emb = self.embeddings(idx)
             sims = emb @ emb.T
             i, v, t = self.intent[idx], self.variant[idx], self.topic[idx]

@@ -112,6 +112,7 @@ from mmcache.plotting import save_figure
 from mmcache.policies import POLICIES
 from mmcache.replay import read_oracle_general
 from mmcache.runbook import write_metrics
+from mmcache.types import MODALITIES
 from mmcache.workload import TIMING_KIND, VIDEO, generate, zipf_trace
 from mmcache.workload_media import MEDIA_PROVENANCE, RealPool
 
@@ -216,6 +217,20 @@ ax2.set(xlabel="query index (dotted: popularity reshuffles)",
         ylabel="share to first window's top-100 intents", ylim=(0, None))
 save_figure(fig, "06_workload", {"data": mm.describe(), "weights": mm.embedding_kinds(),
                                  "smoke": SMOKE})
+
+# %% [markdown]
+# Per modality, the share of other-intent pairs (two queries of different intents) whose cosine
+# reaches each CacheBench threshold: where it is large, a semantic tier at that threshold serves
+# other intents' answers however it evicts.
+
+# %%
+other_intent_above = {}
+for modality in MODALITIES:
+    by_kind = mm.pair_similarities(1_000 if SMOKE else 3_000, channel=modality)
+    other = np.concatenate([by_kind["sibling"], by_kind["unrelated"]])
+    other_intent_above[modality] = {f"{th:g}": float((other >= th).mean()) if other.size
+                                    else None for th in THRESHOLDS}
+display(pd.DataFrame(other_intent_above).T.rename_axis("other-intent pairs at cos >= ").round(4))
 
 # %% [markdown]
 # ## Miss-ratio curves (every `simulate` call is timed)
@@ -776,6 +791,7 @@ write_metrics({
     "cachebench_limits": limits,
     "load_sweep": load_sweep,
     "hit_rate_per_modality": per_modality,
+    "other_intent_pairs_above": other_intent_above,
     "cross_modal_hit_rate": one_load.cross_modal_hit_rate,
     "degradation": degradation,
     "degradation_setup": {"load": DEGRADE_LOAD, "text_offset": TEXT_OFFSET,

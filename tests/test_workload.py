@@ -61,6 +61,19 @@ def test_embedding_similarity_is_calibrated():
     assert abs((emb @ emb.T)[cross].mean()) < 0.05  # each modality lives in its own space
 
 
+def test_pair_similarities_of_one_channel_are_that_channels_pairs():
+    w = generate(n_queries=3_000, n_intents=200, seed=2)
+    every = w.pair_similarities(1_500)
+    per = {m: w.pair_similarities(1_500, channel=m) for m in ("text", "image", "audio")}
+    for kind in every:
+        assert sum(p[kind].size for p in per.values()) == every[kind].size
+        np.testing.assert_array_equal(np.sort(np.concatenate([p[kind] for p in per.values()])),
+                                      np.sort(every[kind]))
+    assert all(p["paraphrase"].size for p in per.values())
+    with pytest.raises(ConfigError, match="channel"):
+        w.pair_similarities(100, channel="smell")
+
+
 def test_drift_moves_popularity():
     def top(w, lo, hi):
         ids, counts = np.unique(w.intent[lo:hi][~w.novel[lo:hi]], return_counts=True)

@@ -208,3 +208,15 @@ def test_video_clips_keep_their_own_index_and_the_seeds_route(metrics):
     assert central["false_hit_rate"] == 0.0  # L3 matches exact keys, whose intent is the query's
     assert setup["routes"]["central_only"]["L3-nvme"] == "all"
     assert "video" not in setup["routes"]["central_only"]["L2-cpu"]
+
+
+def test_other_intent_pair_shares_fall_as_the_threshold_rises(metrics):
+    """Per modality, the share of other-intent pairs at cos >= each threshold: a share in [0, 1]
+    that never rises with the threshold; synthetic unrelated vectors sit far below 0.75."""
+    shares = metrics["other_intent_pairs_above"]
+    assert set(shares) == {"text", "image", "audio"}
+    for modality, by_threshold in shares.items():
+        values = [by_threshold[k] for k in sorted(by_threshold, key=float)]
+        assert all(0.0 <= v <= 1.0 for v in values), modality
+        assert values == sorted(values, reverse=True), modality
+        assert values[-1] < 0.05, modality
