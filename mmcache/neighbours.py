@@ -88,7 +88,7 @@ def neighbour_table(workload: Workload, cutoff: float | None, *, threads: int = 
             if not rows.size or cutoff is None:
                 continue
             mats = workload.set_vectors(first[rows], m)
-            distinct, vid = _distinct_rows(np.hstack(mats))
+            distinct, vid = _distinct_rows(mats[0] if len(mats) == 1 else np.hstack(mats))
             vid_of_key[rows] = offset + vid
             group = np.zeros(distinct.shape[0], np.int64)
             group[vid] = workload.intent[first[rows]]
@@ -127,6 +127,8 @@ def _distinct_rows(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     each row's index among them."""
     index: dict[bytes, int] = {}
     vid = np.array([index.setdefault(row.tobytes(), len(index)) for row in mat], np.int64)
+    if len(index) == mat.shape[0]:  # all distinct: no copy
+        return mat, vid
     return mat[np.unique(vid, return_index=True)[1]], vid
 
 
