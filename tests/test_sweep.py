@@ -187,6 +187,28 @@ def test_function_sweep_writes_points_table_and_figure(tasks_dir, tmp_path) -> N
     assert not (tmp_path / "out" / PARTIAL_DIR).exists()
 
 
+@pytest.mark.timeout(120)
+def test_points_that_finish_before_the_pool_waits_are_all_collected(tasks_dir, tmp_path,
+                                                                    monkeypatch) -> None:
+    """A point done by the time the local engine looks at its pending futures (a fast point)
+    is collected, not left holding a worker slot (that spun the engine forever)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    submit = ProcessPoolExecutor.submit
+
+    def submit_and_finish(self, fn, *args, **kwargs):
+        future = submit(self, fn, *args, **kwargs)
+        future.exception()  # wait: the point is done before the engine sees it
+        return future
+
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", submit_and_finish)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    report = run_sweep(parse_spec(square_spec(markers, seeds=[0, 5])), tmp_path / "out",
+                       progress=False)
+    assert (report.ran, report.skipped, report.failed) == (6, 0, 0)
+
+
 def test_points_run_with_thread_pools_capped_at_their_cpus(tasks_dir, tmp_path) -> None:
     """Two one-core points side by side on a 2-core machine must not each start 2-thread
     BLAS / OpenMP pools (oversubscribed, they spin-wait)."""

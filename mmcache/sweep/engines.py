@@ -98,9 +98,11 @@ def run_local(tasks: list[Task], resources: Resources,
                     free -= 1
             pending = [f for f in (*running, *prerequisites.values()) if not f.done()]
             if pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done & running.keys():
-                    yield running.pop(future), _local_outcome(future)
+                wait(pending, return_when=FIRST_COMPLETED)
+            # every finished point, also one that finished before `pending` was taken (left in
+            # `running`, it would hold its worker slot and spin this loop forever)
+            for future in [f for f in running if f.done()]:
+                yield running.pop(future), _local_outcome(future)
         finished = True
     finally:
         pool.shutdown(wait=finished, cancel_futures=True)
