@@ -83,6 +83,7 @@ def neighbour_table(workload: Workload, cutoff: float | None, *, threads: int = 
     vid_of_key = np.zeros(keys.shape[0], np.int64)
     searches, offset = [], 0
     with ThreadPoolExecutor(threads) if threads > 1 else nullcontext() as pool:
+        submit = pool.submit if pool else _run_now
         for m in range(len(MODALITY_SETS)):
             rows = np.flatnonzero(key_set == m)
             if not rows.size or cutoff is None:
@@ -93,7 +94,6 @@ def neighbour_table(workload: Workload, cutoff: float | None, *, threads: int = 
             group = np.zeros(distinct.shape[0], np.int64)
             group[vid] = workload.intent[first[rows]]
             cols = np.cumsum([0] + [mat.shape[1] for mat in mats])
-            submit = pool.submit if pool else _run_now
             searches.append((offset, submit(range_search, distinct, cols, group, cutoff)))
             offset += distinct.shape[0]
         ptr, vids, cos, computed = [np.zeros(1, np.int64)], [], [], 0
