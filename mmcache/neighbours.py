@@ -39,6 +39,8 @@ TILE = (512, 4096)
 #: Groups from which the centre cosines may use a half-precision GEMM (torch's, where it is
 #: faster on this CPU: :func:`_tile_gemm`); below it the float32 GEMM is cheap anyway.
 HALF_PRECISION_FROM = TILE[1]
+#: Columns of a tile row tested at once, vectorised, before any is read again (:func:`_near_caps`).
+SPAN = 128
 _CALIBRATING = threading.Lock()
 
 
@@ -166,11 +168,10 @@ def candidate_groups(vecs: np.ndarray, cols: np.ndarray, order: np.ndarray, gptr
     tiles (upper triangle only), the others only on the pairs left."""
     n_groups = gptr.shape[0] - 1
     half = np.arccos(max(cutoff - slack, -1.0)) / 2
-    caps = [_caps(vecs, cols[j], cols[j + 1], order, gptr, half, slack)
+    caps = [_caps(vecs, cols[j], cols[j + 1], order, gptr, half)
             for j in range(cols.shape[0] - 1)]
     gemm, error = _tile_gemm(caps[0].centre)
-    reach_cos, reach_sin, wide, floor = caps[0][1:]
-    floor = floor - np.float32(error)
+    reach_cos, reach_sin, wide = caps[0][1:]
     sims = np.zeros(TILE[0] * TILE[1], np.float32)
     found = (np.zeros(sims.size, np.int64), np.zeros(sims.size, np.int64))
     pair_a, pair_b = [], []
@@ -181,11 +182,11 @@ def candidate_groups(vecs: np.ndarray, cols: np.ndarray, order: np.ndarray, gptr
             tile = sims[:shape[0] * shape[1]].reshape(shape)
             gemm(rows, slice(first, first + shape[1]), tile)
             tile[:, wide[first:first + tile.shape[1]]] = np.inf  # every row's candidate
-            n = _near_caps(tile, start, first, reach_cos, reach_sin, wide, floor,
+            n = _near_caps(tile, start, first, reach_cos, reach_sin, wide,
                            np.float32(slack + error), *found)
             a, b = found[0][:n], found[1][:n]
             for other in caps[1:]:
-                a, b = _near_pairs(a, b, *other[:4], np.float32(slack))
+                a, b = _near_pairs(a, b, *other, np.float32(slack))
             pair_a.append(a.copy())
             pair_b.append(b.copy())
     return np.concatenate(pair_a), np.concatenate(pair_b)
@@ -267,27 +268,24 @@ def _tile_gemm(centre: np.ndarray) -> tuple[Callable[[slice, slice, np.ndarray],
 
 class _Caps(NamedTuple):
     """Each group's unit centre (float32), cosine and sine of its reach (radius + half the
-    cutoff's angle), whether the reach is at least a right angle (such a group is every group's
-    candidate), and the lowest centre cosine at which its cap may overlap a cap not so wide."""
+    cutoff's angle), and whether the reach is at least a right angle (such a group is every
+    group's candidate)."""
 
     centre: np.ndarray
     reach_cos: np.ndarray
     reach_sin: np.ndarray
     wide: np.ndarray
-    floor: np.ndarray
 
 
 def _caps(vecs: np.ndarray, lo: int, hi: int, order: np.ndarray, gptr: np.ndarray,
-          half: float, slack: float) -> _Caps:
+          half: float) -> _Caps:
     """The :class:`_Caps` of columns ``lo:hi`` of the groups of ``vecs`` (members
-    ``order[gptr[g]:gptr[g + 1]]``), reaches radius + ``half``, ``slack`` on cosines."""
+    ``order[gptr[g]:gptr[g + 1]]``), reaches radius + ``half``."""
     centre, closest, norm = _centres(vecs, lo, hi, order, gptr)
     reach = np.arccos(np.clip(closest, -1.0, 1.0)) + half
     wide = (reach >= np.pi / 2) | (norm == 0)
-    widest = reach[~wide].max(initial=half)
-    floor = np.where(wide, -np.inf, np.cos(reach + widest) - 2 * slack)
     return _Caps(centre.astype(np.float32), np.cos(reach).astype(np.float32),
-                 np.sin(reach).astype(np.float32), wide, floor.astype(np.float32))
+                 np.sin(reach).astype(np.float32), wide)
 
 
 @njit(cache=True, nogil=True)
@@ -312,24 +310,31 @@ def _centres(vecs, lo, hi, order, gptr):
 
 
 @njit(cache=True, nogil=True)
-def _near_caps(sims, start, first, reach_cos, reach_sin, wide, floor, slack, pair_a, pair_b):
+def _near_caps(sims, start, first, reach_cos, reach_sin, wide, slack, pair_a, pair_b):
     """Write into ``pair_a`` / ``pair_b`` the group pairs a <= b (a = start + row, b = first +
     column) of a tile of centre cosines ``sims`` whose caps' reaches overlap
-    (:func:`candidate_groups`; a wide group's column holds +inf); returns how many. ``floor``
-    (:class:`_Caps`) skips most pairs with one comparison."""
+    (:func:`candidate_groups`; a wide group's column holds +inf); returns how many. Each span of
+    :data:`SPAN` columns is first tested in one vectorised count and read again only if it holds
+    a pair."""
     rows, cols = sims.shape
     found = 0
+    col_cos, col_sin = reach_cos[first:first + cols], reach_sin[first:first + cols]
     for r in range(rows):
         a = start + r
-        low = floor[a]
-        for c in range(max(0, a - first), cols):
-            if sims[r, c] < low:
+        lo = max(0, a - first)
+        ca, sa = reach_cos[a], reach_sin[a]
+        for c0 in range(lo, cols, SPAN):
+            c1 = min(c0 + SPAN, cols)
+            span, span_cos, span_sin = sims[r, c0:c1], col_cos[c0:c1], col_sin[c0:c1]
+            near = 0
+            for j in range(c1 - c0):
+                near += span[j] + sa * span_sin[j] >= ca * span_cos[j] - slack
+            if near == 0 and not wide[a]:
                 continue
-            b = first + c
-            if wide[a] or wide[b] or (sims[r, c] + reach_sin[a] * reach_sin[b]
-                                      >= reach_cos[a] * reach_cos[b] - slack):
-                pair_a[found], pair_b[found] = a, b
-                found += 1
+            for j in range(c1 - c0):
+                if wide[a] or span[j] + sa * span_sin[j] >= ca * span_cos[j] - slack:
+                    pair_a[found], pair_b[found] = a, first + c0 + j
+                    found += 1
     return found
 
 
