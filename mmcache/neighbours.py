@@ -292,20 +292,27 @@ def _caps(vecs: np.ndarray, lo: int, hi: int, order: np.ndarray, gptr: np.ndarra
 def _centres(vecs, lo, hi, order, gptr):
     """Each group's unit centre (the normalised sum of its members' columns ``lo:hi``, each
     normalised, in float64), the smallest cosine of a member to it, and the sum's norm."""
-    n_groups, dim = gptr.shape[0] - 1, hi - lo
-    centre, closest = np.zeros((n_groups, dim)), np.ones(n_groups)
-    norm, unit = np.zeros(n_groups), np.zeros(dim)
+    n_groups = gptr.shape[0] - 1
+    centre, closest, norm = np.zeros((n_groups, hi - lo)), np.ones(n_groups), np.zeros(n_groups)
+    inverse = np.zeros(order.shape[0])  # each member's 1 / length
     for g in range(n_groups):
         for p in range(gptr[g], gptr[g + 1]):
-            row = vecs[order[p], lo:hi].astype(np.float64)
-            centre[g] += row / np.sqrt(np.sum(row * row))
-        norm[g] = np.sqrt(np.sum(centre[g] * centre[g]))
+            i, length = order[p], 0.0
+            for d in range(lo, hi):
+                length += np.float64(vecs[i, d]) ** 2
+            inverse[p] = 1.0 / np.sqrt(length)
+            for d in range(lo, hi):
+                centre[g, d - lo] += vecs[i, d] * inverse[p]
+        for d in range(hi - lo):
+            norm[g] += centre[g, d] ** 2
+        norm[g] = np.sqrt(norm[g])
         if norm[g] > 0:
             centre[g] /= norm[g]
         for p in range(gptr[g], gptr[g + 1]):
-            row = vecs[order[p], lo:hi].astype(np.float64)
-            unit[:] = row / np.sqrt(np.sum(row * row))
-            closest[g] = min(closest[g], np.sum(unit * centre[g]))
+            cos = 0.0
+            for d in range(lo, hi):
+                cos += vecs[order[p], d] * centre[g, d - lo]
+            closest[g] = min(closest[g], cos * inverse[p])
     return centre, closest, norm
 
 
