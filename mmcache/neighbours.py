@@ -126,11 +126,47 @@ def _run_now(fn: Callable, *args: object) -> Future:
 
 def _distinct_rows(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct rows of ``mat`` (equal byte for byte), in order of first appearance, and
-    each row's index among them."""
+    each row's index among them (rows are told apart by a 64-bit hash of their words, checked
+    against the rows themselves; a collision falls back to comparing bytes)."""
+    words = np.ascontiguousarray(mat).view(np.uint32).reshape(mat.shape[0], mat.shape[1])
+    _, first, inverse = np.unique(_row_hashes(words), return_index=True, return_inverse=True)
+    if not _equal_rows(words, first[inverse.reshape(-1)]):  # a collision: compare bytes
+        return _distinct_rows_by_bytes(mat)
+    order = np.argsort(first)  # hashes' order -> order of first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.shape[0])
+    vid = rank[inverse.reshape(-1)].astype(np.int64)
+    if first.shape[0] == mat.shape[0]:  # all distinct: no copy
+        return mat, vid
+    return mat[first[order]], vid
+
+
+@njit(cache=True, nogil=True)
+def _row_hashes(words):
+    """A 64-bit FNV-1a hash of each row of 32-bit ``words``."""
+    hashes = np.empty(words.shape[0], np.uint64)
+    for r in range(words.shape[0]):
+        h = np.uint64(14695981039346656037)
+        for w in words[r]:
+            h = (h ^ np.uint64(w)) * np.uint64(1099511628211)
+        hashes[r] = h
+    return hashes
+
+
+@njit(cache=True, nogil=True)
+def _equal_rows(words, like):
+    """Whether every row of ``words`` equals row ``like[row]``."""
+    for r in range(words.shape[0]):
+        for d in range(words.shape[1]):
+            if words[r, d] != words[like[r], d]:
+                return False
+    return True
+
+
+def _distinct_rows_by_bytes(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_distinct_rows` by each row's bytes."""
     index: dict[bytes, int] = {}
     vid = np.array([index.setdefault(row.tobytes(), len(index)) for row in mat], np.int64)
-    if len(index) == mat.shape[0]:  # all distinct: no copy
-        return mat, vid
     return mat[np.unique(vid, return_index=True)[1]], vid
 
 

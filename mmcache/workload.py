@@ -377,10 +377,18 @@ class Workload:
         return [self._stacked(indices, c) for c in SET_CHANNELS[modality_set]]
 
     def _stacked(self, indices: np.ndarray, c: int) -> np.ndarray:
-        rows = zip(self.intent[indices].tolist(), self.topic[indices].tolist(),
-                   self.variant[indices].tolist())
-        return np.stack([self._drawn(c, *row) for row in rows]) if len(indices) else \
-            np.zeros((0, self._channel_dim(c)), np.float32)
+        intents, variants = self.intent[indices].tolist(), self.variant[indices].tolist()
+        if CHANNELS[c] in self.real:  # one gather from the real rows
+            real = self.real[CHANNELS[c]]
+            return real.vectors[np.array([real.rows[key] for key in zip(intents, variants)],
+                                         np.int64)].reshape(len(intents), -1)
+        out = np.empty((len(intents), self._channel_dim(c)), np.float32)
+        drawn = self._vectors
+        for k, (intent, topic, variant) in enumerate(
+                zip(intents, self.topic[indices].tolist(), variants)):
+            vec = drawn.get((intent, c, variant))
+            out[k] = vec if vec is not None else self._drawn(c, intent, topic, variant)
+        return out
 
     def _vector(self, i: int, c: int) -> np.ndarray:
         return self._drawn(c, int(self.intent[i]), int(self.topic[i]), int(self.variant[i]))

@@ -184,3 +184,21 @@ def test_the_half_precision_error_bound_holds_on_unit_vectors(half_gemm):
         bound = half_precision_error(torch.finfo(half_gemm).eps / 2, dim)
         assert error <= bound
         assert error > bound / 50  # the bound is not vacuous
+
+
+def test_distinct_rows_keep_first_appearance_order_and_survive_a_hash_collision(monkeypatch):
+    rng = np.random.default_rng(4)
+    mat = rng.standard_normal((50, 8)).astype(np.float32)
+    mat[[10, 30, 31]] = mat[[3, 20, 3]]
+    mat[40] = -0.0 * mat[40]  # -0.0 differs from 0.0 byte for byte
+    want_vid = np.unique([r.tobytes() for r in mat], return_inverse=True)[1]
+    for colliding in (False, True):
+        if colliding:  # every row hashes alike: the rows themselves must tell them apart
+            monkeypatch.setattr(neighbours, "_row_hashes",
+                                lambda words: np.zeros(words.shape[0], np.uint64))
+        distinct, vid = neighbours._distinct_rows(mat)
+        assert distinct.shape[0] == 47
+        np.testing.assert_array_equal(distinct[vid], mat)
+        np.testing.assert_array_equal(vid[:4], [0, 1, 2, 3])  # first appearance order
+        assert vid[10] == vid[3] == vid[31] and vid[30] == vid[20]
+        assert len(set(zip(vid.tolist(), want_vid.tolist()))) == 47  # the same partition
