@@ -39,6 +39,7 @@ says which is which).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -377,18 +378,16 @@ class Workload:
         return [self._stacked(indices, c) for c in SET_CHANNELS[modality_set]]
 
     def _stacked(self, indices: np.ndarray, c: int) -> np.ndarray:
+        if not len(indices):
+            return np.zeros((0, self._channel_dim(c)), np.float32)
         intents, variants = self.intent[indices].tolist(), self.variant[indices].tolist()
         if CHANNELS[c] in self.real:  # one gather from the real rows
             real = self.real[CHANNELS[c]]
-            return real.vectors[np.array([real.rows[key] for key in zip(intents, variants)],
-                                         np.int64)].reshape(len(intents), -1)
-        out = np.empty((len(intents), self._channel_dim(c)), np.float32)
-        drawn = self._vectors
-        for k, (intent, topic, variant) in enumerate(
-                zip(intents, self.topic[indices].tolist(), variants)):
-            vec = drawn.get((intent, c, variant))
-            out[k] = vec if vec is not None else self._drawn(c, intent, topic, variant)
-        return out
+            return real.vectors[list(map(real.rows.__getitem__, zip(intents, variants)))]
+        vecs = list(map(self._vectors.get, zip(intents, repeat(c), variants)))
+        for k in (k for k, vec in enumerate(vecs) if vec is None):
+            vecs[k] = self._drawn(c, intents[k], int(self.topic[indices[k]]), variants[k])
+        return np.concatenate(vecs).reshape(len(vecs), -1)
 
     def _vector(self, i: int, c: int) -> np.ndarray:
         return self._drawn(c, int(self.intent[i]), int(self.topic[i]), int(self.variant[i]))
