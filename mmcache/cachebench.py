@@ -54,6 +54,7 @@ under Belady.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
@@ -343,6 +344,14 @@ class _RequestCosts:
         self.wait_ms[i] = wait
         return before_ms + wait + service
 
+    def misses_ms(self, requests: np.ndarray, before_ms: np.ndarray) -> np.ndarray:
+        """:meth:`miss_ms` of each of ``requests`` in turn, with their own inference times, at
+        once."""
+        service = self.service_ms[requests]
+        wait = self.pool.waits_ms(self.arrival_ms[requests] + before_ms, service)
+        self.wait_ms[requests] = wait
+        return before_ms + wait + service
+
     def summary(self, missed: np.ndarray, workload: Workload) -> dict[str, Any]:
         """Queueing of the misses: waits, share that waited, and the servers' utilisation (busy
         time ÷ servers × the time from the first arrival to the last arrival or completion)."""
@@ -527,13 +536,19 @@ class _Tier:
 
 
 class _NextUse:
-    """Index of the next request for an exact key after request ``i`` (-1 for none)."""
+    """Index of the next request for an exact key after request ``i`` (-1 for none); the
+    requests of each key are found on first use (the compiled replay never asks)."""
 
     def __init__(self, keys: np.ndarray) -> None:
-        order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order]
+        self.keys = keys
+
+    @cached_property
+    def positions(self) -> dict[int, np.ndarray]:
+        """The requests of each key, in order."""
+        order = np.argsort(self.keys, kind="stable")
+        sorted_keys = self.keys[order]
         cuts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1], True])
-        self.positions = {int(sorted_keys[a]): order[a:b] for a, b in zip(cuts[:-1], cuts[1:])}
+        return {int(sorted_keys[a]): order[a:b] for a, b in zip(cuts[:-1], cuts[1:])}
 
     def after(self, key: int, i: int) -> int:
         pos = self.positions.get(key)
@@ -714,8 +729,8 @@ class Replayer:
         hit = hit_tier >= 0
         bandwidth = np.array([t.bandwidth_gbps for t in self.specs])[np.maximum(hit_tier, 0)]
         self.lat_ms[done] = np.where(hit, cost + hit_bytes / (bandwidth * 1e6), 0.0)
-        for i in np.flatnonzero(~hit).tolist():
-            self.lat_ms[done.start + i] = self.costs.miss_ms(done.start + i, float(cost[i]))
+        missed = np.flatnonzero(~hit)
+        self.lat_ms[done.start + missed] = self.costs.misses_ms(done.start + missed, cost[missed])
 
     def prefill(self, i: int) -> None:
         """Store request ``i``'s answer in every tier without serving it (a prefetch / warm-up:
