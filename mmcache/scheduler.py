@@ -465,7 +465,9 @@ class Scheduler:
                 serve(first, first + requests, self.settings[k])
                 parts.append((k, _replayed_window(replayer, slice(first, first + requests))))
                 first += requests
-            self.observe(_replayed_window(replayer, slice(start, first)), parts)
+            whole = parts[0][1] if len(parts) == 1 else \
+                _replayed_window(replayer, slice(start, first))  # one part: the window's
+            self.observe(whole, parts)
         return replayer.report(limits=limits)
 
     def attach(self, cache: "TieredCache", *, window: int = 100, miss_cost_ms: float = 0.0,
