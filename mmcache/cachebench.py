@@ -54,6 +54,7 @@ under Belady.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
@@ -343,6 +344,14 @@ class _RequestCosts:
         self.wait_ms[i] = wait
         return before_ms + wait + service
 
+    def misses_ms(self, requests: np.ndarray, before_ms: np.ndarray) -> np.ndarray:
+        """:meth:`miss_ms` of each of ``requests`` in turn, with their own inference times, at
+        once."""
+        service = self.service_ms[requests]
+        wait = self.pool.waits_ms(self.arrival_ms[requests] + before_ms, service)
+        self.wait_ms[requests] = wait
+        return before_ms + wait + service
+
     def summary(self, missed: np.ndarray, workload: Workload) -> dict[str, Any]:
         """Queueing of the misses: waits, share that waited, and the servers' utilisation (busy
         time ÷ servers × the time from the first arrival to the last arrival or completion)."""
@@ -527,13 +536,19 @@ class _Tier:
 
 
 class _NextUse:
-    """Index of the next request for an exact key after request ``i`` (-1 for none)."""
+    """Index of the next request for an exact key after request ``i`` (-1 for none); the
+    requests of each key are found on first use (the compiled replay never asks)."""
 
     def __init__(self, keys: np.ndarray) -> None:
-        order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order]
+        self.keys = keys
+
+    @cached_property
+    def positions(self) -> dict[int, np.ndarray]:
+        """The requests of each key, in order."""
+        order = np.argsort(self.keys, kind="stable")
+        sorted_keys = self.keys[order]
         cuts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1], True])
-        self.positions = {int(sorted_keys[a]): order[a:b] for a, b in zip(cuts[:-1], cuts[1:])}
+        return {int(sorted_keys[a]): order[a:b] for a, b in zip(cuts[:-1], cuts[1:])}
 
     def after(self, key: int, i: int) -> int:
         pos = self.positions.get(key)
@@ -559,16 +574,18 @@ class Replayer:
     ``hit_key`` and ``level_served`` record, per served request, the key it hit (-1: none)
     and the index of its level in :data:`mmcache.degrade.LEVELS`.
 
-    Semantic lookups read the workload's neighbour table (:func:`mmcache.neighbours.
-    neighbour_table` at cosine ``cutoff``, default the lowest semantic threshold; built on first
-    use) wherever every floor of the lookup (threshold - offset) is at or above ``cutoff``, and
+    Semantic lookups read the workload's neighbour table (``table``, or :func:`mmcache.neighbours.
+    neighbour_table` at cosine ``cutoff``, default the lowest semantic threshold, built on first
+    use) wherever every floor of the lookup (threshold - offset) is at or above its cutoff, and
     search every resident vector exactly otherwise, or always with ``exact_search``.
+    :meth:`serve_compiled` (and :meth:`serve_all`) serve the next requests at once through the
+    compiled kernel instead, as ``serve`` would.
     """
 
     def __init__(self, workload: Workload, tiers: Sequence[TierSpec],
                  latency: LatencyModel | None = None, *, ttl_s: float | None = None,
                  text_offset: float = 0.05, cutoff: float | None = None,
-                 exact_search: bool = False) -> None:
+                 exact_search: bool = False, table: NeighbourTable | None = None) -> None:
         self.latency = latency or LatencyModel()
         self.specs = tuple(tiers)
         if not self.specs or len({t.name for t in self.specs}) != len(self.specs):
@@ -605,12 +622,14 @@ class Replayer:
         self._hint = [max(self.latency.mean_inference_ms(m) for m in ms) for ms in MODALITY_SETS]
         self.cutoff = cutoff if cutoff is not None else loosest_floor(self.specs, ())
         self.exact_search = exact_search
-        self._table: NeighbourTable | None = None
+        self._table = table
         self._rows: _TableRows | None = None
+        self._kernel: Any = None  # the compiled replay's tiers (serve_compiled)
 
     @property
     def table(self) -> NeighbourTable:
-        """The workload's neighbour table at ``cutoff`` (built on first use)."""
+        """The workload's neighbour table: the one given, or at ``cutoff`` (built on first
+        use)."""
         if self._table is None:
             self._table = neighbour_table(self.workload, self.cutoff)
         return self._table
@@ -630,6 +649,8 @@ class Replayer:
               admit: bool = True, skip: Collection[str] = (), level: str = "full-modal") -> None:
         """Serve request ``i`` at degradation ``level`` (:mod:`mmcache.degrade`): record its hit
         tier, false hit and latency."""
+        if self._kernel is not None:
+            raise ConfigError("serve cannot follow serve_compiled: the tiers are the kernel's")
         key, m, encode_ms, service_ms, offsets, skip = self._degraded(i, level, offsets, skip)
         offset = [(offsets or {}).get(mod, 0.0) for mod in MODALITY_SETS[m]]
         vec, row, cost_ms, found = None, -1, 0.0, None
@@ -662,47 +683,60 @@ class Replayer:
 
     def serve_all(self, table: Any = None) -> None:
         """Serve every request at full modality with no offsets, as ``serve(i)`` for each ``i`` in
-        order would, through the compiled kernel (:mod:`mmcache.tier_kernel`; every tier's policy
-        in :data:`mmcache.tier_kernel.KERNEL_POLICIES`, nothing served yet). ``table``: this
-        workload's :func:`mmcache.neighbours.neighbour_table` at or below every semantic tier's
-        threshold, to share one across replays (default: :attr:`table`)."""
-        from .tier_kernel import KERNEL_POLICIES, replay_tiers
-
-        if any(t.policy not in KERNEL_POLICIES for t in self.specs):
-            raise ConfigError(f"serve_all replays only {KERNEL_POLICIES} tiers")
-        if any(t.entries for t in self.state) or self.lat_ms.any():
+        order would, through the compiled kernel (:meth:`serve_compiled`, nothing served yet).
+        ``table``: this workload's :func:`mmcache.neighbours.neighbour_table` at or below every
+        semantic tier's threshold, to share one across replays (default: :attr:`table`)."""
+        if self._kernel is not None:
             raise ConfigError("serve_all needs a replayer that has served nothing")
-        lowest = loosest_floor(self.specs, ())
-        table = self.table if table is None else table
-        if lowest is not None and (table.cutoff is None or table.cutoff > lowest):
-            raise ConfigError(f"the neighbour table's cutoff {table.cutoff} is above a tier's "
-                              f"threshold {lowest}")
-        self.hit_tier, self.hit_key, self.false_hit, hit_bytes = replay_tiers(
-            table, self.workload, self.specs, self.ttl_s)
-        self._latencies(hit_bytes)
+        self._table = self._table if table is None else table
+        self.serve_compiled(len(self.workload))
 
-    def _latencies(self, hit_bytes: np.ndarray) -> None:
-        """Every request's latency from its hit tier and the bytes it was served, summed in
-        ``serve``'s order."""
-        hit_tier, n = self.hit_tier, len(self.workload)
-        cost, encoded = np.zeros(n), np.zeros(n, dtype=bool)
+    def serve_compiled(self, stop: int, offsets: Mapping[str, float] | None = None) -> None:
+        """Serve the requests from the first not yet served to ``stop`` - 1 at full modality with
+        δ ``offsets``, every miss admitted, as ``serve(i, offsets)`` for each in order would,
+        through the compiled kernel (:class:`mmcache.tier_kernel.TierReplay`: every tier's policy
+        in :data:`mmcache.tier_kernel.KERNEL_POLICIES`, no request served by :meth:`serve`, every
+        lookup's floor, threshold - offset, positive and at or above :attr:`table`'s cutoff)."""
+        from .tier_kernel import KERNEL_POLICIES, TierReplay
+
+        if self._kernel is None:
+            if any(t.policy not in KERNEL_POLICIES for t in self.specs):
+                raise ConfigError(f"the compiled replay serves only {KERNEL_POLICIES} tiers")
+            if any(t.entries for t in self.state) or self.lat_ms.any():
+                raise ConfigError("the compiled replay needs a replayer that serve has not used")
+            self._kernel = TierReplay(self.table, self.workload, self.specs, self.ttl_s)
+        lowest, cutoff = loosest_floor(self.specs, [offsets or {}]), self._kernel.table.cutoff
+        if lowest is not None and (cutoff is None or cutoff > lowest or lowest <= 0):
+            raise ConfigError(f"the neighbour table's cutoff {cutoff} is above the lowest floor "
+                              f"{lowest} (or that is not positive)")
+        done = slice(self._kernel.served, stop)
+        self.hit_tier[done], self.hit_key[done], self.false_hit[done], hit_bytes = \
+            self._kernel.serve(stop, offsets)
+        self._latencies(done, hit_bytes)
+
+    def _latencies(self, done: slice, hit_bytes: np.ndarray) -> None:
+        """The latencies of requests ``done`` from their hit tier and the bytes each was served,
+        summed in ``serve``'s order."""
+        hit_tier, sets = self.hit_tier[done], self.workload.modality_set[done]
+        cost, encoded = np.zeros(hit_tier.shape[0]), np.zeros(hit_tier.shape[0], dtype=bool)
         for k, spec in enumerate(self.specs):
-            consulted = ((hit_tier < 0) | (hit_tier >= k)) & \
-                self.serves[k][self.workload.modality_set]
-            cost = np.where(consulted, cost + self.costs.lookup_ms[k], cost)
+            consulted = ((hit_tier < 0) | (hit_tier >= k)) & self.serves[k][sets]
+            cost = np.where(consulted, cost + self.costs.lookup_ms[k, done], cost)
             if spec.match == "semantic":
                 first = consulted & ~encoded
-                cost = np.where(first, cost + self.costs.encode_ms, cost)
+                cost = np.where(first, cost + self.costs.encode_ms[done], cost)
                 encoded |= first
         hit = hit_tier >= 0
         bandwidth = np.array([t.bandwidth_gbps for t in self.specs])[np.maximum(hit_tier, 0)]
-        self.lat_ms = np.where(hit, cost + hit_bytes / (bandwidth * 1e6), 0.0)
-        for i in np.flatnonzero(~hit).tolist():
-            self.lat_ms[i] = self.costs.miss_ms(i, float(cost[i]))
+        self.lat_ms[done] = np.where(hit, cost + hit_bytes / (bandwidth * 1e6), 0.0)
+        missed = np.flatnonzero(~hit)
+        self.lat_ms[done.start + missed] = self.costs.misses_ms(done.start + missed, cost[missed])
 
     def prefill(self, i: int) -> None:
         """Store request ``i``'s answer in every tier without serving it (a prefetch / warm-up:
         its cost is paid before the measured part, not counted in any request's latency)."""
+        if self._kernel is not None:
+            raise ConfigError("prefill cannot follow serve_compiled: the tiers are the kernel's")
         key, m = int(self.keys[i]), self.modality_set[i]
         vec = self._vectors(i, m) if any(t.index is not None for t in self.state) else None
         self._store(i, key, m, vec, True, self._hint[m])

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from numba import njit
 
 from .errors import ConfigError, InvalidInputError
 from .paths import DATA_DIR
@@ -141,6 +142,33 @@ class ServerPool:
             heapq.heapreplace(self._free, start + service_ms)
         self.last_finish_ms = max(self.last_finish_ms, start + service_ms)
         return start - arrival_ms
+
+    def waits_ms(self, arrival_ms: np.ndarray, service_ms: np.ndarray) -> np.ndarray:
+        """Queue the jobs arriving at ``arrival_ms`` needing ``service_ms``, in order, as
+        :meth:`wait_ms` one after another would (compiled); returns their waits."""
+        free = np.array(self._free, np.float64)
+        waits, self.busy_ms, self.last_finish_ms = _fcfs(
+            free, np.asarray(arrival_ms, np.float64), np.asarray(service_ms, np.float64),
+            self.busy_ms, self.last_finish_ms)
+        self._free = sorted(free.tolist())  # the same free times; a sorted list is a heap
+        return waits
+
+
+@njit(cache=True)
+def _fcfs(free, arrivals, services, busy, last):
+    """(waits, busy, last finish) of jobs through servers free at ``free`` (any order; updated),
+    each job taking the first server to free (:meth:`ServerPool.wait_ms`'s arithmetic)."""
+    waits = np.zeros(arrivals.shape[0])
+    for j in range(arrivals.shape[0]):
+        busy += services[j]
+        start = arrivals[j]
+        if free.shape[0]:
+            s = np.argmin(free)
+            start = max(start, free[s])
+            free[s] = start + services[j]
+        last = max(last, start + services[j])
+        waits[j] = start - arrivals[j]
+    return waits, busy, last
 
 
 def fcfs_waits(arrivals: np.ndarray, services: np.ndarray, servers: int) -> np.ndarray:

@@ -65,6 +65,7 @@ from .types import MODALITIES, Hit
 if TYPE_CHECKING:
     from .cache import TieredCache
     from .cachebench import LatencyModel, Report, TierSpec
+    from .neighbours import NeighbourTable
     from .workload import Workload
 
 #: Constraint metrics of a window and whether each is an at-least (True) or at-most bound.
@@ -434,35 +435,39 @@ class Scheduler:
 
     def replay(self, workload: "Workload", tiers: Sequence["TierSpec"], *, window: int = 100,
                latency: "LatencyModel | None" = None, seed: int = 0,
-               limits: bool = False) -> "Report":
+               limits: bool = False, table: "NeighbourTable | None" = None) -> "Report":
         """Replay ``workload`` through CacheBench-MM ``tiers``, ``window`` requests at a time,
         with this scheduler's levers; returns the whole run's Report (windows: :attr:`history`).
 
         ``seed`` seeds the admission draws; ``limits=True`` adds the Report's ``limits``
         (the capacity's miss lower bound, Belady and the oracle-semantic cache, over the
-        tiers' total capacity; they ignore the levers).
+        tiers' total capacity; they ignore the levers); ``table``: the workload's neighbour
+        table at or below :func:`replay_cutoff`, to share one across replays (default: built at
+        it). Served through the compiled kernel where :func:`compiles` says it serves the
+        settings as the request-by-request path does.
         """
-        from .cachebench import Replayer, loosest_floor
+        from .cachebench import Replayer
 
         window = _window(window)
-        replayer = Replayer(workload, tiers, latency, cutoff=loosest_floor(
-            tiers, [s.delta_offset for s in self.settings]))
+        replayer = Replayer(workload, tiers, latency, cutoff=replay_cutoff(tiers, self.settings),
+                            table=table)
         names = {spec.name for spec in replayer.specs}
         unknown = set().union(*(s.skip for s in self.settings)) - names
         if unknown:
             raise ConfigError(f"settings skip tiers {sorted(unknown)} that the replay does not "
                               f"have; its tiers: {sorted(names)}")
-        rng = np.random.default_rng(seed)
+        serve = _compiled_serve(replayer) if compiles(tiers, self.settings) else \
+            _serve_each(replayer, np.random.default_rng(seed))
         n = len(workload)
         for start in range(0, n, window):
             parts, first = [], start
             for k, requests in self.split(min(window, n - start)):
-                levers = self.settings[k]
-                for i in range(first, first + requests):
-                    replayer.serve(i, levers.delta_offset, _admits(rng, levers), levers.skip)
+                serve(first, first + requests, self.settings[k])
                 parts.append((k, _replayed_window(replayer, slice(first, first + requests))))
                 first += requests
-            self.observe(_replayed_window(replayer, slice(start, first)), parts)
+            whole = parts[0][1] if len(parts) == 1 else \
+                _replayed_window(replayer, slice(start, first))  # one part: the window's
+            self.observe(whole, parts)
         return replayer.report(limits=limits)
 
     def attach(self, cache: "TieredCache", *, window: int = 100, miss_cost_ms: float = 0.0,
@@ -479,6 +484,53 @@ def _measured(stats: WindowStats) -> dict[str, float]:
     for name, value in measured.items():
         _finite(value, f"window {name}", InvalidInputError)
     return measured
+
+
+def replay_cutoff(tiers: Sequence["TierSpec"], settings: Sequence[Levers]) -> float | None:
+    """The neighbour-table cutoff under which every lookup of a :meth:`Scheduler.replay` of
+    ``settings`` through ``tiers`` reads the table (:func:`mmcache.cachebench.loosest_floor`)."""
+    from .cachebench import loosest_floor
+
+    return loosest_floor(tiers, [s.delta_offset for s in settings])
+
+
+def replay_table(workload: "Workload", tiers: Sequence["TierSpec"],
+                 settings: Sequence[Levers]) -> "NeighbourTable":
+    """The neighbour table of ``workload`` at :func:`replay_cutoff`: what every
+    :meth:`Scheduler.replay` of ``settings`` (or of some of them) through ``tiers`` reads,
+    built once to share across replays."""
+    from .neighbours import neighbour_table
+
+    return neighbour_table(workload, replay_cutoff(tiers, settings))
+
+
+def compiles(tiers: Sequence["TierSpec"], settings: Sequence[Levers]) -> bool:
+    """Whether :meth:`Scheduler.replay` of ``settings`` through ``tiers`` can serve its windows
+    through the compiled kernel (:meth:`mmcache.cachebench.Replayer.serve_compiled`): every
+    tier's policy is the kernel's, every setting admits every miss and skips no tier, and every
+    lookup's floor is positive (the table's cutoff, :func:`replay_cutoff`, then covers it)."""
+    from .tier_kernel import KERNEL_POLICIES
+
+    lowest = replay_cutoff(tiers, settings)
+    return (all(t.policy in KERNEL_POLICIES for t in tiers) and (lowest is None or lowest > 0)
+            and all(s.admit >= 1.0 and not s.skip for s in settings))
+
+
+def _compiled_serve(replayer: Any) -> Callable[[int, int, Levers], None]:
+    """``serve(start, stop, levers)``: the requests ``start`` to ``stop`` - 1 (the next ones)
+    through the compiled kernel, with ``levers``' offsets."""
+    def serve(start: int, stop: int, levers: Levers) -> None:
+        replayer.serve_compiled(stop, levers.delta_offset)
+    return serve
+
+
+def _serve_each(replayer: Any, rng: np.random.Generator) -> Callable[[int, int, Levers], None]:
+    """``serve(start, stop, levers)``: the requests ``start`` to ``stop`` - 1 one at a time
+    (``Replayer.serve``) with ``levers``, admission drawn from ``rng``."""
+    def serve(start: int, stop: int, levers: Levers) -> None:
+        for i in range(start, stop):
+            replayer.serve(i, levers.delta_offset, _admits(rng, levers), levers.skip)
+    return serve
 
 
 def _replayed_window(replayer: Any, done: slice) -> WindowStats:

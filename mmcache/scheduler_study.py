@@ -28,7 +28,8 @@ import pandas as pd
 
 from .cachebench import LatencyModel, TierSpec, at_load
 from .errors import ConfigError
-from .scheduler import Levers, Scheduler, control_metrics, make_controller
+from .neighbours import NeighbourTable
+from .scheduler import Levers, Scheduler, control_metrics, make_controller, replay_table
 from .types import MODALITIES
 from .workload import Workload
 
@@ -55,17 +56,18 @@ def run_controller(workload: Workload, tiers: Sequence[TierSpec], latency: Laten
                    settings: Sequence[Levers], name: str, target: float, *, window: int,
                    params: Mapping[str, Any] | None = None, seed: int = 0,
                    signal_smoothing: float = 1.0, objective_scale: float = 1.0,
-                   mix: bool = True) -> pd.DataFrame:
+                   mix: bool = True, table: NeighbourTable | None = None) -> pd.DataFrame:
     """Replay ``workload`` with a scheduler minimising the false-hit rate (÷
     ``objective_scale``) subject to hit rate ≥ ``target`` under controller ``name`` fed the
     hit rate filtered with ``signal_smoothing``, mixing two neighbouring settings by λ
     (``Scheduler(mix="hit_rate")``; ``mix=False``: one setting per window); one row per
-    window (its history)."""
+    window (its history). ``table``: the workload's neighbour table to share across runs
+    (:func:`mmcache.scheduler.replay_table` of these or more settings; default: built here)."""
     controller = make_controller(name, target, **dict(params or {}))
     scheduler = Scheduler(settings, {"hit_rate": controller}, objective="error_rate",
                           objective_scale=objective_scale, seed=seed,
                           signal_smoothing=signal_smoothing, mix="hit_rate" if mix else None)
-    scheduler.replay(workload, tiers, window=window, latency=latency, seed=seed)
+    scheduler.replay(workload, tiers, window=window, latency=latency, seed=seed, table=table)
     return pd.DataFrame(scheduler.history).rename(columns={"lambda_hit_rate": "lam"})
 
 
@@ -155,14 +157,16 @@ def grid(cases: Mapping[int, tuple[Workload, Sequence[TierSpec]]], latency: Late
     """:func:`scores` of controller ``name`` (fed the hit rate filtered with ``smoothing``)
     at every combination of ``axes`` (parameter → values; ``fixed`` parameters held), replayed
     on every case (seed → its workload and tiers; the seed also seeds the replay), averaged
-    over the cases: one row per combination."""
+    over the cases: one row per combination (each case's neighbour table built once)."""
+    tables = {seed: replay_table(stream, tiers, settings)
+              for seed, (stream, tiers) in cases.items()}
     rows = []
     for values in itertools.product(*axes.values()):
         params = {**dict(fixed or {}), **dict(zip(axes, values))}
         runs = [scores(run_controller(stream, tiers, latency, settings, name, target,
                                       window=window, params=params, seed=seed,
                                       signal_smoothing=smoothing,
-                                      objective_scale=objective_scale),
+                                      objective_scale=objective_scale, table=tables[seed]),
                        target, smoothing=smoothing, warmup=warmup, restart=restart,
                        objective_scale=objective_scale, tracking_weight=tracking_weight)
                 for seed, (stream, tiers) in cases.items()]

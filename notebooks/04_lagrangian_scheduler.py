@@ -88,6 +88,7 @@ from IPython.display import Markdown, display
 from mmcache.cachebench import LatencyModel, three_tier
 from mmcache.plotting import save_figure
 from mmcache.runbook import write_metrics
+from mmcache.scheduler import replay_table
 from mmcache.scheduler_study import (best, exchange_rate, grid, hindsight_fixed, judged,
                                      offset_settings, run_controller, scores,
                                      settle_after_shifts, shift_load, window_noise)
@@ -141,7 +142,9 @@ provenance = {"workload": f"mmcache.workload.generate, synthetic, {N_QUERIES} qu
 
 # %%
 first = workload(TUNE_SEED)
-held = {d: run_controller(first, tiers(first), latency, [s], "fixed", 0.0, window=WINDOW)
+first_table = replay_table(first, tiers(first), settings)  # one neighbour table per stream
+held = {d: run_controller(first, tiers(first), latency, [s], "fixed", 0.0, window=WINDOW,
+                          table=first_table)
         for d, s in zip(OFFSETS, settings)}
 static = pd.DataFrame([{"delta_offset": d, **scores(r, 0.0, **JUDGING),
                         "window_hit_rate_sd": float(r.hit_rate.iloc[WARMUP:].std()),
@@ -270,9 +273,10 @@ pd.concat([pid_grid[["kd", "cost", "tracking_error", "error_rate", "lambda_step_
 
 # %%
 streams = {seed: workload(seed) for seed in SEEDS}
+tables = {seed: replay_table(s, tiers(s), settings) for seed, s in streams.items()}
 sweep = pd.DataFrame([{"seed": seed, "lam": lam, **scores(run_controller(
     s, tiers(s), latency, settings, "fixed", TARGET, window=WINDOW, params={"lam": lam},
-    seed=seed, objective_scale=SCALE), TARGET, **JUDGING)}
+    seed=seed, objective_scale=SCALE, table=tables[seed]), TARGET, **JUDGING)}
     for seed, s in streams.items() for lam in FIXED_LAMBDAS])
 BEST_FIXED = hindsight_fixed(sweep, TARGET)
 PARAMS["fixed"] = {"lam": BEST_FIXED}
@@ -295,7 +299,7 @@ reach = pd.DataFrame([{"seed": seed, "phase": phase, "setting": which,
                       for seed, s in streams.items()
                       for which, setting in (("strictest", settings[0]), ("loosest", settings[-1]))
                       for r in [run_controller(s, tiers(s), latency, [setting], "fixed", 0.0,
-                                               window=WINDOW)]
+                                               window=WINDOW, table=tables[seed])]
                       for phase, part in phases.items()]).pivot(
     index=["seed", "phase"], columns="setting", values="hit_rate")
 reach["margin"] = np.minimum(reach.loosest - TARGET, TARGET - reach.strictest)
@@ -309,7 +313,8 @@ reach
 # %%
 runs = {(name, seed): run_controller(s, tiers(s), latency, settings, name, TARGET,
                                      window=WINDOW, params=params, seed=seed,
-                                     signal_smoothing=SIGNAL_SMOOTHING, objective_scale=SCALE)
+                                     signal_smoothing=SIGNAL_SMOOTHING, objective_scale=SCALE,
+                                     table=tables[seed])
         for name, params in PARAMS.items() for seed, s in streams.items()}
 per_seed = pd.DataFrame([{"controller": name, "seed": seed,
                           **scores(r, TARGET, objective_scale=SCALE, tracking_weight=LAM_MAX,
@@ -333,7 +338,8 @@ table[["violation_area", "raw_violation_area", "overshoot", "settling_windows",
 # %%
 one_sided_runs = [run_controller(s, tiers(s), latency, settings, "PI", TARGET, window=WINDOW,
                                  params=ONE_SIDED, seed=seed, signal_smoothing=SIGNAL_SMOOTHING,
-                                 objective_scale=SCALE) for seed, s in streams.items()]
+                                 objective_scale=SCALE, table=tables[seed])
+                  for seed, s in streams.items()]
 one_sided = pd.DataFrame([scores(r, TARGET, objective_scale=SCALE, tracking_weight=LAM_MAX,
                                  **JUDGING) for r in one_sided_runs]).mean()
 one_sided_ends = [settle_after_shifts(r, TARGET, **JUDGING) for r in one_sided_runs]
@@ -350,8 +356,8 @@ pd.DataFrame({"I": table.loc["I", SIDED], "PI (cost)": table.loc["PI", SIDED],
 # %%
 argmin_only = pd.DataFrame([{"controller": name, "seed": seed, **scores(run_controller(
     s, tiers(s), latency, settings, name, TARGET, window=WINDOW, params=PARAMS[name], seed=seed,
-    signal_smoothing=SIGNAL_SMOOTHING, objective_scale=SCALE, mix=False), TARGET,
-    objective_scale=SCALE, tracking_weight=LAM_MAX, **JUDGING)}
+    signal_smoothing=SIGNAL_SMOOTHING, objective_scale=SCALE, mix=False, table=tables[seed]),
+    TARGET, objective_scale=SCALE, tracking_weight=LAM_MAX, **JUDGING)}
     for name in ("I", "PI") for seed, s in streams.items()])
 COMPARED = ["violation_area", "raw_violation_area", "steady_state_error", "hit_rate",
             "error_rate", "mean_latency_ms", "lambda_step_sd"]

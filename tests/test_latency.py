@@ -38,6 +38,22 @@ def test_pool_matches_the_mmc_closed_form(servers, arrival_rate):
     assert waits[n // 10:].mean() == pytest.approx(expected, rel=0.05)
 
 
+@pytest.mark.parametrize("servers", [None, 1, 3])
+def test_queueing_jobs_at_once_is_queueing_them_one_by_one(servers):
+    rng = np.random.default_rng(1)
+    arrivals = np.sort(rng.integers(0, 400, 500)).astype(float)  # ties and equal free times
+    services = rng.integers(1, 8, 500).astype(float)
+    each, batched = ServerPool(servers), ServerPool(servers)
+    waits = [each.wait_ms(a, s) for a, s in zip(arrivals.tolist(), services.tolist())]
+    batch = [*batched.waits_ms(arrivals[:200], services[:200]),
+             *(batched.wait_ms(a, s) for a, s in zip(arrivals[200:300].tolist(),
+                                                     services[200:300].tolist())),
+             *batched.waits_ms(arrivals[300:], services[300:])]
+    assert batch == waits and any(waits) == (servers is not None)
+    assert (batched.busy_ms, batched.last_finish_ms) == (each.busy_ms, each.last_finish_ms)
+    assert sorted(batched._free) == sorted(each._free)
+
+
 def test_an_unbounded_pool_never_queues_and_a_bad_one_is_refused():
     assert ServerPool(None).wait_ms(0.0, 5.0) == 0.0
     pool = ServerPool(1)

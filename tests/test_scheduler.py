@@ -10,13 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmcache
-from mmcache.cachebench import LatencyModel, TierSpec, replay
+import mmcache.scheduler as scheduler_module
+from mmcache.cachebench import LatencyModel, TierSpec, replay, three_tier
 from mmcache.errors import ConfigError, InvalidInputError
 from mmcache.metrics import CacheMetrics
 from mmcache.scheduler import (CONTROLLERS, Controller, FirstOrderPlant, IController, Levers,
-                               OffsetThreshold, Scheduler, WindowStats, control_metrics,
-                               cosine_lr, demonstrate, make_controller, run_plant,
-                               window_stats)
+                               OffsetThreshold, Scheduler, WindowStats, compiles,
+                               control_metrics, cosine_lr, demonstrate, make_controller,
+                               run_plant, window_stats)
 from mmcache.thresholds import DEFAULT_DELTA, StaticThreshold
 from mmcache.types import MODALITIES
 from mmcache.workload import generate
@@ -525,3 +526,33 @@ def test_replay_and_live_serve_each_part_of_a_split_window_with_its_levers(strea
         looser = int(round(row["mix_weight"] * window)) if row["mixed_with"] == 1 else 0
         first = 0.1 * (row["setting"] == 1)
         assert served == [first] * (window - looser) + [0.1] * looser
+
+
+def test_a_compiled_replay_serves_every_window_as_the_request_by_request_one(monkeypatch):
+    stream = generate(n_queries=2_000, n_intents=120, seed=8,
+                      multimodal_mix={"text+image": 0.2, "image+audio": 0.1})
+    tiers = three_tier(int(stream.size.sum() * 0.05))
+    settings = [Levers({m: d for m in MODALITIES}) for d in (-0.05, 0.0, 0.05, 0.1)]
+
+    def run():
+        pi = make_controller("PI", 0.5, kp=3.0, ki=0.3, lam_max=3.0)
+        scheduler = Scheduler(settings, {"hit_rate": pi}, objective="error_rate",
+                              objective_scale=0.2, explore=0.1, mix="hit_rate", seed=3)
+        report = scheduler.replay(stream, tiers, window=50, latency=LatencyModel(servers=2))
+        return scheduler.history, report
+    assert compiles(tiers, settings)
+    history, report = run()
+    monkeypatch.setattr(scheduler_module, "compiles", lambda *args: False)
+    slow_history, slow_report = run()
+    assert history == slow_history
+    assert np.array_equal(report.latencies_ms, slow_report.latencies_ms)
+    assert any(0 < row["mix_weight"] < 1 for row in history)  # split windows were served
+
+
+def test_compiles_only_where_the_kernel_serves_as_serve_does():
+    tiers, loose = three_tier(10**6), [Levers({"text": 0.1})]
+    assert compiles(tiers, loose)
+    assert not compiles(three_tier(10**6, policy="lfu"), loose)
+    assert not compiles(tiers, [*loose, Levers(admit=0.5)])
+    assert not compiles(tiers, [*loose, Levers(skip={"L1-gpu"})])
+    assert not compiles(three_tier(10**6, threshold=0.1), [Levers({"text": 0.2})])  # floor < 0

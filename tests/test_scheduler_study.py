@@ -8,6 +8,7 @@ import pytest
 
 from mmcache.cachebench import LatencyModel, TierSpec, at_load
 from mmcache.errors import ConfigError
+from mmcache.scheduler import replay_table
 from mmcache.scheduler_study import (exchange_rate, grid, hindsight_fixed, judged,
                                      offset_settings, run_controller, scores,
                                      settle_after_shifts, shift_load, window_noise)
@@ -126,3 +127,16 @@ def test_grid_averages_the_scores_over_the_tuning_cases(stream):
                    0.5, smoothing=0.5, warmup=2, objective_scale=0.2)["cost"]
             for seed, s in ((2, stream), (3, other))]
     assert table.cost.iloc[1] == pytest.approx(np.mean(each))
+
+
+def test_a_shared_table_of_more_settings_gives_the_same_run(stream):
+    tiers = [TierSpec("L1", int(stream.size.sum() // 3), match="semantic", threshold=0.9)]
+    settings = offset_settings([0.0, 0.05, 0.1])
+    shared = replay_table(stream, tiers, offset_settings([0.0, 0.05, 0.1, 0.15]))
+    assert shared.cutoff == pytest.approx(0.75)
+
+    def run(table):
+        return run_controller(stream, tiers, LatencyModel(), settings, "PI", 0.6, window=30,
+                              params={"kp": 1.0, "ki": 0.1, "lam_max": 1.0},
+                              objective_scale=0.2, table=table)
+    pd.testing.assert_frame_equal(run(shared), run(None), check_exact=True)

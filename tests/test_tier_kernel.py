@@ -196,3 +196,48 @@ def test_serve_on_the_table_matches_the_exact_search_with_offsets(steps, monkeyp
     np.testing.assert_array_equal(exact.level_served, table.level_served)
     assert exact.false_hit.any() and none_read["table"] == 0
     assert 0 < read["table"] < read["all"]  # both paths served lookups
+
+
+#: δ offsets of consecutive ranges, per modality and of both signs; every floor (0.85 - offset)
+#: at or above the tables' cutoff (0.77).
+RANGE_OFFSETS = ({}, {"text": 0.08, "image": -0.03}, {"image": 0.05, "audio": 0.08},
+                 {"text": -0.05, "audio": 0.02})
+
+
+def test_compiled_ranges_with_offsets_serve_as_serve_does():
+    workload = generate(n_queries=3_000, n_intents=200, seed=12,
+                        multimodal_mix={"text+image": 0.3, "image+audio": 0.1,
+                                        "text+audio": 0.1})
+    tiers = three_tier(60 * int(workload.size.mean()), threshold=0.85)
+    latency = LatencyModel.measured(servers=2)
+    each, exact, ranges = (Replayer(workload, tiers, latency, cutoff=0.77, exact_search=search)
+                           for search in (False, True, False))
+    stops = [*range(170, len(workload), 170), len(workload)]
+    for n, (start, stop) in enumerate(zip([0, *stops], stops)):
+        offsets = RANGE_OFFSETS[n % len(RANGE_OFFSETS)]
+        for i in range(start, stop):
+            each.serve(i, offsets)
+            exact.serve(i, offsets)
+        ranges.serve_compiled(stop, offsets)
+    assert_same(each, ranges)
+    np.testing.assert_array_equal(each.lat_ms, ranges.lat_ms)  # the same sums, bit for bit
+    assert_same(exact, ranges)
+    assert each.false_hit.any()
+    assert each.report(limits=False).queue == ranges.report(limits=False).queue
+
+
+def test_serve_compiled_refuses_floors_under_the_cutoff_going_back_and_serve_after_it():
+    workload = generate(n_queries=300, n_intents=30, seed=13)
+    replayer = Replayer(workload, three_tier(40 * int(workload.size.mean()), threshold=0.85),
+                        cutoff=0.79)
+    with pytest.raises(ConfigError):
+        replayer.serve_compiled(100, {"text": 0.1})  # a floor of 0.75, under the cutoff
+    replayer.serve_compiled(100, {"text": 0.05})
+    with pytest.raises(ConfigError):
+        replayer.serve_compiled(50)
+    for serve_python in (lambda: replayer.serve(100), lambda: replayer.prefill(100),
+                         replayer.serve_all):
+        with pytest.raises(ConfigError):
+            serve_python()
+    replayer.serve_compiled(len(workload))
+    assert (replayer.lat_ms > 0).all()
