@@ -33,7 +33,7 @@ KERNEL_POLICIES = ("lru", "fifo")
 FIRST_SLOTS = 64
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _drop(t, k, st, sizes, key_set):
     """Evict / expire key ``k`` from tier ``t``: its bytes, list links and index slot."""
     res, prod, prev, nxt, heads, used, slot, free, top, caps, semantic = st
@@ -47,7 +47,7 @@ def _drop(t, k, st, sizes, key_set):
         slot[t, k] = -1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _admit(t, k, produced, st, sizes, key_set, capacity, promote):
     """Access resident ``k`` in tier ``t``, or insert it (evicting from the tail until it fits;
     a key larger than the tier is not stored)."""
@@ -77,7 +77,7 @@ def _admit(t, k, produced, st, sizes, key_set, capacity, promote):
         slot[t, k] = free[t, m, top[t, m]]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _match(t, k, st, floors, vid_of_key, members_ptr, members, nb_ptr, nb_vid, nb_cos):
     """The resident key request key ``k`` matches in tier ``t`` (-1: none): the serve path's
     :func:`mmcache.neighbours.best_resident` over the tier's slots (-1: not resident)."""
