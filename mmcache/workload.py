@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .errors import ConfigError, InvalidEmbeddingError, InvalidInputError
-from .types import CHANNELS, MODALITIES, Query
+from .types import CHANNELS, MODALITIES, Query, VideoClip
 
 if TYPE_CHECKING:
     from .encoders import Encoder, EmbeddingStore
@@ -467,9 +467,9 @@ class Workload:
         prompts and raises :class:`ConfigError` for others); image queries get the
         variant of photo ``images(intent)`` when ``images`` (a photo loader) is
         given; audio queries get ``speech(intent, speech_variant(variant))`` (16 kHz
-        float32, e.g. espeak-ng through :func:`mmcache.datasets.speech.synthesize`).
-        A video clip's query here is its first keyframe as the image and the speech as the
-        audio (not a :class:`~mmcache.types.VideoClip`). ``ground_truth`` is the intent id.
+        float32, e.g. espeak-ng through :func:`mmcache.datasets.speech.synthesize`); a video
+        clip's query is a :class:`~mmcache.types.VideoClip` of the photo's keyframes and that
+        speech (:func:`stream_query`). ``ground_truth`` is the intent id.
         """
         mods = self.modalities(i)
         intent, variant = int(self.intent[i]), int(self.variant[i])
@@ -480,16 +480,14 @@ class Workload:
             prompts = self.real_text.prompts
         if self.media is not None:
             return self.media.query(self, i, scope)
-        text = image = audio = None
+        text = photo = audio = None
         if "text" in mods and prompts:
             text = text_variant(prompts[intent % len(prompts)], variant)
         if "image" in mods and images is not None:
-            image = query_image(images(intent), int(self.modality_set[i]), variant)
+            photo = images(intent)
         if "audio" in mods and speech is not None:
             audio = np.asarray(speech(intent, speech_variant(variant)), dtype=np.float32)
-        return Query(text=text, image=image, audio=audio,
-                     embeddings=dict(zip(mods, self.vectors(i))), scope=scope,
-                     ground_truth=intent)
+        return stream_query(self, i, variant, text=text, photo=photo, audio=audio, scope=scope)
 
     def describe(self) -> dict:
         """Parameters and summary counts, for provenance sidecars and metrics."""
@@ -627,11 +625,29 @@ def speech_variant(variant: int) -> SpeechVariant:
                          RATES[(variant // len(VOICES)) % len(RATES)])
 
 
-def query_image(pixels: np.ndarray, modality_set: int, variant: int) -> np.ndarray:
-    """The image a query of ``modality_set`` carries of a photo: its ``variant``, or for a video
-    clip its first keyframe."""
-    spec = video_keyframes(variant)[0] if modality_set == VIDEO else image_variant(variant)
-    return apply_image_variant(pixels, spec)
+def stream_query(workload: Workload, i: int, variant: int, *, text: str | None = None,
+                 photo: np.ndarray | None = None, audio: np.ndarray | None = None,
+                 scope: str) -> Query:
+    """Query ``i`` of ``workload`` with every vector it carries and the inputs given of its
+    modalities: ``photo``'s ``variant`` as the image, or for a video clip a
+    :class:`~mmcache.types.VideoClip` of ``photo``'s keyframes and the ``audio`` track (the
+    vectors under ``"video"`` and ``"audio"``, so the cache files it under its own set)."""
+    vectors, intent = workload.vectors(i), int(workload.intent[i])
+    if workload.modality_set[i] == VIDEO:
+        clip = None if photo is None or audio is None else \
+            VideoClip(clip_keyframes(photo, variant), audio)
+        return Query(video=clip, embeddings={"video": vectors[0], "audio": vectors[1]},
+                     scope=scope, ground_truth=intent)
+    image = None if photo is None else apply_image_variant(photo, image_variant(variant))
+    return Query(text=text, image=image, audio=audio,
+                 embeddings=dict(zip(workload.modalities(i), vectors)), scope=scope,
+                 ground_truth=intent)
+
+
+def clip_keyframes(photo: np.ndarray, variant: int) -> np.ndarray:
+    """The keyframes (:func:`video_keyframes`) of video variant ``variant`` of ``photo``,
+    stacked (frames × H × W [× C])."""
+    return np.stack([apply_image_variant(photo, spec) for spec in video_keyframes(variant)])
 
 
 def apply_image_variant(pixels: np.ndarray, spec: ImageVariant) -> np.ndarray:

@@ -48,8 +48,8 @@ import numpy as np
 from .errors import ConfigError, InvalidInputError
 from .types import MODALITIES, Query
 from .workload import (CHANNELS, MODALITY_SETS, SET_CHANNELS, TEXT_STORE_BATCH, RealEmbeddings,
-                       Workload, apply_image_variant, encode_checked, image_variant,
-                       modality_set_index, query_image, speech_variant, video_keyframes)
+                       Workload, apply_image_variant, clip_keyframes, encode_checked,
+                       image_variant, modality_set_index, speech_variant, stream_query)
 
 if TYPE_CHECKING:
     from .encoders import EmbeddingStore, Encoder
@@ -143,8 +143,7 @@ class MediaSources:
 
     def keyframes(self, intent: int, variant: int) -> np.ndarray:
         """The keyframes of (intent, variant)'s clip, stacked (frames × H × W × C)."""
-        photo = self.photos[self._photo(intent)]
-        return np.stack([apply_image_variant(photo, spec) for spec in video_keyframes(variant)])
+        return clip_keyframes(self.photos[self._photo(intent)], variant)
 
     def speech_spec(self, intent: int, variant: int) -> str:
         """A string naming (intent, variant)'s clip exactly (the embedding store's key)."""
@@ -167,14 +166,11 @@ class MediaSources:
         """Query ``i`` of ``workload`` with its real inputs and vectors."""
         mods = workload.modalities(i)
         intent, variant = int(workload.intent[i]), self.pool.variant(int(workload.variant[i]))
-        photo = self.photos[self._photo(intent)]
-        return Query(text=self.text(intent, variant) if "text" in mods else None,
-                     image=query_image(photo, int(workload.modality_set[i]), variant)
-                     if "image" in mods else None,
-                     audio=self.speech(self.speech_spec(intent, variant))
-                     if "audio" in mods else None,
-                     embeddings=dict(zip(mods, workload.vectors(i))), scope=scope,
-                     ground_truth=intent)
+        return stream_query(
+            workload, i, variant, text=self.text(intent, variant) if "text" in mods else None,
+            photo=self.photos[self._photo(intent)] if "image" in mods else None,
+            audio=self.speech(self.speech_spec(intent, variant)) if "audio" in mods else None,
+            scope=scope)
 
     def _base_text(self, intent: int, spoken: bool = False) -> str:
         target = self.trap_of.get(intent)

@@ -462,7 +462,33 @@ def test_video_is_its_own_set_with_keyframes_of_its_own_and_the_speech_track():
         assert np.array_equal(mat, np.stack([w.vectors(i)[j] for i in video[:20]]))
     assert w.set_dims(VIDEO) == (w.config.dim, w.config.dim)
     q = w.query(pair[0], images=lambda intent: np.full((28, 28, 3), 9, np.uint8))
-    assert q.image is not None and set(q.embeddings) == {"image", "audio"}
+    assert q.video is None and q.image is None and set(q.embeddings) == {"video", "audio"}
+
+
+def test_a_clip_query_is_a_video_clip_the_live_cache_keeps_apart_from_stills():
+    from mmcache import TieredCache
+    from mmcache.workload import KEYFRAMES, VIDEO, modality_set_index, speech_variant
+
+    w = generate(n_queries=3000, n_intents=50, seed=5,
+                 multimodal_mix={"video": 0.3, "image+audio": 0.3})
+    photo = (np.arange(32 * 32 * 3) % 251).astype(np.uint8).reshape(32, 32, 3)
+    inputs = {"images": lambda intent: photo,
+              "speech": lambda intent, spec: np.full(1600, 0.01 * (1 + spec.rate_wpm % 7),
+                                                     np.float32)}
+    video = np.flatnonzero(w.modality_set == VIDEO)
+    still = np.flatnonzero(w.modality_set == modality_set_index("image+audio"))
+    a = int(video[0])
+    q = w.query(a, **inputs)
+    assert q.image is None and q.audio is None and set(q.embeddings) == {"video", "audio"}
+    assert len(q.video.frames) == KEYFRAMES and q.video.frames[0].shape[2] == 3
+    np.testing.assert_array_equal(q.video.audio,
+                                  inputs["speech"](0, speech_variant(int(w.variant[a]))))
+    np.testing.assert_array_equal(q.embeddings["video"], w.vectors(a)[0])
+    same_intent_still = next(int(i) for i in still if w.intent[i] == w.intent[a])
+    with TieredCache({"l2": {"index": "flat"}}) as cache:
+        cache.put(w.query(a, scope="s"), "clip")  # embeddings only, as a replay puts them
+        assert cache.get(w.query(a, scope="s")).value == "clip"
+        assert cache.get(w.query(same_intent_still, scope="s")) is None  # a still never matches
 
 
 def test_video_keyframes_are_a_pan_at_one_crop_and_a_centred_variant_is_unchanged():

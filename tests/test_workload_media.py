@@ -256,8 +256,9 @@ def test_real_video_is_keyframe_means_and_the_whisper_track_read_back_from_the_s
         assert np.allclose(frames, KeyframeMeanEncoder(HashingTestEncoder("image", 32))
                            .encode([clip])[0], atol=1e-6)
         assert np.array_equal(track, real.real["audio"].vector(intent, int(real.variant[i])))
-        q = real.query(i)
-        assert np.array_equal(q.image, clip[0]) and q.audio.dtype == np.float32
+        q = real.query(i)  # the clip itself, as the live cache takes it
+        assert q.image is None and q.audio is None and set(q.embeddings) == {"video", "audio"}
+        assert np.array_equal(q.video.frames, clip) and q.video.audio.dtype == np.float32
     _Counting.calls = 0
     again = _video_build(clips, store, _Counting("image", 32))
     assert _Counting.calls == 0  # every keyframe clip came from the store
