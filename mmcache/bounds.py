@@ -180,10 +180,13 @@ def _lagrange_search(start, end, size, n_states, cache_size, first_price, steps,
         value = cache_size * paid[n_states]
         for k in range(start.shape[0]):
             gain = 1.0 - size[k] * (paid[end[k]] - paid[start[k]])
-            if gain > 0.0:
-                value += gain
-                held[start[k]] += size[k]
-                held[end[k]] -= size[k]
+            # without a branch: adding 0.0 leaves value and held as they are, and the
+            # worthwhile intervals are too unpredictable for the branch predictor
+            worth = gain > 0.0
+            value += gain if worth else 0.0
+            bytes_held = size[k] if worth else 0.0
+            held[start[k]] += bytes_held
+            held[end[k]] -= bytes_held
         best = min(best, value)
         if step == steps - 1:
             break

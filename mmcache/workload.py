@@ -480,14 +480,14 @@ class Workload:
             prompts = self.real_text.prompts
         if self.media is not None:
             return self.media.query(self, i, scope)
-        text = photo = audio = None
+        text = image = audio = None
         if "text" in mods and prompts:
             text = text_variant(prompts[intent % len(prompts)], variant)
         if "image" in mods and images is not None:
-            photo = images(intent)
+            image = query_image(images(intent), int(self.modality_set[i]), variant)
         if "audio" in mods and speech is not None:
             audio = np.asarray(speech(intent, speech_variant(variant)), dtype=np.float32)
-        return stream_query(self, i, variant, text=text, photo=photo, audio=audio, scope=scope)
+        return stream_query(self, i, text=text, image=image, audio=audio, scope=scope)
 
     def describe(self) -> dict:
         """Parameters and summary counts, for provenance sidecars and metrics."""
@@ -625,23 +625,29 @@ def speech_variant(variant: int) -> SpeechVariant:
                          RATES[(variant // len(VOICES)) % len(RATES)])
 
 
-def stream_query(workload: Workload, i: int, variant: int, *, text: str | None = None,
-                 photo: np.ndarray | None = None, audio: np.ndarray | None = None,
+def stream_query(workload: Workload, i: int, *, text: str | None = None,
+                 image: np.ndarray | None = None, audio: np.ndarray | None = None,
                  scope: str) -> Query:
     """Query ``i`` of ``workload`` with every vector it carries and the inputs given of its
-    modalities: ``photo``'s ``variant`` as the image, or for a video clip a
-    :class:`~mmcache.types.VideoClip` of ``photo``'s keyframes and the ``audio`` track (the
-    vectors under ``"video"`` and ``"audio"``, so the cache files it under its own set)."""
+    modalities (``image`` as :func:`query_image` makes it); a video clip as a
+    :class:`~mmcache.types.VideoClip` of those keyframes and the ``audio`` track (the vectors
+    under ``"video"`` and ``"audio"``, so the cache files it under its own set)."""
     vectors, intent = workload.vectors(i), int(workload.intent[i])
     if workload.modality_set[i] == VIDEO:
-        clip = None if photo is None or audio is None else \
-            VideoClip(clip_keyframes(photo, variant), audio)
+        clip = None if image is None or audio is None else VideoClip(image, audio)
         return Query(video=clip, embeddings={"video": vectors[0], "audio": vectors[1]},
                      scope=scope, ground_truth=intent)
-    image = None if photo is None else apply_image_variant(photo, image_variant(variant))
     return Query(text=text, image=image, audio=audio,
                  embeddings=dict(zip(workload.modalities(i), vectors)), scope=scope,
                  ground_truth=intent)
+
+
+def query_image(photo: np.ndarray, modality_set: int, variant: int) -> np.ndarray:
+    """The image a query of ``modality_set`` carries of ``photo``: its ``variant``, or for a
+    video clip its keyframes (:func:`clip_keyframes`)."""
+    if modality_set == VIDEO:
+        return clip_keyframes(photo, variant)
+    return apply_image_variant(photo, image_variant(variant))
 
 
 def clip_keyframes(photo: np.ndarray, variant: int) -> np.ndarray:

@@ -39,7 +39,7 @@ voice, rate) so a cached clip is not even re-synthesised, a video clip by its st
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -49,7 +49,8 @@ from .errors import ConfigError, InvalidInputError
 from .types import MODALITIES, Query
 from .workload import (CHANNELS, MODALITY_SETS, SET_CHANNELS, TEXT_STORE_BATCH, RealEmbeddings,
                        Workload, apply_image_variant, clip_keyframes, encode_checked,
-                       image_variant, modality_set_index, speech_variant, stream_query)
+                       image_variant, modality_set_index, query_image, speech_variant,
+                       stream_query)
 
 if TYPE_CHECKING:
     from .encoders import EmbeddingStore, Encoder
@@ -111,7 +112,9 @@ class MediaSources:
     """The real source of every intent id: prompts, photos (with class labels, -1 for none)
     and recorded prompts, each intent at its ``slot`` (a dense rank of the stream's intents,
     so no two intents share a prompt while the prompts last); ``seed`` seeds the rewrites;
-    ``pool`` maps a query's variant onto the real one."""
+    ``pool`` maps a query's variant onto the real one. Every text and clip is a pure function
+    of its key (seeded rewrites, crops, espeak-ng), so each is made once and kept (``_made``):
+    a replay asks for the same pooled inputs again and again."""
 
     prompts: tuple[str, ...]
     photos: np.ndarray
@@ -121,6 +124,7 @@ class MediaSources:
     slot: Mapping[int, int]
     pool: RealPool = RealPool()
     seed: int = 0
+    _made: dict[tuple, Any] = field(default_factory=dict, init=False, repr=False)
 
     def prompt(self, intent: int) -> str:
         """The real prompt at ``intent``'s slot (before any trap edit or rewrite)."""
@@ -128,6 +132,9 @@ class MediaSources:
 
     def text(self, intent: int, variant: int) -> str:
         """The text of (intent, variant): its (trapped) prompt, rewritten for variant > 0."""
+        return self._made_once(("text", intent, variant), self._make_text, intent, variant)
+
+    def _make_text(self, intent: int, variant: int) -> str:
         base = self._base_text(intent)
         if variant == 0:
             return base
@@ -154,7 +161,10 @@ class MediaSources:
         return f"espeak|{spec.voice}|{spec.rate_wpm}|{words}"
 
     def speech(self, spec: str) -> np.ndarray:
-        """The 16 kHz clip a :meth:`speech_spec` names."""
+        """The 16 kHz clip a :meth:`speech_spec` names (one array per spec: do not modify it)."""
+        return self._made_once(("speech", spec), self._make_speech, spec)
+
+    def _make_speech(self, spec: str) -> np.ndarray:
         kind, a, b, rest = spec.split("|", 3)
         if kind == "asterisk":
             return _vary_recording(self.recordings[int(a)], int(b), int(rest))
@@ -162,17 +172,33 @@ class MediaSources:
 
         return synthesize(rest, voice=a, rate=int(b)).audio
 
+    def _made_once(self, key: tuple, make: Any, *args: Any) -> Any:
+        """``make(*args)``, made on the first call with ``key`` and kept."""
+        if key not in self._made:
+            self._made[key] = make(*args)
+        return self._made[key]
+
     def query(self, workload: Workload, i: int, scope: str) -> Query:
         """Query ``i`` of ``workload`` with its real inputs and vectors."""
         mods = workload.modalities(i)
         intent, variant = int(workload.intent[i]), self.pool.variant(int(workload.variant[i]))
         return stream_query(
-            workload, i, variant, text=self.text(intent, variant) if "text" in mods else None,
-            photo=self.photos[self._photo(intent)] if "image" in mods else None,
+            workload, i, text=self.text(intent, variant) if "text" in mods else None,
+            image=self.query_photo(intent, int(workload.modality_set[i]), variant)
+            if "image" in mods else None,
             audio=self.speech(self.speech_spec(intent, variant)) if "audio" in mods else None,
             scope=scope)
 
+    def query_photo(self, intent: int, modality_set: int, variant: int) -> np.ndarray:
+        """The image a query of (intent, modality set, variant) carries (one array per key:
+        do not modify it)."""
+        return self._made_once(("photo", intent, modality_set, variant), query_image,
+                               self.photos[self._photo(intent)], modality_set, variant)
+
     def _base_text(self, intent: int, spoken: bool = False) -> str:
+        return self._made_once(("base", intent, spoken), self._make_base_text, intent, spoken)
+
+    def _make_base_text(self, intent: int, spoken: bool) -> str:
         target = self.trap_of.get(intent)
         if target is None:
             return self.prompt(intent)
@@ -287,8 +313,8 @@ def embed_workload(workload: Workload, *, store: EmbeddingStore | None = None,
         started = time.perf_counter()
         if m == "text":
             inputs: list[Any] = [sources.text(*p) for p in pairs]
-            pairs = [pairs[k] for k in np.argsort([len(t) for t in inputs], kind="stable")]
-            inputs = [sources.text(*p) for p in pairs]  # similar lengths pad little
+            order = np.argsort([len(t) for t in inputs], kind="stable")
+            pairs, inputs = [pairs[k] for k in order], [inputs[k] for k in order]  # pad little
         elif m == "image":
             inputs = [sources.image(*p) for p in pairs]
         elif m == "video":

@@ -102,6 +102,15 @@ def test_lagrange_search_value_is_pinned():
     assert lagrange_max_hits(intervals, 618_692) == 14935.151564670572
 
 
+@pytest.mark.parametrize("cache_size, value", [(72_908, 9495.576571617972),
+                                               (2_916_352, 17734.920306851876)])
+def test_lagrange_search_value_is_pinned_on_unit_sizes(cache_size, value):
+    """The same on 4 KiB objects (Zipf(1.0), 20,000 requests) at 1% and 40% of the working
+    set, as the search with a branch per interval found it."""
+    intervals = reuse_intervals(zipf_trace(20_000, 2_000, alpha=1.0, seed=0), cache_size)
+    assert lagrange_max_hits(intervals, cache_size) == value
+
+
 def test_oversized_objects_always_miss():
     trace = make_trace([1, 2, 1, 2, 1], [5, 500, 5, 500, 5])
     assert tuple(opt_bounds(trace, 100)) == (3, 3)  # 1 misses once, 2 (500 B) every time

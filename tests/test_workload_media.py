@@ -6,6 +6,8 @@ stand-in (the offline CLIP needs `make models`, which the test set-up does not r
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -72,6 +74,18 @@ def test_queries_carry_real_inputs_and_paraphrases_keep_the_prompt(real):
     assert q.ground_truth == int(real.intent[text_rows[0]])
     speech = [i for i in range(len(real)) if "audio" in real.modalities(i)]
     assert real.query(speech[0]).audio.dtype == np.float32
+
+
+def test_kept_inputs_equal_inputs_made_anew(real):
+    """A replay's queries read the texts, photos and clips the sources made once; each
+    equals what fresh sources (nothing kept) make for that query."""
+    for i in range(len(real)):
+        kept = real.query(i)
+        fresh = dataclasses.replace(real.media).query(real, i, "bench")
+        assert kept.text == fresh.text
+        for a, b in ((kept.image, fresh.image), (kept.audio, fresh.audio)):
+            assert (a is None and b is None) or np.array_equal(a, b)
+    assert any(key[0] == "speech" for key in real.media._made)
 
 
 def test_traps_are_edits_of_the_intent_they_imitate(real):
