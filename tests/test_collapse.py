@@ -111,19 +111,18 @@ def test_qk_spectral_norm_matches_numpy_svd():
 
 def test_head_grad_norms_split_rows_by_head():
     w = torch.zeros(4, 3, requires_grad=True)
-    assert head_grad_norms(w, [slice(0, 2), slice(2, 4)]).tolist() == [0.0, 0.0]
+    assert head_grad_norms(w, 2).tolist() == [0.0, 0.0]
     w.grad = torch.tensor([[3.0, 0, 0], [0, 4.0, 0], [0, 0, 1.0], [0, 0, 0]])
-    assert head_grad_norms(w, [slice(0, 2), slice(2, 4)]).tolist() == pytest.approx([5.0, 1.0])
+    assert head_grad_norms(w, 2).tolist() == pytest.approx([5.0, 1.0])
 
 
 def test_adam_stats_after_one_step_compare_gradient_to_eps():
     w = torch.nn.Parameter(torch.zeros(2, 2))
     opt = torch.optim.Adam([w], lr=0.1, eps=1e-3)
-    slices = [slice(0, 1), slice(1, 2)]
-    assert torch.isnan(adam_update_stats(opt, w, slices)["update_rms"]).all()  # before any step
+    assert torch.isnan(adam_update_stats(opt, w, 2)["update_rms"]).all()  # before any step
     w.grad = torch.tensor([[2e-3, -2e-3], [1e-2, 1e-2]])
     opt.step()
-    stats = adam_update_stats(opt, w, slices)
+    stats = adam_update_stats(opt, w, 2)
     # after one step m_hat = g and sqrt(v_hat) = |g|: ratio |g|/eps, update g/(|g|+eps)
     assert stats["sqrtv_over_eps"].tolist() == pytest.approx([2.0, 10.0], rel=1e-4)
     assert stats["update_rms"].tolist() == pytest.approx([2 / 3, 10 / 11], rel=1e-4)
@@ -161,7 +160,7 @@ def test_recorder_does_not_change_the_forward_pass_and_stops_when_closed():
     assert torch.equal(scores, plain)
     loss = matching_loss(scores, tokens)
     loss.backward()
-    rec.after_backward(loss)
+    rec.after_backward(loss.item())
     opt.step()
     rec.after_step()
     rec.close()
@@ -170,6 +169,48 @@ def test_recorder_does_not_change_the_forward_pass_and_stops_when_closed():
     arrays = rec.arrays()
     assert {a.shape for k, a in arrays.items() if k != "loss"} == {(1, 4)}
     assert arrays["mass_image"] + arrays["mass_text"] == pytest.approx(np.ones((1, 4)), abs=1e-5)
+
+
+def test_batched_instruments_equal_per_head_ones_bit_for_bit():
+    """The recorder's batched instruments give the exact numbers of one call per head and step."""
+    torch.manual_seed(0)
+    net = CrossModalMatcher(_block(sigma_reparam=True))
+    patches, tokens = _batch(8)
+    opt = torch.optim.Adam(net.parameters(), lr=3e-2)
+    rec = StepRecorder(net, opt)
+    seen = []
+    net.register_attention_hook(seen.append)
+    heads, d_head = net.cfg.n_heads, net.cfg.d_model // net.cfg.n_heads
+    rows = [slice(h * d_head, (h + 1) * d_head) for h in range(heads)]
+    slow = {k: [] for k in ("entropy", "max_logit", "grad_q", "qk_spectral", "adam_update_rms_k",
+                            "adam_sqrtv_over_eps_q")}
+    for _ in range(4):
+        loss = matching_loss(net(patches, tokens), tokens)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        rec.after_backward(loss.item())
+        probs, logits = seen[-1].probs, seen[-1].logits
+        slow["entropy"].append((-(probs * torch.log(probs + 1e-6)).sum(-1))
+                               .movedim(-2, 0).reshape(heads, -1).mean(-1))
+        slow["max_logit"].append(logits.movedim(-3, 0).reshape(heads, -1).amax(-1))
+        slow["grad_q"].append(torch.stack([net.q.weight.grad[s].norm() for s in rows]))
+        with torch.no_grad():
+            w_q, w_k = net.qk_weights()
+            slow["qk_spectral"].append(torch.stack([
+                torch.linalg.matrix_norm(w_q[s].T @ w_k[s], ord=2) for s in rows]))
+        opt.step()
+        rec.after_step()
+        for name, stat in (("k", "update_rms"), ("q", "sqrtv_over_eps")):
+            state, group = opt.state[getattr(net, name).weight], opt.param_groups[0]
+            (b1, b2), eps, t = group["betas"], group["eps"], float(state["step"])
+            sqrt_v = (state["exp_avg_sq"] / (1 - b2 ** t)).sqrt()
+            update = state["exp_avg"] / (1 - b1 ** t) / (sqrt_v + eps)
+            per_head = ([update[s].pow(2).mean().sqrt() for s in rows] if stat == "update_rms"
+                        else [(sqrt_v[s] / eps).median() for s in rows])
+            slow[f"adam_{stat}_{name}"].append(torch.stack(per_head))
+    arrays = rec.arrays()
+    for key, values in slow.items():
+        assert np.array_equal(arrays[key], torch.stack(values).numpy()), key
 
 
 # -- model switches ------------------------------------------------------------------------

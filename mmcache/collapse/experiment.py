@@ -200,8 +200,9 @@ def train_run(arm: str, remedy: Remedy, cfg: TrainConfig,
             loss = matching_loss(model(*inputs(idx)), inputs.tokens[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            recorder.after_backward(loss)
-            if not math.isfinite(loss.item()):
+            loss_value = loss.item()
+            recorder.after_backward(loss_value)
+            if not math.isfinite(loss_value):
                 diverged = True
                 recorder.after_step()
                 break

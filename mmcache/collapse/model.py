@@ -168,11 +168,6 @@ class CrossModalMatcher(nn.Module):
         return bool(self._hooks)
 
     # -- weights the instruments read ----------------------------------------------------
-    def head_slices(self) -> list[slice]:
-        """Rows of the Q/K/V weights that belong to each head."""
-        d_head = self.cfg.d_model // self.cfg.n_heads
-        return [slice(h * d_head, (h + 1) * d_head) for h in range(self.cfg.n_heads)]
-
     def qk_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The effective query and key weights ``(d_model, d_model)`` (σReparam applied)."""
         return _weight(self.q), _weight(self.k)
