@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -211,6 +212,24 @@ def test_batched_instruments_equal_per_head_ones_bit_for_bit():
     arrays = rec.arrays()
     for key, values in slow.items():
         assert np.array_equal(arrays[key], torch.stack(values).numpy()), key
+
+
+def test_flushing_subnormals_leaves_a_collapsing_run_unchanged():
+    """Flush-to-zero moves a collapsing run's numbers by rounding at most (subnormal instrument
+    values read 0) and changes none of its verdicts."""
+    cfg = TrainConfig(lr=0.032, steps=120, batch=24, seed=1)  # collapses at step 93
+    slow = train_run("baseline", Remedy(), replace(cfg, flush_subnormals=False))
+    fast = train_run("baseline", Remedy(), cfg)
+    tiny = np.finfo(np.float32).tiny
+    for key, curve in slow.curves.items():
+        np.testing.assert_allclose(fast.curves[key], np.where(np.abs(curve) < tiny, 0, curve),
+                                   rtol=1e-4, atol=1e-30, equal_nan=True, err_msg=key)
+    assert slow.collapse_step is not None
+    assert (fast.collapse_step, fast.grad_vanish_step) == \
+        (slow.collapse_step, slow.grad_vanish_step)
+    assert fast.final_loss == pytest.approx(slow.final_loss, rel=1e-4)
+    assert fast.final_acc == pytest.approx(slow.final_acc, abs=0.02)
+    assert torch.tensor(1e-40).item() != 0.0  # flushing ends with the run
 
 
 # -- model switches ------------------------------------------------------------------------
