@@ -373,11 +373,12 @@ diagnostics
 #   acronyms — and this is where the fused scorer recovers some prompts (diagnostic 2). The fused
 #   scorer is the best method on average, but by less than the split-to-split spread, and the
 #   validation-chosen weight (from ~50 prompts) varies between splits: call it a small, not a
-#   settled, gain.
+#   settled, gain (the sized-down study has 2 splits; with 5 it beat ASR on 3 of them).
 # * *Synthetic speech:* the order flips. Whisper tiny.en garbles espeak voices, so ASR→MiniLM
 #   is weak, while a linear head maps unseen scene compositions spoken by an unseen voice to the
 #   right caption almost always — the scene captions reuse a small vocabulary, so a linear map of
-#   pooled acoustics generalises compositionally. The linear head is as good as the MLP.
+#   pooled acoustics generalises compositionally. The MLP is a little ahead of the linear head
+#   (within their CIs: 62 held-out clips with 2 spoken paraphrases per scene).
 # * *Images:* the offline CLIP's image tower learnt Fashion-MNIST and the training-split scenes
 #   (other renderings). The cell below prints, from this run, how CLIP's zero-shot text→image
 #   and the audio→image heads do on held-out scenes against chance, next to the model card's

@@ -66,3 +66,12 @@ def test_image_tasks_run_when_the_offline_clip_exists(smoke_metrics) -> None:
     summary = m["image_summary"]  # the offline CLIP learnt the training scenes, not these
     assert summary["text→image_zero_shot"] >= summary["text→image_chance"] + 0.2
     assert summary["clip_card_scene_R@1"]["unseen_scenes"] > summary["clip_card_scene_R@1"]["chance"]
+
+
+def test_only_held_out_prompts_are_transcribed(smoke_metrics) -> None:
+    m = smoke_metrics(NAME)
+    size = m["study_size"]
+    assert size["split_seeds"] == m["split_seeds"]
+    # training prompts' transcripts are never scored, so they are not made; the scored ones are
+    assert 0 < size["real_prompts_transcribed"] < m["real"]["n_prompts"]
+    assert m["real"]["first_split"]["asr→minilm"]["n_queries"] <= size["real_prompts_transcribed"]
