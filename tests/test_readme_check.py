@@ -43,7 +43,7 @@ def test_matching_runs_pass_and_a_changed_number_is_caught(tmp_path) -> None:
     path = tmp_path / "03_cold_start_collapse" / "metrics.json"
     metrics = json.loads(path.read_text())
     metrics["collapse_rate"]["baseline"]["4x"] = 1.0      # the machine: 5/5 at 4x
-    metrics["collapse_rate"]["baseline"]["16x"] = 0.6     # within one seed of 0.8: still fine
+    metrics["collapse_rate"]["baseline"]["16x"] = 1.0     # one seed of three above 0.67: still fine
     path.write_text(json.dumps(metrics))
     (mismatch,) = check(EXPECTATIONS, tmp_path, README)
     assert mismatch.problem == "collapse_rate/baseline/4x: README 0, run 1.0"
