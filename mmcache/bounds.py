@@ -27,6 +27,13 @@ Three lower bounds, each below the misses of every schedule a policy can follow:
 
 So FOO-L ≥ Lagrange ≥ PFOO-L: both of the others relax FOO's LP, and the Lagrangian
 search never returns less than its start.
+
+Where every request has the same size (unit sizes), ``"auto"`` needs none of them: no
+schedule holds more than ``cache_size // size`` objects, and MIN with bypass
+(``belady-bypass``) is the offline optimum for that many, so ``"auto"`` replays it (method
+``"min-bypass"``): a bound equal to the optimum, in a fraction of the Lagrangian search's
+time. It equals FOO-L when the cache holds whole objects (the LP is integral there) and
+exceeds it otherwise (the LP also caches fractions of intervals in the bytes left over).
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ from .trace import Trace
 #: core: 6,222 intervals of cloudPhysics took 1-2 s, 14,071 took about 40 s).
 FOO_MAX_INTERVALS = 10_000
 LOWER_BOUND_METHODS = ("auto", "foo-l", "lagrange", "pfoo-l")
+#: The method ``"auto"`` reports on unit sizes: MIN with bypass replayed (the optimum there).
+UNIT_SIZE_METHOD = "min-bypass"
 #: Price updates of the Lagrangian bound, and their step (log-price change at full overflow).
 LAGRANGE_STEPS = 500
 LAGRANGE_STEP_SIZE = 0.3
@@ -117,13 +126,19 @@ def lower_bound(trace: Trace, cache_size: int, method: str = "auto") -> LowerBou
     """A lower bound on the misses of any policy replaying ``trace`` at ``cache_size`` bytes.
 
     ``method``: ``"foo-l"`` (exact LP), ``"lagrange"`` (its Lagrangian dual),
-    ``"pfoo-l"`` (space-time relaxation) or ``"auto"`` (FOO-L up to
-    :data:`FOO_MAX_INTERVALS` intervals, Lagrange beyond or should the solver fail).
+    ``"pfoo-l"`` (space-time relaxation) or ``"auto"`` (on unit sizes MIN with bypass's
+    misses, the optimum, reported as :data:`UNIT_SIZE_METHOD`; otherwise FOO-L up
+    to :data:`FOO_MAX_INTERVALS` intervals, Lagrange beyond or should the solver fail).
     Raises :class:`ConfigError` for another method.
     """
     if method not in LOWER_BOUND_METHODS:
         raise ConfigError(f"unknown lower-bound method {method!r}; choose one of "
                           f"{LOWER_BOUND_METHODS}")
+    if method == "auto" and _unit_sizes(trace, cache_size):
+        from .replay import simulate  # replay imports this module
+
+        misses = simulate(trace, "belady-bypass", cache_size).miss_cnt
+        return LowerBound(misses, UNIT_SIZE_METHOD, misses)
     intervals = reuse_intervals(trace, cache_size)
     if method == "foo-l" or (method == "auto" and intervals.start.shape[0] <= FOO_MAX_INTERVALS):
         foo = foo_lower_bound(intervals, cache_size)
@@ -132,6 +147,12 @@ def lower_bound(trace: Trace, cache_size: int, method: str = "auto") -> LowerBou
     if method == "pfoo-l":
         return LowerBound(_misses(intervals, pfoo_max_hits(intervals, cache_size)), "pfoo-l")
     return LowerBound(_misses(intervals, lagrange_max_hits(intervals, cache_size)), "lagrange")
+
+
+def _unit_sizes(trace: Trace, cache_size: int) -> bool:
+    """Whether every request of ``trace`` has one size, and an object of it fits the cache."""
+    sizes = trace.obj_size
+    return bool(sizes.shape[0]) and sizes.min() == sizes.max() and int(sizes[0]) <= cache_size
 
 
 def pfoo_max_hits(intervals: ReuseIntervals, cache_size: int) -> float:

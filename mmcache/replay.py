@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from .bounds import lower_bound
+from .bounds import UNIT_SIZE_METHOD, lower_bound
 from .errors import ConfigError, TraceFormatError, UnknownPolicyError
 from .policies import POLICIES, make_policy
 from .policies.admission import admit_miss
@@ -120,8 +120,8 @@ def attention_entropy_proxy(trace: Trace, n_keys: int = 8, concentration: float 
 class OptBounds:
     """Misses of the optimal offline policy lie in [lower, upper]; unpacks as ``lo, hi``.
 
-    ``lower_method`` names the lower bound (``"foo-l"`` or ``"pfoo-l"``, see
-    :mod:`mmcache.bounds`); ``upper_by`` the feasible schedule whose misses are
+    ``lower_method`` names the lower bound (``"foo-l"``, ``"lagrange"``, ``"pfoo-l"`` or, on
+    unit sizes, ``"min-bypass"``, see :mod:`mmcache.bounds`); ``upper_by`` the feasible schedule whose misses are
     ``upper``: a policy's name, ``"foo-u"`` (the FOO LP's fully cached intervals) or
     ``"no cache"``.
     """
@@ -142,7 +142,8 @@ def opt_bounds(trace: Trace, cache_size: int, *, policies: Iterable[str] | None 
 
     ``lower`` is at most every policy's misses, and at least the space-time relaxation
     (PFOO-L); ``method`` picks it (see :func:`mmcache.bounds.lower_bound`). ``upper``
-    is the fewest misses among the FOO-U schedule (when the LP was solved) and
+    is the fewest misses among the FOO-U schedule (when the LP was solved; on unit sizes
+    MIN with bypass's, which the bound replayed) and
     ``policies`` simulated with their defaults (every registered one unless given), so
     it is at most each of them; ``known`` gives misses already counted (by :func:`simulate`,
     at this size) for some of them, which are then not replayed. Raises
@@ -156,7 +157,9 @@ def opt_bounds(trace: Trace, cache_size: int, *, policies: Iterable[str] | None 
     low = lower_bound(trace, cache_size, method)
     upper, upper_by = trace.n_req, "no cache"
     if low.schedule_misses is not None and low.schedule_misses < upper:
-        upper, upper_by = low.schedule_misses, "foo-u"
+        # the schedule the bound was read from: FOO-U, or on unit sizes MIN with bypass's
+        upper, upper_by = low.schedule_misses, ("belady-bypass" if low.method == UNIT_SIZE_METHOD
+                                                else "foo-u")
     for name in sorted(names, key=lambda n: (n not in KERNELS, n)):  # compiled kernels first
         if upper == low.misses:  # optimal: no policy can miss less
             break

@@ -45,7 +45,8 @@ def test_lower_bound_is_below_every_policy_and_upper_is_the_best_schedule(case):
     lo, hi = bounds
     assert lo <= min(misses.values()), (bounds, misses)
     assert lo <= hi <= min(misses.values())
-    assert bounds.lower_method == "foo-l"
+    one_size = trace.obj_size.min() == trace.obj_size.max() <= cache_size
+    assert bounds.lower_method == ("min-bypass" if one_size else "foo-l")
     assert hi == misses.get(bounds.upper_by, hi)  # a named policy really missed that often
 
 
@@ -80,6 +81,32 @@ def test_foo_l_equals_min_with_bypass_on_unit_sizes(ids, cache_size):
     assert bound.misses <= simulate(trace, "belady", cache_size).miss_cnt
     lo, hi = opt_bounds(trace, cache_size)
     assert lo == hi == bound.misses
+
+
+@pytest.mark.parametrize("cache_size", [4096, 10_000, 40_960, 123_456])
+def test_auto_on_unit_sizes_is_min_with_bypass(cache_size):
+    """On one size per request "auto" replays MIN with bypass instead of searching: the
+    optimum (no schedule holds more than cache_size // size objects), so at most every
+    policy's misses; FOO's LP when the cache holds whole objects (4 and 40 KiB here), above
+    it otherwise (the LP also caches fractions of an interval in the bytes left over), and
+    above the Lagrangian search. A trace with two sizes still gets a relaxation."""
+    rng = np.random.default_rng(1)
+    trace = make_trace(rng.zipf(1.1, 4_000) % 300, 4096)
+    auto = lower_bound(trace, cache_size)
+    assert auto.method == "min-bypass"
+    foo = lower_bound(trace, cache_size, "foo-l").misses
+    assert auto.misses == foo if cache_size % 4096 == 0 else auto.misses > foo
+    assert auto.misses == auto.schedule_misses == simulate(trace, "belady-bypass",
+                                                           cache_size).miss_cnt
+    assert auto.misses <= min(_misses_of_every_policy(trace, cache_size).values())
+    assert auto.misses >= lower_bound(trace, cache_size, "lagrange").misses
+    bounds = opt_bounds(trace, cache_size, policies=["lru"])
+    assert (bounds.lower, bounds.upper, bounds.upper_by) == (auto.misses, auto.misses,
+                                                             "belady-bypass")
+    sizes = np.where(np.arange(4_000) % 2, 4096, 4097)
+    mixed = make_trace(np.arange(4_000) % 300, sizes)
+    assert lower_bound(mixed, cache_size).method != "min-bypass"
+    assert lower_bound(trace, 100).misses == trace.n_req  # no object fits: every request misses
 
 
 def test_pfoo_l_is_looser_than_foo_l_on_a_unit_size_trace():
