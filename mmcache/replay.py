@@ -121,9 +121,9 @@ class OptBounds:
     """Misses of the optimal offline policy lie in [lower, upper]; unpacks as ``lo, hi``.
 
     ``lower_method`` names the lower bound (``"foo-l"``, ``"lagrange"``, ``"pfoo-l"`` or, on
-    unit sizes, ``"min-bypass"``, see :mod:`mmcache.bounds`); ``upper_by`` the feasible schedule whose misses are
-    ``upper``: a policy's name, ``"foo-u"`` (the FOO LP's fully cached intervals) or
-    ``"no cache"``.
+    unit sizes, ``"min-bypass"``, see :mod:`mmcache.bounds`); ``upper_by`` the feasible
+    schedule whose misses are ``upper``: a policy's name, ``"foo-u"`` (the FOO LP's fully
+    cached intervals), ``"belady-bypass"`` (on unit sizes) or ``"no cache"``.
     """
 
     lower: int
