@@ -125,9 +125,9 @@ PROVENANCE = {"weights": "none: every model trained from scratch in this noteboo
 # in metrics.json) when the rule would choose a rate other than the recorded one.
 #
 # **Learning-rate range, chosen honestly:** the issue asked for 1×, 2× and 4× the tuned rate. A
-# first full run of this notebook at exactly those rates (5 seeds per cell at the time, all nine arms) recorded no
-# collapse, no vanishing gradients and no divergence in any arm, and a baseline pilot showed
-# collapse only from about 16× upwards. The sweep therefore runs 1× (the tuned rate), 4× (the top
+# first full run of this notebook at exactly those rates (5 seeds per cell at the time, all nine
+# arms) recorded no collapse, no vanishing gradients and no divergence in any arm, and a baseline
+# pilot showed collapse only from about 16× upwards. The sweep therefore runs 1× (the tuned rate), 4× (the top
 # of the requested range), 16× (the onset seen in the pilot) and 32× (well inside it).
 
 # %%
