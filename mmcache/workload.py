@@ -632,13 +632,12 @@ def stream_query(workload: Workload, i: int, *, text: str | None = None,
     modalities (``image`` as :func:`query_image` makes it); a video clip as a
     :class:`~mmcache.types.VideoClip` of those keyframes and the ``audio`` track (the vectors
     under ``"video"`` and ``"audio"``, so the cache files it under its own set)."""
-    vectors, intent = workload.vectors(i), int(workload.intent[i])
-    if workload.modality_set[i] == VIDEO:
+    modality_set, intent = int(workload.modality_set[i]), int(workload.intent[i])
+    embeddings = dict(zip((CHANNELS[c] for c in SET_CHANNELS[modality_set]), workload.vectors(i)))
+    if modality_set == VIDEO:
         clip = None if image is None or audio is None else VideoClip(image, audio)
-        return Query(video=clip, embeddings={"video": vectors[0], "audio": vectors[1]},
-                     scope=scope, ground_truth=intent)
-    return Query(text=text, image=image, audio=audio,
-                 embeddings=dict(zip(workload.modalities(i), vectors)), scope=scope,
+        return Query(video=clip, embeddings=embeddings, scope=scope, ground_truth=intent)
+    return Query(text=text, image=image, audio=audio, embeddings=embeddings, scope=scope,
                  ground_truth=intent)
 
 
