@@ -66,13 +66,15 @@ _RELATIVE_SLACK = 1e-6
 class LowerBound:
     """A lower bound on the optimal misses and how it was computed.
 
-    ``schedule_misses`` is the misses of a feasible schedule read off the FOO LP's
-    solution (its intervals cached in full: FOO-U), None for PFOO-L.
+    ``schedule_misses`` is the misses of a feasible schedule the bound was read from and
+    ``schedule`` its name: FOO-U (the FOO LP's intervals cached in full, ``"foo-u"``) or, on
+    unit sizes, MIN with bypass itself (``"belady-bypass"``); None for the relaxations.
     """
 
     misses: int
     method: str
     schedule_misses: int | None = None
+    schedule: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,7 @@ def lower_bound(trace: Trace, cache_size: int, method: str = "auto") -> LowerBou
         from .replay import simulate  # replay imports this module
 
         misses = simulate(trace, "belady-bypass", cache_size).miss_cnt
-        return LowerBound(misses, UNIT_SIZE_METHOD, misses)
+        return LowerBound(misses, UNIT_SIZE_METHOD, misses, "belady-bypass")
     intervals = reuse_intervals(trace, cache_size)
     if method == "foo-l" or (method == "auto" and intervals.start.shape[0] <= FOO_MAX_INTERVALS):
         foo = foo_lower_bound(intervals, cache_size)
@@ -244,7 +246,7 @@ def foo_lower_bound(intervals: ReuseIntervals, cache_size: int) -> LowerBound | 
     """
     n = intervals.start.shape[0]
     if n == 0:
-        return LowerBound(intervals.forced_misses, "foo-l", intervals.forced_misses)
+        return LowerBound(intervals.forced_misses, "foo-l", intervals.forced_misses, "foo-u")
     nodes = np.unique(np.r_[intervals.start, intervals.end])
     first, last = np.searchsorted(nodes, intervals.start), np.searchsorted(nodes, intervals.end)
     share = intervals.size / cache_size  # flows in units of the cache's size
@@ -262,8 +264,9 @@ def foo_lower_bound(intervals: ReuseIntervals, cache_size: int) -> LowerBound | 
         return None
     uncached = math.ceil(res.fun - _RELATIVE_SLACK * (1 + res.fun))
     bypassed = res.x[m - 1:]
-    return LowerBound(intervals.forced_misses + max(uncached, 0), "foo-l",
-                      _schedule_misses(intervals, cache_size, bypassed <= _RELATIVE_SLACK))
+    schedule_misses = _schedule_misses(intervals, cache_size, bypassed <= _RELATIVE_SLACK)
+    return LowerBound(intervals.forced_misses + max(uncached, 0), "foo-l", schedule_misses,
+                      None if schedule_misses is None else "foo-u")
 
 
 def _schedule_misses(intervals: ReuseIntervals, cache_size: int, cached: np.ndarray) -> int | None:

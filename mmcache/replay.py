@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from .bounds import UNIT_SIZE_METHOD, lower_bound
+from .bounds import lower_bound
 from .errors import ConfigError, TraceFormatError, UnknownPolicyError
 from .policies import POLICIES, make_policy
 from .policies.admission import admit_miss
@@ -157,9 +157,7 @@ def opt_bounds(trace: Trace, cache_size: int, *, policies: Iterable[str] | None 
     low = lower_bound(trace, cache_size, method)
     upper, upper_by = trace.n_req, "no cache"
     if low.schedule_misses is not None and low.schedule_misses < upper:
-        # the schedule the bound was read from: FOO-U, or on unit sizes MIN with bypass's
-        upper, upper_by = low.schedule_misses, ("belady-bypass" if low.method == UNIT_SIZE_METHOD
-                                                else "foo-u")
+        upper, upper_by = low.schedule_misses, low.schedule
     for name in sorted(names, key=lambda n: (n not in KERNELS, n)):  # compiled kernels first
         if upper == low.misses:  # optimal: no policy can miss less
             break
