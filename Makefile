@@ -10,8 +10,13 @@ APT_PACKAGES := espeak-ng dataset-fashion-mnist asterisk-core-sounds-en-wav \
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
+comma := ,
 
-.PHONY: help setup sysdeps test smoke figures check-readme models priors lab pair bench bench-cache bench-replay bench-cachebench bench-guard bench-encoders bench-thresholds latency-profile clean
+# pip leaves the ~5 GB it installs uncompiled (byte-compiling it all took 70 s of set-up on one
+# core); Python compiles and caches the modules a run imports instead, so this must not be off.
+unexport PYTHONDONTWRITEBYTECODE
+
+.PHONY: help setup setup-bench sysdeps test smoke figures check-readme models priors lab pair bench bench-cache bench-replay bench-cachebench bench-guard bench-encoders bench-thresholds latency-profile clean
 
 help:
 	@echo "make figures   regenerate every figure (full notebooks) into figures/, with MANIFEST.md"
@@ -25,17 +30,28 @@ help:
 	@echo "make lab       open JupyterLab on notebooks/"
 	@echo "make pair      regenerate notebooks/*.ipynb (no outputs) from their .py sources"
 
-setup: sysdeps $(STAMP)
+# The venv and the Debian packages install side by side.
+setup:
+	@$(MAKE) --no-print-directory -j2 sysdeps $(STAMP)
 
-$(STAMP): pyproject.toml
+# The same with the bench extra (GPTCache, for notebook 02 and the cache bench) in one pip call.
+setup-bench:
+	@$(MAKE) --no-print-directory -j2 sysdeps $(BENCH_STAMP)
+
+# venv_install EXTRAS: the venv with the package and these extras (torch pinned).
+define venv_install
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet $(TORCH_PINS) -e '.[test]'
+	$(PIP) install --quiet --no-compile $(TORCH_PINS) -e '.[$(1)]'
+endef
+
+$(STAMP): pyproject.toml
+	$(call venv_install,test)
 	touch $@
 
-$(BENCH_STAMP): $(STAMP)
-	$(PIP) install --quiet $(TORCH_PINS) -e '.[test,bench]'
-	touch $@
+$(BENCH_STAMP): pyproject.toml
+	$(call venv_install,test$(comma)bench)
+	touch $(STAMP) $@
 
 # Debian packages: data sets, speech, redis-server. Installed when root, else the command is printed.
 sysdeps:
@@ -61,7 +77,7 @@ models: setup
 # Every notebook in full mode through the sweep runner (two at a time on 2 cores), then MANIFEST.md.
 # The offline CLIP (`make models`) is trained by the runner, beside the first notebooks.
 # The bench extra brings GPTCache, which notebook 02 runs side by side with mmcache's rules.
-figures: setup $(BENCH_STAMP)
+figures: setup-bench
 	$(PY) -m mmcache.figures
 
 check-readme: setup
@@ -85,10 +101,10 @@ bench: bench-cache bench-replay bench-cachebench bench-guard bench-encoders benc
 latency-profile: setup
 	$(PY) -m mmcache.bench.latency_profile
 
-bench-cache: setup $(BENCH_STAMP)
+bench-cache: setup-bench
 	$(PY) -m mmcache.bench.cache_bench
 
-bench-replay: setup $(BENCH_STAMP)
+bench-replay: setup-bench
 	$(PY) -m mmcache.bench.replay_bench
 
 bench-cachebench: setup
