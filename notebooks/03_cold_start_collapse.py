@@ -48,12 +48,12 @@
 # MiniLM token states as queries, raw patches plus Whisper tiny.en frames of spoken captions as keys.
 #
 # **Study size** (set in the parameters cell below): 3 seeds (0–2) per arm and learning rate,
-# 3 per cell of the frozen-feature sweep, 2 tuning seeds, 200 steps — 140 training runs
-# (8 tuning + 9 arms × 4 learning rates × 3 seeds + 4 arms × 2 learning rates × 3 seeds). The grid
+# 3 per cell of the frozen-feature sweep, 2 tuning seeds, 200 steps — 113 training runs
+# (8 tuning + 9 arms × 3 learning rates × 3 seeds + 4 arms × 2 learning rates × 3 seeds). The grid
 # is sized so that `make figures` (every notebook, two at a time on 2 cores) fits its 20-minute
-# budget; it used 5 seeds per cell (228 runs) before. Each run is seeded by its own seed, so this
-# grid is a subset of the 5-seed one with those runs unchanged; `SEEDS = 5, FROZEN_SEEDS = 5`
-# restores it. With 3 seeds a cell's collapse rate moves in steps of 1/3 and pooled counts are
+# budget; it used 5 seeds per cell and a 4× column (228 runs) before. Each run is seeded by its own
+# seed, so this grid is a subset of the earlier one with those runs unchanged;
+# `SEEDS = 5, FROZEN_SEEDS = 5, LR_MULTIPLIERS = [1, 4, 16, 32]` restores it. With 3 seeds a cell's collapse rate moves in steps of 1/3 and pooled counts are
 # out of 6, so Fisher tests and Wilson intervals are wide: read the verdicts below with that.
 
 # %% tags=["parameters"]
@@ -66,7 +66,7 @@ TUNE_LRS = [1e-3, 2e-3, 4e-3, 8e-3]  # baseline learning-rate grid
 TUNE_SEEDS = 2                       # seeds 100.. (disjoint from the sweep's 0..SEEDS-1)
 TUNE_TOLERANCE = 0.1                 # relative held-out loss gap still counted as "as good"
 TUNED_LR = 1e-3                      # recorded "1x" rate (section 1 shows the tuning evidence)
-LR_MULTIPLIERS = [1, 4, 16, 32]      # x the tuned baseline learning rate (see section 1)
+LR_MULTIPLIERS = [1, 16, 32]         # x the tuned baseline learning rate (see section 1)
 WARMUP_FRACTION = 0.1                # "short warmup": linear over the first 10% of steps
 COLLAPSE_FRACTION = 0.1
 COLLAPSE_PATIENCE = 20
@@ -127,8 +127,10 @@ PROVENANCE = {"weights": "none: every model trained from scratch in this noteboo
 # **Learning-rate range, chosen honestly:** the issue asked for 1×, 2× and 4× the tuned rate. A
 # first full run of this notebook at exactly those rates (5 seeds per cell at the time, all nine
 # arms) recorded no collapse, no vanishing gradients and no divergence in any arm, and a baseline
-# pilot showed collapse only from about 16× upwards. The sweep therefore runs 1× (the tuned rate), 4× (the top
-# of the requested range), 16× (the onset seen in the pilot) and 32× (well inside it).
+# pilot showed collapse only from about 16× upwards. The sweep therefore runs 1× (the tuned rate),
+# 16× (the onset seen in the pilot) and 32× (well inside it). It ran 4× (the top of the requested
+# range) too until the grid was sized for `make figures`: no arm collapsed there in any full run
+# (5 seeds, then 3; Intel and AMD CPUs); `LR_MULTIPLIERS` in the parameters cell brings it back.
 
 # %%
 tune = runs_table(sweep({"baseline": SINGLES["baseline"]}, TUNE_LRS,

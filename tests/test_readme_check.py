@@ -42,11 +42,11 @@ def test_matching_runs_pass_and_a_changed_number_is_caught(tmp_path) -> None:
     assert check(EXPECTATIONS, tmp_path, README) == []
     path = tmp_path / "03_cold_start_collapse" / "metrics.json"
     metrics = json.loads(path.read_text())
-    metrics["collapse_rate"]["baseline"]["4x"] = 1.0      # the machine: 5/5 at 4x
-    metrics["collapse_rate"]["baseline"]["16x"] = 1.0     # one seed of three above 0.67: still fine
+    metrics["collapse_rate"]["baseline"]["1x"] = 1.0      # a collapse at the tuned rate
+    metrics["collapse_rate"]["baseline"]["16x"] = 1.0     # the AMD run's 16x: still fine
     path.write_text(json.dumps(metrics))
     (mismatch,) = check(EXPECTATIONS, tmp_path, README)
-    assert mismatch.problem == "collapse_rate/baseline/4x: README 0, run 1.0"
+    assert mismatch.problem == "collapse_rate/baseline/1x: README 0, run 1.0"
 
 
 def test_smoke_runs_missing_metrics_and_an_edited_readme_are_caught(tmp_path) -> None:
