@@ -10,8 +10,9 @@ latency ≤ SLA. Its Lagrangian for a lever setting ``s`` is
 
 where ``violation_k`` is ``target − value`` for an at-least constraint and
 ``value − target`` for an at-most one. Each λ_k comes from one :class:`Controller`
-(fixed, the seed's I, PI, PID; see :data:`CONTROLLERS`), updated with every window's
-measurement of its metric.
+(fixed, the seed's I, PI, PID, PI-aim; see :data:`CONTROLLERS`), updated with every window's
+measurement of its metric (or, for PI-aim, set from the value it aims at through the
+mixture below).
 
 The decision: the :class:`Scheduler` picks, per window, a setting from a declared finite
 set of :class:`Levers` — the one minimising L under per-setting estimates (exponential
