@@ -217,7 +217,7 @@ class AimPIController(Controller):
     metric's units); the scheduler sets ``lam`` to the multiplier whose mixture's expected
     value under its estimates is the aim (:meth:`Scheduler.multiplier`). Why: a PI on λ moves
     the metric by its gains times the slope of the mixture's expected value in λ, which
-    differs by orders of magnitude between streams, phases and segments of the hull, so one
+    differs by a factor of tens between streams, phases and segments of the hull, so one
     pair of gains is a fast loop on one stream and slower than a phase on another; on the
     metric's own scale the gains mean the same everywhere, and the estimates' map stands in
     for the inverse slope, the integral correcting what the estimates get wrong.
