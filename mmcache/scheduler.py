@@ -10,8 +10,9 @@ latency ≤ SLA. Its Lagrangian for a lever setting ``s`` is
 
 where ``violation_k`` is ``target − value`` for an at-least constraint and
 ``value − target`` for an at-most one. Each λ_k comes from one :class:`Controller`
-(fixed, the seed's I, PI, PID; see :data:`CONTROLLERS`), updated with every window's
-measurement of its metric.
+(fixed, the seed's I, PI, PID, PI-aim; see :data:`CONTROLLERS`), updated with every window's
+measurement of its metric (or, for PI-aim, set from the value it aims at through the
+mixture below).
 
 The decision: the :class:`Scheduler` picks, per window, a setting from a declared finite
 set of :class:`Levers` — the one minimising L under per-setting estimates (exponential
@@ -83,6 +84,9 @@ class Controller(ABC):
     """
 
     name: str = ""
+    #: Whether the controller sets ``aim`` (a value of its metric) rather than λ: a mixing
+    #: :class:`Scheduler` then sets its λ (see :class:`AimPIController`).
+    aims: bool = False
 
     def __init__(self, target: float, *, at_least: bool = True) -> None:
         self.target = _finite(target, "target", ConfigError)
@@ -204,9 +208,45 @@ class PIController(PIDController):
         super().__init__(target, kp=kp, ki=ki, kd=0.0, lam_max=lam_max, at_least=at_least)
 
 
+class AimPIController(Controller):
+    """PI on the constrained metric's own scale (a gain-scheduled dual update).
+
+    Each window it sets ``aim``, the value a mixing :class:`Scheduler` is asked to reach in
+    expectation: ``target + kp·e + I`` for an at-least bound (``target − …`` for an at-most
+    one), ``e`` the violation, ``I ← clip(I + ki·e, −reach, reach)`` (anti-windup, in the
+    metric's units); the scheduler sets ``lam`` to the multiplier whose mixture's expected
+    value under its estimates is the aim (:meth:`Scheduler.multiplier`). Why: a PI on λ moves
+    the metric by its gains times the slope of the mixture's expected value in λ, which
+    differs by a factor of tens between streams, phases and segments of the hull, so one
+    pair of gains is a fast loop on one stream and slower than a phase on another; on the
+    metric's own scale the gains mean the same everywhere, and the estimates' map stands in
+    for the inverse slope, the integral correcting what the estimates get wrong.
+    """
+
+    name = "PI-aim"
+    aims = True
+
+    def __init__(self, target: float, *, kp: float = 0.5, ki: float = 0.1, reach: float = 0.1,
+                 at_least: bool = True) -> None:
+        self.kp, self.ki, self.reach = (_non_negative(v, n) for v, n in
+                                        ((kp, "kp"), (ki, "ki"), (reach, "reach")))
+        super().__init__(target, at_least=at_least)
+
+    def _step(self, measurement: float) -> float:
+        error = self.violation(measurement)
+        self.integral = min(self.reach, max(-self.reach, self.integral + self.ki * error))
+        shift = self.kp * error + self.integral
+        self.aim = self.target + shift if self.at_least else self.target - shift
+        return self.lam
+
+    def reset(self) -> None:
+        self.lam, self.integral, self.aim = 0.0, 0.0, self.target
+
+
 #: Controller name → factory ``(target, **params)``; add a controller by one class and a line.
 CONTROLLERS: dict[str, Callable[..., Controller]] = {
-    cls.name: cls for cls in (FixedController, IController, PIController, PIDController)}
+    cls.name: cls for cls in (FixedController, IController, PIController, PIDController,
+                              AimPIController)}
 
 
 def make_controller(name: str, target: float, **params: Any) -> Controller:
@@ -270,15 +310,19 @@ class Scheduler:
     that λ = 1 prices a unit of constraint at the settings' mean exchange rate);
     ``smoothing`` is
     the weight of the newest window in a setting's moving averages; ``signal_smoothing``
-    the newest window's weight in the filtered measurement each controller is fed (an
-    exponential moving average over windows of its constrained metric; 1: the raw window),
-    for windows whose measurement is noisier than the band the constraint is held to;
+    the newest window's weight in the filtered measurement each controller is fed (the
+    exponentially weighted mean of its constrained metric over the windows fed so far, the
+    weights normalised so the first window is not over-weighted; 1: the raw window), for
+    windows whose measurement is noisier than the band the constraint is held to; the
+    controllers are fed from the first window chosen with every setting estimated (the
+    windows that try untried settings are not theirs to answer for);
     ``explore`` the share of windows that use a random setting; ``seed`` seeds that choice.
     ``objective`` is what is minimised: ``"mean_latency_ms"`` (÷ ``objective_scale``) or
     ``"error_rate"`` (the false-hit rate ÷ ``objective_scale``: for workloads where every
     extra hit also cuts latency, so a hit-rate constraint only binds against errors).
     ``mix`` names the constraint whose λ mixes two neighbouring settings (see module and
-    :meth:`mixture`); None: one setting per window, the Lagrangian's argmin.
+    :meth:`mixture`); None: one setting per window, the Lagrangian's argmin. A controller
+    that aims (:attr:`Controller.aims`) must be the mixed constraint's.
     """
 
     def __init__(self, settings: Sequence[Levers], constraints: Mapping[str, Controller], *,
@@ -302,6 +346,10 @@ class Scheduler:
             raise ConfigError(f"mix names constraint {mix!r}, not one of "
                               f"{sorted(self.constraints)}")
         self.mix = mix
+        for metric, controller in self.constraints.items():
+            if controller.aims and metric != mix:
+                raise ConfigError(f"controller {controller.name!r} of {metric!r} sets an aim; "
+                                  f"it needs Scheduler(mix={metric!r})")
         if objective_scale is None:
             objective_scale = 1000.0 if objective == "mean_latency_ms" else 1.0
         if not _finite(objective_scale, "objective_scale", ConfigError) > 0:
@@ -325,6 +373,7 @@ class Scheduler:
         self.estimates: list[dict[str, float] | None] = [None] * len(self.settings)
         self.choice, self.mixed_with, self.weight = 0, 0, 0.0
         self.filtered: dict[str, float] = {}
+        self._fed_weight = 0.0  # the filter's sum of weights so far
         self.history: list[dict[str, Any]] = []
         self._rng = np.random.default_rng(self.seed)
 
@@ -365,6 +414,30 @@ class Scheduler:
         (μ_{i+1} − μ_i); from the last μ on, its vertex alone. So x's expected value, and the
         objective's, are continuous and monotone in λ, each vertex pure at its break-even.
         """
+        hull, breaks, _ = self._hull()
+        lam = self.constraints[self.mix].lam
+        i = int(np.searchsorted(breaks, lam, side="right")) - 1
+        if i == len(hull) - 1:
+            return hull[i], hull[i], 0.0
+        return hull[i], hull[i + 1], (lam - breaks[i]) / (breaks[i + 1] - breaks[i])
+
+    def multiplier(self, aim: float) -> float:
+        """The λ at which :meth:`mixture`'s expected value of the mixed constraint's metric,
+        under the estimates, is ``aim``: the inverse of that piecewise linear map; 0 below
+        the first hull vertex's value, the last break-even above the last one's."""
+        hull, breaks, margins = self._hull()
+        margin = -self.constraints[self.mix].violation(aim)
+        xs = [margins[k] for k in hull]
+        if margin <= xs[0]:
+            return 0.0
+        if margin >= xs[-1]:
+            return breaks[-1]
+        i = int(np.searchsorted(xs, margin, side="right")) - 1
+        return breaks[i] + (margin - xs[i]) / (xs[i + 1] - xs[i]) * (breaks[i + 1] - breaks[i])
+
+    def _hull(self) -> tuple[list[int], list[float], list[float]]:
+        """(hull vertices in order, their break-evens, every setting's margin x): see
+        :meth:`mixture`."""
         if self.mix is None:
             raise ConfigError("mixture() needs a Scheduler(mix=<constraint>)")
         controller = self.constraints[self.mix]
@@ -382,37 +455,32 @@ class Scheduler:
             vertex = min(ahead, key=lambda k: (slope[k], -points[k][0]))
             hull.append(vertex)
             breaks.append(max(slope[vertex], breaks[-1]))
-        lam = controller.lam
-        i = int(np.searchsorted(breaks, lam, side="right")) - 1
-        if i == len(hull) - 1:
-            return hull[i], hull[i], 0.0
-        return hull[i], hull[i + 1], (lam - breaks[i]) / (breaks[i + 1] - breaks[i])
+        return hull, breaks, margins
 
     def observe(self, stats: WindowStats,
                 parts: Sequence[tuple[int, WindowStats]] | None = None) -> Levers:
         """Learn from the window just served (as :meth:`split` said); return the setting the
         next one starts with.
 
-        ``stats``: the whole window, fed (filtered) to the controllers; ``parts``: (setting
-        index, what its requests measured) per part of a split window (default: the whole
-        window, served with :attr:`levers`). Each part moves its setting's estimates with
-        weight ``smoothing`` × its share of the window's requests. A window without requests
-        changes nothing.
+        ``stats``: the whole window, fed (filtered) to the controllers once every setting was
+        estimated when it started; ``parts``: (setting index, what its requests measured) per
+        part of a split window (default: the whole window, served with :attr:`levers`). Each
+        part moves its setting's estimates with weight ``smoothing`` × its share of the
+        window's requests. An aiming controller's λ is then :meth:`multiplier` of its aim. A
+        window without requests changes nothing.
         """
         if stats.requests == 0:
             return self.levers
         measured = _measured(stats)
+        decided = all(e is not None for e in self.estimates)
         learned = [(k, part.requests, _measured(part)) for k, part in
                    (parts if parts is not None else [(self.choice, stats)]) if part.requests]
         for k, requests, values in learned:
             old, weight = self.estimates[k], self.smoothing * requests / stats.requests
             self.estimates[k] = values if old is None else {
                 name: (1 - weight) * old[name] + weight * v for name, v in values.items()}
-        for metric, controller in self.constraints.items():
-            old_signal = self.filtered.get(metric, measured[metric])
-            self.filtered[metric] = old_signal + self.signal_smoothing * (
-                measured[metric] - old_signal)
-            controller.update(self.filtered[metric])
+        if decided:
+            self._feed(measured)
         self.history.append({"window": len(self.history), "setting": self.choice,
                              "mixed_with": self.mixed_with, "mix_weight": self.weight,
                              "requests": stats.requests, **measured,
@@ -420,6 +488,17 @@ class Scheduler:
                              **{f"lambda_{m}": lam for m, lam in self.lambdas.items()}})
         self.choice, self.mixed_with, self.weight = self._next_choice()
         return self.levers
+
+    def _feed(self, measured: Mapping[str, float]) -> None:
+        """Move each filtered measurement and update its controller (an aiming one's λ from
+        its aim)."""
+        self._fed_weight = (1 - self.signal_smoothing) * self._fed_weight + 1.0
+        for metric, controller in self.constraints.items():
+            old_signal = self.filtered.get(metric, measured[metric])
+            self.filtered[metric] = old_signal + (measured[metric] - old_signal) / self._fed_weight
+            controller.update(self.filtered[metric])
+            if controller.aims:
+                controller.lam = self.multiplier(controller.aim)
 
     def _next_choice(self) -> tuple[int, int, float]:
         untried = [k for k, e in enumerate(self.estimates) if e is None]

@@ -6,7 +6,8 @@ shifts half-way (arrival rate and popularity), scored window by window.
 control_metrics` plus latency) and the gain-choice ``cost``; :func:`settle_after_shifts` checks
 where a run ends before and after the shift; :func:`window_noise` the noise of
 a held setting's windows; :func:`grid` replays a gain grid on tuning seeds;
-:func:`exchange_rate` gives the Lagrangian's objective unit (``objective_scale``).
+:func:`exchange_rate` gives the Lagrangian's objective unit (``objective_scale``);
+:func:`needed_multiplier` the λ a stream's held settings say the target needs.
 
 What is judged: a window of a few hundred requests measures the hit rate with several points
 of noise (sessions and bursts cluster hits), more than the ±1 point band the target is held
@@ -20,6 +21,7 @@ fed the same filter without the restart (``Scheduler(signal_smoothing=...)``).
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
@@ -80,6 +82,22 @@ def exchange_rate(held: pd.DataFrame) -> float:
     if not rate > 0:
         raise ConfigError(f"the held settings buy no hits with false hits (rate {rate!r})")
     return rate
+
+
+def needed_multiplier(held: Sequence[Mapping[str, float]], settings: Sequence[Levers],
+                      target: float, *, objective_scale: float = 1.0,
+                      band: float = 0.005) -> tuple[float, float]:
+    """Where the settings held with the mean window measurements ``held`` (one mapping per
+    setting, with ``hit_rate`` and ``error_rate``) put the target: the λ at which the mixture
+    of their hull reaches hit rate ``target`` in expectation under the false-hit objective ÷
+    ``objective_scale`` (:meth:`mmcache.scheduler.Scheduler.multiplier`), and the hit rate's
+    slope in λ there (2·``band`` over the λs that target ± ``band`` need; inf where equal)."""
+    scheduler = Scheduler(settings, {"hit_rate": make_controller("fixed", target)},
+                          objective="error_rate", objective_scale=objective_scale,
+                          mix="hit_rate")
+    scheduler.estimates = [dict(h) for h in held]
+    low, high = (scheduler.multiplier(target + d) for d in (-band, band))
+    return scheduler.multiplier(target), 2 * band / (high - low) if high > low else math.inf
 
 
 def judged(windows: pd.DataFrame, *, smoothing: float = 1.0, warmup: int = 0,

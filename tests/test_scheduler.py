@@ -106,7 +106,8 @@ def test_anti_windup_bounds_lambda_and_pid_recovers_after_a_long_infeasible_stre
        st.floats(0.0, 1.0), st.floats(0.0, 3.0), st.booleans())
 def test_lambda_is_never_negative(name, measurements, target, gain, at_least):
     params = {"fixed": {"lam": gain}, "I": {"horizon": 10},
-              "PI": {"kp": gain, "ki": gain}, "PID": {"kp": gain, "ki": gain, "kd": gain}}[name]
+              "PI": {"kp": gain, "ki": gain}, "PID": {"kp": gain, "ki": gain, "kd": gain},
+              "PI-aim": {"kp": gain, "ki": gain}}[name]
     controller = make_controller(name, target, at_least=at_least, **params)
     assert all(controller.update(m) >= 0.0 for m in measurements)
 
@@ -122,7 +123,7 @@ def test_bad_measurement_changes_nothing():
 
 
 def test_unknown_controller_is_a_config_error_naming_the_known_ones():
-    with pytest.raises(ConfigError, match=r"'PD'.*\['I', 'PI', 'PID', 'fixed'\]"):
+    with pytest.raises(ConfigError, match=r"'PD'.*\['I', 'PI', 'PI-aim', 'PID', 'fixed'\]"):
         make_controller("PD", TARGET)
     with pytest.raises(ConfigError, match="bad parameters"):
         make_controller("PI", TARGET, kd=1.0)
@@ -179,16 +180,22 @@ def test_scheduler_estimates_are_moving_averages_and_empty_windows_change_nothin
     assert len(s.history) == 2 and s.estimates[0]["hit_rate"] == pytest.approx(0.7)
 
 
-def test_controllers_are_fed_the_filtered_measurement():
+def test_controllers_are_fed_the_filtered_measurement_once_every_setting_is_estimated():
     s = Scheduler([Levers()], {"hit_rate": make_controller("I", TARGET, horizon=10)},
                   signal_smoothing=0.25)
-    for hit_rate in (0.8, 0.4):
+    s.observe(_stats(0.1, 10.0))  # the untried setting's window: not the controller's
+    assert s.filtered == {} and s.lambdas["hit_rate"] == 0.0
+    for hit_rate in (0.8, 0.4, 0.6):
         s.observe(_stats(hit_rate, 10.0))
-    assert s.filtered["hit_rate"] == pytest.approx(0.8 + 0.25 * (0.4 - 0.8))
-    assert s.history[-1]["filtered_hit_rate"] == pytest.approx(0.7)
+    # the exponentially weighted mean of the fed windows, weights 0.75² : 0.75 : 1
+    expected = (0.5625 * 0.8 + 0.75 * 0.4 + 0.6) / (0.5625 + 0.75 + 1)
+    assert s.filtered["hit_rate"] == pytest.approx(expected)
+    assert s.history[-1]["filtered_hit_rate"] == pytest.approx(expected)
+    assert s.history[1]["filtered_hit_rate"] == pytest.approx(0.8)  # the first, at full weight
     seed_update = make_controller("I", TARGET, horizon=10)
-    seed_update.update(0.8)
-    assert s.lambdas["hit_rate"] == pytest.approx(seed_update.update(0.7))
+    for fed in (0.8, (0.75 * 0.8 + 0.4) / 1.75):
+        seed_update.update(fed)
+    assert s.lambdas["hit_rate"] == pytest.approx(seed_update.update(expected))
     s.reset()
     assert s.filtered == {} and s.lambdas["hit_rate"] == 0.0
 
@@ -479,6 +486,57 @@ def test_at_a_break_even_the_setting_is_picked_purely_and_dominated_ones_never()
         _toy(mix=None)[0].mixture()
     with pytest.raises(ConfigError, match="mix"):
         Scheduler([Levers()], {}, mix="hit_rate")
+
+
+def test_the_multiplier_inverts_the_mixed_hit_rate():
+    s, controller = _toy()
+    for aim in np.linspace(0.61, 0.89, 29):
+        assert _expected_hit_rate(s, s.multiplier(aim)) == pytest.approx(aim)
+    assert s.multiplier(0.825) == pytest.approx(0.25)  # a quarter of the way from 0.2 to 0.4
+    assert (s.multiplier(0.5), s.multiplier(0.95)) == (0.0, pytest.approx(0.4))
+
+
+def _closed_loop(name, params, *, objective_scale, windows=60, bias=0.03):
+    """A toy scheduler whose window measures the mixture's hit rate of settings whose true
+    hit rates lie ``bias`` below TOY's first estimates: the hit rates it measured."""
+    controller = make_controller(name, 0.75, **params)
+    s = Scheduler([Levers(admit=a / 10) for a in range(len(TOY))], {"hit_rate": controller},
+                  objective="error_rate", objective_scale=objective_scale, explore=0.0,
+                  mix="hit_rate", smoothing=0.3)
+    truth = [(h - bias, e) for h, e in TOY]
+    for hit_rate, error_rate in TOY:
+        s.observe(_stats(hit_rate, 10.0, error_rate))
+    for _ in range(windows):
+        parts = [(k, WindowStats(n, truth[k][0], truth[k][1], 10.0, 20.0))
+                 for k, n in s.split(100)]
+        hit = sum(n * truth[k][0] for k, n in s.split(100)) / 100
+        s.observe(WindowStats(100, hit, 0.0, 10.0, 20.0), parts)
+    return np.array([row["hit_rate"] for row in s.history[len(TOY):]])
+
+
+def test_an_aiming_pi_reaches_the_target_whatever_the_slope_of_hit_rate_in_lambda():
+    # objective_scale divides the break-evens, so hit rate rises 20 times faster in λ at 0.05
+    aim = {s: _closed_loop("PI-aim", {"kp": 0.5, "ki": 0.3}, objective_scale=s)
+           for s in (1.0, 0.05)}
+    np.testing.assert_allclose(aim[1.0], aim[0.05], atol=1e-9)  # the same run at either
+    assert abs(aim[1.0][-10:].mean() - 0.75) < 0.002  # the estimates' bias integrated away
+    pi = {s: _closed_loop("PI", {"kp": 0.5, "ki": 0.3, "lam_max": 20.0}, objective_scale=s)
+          for s in (1.0, 0.05)}
+    assert np.abs(pi[1.0] - pi[0.05]).max() > 0.01  # a PI on λ depends on the slope
+
+
+def test_an_aiming_controller_bounds_its_integral_and_needs_the_mix():
+    c = make_controller("PI-aim", 0.5, kp=0.0, ki=1.0, reach=0.1)
+    for _ in range(50):  # a long infeasible stretch
+        c.update(0.0)
+    assert (c.integral, c.aim) == (pytest.approx(0.1), pytest.approx(0.6))
+    c.update(0.55)
+    assert c.aim == pytest.approx(0.55)  # one window's error back: no wound-up integral
+    at_most = make_controller("PI-aim", 0.02, kp=1.0, ki=0.0, at_least=False)
+    at_most.update(0.03)
+    assert at_most.aim == pytest.approx(0.01)  # too many errors: aim lower
+    with pytest.raises(ConfigError, match="aim"):
+        Scheduler([Levers()], {"hit_rate": make_controller("PI-aim", 0.5)})
 
 
 def test_a_split_window_teaches_each_part_its_own_requests():

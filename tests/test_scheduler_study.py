@@ -10,7 +10,7 @@ from mmcache.cachebench import LatencyModel, TierSpec, at_load
 from mmcache.errors import ConfigError
 from mmcache.scheduler import replay_table
 from mmcache.scheduler_study import (exchange_rate, grid, hindsight_fixed, judged,
-                                     offset_settings, run_controller, scores,
+                                     needed_multiplier, offset_settings, run_controller, scores,
                                      settle_after_shifts, shift_load, window_noise)
 from mmcache.workload import generate
 
@@ -102,6 +102,17 @@ def test_runs_mix_neighbouring_settings_unless_told_not_to(stream):
     assert ((mixed.mix_weight > 0) & (mixed.mix_weight < 1)).any()
     assert (mixed.mix_weight.between(0, 1)).all()
     assert (argmin.mix_weight == 0).all() and (argmin.setting == argmin.mixed_with).all()
+
+
+def test_needed_multiplier_is_where_the_held_settings_hull_meets_the_target():
+    # break-evens 0.1 (0.6 -> 0.7) and 0.2 (0.7 -> 0.8); the last setting is dominated
+    held = [{"hit_rate": h, "error_rate": e} for h, e in
+            ((0.6, 0.01), (0.7, 0.02), (0.8, 0.04), (0.65, 0.05))]
+    settings = offset_settings([-0.1, 0.0, 0.1, 0.05])
+    lam, slope = needed_multiplier(held, settings, 0.75)
+    assert (lam, slope) == (pytest.approx(0.15), pytest.approx(1.0))  # 0.1 of hits per 0.1 of λ
+    lam, slope = needed_multiplier(held, settings, 0.65, objective_scale=0.1)
+    assert (lam, slope) == (pytest.approx(0.5), pytest.approx(0.1))  # λ's unit ten times finer
 
 
 def test_window_noise_is_the_step_spread_of_each_phases_second_half():

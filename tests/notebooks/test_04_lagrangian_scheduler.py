@@ -17,7 +17,7 @@ def metrics(smoke_metrics):
 
 
 def test_every_controller_has_consistent_scores(metrics):
-    assert set(metrics["controllers"]) == {"fixed", "I", "PI", "PID"}
+    assert set(metrics["controllers"]) == {"fixed", "I", "PI", "PID", "PI-aim"}
     for scores in metrics["controllers"].values():
         assert FIELDS <= set(scores)
         assert scores["violation_area"] >= 0 and scores["overshoot"] >= 0
@@ -47,11 +47,12 @@ def test_quality_bars_are_stated_and_match_the_scores(metrics):
     for area in ("violation_area", "raw_violation_area"):
         halved = any(c[k][area] <= 0.5 * c["I"][area] and
                      c[k]["mean_latency_ms"] <= 1.05 * c["I"]["mean_latency_ms"]
-                     for k in ("PI", "PID"))
+                     for k in ("PI", "PID", "PI-aim"))
         assert bars[f"{area}_halved_vs_I"] == halved
     for bar, ends in (("adaptive_within_1pt_after_each_shift", metrics["settled"]),
                       ("raw_within_1pt_after_each_shift", metrics["settled_raw"])):
-        assert bars[bar] == all(s["within_band"] for k in ("I", "PI", "PID") for s in ends[k])
+        assert bars[bar] == all(s["within_band"] for k in ("I", "PI", "PID", "PI-aim")
+                                for s in ends[k])
 
 
 def test_lambda_scale_and_clamp_come_from_the_held_settings(metrics):
@@ -74,7 +75,7 @@ def test_the_runs_mix_settings_and_the_argmin_alone_is_recorded_beside_them(metr
 def test_the_noise_floor_and_the_one_sided_criterion_are_recorded(metrics):
     floor = metrics["noise_floor"]
     assert 0 < floor["judged_end_sd_last_window"] < floor["judged_end_sd_open_loop"]
-    assert floor["ends_judged"] == 2 * len(metrics["seeds"]) * 3  # both ends, I, PI, PID
+    assert floor["ends_judged"] == 2 * len(metrics["seeds"]) * 4  # both ends, 4 adaptive
     assert 0 <= floor["all_ends_within_1pt_chance_bound"] <= 1
     assert floor["raw_area_on_target"] > 0
     one_sided, area_i = metrics["one_sided_criterion"], metrics["controllers"]["I"]
@@ -82,3 +83,11 @@ def test_the_noise_floor_and_the_one_sided_criterion_are_recorded(metrics):
     assert one_sided["area_ratio_vs_I"]["violation_area"] == pytest.approx(
         one_sided["violation_area"] / max(area_i["violation_area"], 1e-12))
     assert all(0 <= share <= 1 for share in metrics["lambda_saturated_share"].values())
+
+
+def test_the_needed_lambda_is_recorded_per_seed_and_phase(metrics):
+    needed = metrics["needed_lambda"]
+    assert len(needed["rows"]) == 2 * len(metrics["seeds"])
+    low, high = needed["range"]
+    assert 0 <= low <= high and needed["slope_range"][0] > 0
+    assert {"kp", "ki"} <= set(metrics["gains"]["PI-aim"])
