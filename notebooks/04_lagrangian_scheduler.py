@@ -274,7 +274,7 @@ fig, axes = plt.subplots(1, 5, figsize=(22, 4))
 for ax, metric in zip(axes[:3], ("cost", "lagrangian_cost", "violation_area")):
     sns.heatmap(pi_grid.pivot(index="kp", columns="ki", values=metric), annot=True,
                 fmt=".3g", ax=ax, cbar=False)
-    ax.set_title(f"PI, mean over seeds {TUNE_SEEDS}: {metric}")
+    ax.set_title(f"PI, mean over seeds {TUNE_SEEDS}:\n{metric}")
 for metric, style in (("cost", "o-"), ("tracking_error", "s--")):
     axes[3].plot(pid_grid.kd, pid_grid[metric], style, label=f"PID, {metric}")
 axes[3].set_xscale("symlog", linthresh=1.0)
@@ -282,7 +282,7 @@ axes[3].set_xlabel(f"kd (kp={pi_best['kp']:g}, ki={pi_best['ki']:g})")
 axes[3].legend()
 sns.heatmap(aim_grid.pivot(index="kp", columns="ki", values="cost"), annot=True, fmt=".3g",
             ax=axes[4], cbar=False)
-axes[4].set_title(f"PI-aim, mean over seeds {TUNE_SEEDS}: cost")
+axes[4].set_title(f"PI-aim, mean over seeds {TUNE_SEEDS}:\ncost")
 fig.tight_layout()
 save_figure(fig, "04_gain_grid", {**provenance, "tuned_on": f"seeds {TUNE_SEEDS}"})
 pd.concat([pid_grid[["kd", "cost", "tracking_error", "error_rate", "lambda_step_sd"]],
