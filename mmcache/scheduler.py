@@ -424,7 +424,9 @@ class Scheduler:
     def multiplier(self, aim: float) -> float:
         """The λ at which :meth:`mixture`'s expected value of the mixed constraint's metric,
         under the estimates, is ``aim``: the inverse of that piecewise linear map; 0 below
-        the first hull vertex's value, the last break-even above the last one's."""
+        the first hull vertex's value, the last break-even above the last one's; a non-finite
+        ``aim`` is an InvalidInputError."""
+        aim = _finite(aim, "aim", InvalidInputError)
         hull, breaks, margins = self._hull()
         margin = -self.constraints[self.mix].violation(aim)
         xs = [margins[k] for k in hull]

@@ -494,6 +494,9 @@ def test_the_multiplier_inverts_the_mixed_hit_rate():
         assert _expected_hit_rate(s, s.multiplier(aim)) == pytest.approx(aim)
     assert s.multiplier(0.825) == pytest.approx(0.25)  # a quarter of the way from 0.2 to 0.4
     assert (s.multiplier(0.5), s.multiplier(0.95)) == (0.0, pytest.approx(0.4))
+    for bad in (math.nan, math.inf, "0.8"):
+        with pytest.raises(InvalidInputError, match="aim"):
+            s.multiplier(bad)
 
 
 def _closed_loop(name, params, *, objective_scale, windows=60, bias=0.03):
