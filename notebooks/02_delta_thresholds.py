@@ -387,20 +387,21 @@ delta_w = widgets.FloatSlider(value=0.1, min=0.0, max=0.5, step=0.005, descripti
 budget_w = widgets.Dropdown(options=BUDGETS, value=0.02, description="budget")
 modality_w = widgets.Dropdown(options=MODALITIES, value=MODALITIES[0], description="modality")
 verifier_w = widgets.Checkbox(value=True, description="verifier")
-panel_out = widgets.Output()
+# The table is an HTML widget's value, not an Output widget's capture: nbclient (papermill, the
+# smoke tests) sometimes never returns from a cell that writes into an Output widget
+# (jupyter/nbclient#312; seen here once in a notebook-02 smoke test).
+panel_table = widgets.HTML()
 
 
 def show_panel(*_):
-    with panel_out:
-        panel_out.clear_output(wait=True)
-        display(pd.DataFrame(ts.panel_summary(scores, modality_w.value, delta_w.value,
-                                              budget_w.value, verifier_w.value)))
+    panel_table.value = pd.DataFrame(ts.panel_summary(
+        scores, modality_w.value, delta_w.value, budget_w.value, verifier_w.value)).to_html()
 
 
 for w in (delta_w, budget_w, modality_w, verifier_w):
     w.observe(show_panel, names="value")
 show_panel()
-display(widgets.VBox([widgets.HBox([delta_w, budget_w, modality_w, verifier_w]), panel_out]))
+display(widgets.VBox([widgets.HBox([delta_w, budget_w, modality_w, verifier_w]), panel_table]))
 
 # %% [markdown]
 # ## Quality bars and metrics
