@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from .offline import enforce_offline
+from mmcache.offline import enforce_offline
 
 enforce_offline()
 
-from . import errors  # noqa: E402
-from .types import Entry, Hit, Query, VideoClip  # noqa: E402
+from mmcache import errors  # noqa: E402
+from mmcache.types import Entry, Hit, Query, VideoClip  # noqa: E402
 
 __all__ = ["CacheConfig", "Entry", "Hit", "Query", "TieredCache", "VideoClip", "errors"]
 

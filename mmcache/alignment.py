@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .encoders.heads import InfoNCEHead, make_head
-from .encoders.store import content_hash
-from .errors import InvalidInputError
-from .paths import DATA_DIR
-from .retrieval import best_fusion_weight, cosine_similarity, evaluate, fuse
+from mmcache.encoders.heads import InfoNCEHead, make_head
+from mmcache.encoders.store import content_hash
+from mmcache.errors import InvalidInputError
+from mmcache.paths import DATA_DIR
+from mmcache.retrieval import best_fusion_weight, cosine_similarity, evaluate, fuse
 
 #: The learned rungs of the ladder, simplest first.
 LADDER_HEADS: tuple[str, ...] = ("ridge", "procrustes", "linear", "mlp")
@@ -191,7 +191,7 @@ def transcribe(model: Any, audios: Sequence[np.ndarray], batch_size: int = 8,
     import torch
     import whisper
 
-    from .encoders.whisper import check_audio, log_mel
+    from mmcache.encoders.whisper import check_audio, log_mel
 
     clips = [check_audio(a, i) for i, a in enumerate(audios)]
     path = Path(cache_dir) / f"{content_hash(str(model.weights_id))[:16]}.json"

@@ -46,8 +46,8 @@ import scipy.sparse as sp
 from numba import njit
 from scipy.optimize import linprog
 
-from .errors import ConfigError
-from .trace import Trace
+from mmcache.errors import ConfigError
+from mmcache.trace import Trace
 
 #: ``method="auto"`` solves the FOO LP exactly up to this many reuse intervals (HiGHS, one
 #: core: 6,222 intervals of cloudPhysics took 1-2 s, 14,071 took about 40 s).
@@ -137,7 +137,7 @@ def lower_bound(trace: Trace, cache_size: int, method: str = "auto") -> LowerBou
         raise ConfigError(f"unknown lower-bound method {method!r}; choose one of "
                           f"{LOWER_BOUND_METHODS}")
     if method == "auto" and _unit_sizes(trace, cache_size):
-        from .replay import simulate  # replay imports this module
+        from mmcache.replay import simulate  # replay imports this module
 
         misses = simulate(trace, "belady-bypass", cache_size).miss_cnt
         return LowerBound(misses, UNIT_SIZE_METHOD, misses, "belady-bypass")

@@ -96,24 +96,24 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .build import build_tiers, make_encoder, make_threshold, tier_routes
-from .config import CacheConfig, check_ann_factory
-from .context import context_similarity, context_vector, turn_texts
-from .image_check import image_fingerprint
-from .degrade import text_only
-from .encoders.base import Encoder
-from .encoders.keyframes import KeyframeMeanEncoder
-from .errors import (ConfigError, InvalidEmbeddingError, InvalidInputError, MMCacheError,
+from mmcache.build import build_tiers, make_encoder, make_threshold, tier_routes
+from mmcache.config import CacheConfig, check_ann_factory
+from mmcache.context import context_similarity, context_vector, turn_texts
+from mmcache.image_check import image_fingerprint
+from mmcache.degrade import text_only
+from mmcache.encoders.base import Encoder
+from mmcache.encoders.keyframes import KeyframeMeanEncoder
+from mmcache.errors import (ConfigError, InvalidEmbeddingError, InvalidInputError, MMCacheError,
                      UnknownHitError)
-from .guard import ExactKeyFilter
-from .inputs import PreparedQuery, prepare, unit_vector
-from .metrics import CacheMetrics
-from .thresholds import ThresholdRule
-from .tiers import Candidate, Tier
-from .tiers.codec import canonical_value, detached, encode_label, value_size
-from .tiers.store import StoreTier
-from .types import HINT_NAMES, MODALITIES, VIDEO, Entry, Hit, Query, modality_set_name
-from .verifiers import Verifier, checked_probability, make_verifier
+from mmcache.guard import ExactKeyFilter
+from mmcache.inputs import PreparedQuery, prepare, unit_vector
+from mmcache.metrics import CacheMetrics
+from mmcache.thresholds import ThresholdRule
+from mmcache.tiers import Candidate, Tier
+from mmcache.tiers.codec import canonical_value, detached, encode_label, value_size
+from mmcache.tiers.store import StoreTier
+from mmcache.types import HINT_NAMES, MODALITIES, VIDEO, Entry, Hit, Query, modality_set_name
+from mmcache.verifiers import Verifier, checked_probability, make_verifier
 
 #: Candidates fetched per semantic tier search (stale ones are skipped).
 SEARCH_K = 4

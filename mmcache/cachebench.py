@@ -60,14 +60,14 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import ConfigError
-from .latency import LogNormal, ServerPool, load_profile
-from .neighbours import NeighbourTable, best_resident, neighbour_table
-from .policies import make_policy
-from .policies.admission import admit_miss
-from .types import MODALITIES
-from .degrade import LEVELS, Degrader, check_level
-from .workload import KEYFRAMES, MODALITY_SET_NAMES, MODALITY_SETS, VIDEO, Workload, \
+from mmcache.errors import ConfigError
+from mmcache.latency import LogNormal, ServerPool, load_profile
+from mmcache.neighbours import NeighbourTable, best_resident, neighbour_table
+from mmcache.policies import make_policy
+from mmcache.policies.admission import admit_miss
+from mmcache.types import MODALITIES
+from mmcache.degrade import LEVELS, Degrader, check_level
+from mmcache.workload import KEYFRAMES, MODALITY_SET_NAMES, MODALITY_SETS, VIDEO, Workload, \
     modality_set_index
 
 #: Nominal link / device bandwidths in GB/s (assumptions, not measurements): HBM3 on-device,
@@ -697,7 +697,7 @@ class Replayer:
         through the compiled kernel (:class:`mmcache.tier_kernel.TierReplay`: every tier's policy
         in :data:`mmcache.tier_kernel.KERNEL_POLICIES`, no request served by :meth:`serve`, every
         lookup's floor, threshold - offset, positive and at or above :attr:`table`'s cutoff)."""
-        from .tier_kernel import KERNEL_POLICIES, TierReplay
+        from mmcache.tier_kernel import KERNEL_POLICIES, TierReplay
 
         if self._kernel is None:
             if any(t.policy not in KERNEL_POLICIES for t in self.specs):
@@ -830,7 +830,7 @@ def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel 
     (None: no expiry; limits ignore it). Raises :class:`ConfigError` for an empty or
     duplicate-named hierarchy, or a TTL that is not positive.
     """
-    from .tier_kernel import KERNEL_POLICIES
+    from mmcache.tier_kernel import KERNEL_POLICIES
 
     replayer = Replayer(workload, tiers, latency, ttl_s=ttl_s)
     if all(t.policy in KERNEL_POLICIES for t in replayer.specs):
@@ -888,7 +888,7 @@ def report_prometheus(report: Report, workload: Workload, *, model_type: str,
     registry's exposition text."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from .metrics import register_serving
+    from mmcache.metrics import register_serving
 
     registry = CollectorRegistry(auto_describe=False) if registry is None else registry
     sets = workload.modality_set[:report.n_req]
@@ -1044,8 +1044,8 @@ def replay_limits(workload: Workload, capacity_bytes: int, policy: str = "lru", 
     retrieves across modalities) the same three keyed by intent alone, prefixed
     ``cross_modal_``. ``lower_bound_method`` names the bound each lower ratio used.
     """
-    from .bounds import lower_bound
-    from .replay import simulate
+    from mmcache.bounds import lower_bound
+    from mmcache.replay import simulate
 
     exact = workload.to_trace("exact")
     oracles = {"oracle_semantic_": workload.to_trace("intent-modality")}
@@ -1106,8 +1106,8 @@ def miss_ratio_curves(trace: Any, policies: Sequence[str], sizes: Sequence[int])
 
     import pandas as pd
 
-    from .replay import simulate
-    from .workload import zipf_trace
+    from mmcache.replay import simulate
+    from mmcache.workload import zipf_trace
 
     warm = zipf_trace(2_000, 200, seed=0)
     trace.dense_ids()  # the one-off id renumbering every replay of this trace shares
@@ -1134,7 +1134,7 @@ def lower_bound_curve(trace: Any, curves: Any):
     """
     import pandas as pd
 
-    from .replay import opt_bounds, simulate
+    from mmcache.replay import opt_bounds, simulate
 
     rows = []
     for size, at_size in curves.groupby("cache_size", sort=True):

@@ -54,10 +54,10 @@ from typing import Any, Mapping
 
 import yaml
 
-from .errors import ConfigError
-from .policies import POLICIES, make_policy
-from .thresholds import RULES
-from .types import CHANNELS, MODALITIES, modality_set_channels
+from mmcache.errors import ConfigError
+from mmcache.policies import POLICIES, make_policy
+from mmcache.thresholds import RULES
+from mmcache.types import CHANNELS, MODALITIES, modality_set_channels
 
 STORE_BACKENDS = ("sqlite", "redis")
 INDEX_KINDS = ("auto", "flat")
@@ -436,7 +436,7 @@ def _validate(cfg: CacheConfig) -> None:
 
 def _check_rule_settings(th: ThresholdConfig) -> None:
     """The settings of the probabilistic rules, the verifier stage and the context channel."""
-    from .verifiers import VERIFIERS
+    from mmcache.verifiers import VERIFIERS
 
     _in_range(th.level, 0.0, 1.0, "thresholds.level", low_open=True)
     _choice(th.calibration, ("isotonic", "platt"), "thresholds.calibration")
@@ -538,7 +538,7 @@ def check_ann_factory(l2: SemanticTierConfig, dims: Mapping[str, int]) -> None:
 
 
 def _encoder_name(name: str, key: str) -> None:
-    from . import encoders
+    from mmcache import encoders
 
     known = getattr(encoders, "ENCODER_NAMES", None)
     if not name or (known is not None and name not in known):

@@ -29,8 +29,8 @@ import heapq
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from .errors import ConfigError, InvalidInputError
-from .types import Query
+from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.types import Query
 
 #: The levels, from the most faithful to the cheapest.
 LEVELS: tuple[str, ...] = ("full-modal", "text-fallback", "keyword-proxy")

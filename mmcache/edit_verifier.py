@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from .datasets.wordnet import POS_FILES, antonyms, synonyms
-from .image_check import MAX_BLOCK_DIFFERENCE, block_difference
+from mmcache.datasets.wordnet import POS_FILES, antonyms, synonyms
+from mmcache.image_check import MAX_BLOCK_DIFFERENCE, block_difference
 
 #: P(answer fits) returned for each reason (round numbers, not fitted: see module doc).
 PROBABILITIES: dict[str, float] = {

@@ -23,12 +23,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .paths import PROJECT_ROOT, RUNS_DIR
-from .plotting import figure_dir
-from .runbook import NOTEBOOK_DIR
-from .sweep import SweepSpec, load_spec, run_sweep
-from .sweep.point import METRICS_FILE
-from .sweep.store import read_record
+from mmcache.paths import PROJECT_ROOT, RUNS_DIR
+from mmcache.plotting import figure_dir
+from mmcache.runbook import NOTEBOOK_DIR
+from mmcache.sweep import SweepSpec, load_spec, run_sweep
+from mmcache.sweep.point import METRICS_FILE
+from mmcache.sweep.store import read_record
 
 FIGURES_SPEC = NOTEBOOK_DIR / "sweeps" / "figures.yaml"
 MANIFEST_FILE = "MANIFEST.md"

@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from .errors import InvalidMediaError
-from .keys import decode_image
+from mmcache.errors import InvalidMediaError
+from mmcache.keys import decode_image
 
 #: Side of the grey thumbnail a fingerprint keeps (``SIDE²`` bytes).
 SIDE = 32

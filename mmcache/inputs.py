@@ -23,11 +23,11 @@ from typing import Any, Mapping
 import numpy as np
 from scipy.signal import resample_poly
 
-from . import keys
-from .context import Turns, check_context, context_key
-from .errors import (InvalidEmbeddingError, InvalidInputError, InvalidMediaError,
+from mmcache import keys
+from mmcache.context import Turns, check_context, context_key
+from mmcache.errors import (InvalidEmbeddingError, InvalidInputError, InvalidMediaError,
                      UnknownModalityError)
-from .types import AUDIO_SAMPLE_RATE, CHANNELS, VIDEO, Query, VideoClip
+from mmcache.types import AUDIO_SAMPLE_RATE, CHANNELS, VIDEO, Query, VideoClip
 
 #: Vectors with a smaller L2 norm count as zero.
 MIN_NORM = 1e-6

@@ -24,8 +24,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from numba import njit
 
-from .errors import ConfigError, InvalidInputError
-from .paths import DATA_DIR
+from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.paths import DATA_DIR
 
 #: The committed latency profile (regenerate: ``make latency-profile``).
 PROFILE_PATH = DATA_DIR / "latency_profile.json"

@@ -31,8 +31,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 from numba import njit
 
-from .errors import ConfigError
-from .workload import MODALITY_SETS, Workload
+from mmcache.errors import ConfigError
+from mmcache.workload import MODALITY_SETS, Workload
 
 #: Group centres compared per GEMM tile (rows, columns): a tile of cosines stays in cache.
 TILE = (512, 4096)

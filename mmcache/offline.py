@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import OfflineAssetError
+from mmcache.errors import OfflineAssetError
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 

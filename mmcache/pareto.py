@@ -36,7 +36,7 @@ import cvxpy as cp
 import numpy as np
 from scipy.optimize import least_squares, linprog
 
-from .errors import ConfigError, ConvexityError, InvalidInputError, SolverError
+from mmcache.errors import ConfigError, ConvexityError, InvalidInputError, SolverError
 
 #: The objectives every front and measured point lists, in this order (all minimised).
 OBJECTIVES = ("capacity", "latency", "inconsistency")

@@ -19,7 +19,7 @@ matplotlib.use(os.environ.get("MPLBACKEND", "Agg"))
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .paths import PROJECT_ROOT  # noqa: E402
+from mmcache.paths import PROJECT_ROOT  # noqa: E402
 
 FIGURE_DIR_ENV = "MMCACHE_FIGURE_DIR"
 

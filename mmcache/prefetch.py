@@ -28,8 +28,8 @@ from typing import Any, Sequence
 import networkx as nx
 import numpy as np
 
-from .errors import ConfigError
-from .workload import MODALITY_SETS, Workload
+from mmcache.errors import ConfigError
+from mmcache.workload import MODALITY_SETS, Workload
 
 #: Seed 002 §3.3's time constant of a reference's weight (seconds).
 TAU_S = 300.0
@@ -113,7 +113,7 @@ def prefetch_replay(workload: Workload, tiers: Sequence[Any], latency: Any, *, t
                     tau_s: float = TAU_S) -> PrefetchResult:
     """Replay requests ``[train_end, n)`` from a cold cache, without and with a PageRank
     warm-up (:func:`prefetch_plan`); the first ``warmup_n`` of them are the warm-up window."""
-    from .cachebench import Replayer
+    from mmcache.cachebench import Replayer
 
     if not 1 <= warmup_n <= len(workload) - train_end:
         raise ConfigError(f"warmup_n must be in [1, {len(workload) - train_end}], got {warmup_n!r}")

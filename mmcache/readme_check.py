@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError
-from .paths import PROJECT_ROOT, RUNS_DIR
+from mmcache.errors import ConfigError
+from mmcache.paths import PROJECT_ROOT, RUNS_DIR
 
 EXPECTED_FILE = PROJECT_ROOT / "figures" / "expected.yaml"
 README_FILE = PROJECT_ROOT / "README.md"

@@ -30,12 +30,12 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from .bounds import lower_bound
-from .errors import ConfigError, TraceFormatError, UnknownPolicyError
-from .policies import POLICIES, make_policy
-from .policies.admission import admit_miss
-from .policies.kernels import KERNELS, run_kernel
-from .trace import (ORACLE_GENERAL_DTYPE, Trace, make_trace, read_oracle_general,
+from mmcache.bounds import lower_bound
+from mmcache.errors import ConfigError, TraceFormatError, UnknownPolicyError
+from mmcache.policies import POLICIES, make_policy
+from mmcache.policies.admission import admit_miss
+from mmcache.policies.kernels import KERNELS, run_kernel
+from mmcache.trace import (ORACLE_GENERAL_DTYPE, Trace, make_trace, read_oracle_general,
                     write_oracle_general)
 
 __all__ = ["ORACLE_GENERAL_DTYPE", "OptBounds", "SimResult", "Trace", "attention_entropy_proxy",

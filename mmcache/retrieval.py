@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import InvalidInputError
+from mmcache.errors import InvalidInputError
 
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10)
 

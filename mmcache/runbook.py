@@ -23,9 +23,9 @@ from typing import Any, Mapping
 import yaml
 from tqdm.auto import tqdm
 
-from .errors import InvalidInputError
-from .paths import PROJECT_ROOT, RUNS_DIR
-from .plotting import FIGURE_DIR_ENV
+from mmcache.errors import InvalidInputError
+from mmcache.paths import PROJECT_ROOT, RUNS_DIR
+from mmcache.plotting import FIGURE_DIR_ENV
 
 RUN_DIR_ENV = "MMCACHE_RUN_DIR"
 NOTEBOOK_DIR = PROJECT_ROOT / "notebooks"

@@ -58,16 +58,16 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import ConfigError, InvalidInputError
-from .metrics import CacheMetrics, Histogram
-from .thresholds import ThresholdRule
-from .types import MODALITIES, Hit
+from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.metrics import CacheMetrics, Histogram
+from mmcache.thresholds import ThresholdRule
+from mmcache.types import MODALITIES, Hit
 
 if TYPE_CHECKING:
-    from .cache import TieredCache
-    from .cachebench import LatencyModel, Report, TierSpec
-    from .neighbours import NeighbourTable
-    from .workload import Workload
+    from mmcache.cache import TieredCache
+    from mmcache.cachebench import LatencyModel, Report, TierSpec
+    from mmcache.neighbours import NeighbourTable
+    from mmcache.workload import Workload
 
 #: Constraint metrics of a window and whether each is an at-least (True) or at-most bound.
 METRICS: Mapping[str, bool] = {"hit_rate": True, "error_rate": False, "p99_latency_ms": False}
@@ -527,7 +527,7 @@ class Scheduler:
         it). Served through the compiled kernel where :func:`compiles` says it serves the
         settings as the request-by-request path does.
         """
-        from .cachebench import Replayer
+        from mmcache.cachebench import Replayer
 
         window = _window(window)
         replayer = Replayer(workload, tiers, latency, cutoff=replay_cutoff(tiers, self.settings),
@@ -570,7 +570,7 @@ def _measured(stats: WindowStats) -> dict[str, float]:
 def replay_cutoff(tiers: Sequence["TierSpec"], settings: Sequence[Levers]) -> float | None:
     """The neighbour-table cutoff under which every lookup of a :meth:`Scheduler.replay` of
     ``settings`` through ``tiers`` reads the table (:func:`mmcache.cachebench.loosest_floor`)."""
-    from .cachebench import loosest_floor
+    from mmcache.cachebench import loosest_floor
 
     return loosest_floor(tiers, [s.delta_offset for s in settings])
 
@@ -580,7 +580,7 @@ def replay_table(workload: "Workload", tiers: Sequence["TierSpec"],
     """The neighbour table of ``workload`` at :func:`replay_cutoff`: what every
     :meth:`Scheduler.replay` of ``settings`` (or of some of them) through ``tiers`` reads,
     built once to share across replays."""
-    from .neighbours import neighbour_table
+    from mmcache.neighbours import neighbour_table
 
     return neighbour_table(workload, replay_cutoff(tiers, settings))
 
@@ -590,7 +590,7 @@ def compiles(tiers: Sequence["TierSpec"], settings: Sequence[Levers]) -> bool:
     through the compiled kernel (:meth:`mmcache.cachebench.Replayer.serve_compiled`): every
     tier's policy is the kernel's, every setting admits every miss and skips no tier, and every
     lookup's floor is positive (the table's cutoff, :func:`replay_cutoff`, then covers it)."""
-    from .tier_kernel import KERNEL_POLICIES
+    from mmcache.tier_kernel import KERNEL_POLICIES
 
     lowest = replay_cutoff(tiers, settings)
     return (all(t.policy in KERNEL_POLICIES for t in tiers) and (lowest is None or lowest > 0)

@@ -28,12 +28,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .cachebench import LatencyModel, TierSpec, at_load
-from .errors import ConfigError
-from .neighbours import NeighbourTable
-from .scheduler import Levers, Scheduler, control_metrics, make_controller, replay_table
-from .types import MODALITIES
-from .workload import Workload
+from mmcache.cachebench import LatencyModel, TierSpec, at_load
+from mmcache.errors import ConfigError
+from mmcache.neighbours import NeighbourTable
+from mmcache.scheduler import Levers, Scheduler, control_metrics, make_controller, replay_table
+from mmcache.types import MODALITIES
+from mmcache.workload import Workload
 
 
 def shift_load(workload: Workload, latency: LatencyModel, before: float,

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .errors import StorageError
+from mmcache.errors import StorageError
 
 #: A cluster node also listens on its port + 10000 (the cluster bus).
 CLUSTER_BUS_OFFSET = 10000

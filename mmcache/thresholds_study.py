@@ -19,10 +19,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .datasets.pairs import Pair
-from .edit_verifier import verify_edits
-from .errors import InvalidInputError, MMCacheError
-from .image_check import image_fingerprint
+from mmcache.datasets.pairs import Pair
+from mmcache.edit_verifier import verify_edits
+from mmcache.errors import InvalidInputError, MMCacheError
+from mmcache.image_check import image_fingerprint
 
 #: Encoder per modality of the study (names for :func:`mmcache.encoders.get_encoder`).
 STUDY_ENCODERS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -84,7 +84,7 @@ def score_pairs(pairs: Sequence[Pair], encoders: Mapping[str, Any] | None = None
     present = sorted({m for p in pairs for m in p.query.modalities()})
     for m in present:
         if m not in encoders:
-            from .encoders import get_encoder
+            from mmcache.encoders import get_encoder
             name, kw = STUDY_ENCODERS[m]
             encoders[m] = get_encoder(name, **kw)
     sims = {m: _cosines(pairs, m, encoders[m], store) for m in present}
@@ -315,7 +315,7 @@ def study_rule(name: str, modality: str, budget: float = 0.02, **overrides: Any)
     Budgeted rules get ``budget``; rules with shipped curves get the study encoder's
     channel (:data:`STUDY_ENCODERS`); ``overrides`` replace any parameter.
     """
-    from .thresholds import RULES
+    from mmcache.thresholds import RULES
 
     channel = {modality: STUDY_ENCODERS[modality][0]}
     defaults: dict[str, dict[str, Any]] = {
@@ -358,7 +358,7 @@ def fit_priors(scores: PairScores, path: str | Path, verifiers: Sequence[str] = 
     pseudo-observation (add-one smoothing: a wrong pair at the least similarity, a right one
     at the greatest), so "no wrong pair passed" is a curve near 1, not a failed fit.
     ``provenance`` is recorded beside the fit's own (encoders, conditioning, skips)."""
-    from .thresholds.prior import FORMAT, channel, fit_channel
+    from mmcache.thresholds.prior import FORMAT, channel, fit_channel
 
     priors, skipped, conditioned = {}, {}, {}
     for m in sorted(set(scores.modality)):

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 from numba import njit
 
-from .errors import ConfigError
-from .neighbours import NeighbourTable, best_resident
-from .policies.kernels._lists import push_head, unlink
-from .workload import MODALITY_SETS
+from mmcache.errors import ConfigError
+from mmcache.neighbours import NeighbourTable, best_resident
+from mmcache.policies.kernels._lists import push_head, unlink
+from mmcache.workload import MODALITY_SETS
 
 if TYPE_CHECKING:
-    from .cachebench import TierSpec
+    from mmcache.cachebench import TierSpec
 
 #: Policies this kernel replays (FIFO is LRU whose hits leave the order alone).
 KERNEL_POLICIES = ("lru", "fifo")

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import TraceFormatError
+from mmcache.errors import TraceFormatError
 
 #: One ``oracleGeneral`` record: clock time, object id, object size, next access vtime.
 ORACLE_GENERAL_DTYPE = np.dtype(
@@ -52,7 +52,7 @@ class Trace:
         """Object ids renumbered 0..n_obj-1 in order of first request (int32, computed once)
         and n_obj."""
         if "ids" not in self._dense:
-            from ._dense import dense_ids  # numba: compiled on first use
+            from mmcache._dense import dense_ids  # numba: compiled on first use
             ids, n_obj = dense_ids(self.obj_id)
             self._dense["ids"], self._dense["n_obj"] = ids, int(n_obj)
         return self._dense["ids"], self._dense["n_obj"]

@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 from typing import Callable, Protocol
 
-from .edit_verifier import EditVerifier
-from .errors import ConfigError, InvalidInputError
-from .types import Entry, Query
+from mmcache.edit_verifier import EditVerifier
+from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.types import Entry, Query
 
 
 class Verifier(Protocol):

@@ -44,12 +44,12 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import ConfigError, InvalidEmbeddingError, InvalidInputError
-from .types import CHANNELS, MODALITIES, Query, VideoClip
+from mmcache.errors import ConfigError, InvalidEmbeddingError, InvalidInputError
+from mmcache.types import CHANNELS, MODALITIES, Query, VideoClip
 
 if TYPE_CHECKING:
-    from .encoders import Encoder, EmbeddingStore
-    from .workload_media import RealPool
+    from mmcache.encoders import Encoder, EmbeddingStore
+    from mmcache.workload_media import RealPool
 
 #: How the workload's vectors were made; print it next to results that use them.
 EMBEDDING_KIND = "synthetic (seeded random vectors with controlled paraphrase similarity)"
@@ -266,7 +266,7 @@ class Workload:
         does; keyed by intent and modality (set) it is the oracle of a cache that matches
         within a modality set only (no cross-modal retrieval).
         """
-        from .trace import make_trace
+        from mmcache.trace import make_trace
 
         if key not in TRACE_KEYS:
             raise ConfigError(f"key must be one of {TRACE_KEYS}, got {key!r}")
@@ -325,7 +325,7 @@ class Workload:
         """This stream with every modality embedded by the real encoders from a bounded
         ``pool`` of real inputs (see :func:`mmcache.workload_media.embed_workload`; cached
         through ``store``)."""
-        from .workload_media import embed_workload
+        from mmcache.workload_media import embed_workload
 
         return embed_workload(self, store=store, encoders=encoders, pool=pool)
 
@@ -547,7 +547,7 @@ def generate(config: WorkloadConfig | None = None, *, vectors: str = "synthetic"
                       topic.astype(np.int64), session.astype(np.int64), burst, time,
                       intent_bytes.astype(np.int64)[intent], modality_set, trap_of)
     if vectors == "real":
-        from .encoders import EmbeddingStore as Store
+        from mmcache.encoders import EmbeddingStore as Store
 
         stream = stream.with_real_vectors(store=store or Store(), pool=pool)
     return stream
@@ -575,7 +575,7 @@ def zipf_trace(n_req: int, n_obj: int, alpha: float = 1.0, seed: int = 0, *,
     bytes, or (``obj_size=None``) its own log-normal size around 4 KiB with
     ``size_sigma``. Sizes are fixed per object, as in a real trace.
     """
-    from .trace import make_trace
+    from mmcache.trace import make_trace
 
     _check(n_req >= 1 and n_obj >= 1, "n_req and n_obj must be >= 1")
     _check(alpha >= 0 and size_sigma >= 0, "alpha and size_sigma must be >= 0")
@@ -619,7 +619,7 @@ def video_keyframes(variant: int) -> tuple[ImageVariant, ...]:
 
 def speech_variant(variant: int) -> SpeechVariant:
     """The voice and speaking rate of speech variant ``variant``."""
-    from .datasets.speech import RATES, VOICES
+    from mmcache.datasets.speech import RATES, VOICES
 
     return SpeechVariant(VOICES[variant % len(VOICES)],
                          RATES[(variant // len(VOICES)) % len(RATES)])

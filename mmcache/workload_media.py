@@ -45,15 +45,15 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from .errors import ConfigError, InvalidInputError
-from .types import MODALITIES, Query
-from .workload import (CHANNELS, MODALITY_SETS, SET_CHANNELS, TEXT_STORE_BATCH, RealEmbeddings,
+from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.types import MODALITIES, Query
+from mmcache.workload import (CHANNELS, MODALITY_SETS, SET_CHANNELS, TEXT_STORE_BATCH, RealEmbeddings,
                        Workload, apply_image_variant, clip_keyframes, encode_checked,
                        image_variant, modality_set_index, query_image, speech_variant,
                        stream_query)
 
 if TYPE_CHECKING:
-    from .encoders import EmbeddingStore, Encoder
+    from mmcache.encoders import EmbeddingStore, Encoder
 
 #: The encoders :func:`embed_workload` uses by default, per modality (:func:`get_encoder` names).
 DEFAULT_ENCODERS: Mapping[str, str] = {"text": "minilm", "image": "clip", "audio": "whisper"}
@@ -138,7 +138,7 @@ class MediaSources:
         base = self._base_text(intent)
         if variant == 0:
             return base
-        from .datasets.pairs import paraphrase
+        from mmcache.datasets.pairs import paraphrase
 
         rng = np.random.default_rng([self.seed, 5, intent, variant])
         how = _PARAPHRASES[(variant - 1) % len(_PARAPHRASES)]
@@ -168,7 +168,7 @@ class MediaSources:
         kind, a, b, rest = spec.split("|", 3)
         if kind == "asterisk":
             return _vary_recording(self.recordings[int(a)], int(b), int(rest))
-        from .datasets.speech import synthesize
+        from mmcache.datasets.speech import synthesize
 
         return synthesize(rest, voice=a, rate=int(b)).audio
 
@@ -202,7 +202,7 @@ class MediaSources:
         target = self.trap_of.get(intent)
         if target is None:
             return self.prompt(intent)
-        from .datasets.pairs import TRAP_KINDS, make_trap
+        from mmcache.datasets.pairs import TRAP_KINDS, make_trap
 
         prompt = self.prompt(target)
         if spoken:
@@ -234,8 +234,8 @@ def load_media_sources(workload: Workload, *, n_recordings: int | None = None,
     """Real sources for every intent of ``workload`` and every intent a trap imitates (one
     prompt each; photos cycle when there are more intents than photos). ``n_recordings``
     caps the Asterisk prompts used (default: all with ≤ 10 s of speech)."""
-    from .datasets.images import load_fashion_mnist, load_skimage_photos
-    from .datasets.prompts import load_prompts
+    from mmcache.datasets.images import load_fashion_mnist, load_skimage_photos
+    from mmcache.datasets.prompts import load_prompts
 
     fashion, photos = load_fashion_mnist("test"), load_skimage_photos(28)
     grey = np.repeat(fashion.images[..., None], 3, axis=-1)
@@ -253,7 +253,7 @@ def load_media_sources(workload: Workload, *, n_recordings: int | None = None,
 
 @lru_cache(maxsize=2)
 def _recordings(limit: int | None) -> tuple[np.ndarray, ...]:
-    from .datasets.speech import load_asterisk_prompts
+    from mmcache.datasets.speech import load_asterisk_prompts
 
     return tuple(c.audio for c in load_asterisk_prompts(limit, max_seconds=10.0))
 
@@ -294,7 +294,7 @@ def embed_workload(workload: Workload, *, store: EmbeddingStore | None = None,
     through ``store``. The seconds each modality took (rendering and encoding) are in its
     ``kind``, with the pool's sharing.
     """
-    from .encoders import KeyframeMeanEncoder, get_encoder
+    from mmcache.encoders import KeyframeMeanEncoder, get_encoder
 
     pool = pool or RealPool()
     sets, dropped = audio_capped_sets(workload, pool)

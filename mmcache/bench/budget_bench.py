@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..tiers.base import Budget, Capacity
+from mmcache.tiers.base import Budget, Capacity
 
 CHUNK = 500
 

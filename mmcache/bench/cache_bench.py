@@ -49,10 +49,10 @@ from typing import Callable, Iterator, Sequence
 import faiss
 import numpy as np
 
-from ..cache import TieredCache
-from ..inputs import prepare
-from ..tiers.vectors import VectorIndex
-from ..types import Query
+from mmcache.cache import TieredCache
+from mmcache.inputs import prepare
+from mmcache.tiers.vectors import VectorIndex
+from mmcache.types import Query
 
 SCOPE = "bench"
 PARAPHRASE_COS = (0.80, 0.99)
@@ -159,7 +159,7 @@ def bench_end_to_end(w: Workload, cosine: float, workdir: Path,
 
     ``ef_search`` overrides the default HNSW search depth (None keeps the default).
     """
-    from .gptcache_baseline import GPTCacheBaseline, gptcache_threshold
+    from mmcache.bench.gptcache_baseline import GPTCacheBaseline, gptcache_threshold
 
     n, dim = w.stored.shape
     exact_sim, exact_id = exact_nearest(w.stored, w.queries)
@@ -221,7 +221,7 @@ def bench_end_to_end(w: Workload, cosine: float, workdir: Path,
 
 def bench_puts(dim: int, n_puts: int, seed: int, workdir: Path) -> list[str]:
     """Ratio 3: puts/s into an L3-only mmcache (SQLite) ÷ GPTCache's put."""
-    from .gptcache_baseline import GPTCacheBaseline
+    from mmcache.bench.gptcache_baseline import GPTCacheBaseline
 
     vectors = _unit(np.random.default_rng(seed + 1).standard_normal((n_puts, dim),
                                                                     dtype=np.float32))

@@ -34,9 +34,9 @@ import time
 
 import numpy as np
 
-from ..cachebench import Replayer, TierSpec
-from ..neighbours import half_precision_format, neighbour_table
-from ..workload import WorkloadConfig, generate
+from mmcache.cachebench import Replayer, TierSpec
+from mmcache.neighbours import half_precision_format, neighbour_table
+from mmcache.workload import WorkloadConfig, generate
 
 #: The issue's target: compiled replay requests/s with >= 100k resident vectors.
 TARGET_REQ_S = 100_000

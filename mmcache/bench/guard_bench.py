@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cache import TieredCache
-from ..types import Query
+from mmcache.cache import TieredCache
+from mmcache.types import Query
 
 CHUNK = 25
 COSINE = 0.9
@@ -51,8 +51,8 @@ def clustered_set(n: int, n_queries: int, dim: int, rng: np.random.Generator):
 
 def minilm_set(n: int, n_queries: int):
     """Real MiniLM embeddings of ShareGPT prompts: ``n`` stored, ``n_queries`` held out."""
-    from ..datasets.prompts import load_prompts
-    from ..encoders import get_encoder
+    from mmcache.datasets.prompts import load_prompts
+    from mmcache.encoders import get_encoder
 
     texts = load_prompts(n + n_queries)
     vecs = _unit(np.asarray(get_encoder("minilm").encode(texts), dtype=np.float32))

@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..latency import PROFILE_PATH, fit_histogram, fit_samples, profile_entry
+from mmcache.latency import PROFILE_PATH, fit_histogram, fit_samples, profile_entry
 
 COMMAND = "python -m mmcache.bench.latency_profile"
 
@@ -51,8 +51,8 @@ def time_calls(call: Callable[[Any], Any], inputs: Sequence[Any], warmup: int = 
 
 def text_encoder(n: int) -> dict[str, Any]:
     """``encode.text``: MiniLM, one ShareGPT prompt per call."""
-    from ..datasets.prompts import load_prompts
-    from ..encoders import get_encoder
+    from mmcache.datasets.prompts import load_prompts
+    from mmcache.encoders import get_encoder
 
     encoder = get_encoder("minilm")
     samples = time_calls(lambda p: encoder.encode([p]), load_prompts(n))
@@ -62,8 +62,8 @@ def text_encoder(n: int) -> dict[str, Any]:
 
 def audio_encoder(n: int) -> dict[str, Any]:
     """``encode.audio``: Whisper tiny.en (trimmed context), one Asterisk clip per call."""
-    from ..datasets import load_asterisk_prompts
-    from ..encoders import get_encoder
+    from mmcache.datasets import load_asterisk_prompts
+    from mmcache.encoders import get_encoder
 
     encoder = get_encoder("whisper")
     clips = [p.audio for p in load_asterisk_prompts(max_seconds=10.0)[:n]]
@@ -76,11 +76,11 @@ def image_encoder(n: int) -> dict[str, Any]:
     """``encode.image``: the offline CLIP image tower, one Fashion-MNIST photo per call."""
     from PIL import Image
 
-    from ..datasets import load_fashion_mnist
-    from ..encoders import get_encoder
-    from ..encoders.clip import offline_preprocess
-    from ..encoders.clip_train import TrainConfig, build_image_tower
-    from ..errors import OfflineAssetError
+    from mmcache.datasets import load_fashion_mnist
+    from mmcache.encoders import get_encoder
+    from mmcache.encoders.clip import offline_preprocess
+    from mmcache.encoders.clip_train import TrainConfig, build_image_tower
+    from mmcache.errors import OfflineAssetError
 
     photos = [Image.fromarray(im) for im in load_fashion_mnist("test", limit=n).images]
     try:
@@ -104,9 +104,9 @@ def image_encoder(n: int) -> dict[str, Any]:
 
 def cache_tiers(n_entries: int, n_gets: int) -> dict[str, dict[str, Any]]:
     """Per-stage lookups of a filled TieredCache, from its own latency histograms."""
-    from .. import TieredCache
-    from ..cachebench import three_tier_cache_config
-    from ..workload import generate
+    from mmcache import TieredCache
+    from mmcache.cachebench import three_tier_cache_config
+    from mmcache.workload import generate
 
     stream = generate(n_queries=n_entries + n_gets, n_intents=n_entries, seed=0)
     l3_bytes = 2 * int(stream.size[:n_entries].sum())  # L3 keeps every answer, L1 and L2 some

@@ -25,11 +25,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..paths import DATA_DIR
-from ..policies.kernels import KERNELS
-from ..replay import simulate
-from ..trace import Trace, read_oracle_general, write_oracle_general
-from ..workload import zipf_trace
+from mmcache.paths import DATA_DIR
+from mmcache.policies.kernels import KERNELS
+from mmcache.replay import simulate
+from mmcache.trace import Trace, read_oracle_general, write_oracle_general
+from mmcache.workload import zipf_trace
 
 #: mmcache policy -> (libcachesim class name, constructor kwargs).
 LIBCACHESIM = {

@@ -28,10 +28,10 @@ from typing import Sequence
 import numpy as np
 import redis
 
-from ..cache import TieredCache
-from ..testing import local_redis_cluster, unit
-from ..tiers.redis import RedisStore
-from ..types import Query
+from mmcache.cache import TieredCache
+from mmcache.testing import local_redis_cluster, unit
+from mmcache.tiers.redis import RedisStore
+from mmcache.types import Query
 
 SKEW_WINDOW = 200
 DIM = 16

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from .experiment import (SEED_COMBO, CollapseCriterion, Remedy, RunResult, TrainConfig,
+from mmcache.collapse.experiment import (SEED_COMBO, CollapseCriterion, Remedy, RunResult, TrainConfig,
                          best_pair, collapse_step, curves_table, rank_arms, remedy_effect,
                          runs_table, single_remedies, summarise, sweep, sweep_tables, train_run,
                          tuned_lr, tuning_check, wilson_interval)
-from .features import FROZEN, LEARNED, FrozenFeatures, frozen_features
-from .instruments import (StepRecorder, adam_update_stats, attention_entropy, head_grad_norms,
+from mmcache.collapse.features import FROZEN, LEARNED, FrozenFeatures, frozen_features
+from mmcache.collapse.instruments import (StepRecorder, adam_update_stats, attention_entropy, head_grad_norms,
                           max_logit, modality_mass, qk_spectral_norms)
-from .model import AttentionRecord, BlockConfig, CrossModalMatcher, matching_loss
+from mmcache.collapse.model import AttentionRecord, BlockConfig, CrossModalMatcher, matching_loss
 
 __all__ = [
     "FROZEN", "LEARNED", "SEED_COMBO", "AttentionRecord", "BlockConfig", "CollapseCriterion",

@@ -14,8 +14,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..datasets.scenes import SCENES_SOURCE, all_scenes, make_scenes
-from ..errors import InvalidInputError
+from mmcache.datasets.scenes import SCENES_SOURCE, all_scenes, make_scenes
+from mmcache.errors import InvalidInputError
 
 IMAGE_SIZE = 32
 PATCH = 8

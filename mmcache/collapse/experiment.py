@@ -21,11 +21,11 @@ import pandas as pd
 import torch
 from scipy.stats import fisher_exact
 
-from ..errors import ConfigError
-from . import data
-from .features import FROZEN, LEARNED, FrozenFeatures, load_features
-from .instruments import StepRecorder
-from .model import BlockConfig, CrossModalMatcher, matching_loss
+from mmcache.errors import ConfigError
+from mmcache.collapse import data
+from mmcache.collapse.features import FROZEN, LEARNED, FrozenFeatures, load_features
+from mmcache.collapse.instruments import StepRecorder
+from mmcache.collapse.model import BlockConfig, CrossModalMatcher, matching_loss
 
 
 @dataclass(frozen=True)

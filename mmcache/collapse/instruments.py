@@ -14,8 +14,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..errors import InvalidInputError
-from .model import AttentionRecord, CrossModalMatcher
+from mmcache.errors import InvalidInputError
+from mmcache.collapse.model import AttentionRecord, CrossModalMatcher
 
 ENTROPY_EPS = 1e-6  # inside the log, as Zhai et al. (2023) compute attention entropy
 

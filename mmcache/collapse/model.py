@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..errors import ConfigError, InvalidInputError
+from mmcache.errors import ConfigError, InvalidInputError
 
 INITS = ("default", "xavier", "xavier_0.1")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from ..offline import missing_asset
+from mmcache.offline import missing_asset
 
 WORDNET_DIR = Path("/usr/share/wordnet")
 WORDNET_SOURCE = "WordNet 3.0 (Princeton) via Debian wordnet-base"

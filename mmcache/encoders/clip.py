@@ -26,10 +26,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, InvalidMediaError, OfflineAssetError, UnknownModalityError
-from ..offline import downloads_allowed, enforce_offline
-from . import clip_train
-from .text import check_texts, file_sha256
+from mmcache.errors import ConfigError, InvalidMediaError, OfflineAssetError, UnknownModalityError
+from mmcache.offline import downloads_allowed, enforce_offline
+from mmcache.encoders import clip_train
+from mmcache.encoders.text import check_texts, file_sha256
 
 DEFAULT_WEIGHTS = "offline"
 

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ..paths import DATA_DIR
-from .text import MiniLMEncoder, file_sha256, minilm_path
+from mmcache.paths import DATA_DIR
+from mmcache.encoders.text import MiniLMEncoder, file_sha256, minilm_path
 
 MODELS_DIR = DATA_DIR / "models"
 MODEL_NAME = "clip-fmnist-lit"
@@ -87,8 +87,8 @@ class TrainConfig:
 @lru_cache(maxsize=1)
 def _input_digests() -> dict[str, str]:
     """sha256 of the Fashion-MNIST files, the scene renderer and the text tower (once per process)."""
-    from ..datasets.images import FASHION_DIR
-    from ..datasets.scenes import make_scenes
+    from mmcache.datasets.images import FASHION_DIR
+    from mmcache.datasets.scenes import make_scenes
 
     data = "".join(file_sha256(p) for p in sorted(FASHION_DIR.glob("*-ubyte.gz")))
     scenes = make_scenes(images_per_scene=1, seed=0)  # captions and pixels: catches code changes
@@ -119,7 +119,7 @@ def pixels_to_tensor(images: np.ndarray, pad: int = PAD):
 
 def train_scenes(split_seed: int = 0) -> np.ndarray:
     """Indices (into :func:`~mmcache.datasets.all_scenes`) of the training-split scenes."""
-    from ..datasets import all_scenes, split_of
+    from mmcache.datasets import all_scenes, split_of
 
     return np.array([i for i, s in enumerate(all_scenes())
                      if split_of(s.scene_id, seed=split_seed) == "train"])
@@ -130,7 +130,7 @@ def render_scene_pixels(labels: np.ndarray, seed: int) -> np.ndarray:
     the offline CLIP's preprocessing resizes them (PIL bilinear to 28×28)."""
     from PIL import Image
 
-    from ..datasets import all_scenes, render_scene
+    from mmcache.datasets import all_scenes, render_scene
 
     scenes, rng = all_scenes(), np.random.default_rng(seed)
     return np.stack([np.asarray(Image.fromarray(render_scene(scenes[y], 64, rng)).resize(
@@ -182,7 +182,7 @@ def register_architecture(model_cfg: dict[str, Any]) -> str:
 
 def class_text_embeddings(text: MiniLMEncoder) -> np.ndarray:
     """``(10, n_templates, 384)`` MiniLM embeddings of every class caption."""
-    from ..datasets.images import FASHION_CLASSES, fashion_captions
+    from mmcache.datasets.images import FASHION_CLASSES, fashion_captions
 
     caps = [c for y in range(len(FASHION_CLASSES)) for c in fashion_captions(y)]
     return text.encode(caps).reshape(len(FASHION_CLASSES), -1, text.dim)
@@ -220,7 +220,7 @@ def scene_text_to_image_r1(visual, text: MiniLMEncoder, seed: int,
     Queries are all paraphrases, scored separately for training-split scenes
     (held-out renderings) and for the other scenes (compositions never trained on).
     """
-    from ..datasets import scene_captions
+    from mmcache.datasets import scene_captions
 
     captions, labels, _ = scene_captions()
     gallery_labels = np.arange(len(set(labels.tolist())))
@@ -254,7 +254,7 @@ def lit_loss(img, txt, labels, logit_scale):
 
 def scene_text_embeddings(text: MiniLMEncoder, scenes: np.ndarray) -> np.ndarray:
     """``(len(scenes), N_PARAPHRASES, 384)`` MiniLM embeddings of the scenes' paraphrases."""
-    from ..datasets import all_scenes
+    from mmcache.datasets import all_scenes
 
     every = all_scenes()
     caps = [c for y in scenes for c in every[y].captions()]
@@ -267,8 +267,8 @@ def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
     import torch
     from safetensors.torch import save_file
 
-    from ..datasets.images import FASHION_SOURCE, load_fashion_mnist
-    from ..datasets.scenes import SCENES_SOURCE
+    from mmcache.datasets.images import FASHION_SOURCE, load_fashion_mnist
+    from mmcache.datasets.scenes import SCENES_SOURCE
 
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)

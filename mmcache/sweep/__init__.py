@@ -11,8 +11,8 @@ figure. Command line::
 
 from __future__ import annotations
 
-from .runner import SweepReport, run_sweep
-from .spec import Point, Resources, SweepSpec, load_spec, parse_spec
+from mmcache.sweep.runner import SweepReport, run_sweep
+from mmcache.sweep.spec import Point, Resources, SweepSpec, load_spec, parse_spec
 
 __all__ = ["Point", "Resources", "SweepReport", "SweepSpec", "load_spec", "parse_spec",
            "run_sweep"]

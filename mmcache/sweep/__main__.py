@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import ConfigError
-from .engines import ENGINES
-from .runner import run_sweep
-from .spec import load_spec
+from mmcache.errors import ConfigError
+from mmcache.sweep.engines import ENGINES
+from mmcache.sweep.runner import run_sweep
+from mmcache.sweep.spec import load_spec
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130

@@ -23,9 +23,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from ..errors import ConfigError
-from .point import PointOutcome, run_point, run_prerequisite
-from .spec import Resources
+from mmcache.errors import ConfigError
+from mmcache.sweep.point import PointOutcome, run_point, run_prerequisite
+from mmcache.sweep.spec import Resources
 
 Task = tuple[int, tuple[str, str, Mapping[str, Any]]]
 ENGINES = ("local", "ray")

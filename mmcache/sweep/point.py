@@ -74,16 +74,16 @@ def run_point(kind: str, target: str, params: Mapping[str, Any],
 
 def run_prerequisite(target: str, threads: int | None = None) -> None:
     """Call a point's prerequisite ``module:function`` (no arguments); its errors propagate."""
-    from .spec import resolve_function
+    from mmcache.sweep.spec import resolve_function
 
     with thread_limit(threads):
         resolve_function(target)()
 
 
 def _call_function(target: str, params: Mapping[str, Any], run_dir: Path) -> None:
-    from .. import runbook
-    from ..plotting import FIGURE_DIR_ENV
-    from .spec import resolve_function
+    from mmcache import runbook
+    from mmcache.plotting import FIGURE_DIR_ENV
+    from mmcache.sweep.spec import resolve_function
 
     func = resolve_function(target)
     with environ({runbook.RUN_DIR_ENV: str(run_dir), FIGURE_DIR_ENV: str(run_dir / "figures")}):
@@ -96,8 +96,8 @@ def _call_function(target: str, params: Mapping[str, Any], run_dir: Path) -> Non
 
 
 def _execute_notebook(target: str, params: Mapping[str, Any], run_dir: Path) -> None:
-    from .. import runbook
-    from ..plotting import FIGURE_DIR_ENV
+    from mmcache import runbook
+    from mmcache.plotting import FIGURE_DIR_ENV
 
     rest = {k: v for k, v in params.items() if k != "SMOKE"}
     with environ({FIGURE_DIR_ENV: str(run_dir / "figures")}):

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import ConfigError
-from .point import METRICS_FILE, environ
-from .spec import Point, SweepSpec
-from .store import PARTIAL_DIR, read_record, write_atomic
+from mmcache.errors import ConfigError
+from mmcache.sweep.point import METRICS_FILE, environ
+from mmcache.sweep.spec import Point, SweepSpec
+from mmcache.sweep.store import PARTIAL_DIR, read_record, write_atomic
 
 TABLE_FILE = "results.csv"
 
@@ -59,7 +59,7 @@ def write_figure(spec: SweepSpec, table: pd.DataFrame, out: Path) -> Path | None
     import seaborn as sns
     from matplotlib.ticker import EngFormatter, NullFormatter
 
-    from .. import plotting
+    from mmcache import plotting
 
     fig_spec = spec.figure
     ok = table[table.status == "ok"]

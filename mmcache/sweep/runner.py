@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .engines import run_points
-from .results import collect, write_figure, write_table
-from .spec import SweepSpec
-from .store import clear_partial, is_complete, save_outcome
+from mmcache.sweep.engines import run_points
+from mmcache.sweep.results import collect, write_figure, write_table
+from mmcache.sweep.spec import SweepSpec
+from mmcache.sweep.store import clear_partial, is_complete, save_outcome
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from ..errors import ConfigError
+from mmcache.errors import ConfigError
 
 FIELDS = ("name", "function", "notebook", "notebooks", "parameters", "grid", "points", "seeds",
           "seed_parameter", "smoke", "resources", "figure")

@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .point import PointOutcome
-from .spec import Point, SweepSpec
+from mmcache.sweep.point import PointOutcome
+from mmcache.sweep.spec import Point, SweepSpec
 
 RECORD_FILE = "point.json"
 PARTIAL_DIR = ".partial"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..paths import PROJECT_ROOT
-from ..replay import read_oracle_general, simulate
+from mmcache.paths import PROJECT_ROOT
+from mmcache.replay import read_oracle_general, simulate
 
 DEFAULT_TRACE = "data/cloudPhysicsIO.oracleGeneral.bin"
 

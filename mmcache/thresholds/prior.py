@@ -31,8 +31,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, InvalidInputError, PriorFileError
-from ..paths import DATA_DIR
+from mmcache.errors import ConfigError, InvalidInputError, PriorFileError
+from mmcache.paths import DATA_DIR
 
 #: The shipped priors.
 PRIORS_PATH = DATA_DIR / "threshold_priors.json"
@@ -214,11 +214,11 @@ def main(argv: Sequence[str] = ()) -> Path:
     conditioned on the built-in ``edits`` verifier, and write :data:`PRIORS_PATH` (or
     ``argv[0]``). A modality whose encoder is not available (e.g. CLIP before ``make
     models``) is left out and named in the provenance."""
-    from .. import alignment
-    from ..datasets.pairs import PAIRS_PROVENANCE, PairSizes, load_pairs
-    from ..encoders import EmbeddingStore, get_encoder
-    from ..errors import MMCacheError
-    from ..thresholds_study import STUDY_ENCODERS, fit_priors, score_pairs
+    from mmcache import alignment
+    from mmcache.datasets.pairs import PAIRS_PROVENANCE, PairSizes, load_pairs
+    from mmcache.encoders import EmbeddingStore, get_encoder
+    from mmcache.errors import MMCacheError
+    from mmcache.thresholds_study import STUDY_ENCODERS, fit_priors, score_pairs
 
     encoders, missing = {}, {}
     for modality, (name, kw) in STUDY_ENCODERS.items():

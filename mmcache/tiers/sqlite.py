@@ -39,15 +39,15 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, StorageError
-from ..policies import EvictionPolicy
-from ..types import Entry
-from .base import Capacity
-from .codec import (decode_hints, decode_label, decode_turns, decode_value, encode_hints,
+from mmcache.errors import ConfigError, StorageError
+from mmcache.policies import EvictionPolicy
+from mmcache.types import Entry
+from mmcache.tiers.base import Capacity
+from mmcache.tiers.codec import (decode_hints, decode_label, decode_turns, decode_value, encode_hints,
                     encode_label, encode_turns, encode_value, vector_from_bytes,
                     vector_to_bytes)
-from .store import Change, Removal, Store, StoreTier
-from .vectors import IndexSpec
+from mmcache.tiers.store import Change, Removal, Store, StoreTier
+from mmcache.tiers.vectors import IndexSpec
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 SCHEMA_VERSION = "5"

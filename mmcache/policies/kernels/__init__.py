@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ...trace import Trace
+    from mmcache.trace import Trace
 
 #: Registry name -> (kernel module, fixed keyword arguments); imported on first use.
 KERNELS: dict[str, tuple[str, dict[str, Any]]] = {

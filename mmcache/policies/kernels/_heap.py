@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..._jit import array_loop
+from mmcache._jit import array_loop
 
 
 def new_heap(capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._jit import array_loop
-from ._lists import new_list, new_links, pop_tail, push_head, unlink
+from mmcache._jit import array_loop
+from mmcache.policies.kernels._lists import new_list, new_links, pop_tail, push_head, unlink
 
 # Where an object is: nowhere, T1, T2, B1 (ghost of T1), B2 (ghost of T2).
 NONE, T1, T2, B1, B2 = 0, 1, 2, 3, 4

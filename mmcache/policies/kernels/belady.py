@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..._jit import array_loop
-from ..belady import NEVER
+from mmcache._jit import array_loop
+from mmcache.policies.belady import NEVER
 
 
 @njit(cache=True, inline="always")

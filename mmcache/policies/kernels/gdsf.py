@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._jit import array_loop
-from ._heap import drop_stale, new_heap, pop, push
+from mmcache._jit import array_loop
+from mmcache.policies.kernels._heap import drop_stale, new_heap, pop, push
 
 
 @array_loop

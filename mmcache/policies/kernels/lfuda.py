@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..._dense import grow, lookup, new_table, number
-from ..._jit import array_loop
-from ._lists import new_links, push_head, unlink
+from mmcache._dense import grow, lookup, new_table, number
+from mmcache._jit import array_loop
+from mmcache.policies.kernels._lists import new_links, push_head, unlink
 
 #: Rows of the count -> slot table to start with (log2; it doubles when half full).
 TABLE_BITS = 10

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..._jit import array_loop
-from ._lists import new_list, pop_tail, push_head, unlink
+from mmcache._jit import array_loop
+from mmcache.policies.kernels._lists import new_list, pop_tail, push_head, unlink
 
 LC, HC, SB = 0, 1, 2
 #: Columns of an object's record after its links (0-5: prev / next in S, in Q and in NH).

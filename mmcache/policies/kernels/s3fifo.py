@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._jit import array_loop
-from ._lists import new_list, new_links, pop_tail, push_head, unlink
+from mmcache._jit import array_loop
+from mmcache.policies.kernels._lists import new_list, new_links, pop_tail, push_head, unlink
 
 # Where an object is: nowhere, small FIFO, main FIFO, ghost FIFO.
 NONE, SMALL, MAIN, GHOST = 0, 1, 2, 3
