@@ -42,7 +42,7 @@ import numpy as np
 
 from mmcache.offline import missing_asset
 from mmcache.paths import DATA_DIR
-from mmcache.datasets.wordnet import WORDNET_DIR, WORDNET_SOURCE
+from mmcache.verify.wordnet import WORDNET_DIR, WORDNET_SOURCE
 
 NLPAUG_VERSION = version("nlpaug")
 NLTK_VERSION = version("nltk")

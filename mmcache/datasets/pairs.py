@@ -402,7 +402,7 @@ _CHART_QUESTION = "What values does this bar chart show?"
 
 def _near_duplicate(pixels: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, str]:
     """A centre crop (85–95 % per side, resized back) with a brightness change (±20 %)."""
-    from mmcache.workload import ImageVariant, apply_image_variant
+    from mmcache.datasets.variants import ImageVariant, apply_image_variant
 
     crop, brightness = float(rng.uniform(0.85, 0.95)), float(rng.uniform(0.8, 1.2))
     out = apply_image_variant(pixels, ImageVariant(crop, brightness, 1.0 / crop))

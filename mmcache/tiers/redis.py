@@ -16,7 +16,7 @@ Layout under ``prefix`` (default ``"mmcache"``) on one server, no pickle anywher
   empty when it has none, absent in entries written before hints existed),
   ``question``, ``context`` (the conversation turns, JSON) and ``context_vector`` (raw
   float32; all three empty when absent, and absent in entries written before them),
-  ``image_fingerprint`` (the entry's grey thumbnail, :mod:`mmcache.image_check`; empty
+  ``image_fingerprint`` (the entry's grey thumbnail, :mod:`mmcache.verify.image_check`; empty
   without an image, absent in entries written before it),
   ``version`` (absent in entries written before versions: 0) and ``vec:{modality}``
   (raw float32). An entry with a TTL carries an EXPIRE (its expiry plus the cache's

@@ -14,7 +14,7 @@ or delete. ``PRAGMA data_version`` tells cheaply whether anyone else committed.
 Older files (schema 1 and 2) gain ``hints``, ``version`` and the log on open; schema 1–3
 files gain ``question``, ``context`` (the entry's conversation turns, JSON) and
 ``context_vector`` (raw float32), and schema 1–4 files ``image_fingerprint`` (the
-entry's grey thumbnail, :mod:`mmcache.image_check`), empty for the entries they already hold.
+entry's grey thumbnail, :mod:`mmcache.verify.image_check`), empty for the entries they already hold.
 
 Sharing: with ``shared=True`` several caches (in any processes) may open the file.
 Without it the file is private: a second cache opening it while the first is open
