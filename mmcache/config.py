@@ -54,10 +54,12 @@ from typing import Any, Mapping
 
 import yaml
 
+from mmcache import encoders
 from mmcache.errors import ConfigError
 from mmcache.policies import POLICIES, make_policy
 from mmcache.thresholds import RULES
 from mmcache.types import CHANNELS, MODALITIES, modality_set_channels
+from mmcache.verify import VERIFIERS
 
 STORE_BACKENDS = ("sqlite", "redis")
 INDEX_KINDS = ("auto", "flat")
@@ -436,7 +438,6 @@ def _validate(cfg: CacheConfig) -> None:
 
 def _check_rule_settings(th: ThresholdConfig) -> None:
     """The settings of the probabilistic rules, the verifier stage and the context channel."""
-    from mmcache.verify import VERIFIERS
 
     _in_range(th.level, 0.0, 1.0, "thresholds.level", low_open=True)
     _choice(th.calibration, ("isotonic", "platt"), "thresholds.calibration")
@@ -538,7 +539,6 @@ def check_ann_factory(l2: SemanticTierConfig, dims: Mapping[str, int]) -> None:
 
 
 def _encoder_name(name: str, key: str) -> None:
-    from mmcache import encoders
 
     known = getattr(encoders, "ENCODER_NAMES", None)
     if not name or (known is not None and name not in known):

@@ -192,7 +192,7 @@ def rule_points(name, modality, use_verifier):
         name, [("budget", b) for b in CURVE_BUDGETS])
     out = []
     for key, value in params:
-        result = ts.replay(part, rule(name, modality, use_verifier, **{key: value}),
+        result = ts.run_rule(part, rule(name, modality, use_verifier, **{key: value}),
                            seed=SEEDS[0], use_verifier=use_verifier)
         out.append({"param": value, **ts.summarise(result.served, result.same)})
     return out
@@ -248,7 +248,7 @@ def budget_runs(name, budget):
             absent[f"{m}/{name}@{budget}"] = str(err)
             continue
         for seed in SEEDS:
-            result = ts.replay(part, rule(name, m, True, budget=budget), seed=seed,
+            result = ts.run_rule(part, rule(name, m, True, budget=budget), seed=seed,
                                use_verifier=True)
             rows.append({"rule": name, "budget": budget, "modality": m, "seed": seed,
                          "cold_start_hit_rate": ts.cold_start_hit_rate(result),
@@ -361,7 +361,7 @@ for seed in SEEDS:
         except MMCacheError as err:
             absent[f"retrack/{name}"] = str(err)
             continue
-        result = ts.replay(text, fresh, use_verifier=ver, order=order, same=same)
+        result = ts.run_rule(text, fresh, use_verifier=ver, order=order, same=same)
         retrack_rows.append({"rule": label, "seed": seed, "retrack_lookups":
                              ts.retrack_lookups(result, drift_at, 0.02, DRIFT_WINDOW),
                              **ts.summarise(result.served[drift_at:], result.same[drift_at:])})

@@ -105,7 +105,7 @@ from IPython.display import Markdown, display
 from mmcache import TieredCache
 from mmcache.sim.latency import LatencyModel
 from mmcache.sim.cachebench import (Replayer, TierSpec, at_load, degradation_rows, load_reports,
-                                    load_row, replay, replay_cache, replay_limits,
+                                    load_row, replay, drive_cache, replay_limits,
                                     report_prometheus, route_video_to_last, served_summary,
                                     three_tier, three_tier_cache_config)
 from mmcache.sim.curves import belady_gap, lower_bound_curve, miss_ratio_curves
@@ -368,7 +368,7 @@ limits = reports["exact, one CPU tier (lru)"].limits
 # δ = 0.15 (cos ≥ 0.85) on every modality, same byte budgets as three_tier(capacity).
 with tempfile.TemporaryDirectory() as tmp, \
         TieredCache(three_tier_cache_config(capacity, f"{tmp}/l3.db", threshold=0.85)) as cache:
-    reports["TieredCache l1/l2/l3, cos≥0.85"] = replay_cache(mm_base, cache, model, limits=False)
+    reports["TieredCache l1/l2/l3, cos≥0.85"] = drive_cache(mm_base, cache, model, limits=False)
 rows = {name: {"hit_rate": r.hit_rate, "false_hit_rate": r.false_hit_rate,
                "precision": r.hit_precision, "byte_hit_rate": r.byte_hit_rate,
                **{f"{k}_ms": v for k, v in r.latency_ms.items()},
@@ -697,7 +697,7 @@ rt_reports = {th: replay(rt_base, three_tier(rt_capacity, threshold=th), model, 
 # L3 with its own vector search) at cos ≥ 0.85 with the same byte budgets.
 with tempfile.TemporaryDirectory() as tmp, \
         TieredCache(three_tier_cache_config(rt_capacity, f"{tmp}/l3.db", threshold=0.85)) as cache:
-    rt_cache = replay_cache(rt_base, cache, model, limits=False)
+    rt_cache = drive_cache(rt_base, cache, model, limits=False)
 real_text_cache = {"threshold": 0.85, "hit_ratio": rt_cache.hit_rate,
                    "true_hit_ratio": rt_cache.hit_rate - rt_cache.false_hit_rate,
                    "false_hit_share": 1 - rt_cache.hit_precision,

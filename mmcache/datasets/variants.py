@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from mmcache.datasets.speech import RATES, VOICES
 from mmcache.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -83,7 +84,6 @@ def video_keyframes(variant: int) -> tuple[ImageVariant, ...]:
 
 def speech_variant(variant: int) -> SpeechVariant:
     """The voice and speaking rate of speech variant ``variant``."""
-    from mmcache.datasets.speech import RATES, VOICES
 
     return SpeechVariant(VOICES[variant % len(VOICES)],
                          RATES[(variant // len(VOICES)) % len(RATES)])

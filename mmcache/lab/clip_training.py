@@ -34,6 +34,15 @@ from typing import Any
 
 import numpy as np
 
+from mmcache.datasets import all_scenes, render_scene, scene_captions, split_of
+from mmcache.datasets.images import (
+    FASHION_CLASSES,
+    FASHION_DIR,
+    FASHION_SOURCE,
+    fashion_captions,
+    load_fashion_mnist,
+)
+from mmcache.datasets.scenes import SCENES_SOURCE, make_scenes
 from mmcache.encoders.clip_arch import (
     CURRENT_FILE,
     IMAGE_SIZE,
@@ -52,8 +61,6 @@ from mmcache.encoders.text import MiniLMEncoder, file_sha256, minilm_path
 @lru_cache(maxsize=1)
 def _input_digests() -> dict[str, str]:
     """sha256 of the Fashion-MNIST files, the scene renderer and the text tower (once per process)."""
-    from mmcache.datasets.images import FASHION_DIR
-    from mmcache.datasets.scenes import make_scenes
 
     data = "".join(file_sha256(p) for p in sorted(FASHION_DIR.glob("*-ubyte.gz")))
     scenes = make_scenes(images_per_scene=1, seed=0)  # captions and pixels: catches code changes
@@ -76,7 +83,6 @@ def model_dir(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR
 
 def train_scenes(split_seed: int = 0) -> np.ndarray:
     """Indices (into :func:`~mmcache.datasets.all_scenes`) of the training-split scenes."""
-    from mmcache.datasets import all_scenes, split_of
 
     return np.array([i for i, s in enumerate(all_scenes())
                      if split_of(s.scene_id, seed=split_seed) == "train"])
@@ -87,8 +93,6 @@ def render_scene_pixels(labels: np.ndarray, seed: int) -> np.ndarray:
     the offline CLIP's preprocessing resizes them (PIL bilinear to 28×28)."""
     from PIL import Image
 
-    from mmcache.datasets import all_scenes, render_scene
-
     scenes, rng = all_scenes(), np.random.default_rng(seed)
     return np.stack([np.asarray(Image.fromarray(render_scene(scenes[y], 64, rng)).resize(
         (28, 28), Image.BILINEAR)) for y in labels])
@@ -96,7 +100,6 @@ def render_scene_pixels(labels: np.ndarray, seed: int) -> np.ndarray:
 
 def class_text_embeddings(text: MiniLMEncoder) -> np.ndarray:
     """``(10, n_templates, 384)`` MiniLM embeddings of every class caption."""
-    from mmcache.datasets.images import FASHION_CLASSES, fashion_captions
 
     caps = [c for y in range(len(FASHION_CLASSES)) for c in fashion_captions(y)]
     return text.encode(caps).reshape(len(FASHION_CLASSES), -1, text.dim)
@@ -134,7 +137,6 @@ def scene_text_to_image_r1(visual, text: MiniLMEncoder, seed: int,
     Queries are all paraphrases, scored separately for training-split scenes
     (held-out renderings) and for the other scenes (compositions never trained on).
     """
-    from mmcache.datasets import scene_captions
 
     captions, labels, _ = scene_captions()
     gallery_labels = np.arange(len(set(labels.tolist())))
@@ -168,7 +170,6 @@ def lit_loss(img, txt, labels, logit_scale):
 
 def scene_text_embeddings(text: MiniLMEncoder, scenes: np.ndarray) -> np.ndarray:
     """``(len(scenes), N_PARAPHRASES, 384)`` MiniLM embeddings of the scenes' paraphrases."""
-    from mmcache.datasets import all_scenes
 
     every = all_scenes()
     caps = [c for y in scenes for c in every[y].captions()]
@@ -180,9 +181,6 @@ def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
     """Train ``config``, evaluate it on the test split, write weights + model card; the folder."""
     import torch
     from safetensors.torch import save_file
-
-    from mmcache.datasets.images import FASHION_SOURCE, load_fashion_mnist
-    from mmcache.datasets.scenes import SCENES_SOURCE
 
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)

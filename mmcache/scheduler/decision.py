@@ -12,9 +12,9 @@ from mmcache.errors import ConfigError, InvalidInputError
 
 if TYPE_CHECKING:
     from mmcache.cache import TieredCache
-    from mmcache.sim.latency import LatencyModel
     from mmcache.sim.cachebench import Report, TierSpec
     from mmcache.sim.cachebench.neighbours import NeighbourTable
+    from mmcache.sim.latency import LatencyModel
     from mmcache.sim.workload import Workload
 from mmcache.scheduler.controllers import Controller, _finite, _window
 from mmcache.scheduler.drivers import (
@@ -26,6 +26,7 @@ from mmcache.scheduler.drivers import (
     replay_cutoff,
 )
 from mmcache.scheduler.levers import Levers, WindowStats
+from mmcache.sim.cachebench import Replayer
 
 #: Constraint metrics of a window and whether each is an at-least (True) or at-most bound.
 METRICS: Mapping[str, bool] = {"hit_rate": True, "error_rate": False, "p99_latency_ms": False}
@@ -265,7 +266,6 @@ class Scheduler:
         it). Served through the compiled kernel where :func:`compiles` says it serves the
         settings as the request-by-request path does.
         """
-        from mmcache.sim.cachebench import Replayer
 
         window = _window(window)
         replayer = Replayer(workload, tiers, latency, cutoff=replay_cutoff(tiers, self.settings),

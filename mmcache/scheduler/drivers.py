@@ -22,12 +22,14 @@ if TYPE_CHECKING:
     from mmcache.sim.workload import Workload
 from mmcache.scheduler.controllers import _non_negative, _window
 from mmcache.scheduler.levers import Levers, WindowStats
+from mmcache.sim.cachebench import loosest_floor
+from mmcache.sim.cachebench.kernel import KERNEL_POLICIES
+from mmcache.sim.cachebench.neighbours import neighbour_table
 
 
 def replay_cutoff(tiers: Sequence["TierSpec"], settings: Sequence[Levers]) -> float | None:
     """The neighbour-table cutoff under which every lookup of a :meth:`Scheduler.replay` of
     ``settings`` through ``tiers`` reads the table (:func:`mmcache.sim.cachebench.loosest_floor`)."""
-    from mmcache.sim.cachebench import loosest_floor
 
     return loosest_floor(tiers, [s.delta_offset for s in settings])
 
@@ -37,7 +39,6 @@ def replay_table(workload: "Workload", tiers: Sequence["TierSpec"],
     """The neighbour table of ``workload`` at :func:`replay_cutoff`: what every
     :meth:`Scheduler.replay` of ``settings`` (or of some of them) through ``tiers`` reads,
     built once to share across replays."""
-    from mmcache.sim.cachebench.neighbours import neighbour_table
 
     return neighbour_table(workload, replay_cutoff(tiers, settings))
 
@@ -47,7 +48,6 @@ def compiles(tiers: Sequence["TierSpec"], settings: Sequence[Levers]) -> bool:
     through the compiled kernel (:meth:`mmcache.sim.cachebench.Replayer.serve_compiled`): every
     tier's policy is the kernel's, every setting admits every miss and skips no tier, and every
     lookup's floor is positive (the table's cutoff, :func:`replay_cutoff`, then covers it)."""
-    from mmcache.sim.cachebench.kernel import KERNEL_POLICIES
 
     lowest = replay_cutoff(tiers, settings)
     return (all(t.policy in KERNEL_POLICIES for t in tiers) and (lowest is None or lowest > 0)

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from mmcache.sim.bounds import opt_bounds
+from mmcache.sim.replay import simulate
+from mmcache.sim.workload import zipf_trace
+
 
 def miss_ratio_curves(trace: Any, policies: Sequence[str], sizes: Sequence[int]):
     """Miss ratio of every policy at every cache size on one trace, with replay timings.
@@ -17,9 +21,6 @@ def miss_ratio_curves(trace: Any, policies: Sequence[str], sizes: Sequence[int])
     import time
 
     import pandas as pd
-
-    from mmcache.sim.replay import simulate
-    from mmcache.sim.workload import zipf_trace
 
     warm = zipf_trace(2_000, 200, seed=0)
     trace.dense_ids()  # the one-off id renumbering every replay of this trace shares
@@ -45,9 +46,6 @@ def lower_bound_curve(trace: Any, curves: Any):
     most every policy of ``curves``, whose misses are taken from it, not replayed again.
     """
     import pandas as pd
-
-    from mmcache.sim.bounds import opt_bounds
-    from mmcache.sim.replay import simulate
 
     rows = []
     for size, at_size in curves.groupby("cache_size", sort=True):

@@ -26,9 +26,15 @@ from tqdm.auto import tqdm
 
 from mmcache.encoders.heads import InfoNCEHead, make_head
 from mmcache.encoders.store import content_hash
+from mmcache.encoders.whisper import check_audio, log_mel
 from mmcache.errors import InvalidInputError
 from mmcache.paths import DATA_DIR
-from mmcache.studies.retrieval import best_fusion_weight, cosine_similarity, evaluate, fuse
+from mmcache.studies.retrieval import (
+    best_fusion_weight,
+    cosine_similarity,
+    evaluate,
+    fuse,
+)
 
 #: The learned rungs of the ladder, simplest first.
 LADDER_HEADS: tuple[str, ...] = ("ridge", "procrustes", "linear", "mlp")
@@ -190,8 +196,6 @@ def transcribe(model: Any, audios: Sequence[np.ndarray], batch_size: int = 8,
     """
     import torch
     import whisper
-
-    from mmcache.encoders.whisper import check_audio, log_mel
 
     clips = [check_audio(a, i) for i, a in enumerate(audios)]
     path = Path(cache_dir) / f"{content_hash(str(model.weights_id))[:16]}.json"

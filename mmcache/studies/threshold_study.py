@@ -1,7 +1,7 @@
 """Threshold studies on labelled pairs (notebook 02 and its widget panel call these).
 
 :func:`score_pairs` embeds every pair once (through the embedding store) and scores it:
-cosine per modality, the built-in verifier's probability. :func:`replay` streams the
+cosine per modality, the built-in verifier's probability. :func:`run_rule` streams the
 pairs' lookups through any :class:`mmcache.thresholds.ThresholdRule` in a seeded order,
 one candidate per lookup (the pair's cached entry), feeding labels back as vCache's
 exploration does. :func:`summarise` counts as vCache does: hit rate = served ÷
@@ -20,8 +20,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from mmcache.datasets.pairs import Pair
-from mmcache.verify.edits import verify_edits
 from mmcache.errors import InvalidInputError, MMCacheError
+from mmcache.thresholds import RULES
+from mmcache.thresholds.prior import FORMAT, channel, fit_channel
+from mmcache.verify.edits import verify_edits
 from mmcache.verify.image_check import image_fingerprint
 
 #: Encoder per modality of the study (names for :func:`mmcache.encoders.get_encoder`).
@@ -136,8 +138,8 @@ def _fingerprint(image: Any) -> bytes | None:
 
 
 @dataclass(frozen=True, eq=False)
-class Replay:
-    """What one replay served: per lookup (in stream order) served / correct / observations."""
+class RuleRun:
+    """What one run of a rule served: per lookup (in stream order) served / correct / observations."""
 
     order: np.ndarray
     served: np.ndarray
@@ -146,9 +148,9 @@ class Replay:
     modality: np.ndarray
 
 
-def replay(scores: PairScores, rule: Any, seed: int = 0, use_verifier: bool = True,
+def run_rule(scores: PairScores, rule: Any, seed: int = 0, use_verifier: bool = True,
            scope: str = "study", order: np.ndarray | None = None,
-           same: np.ndarray | None = None) -> Replay:
+           same: np.ndarray | None = None) -> RuleRun:
     """Stream the pairs' lookups through ``rule`` and feed the labels back (see below).
 
     The stream is a ``seed``-ed permutation of the pairs unless ``order`` (pair indices,
@@ -177,7 +179,7 @@ def replay(scores: PairScores, rule: Any, seed: int = 0, use_verifier: bool = Tr
             # given that the verifier passed: labels of candidates it rejected stay out
             rule.feedback(sims, entry, bool(same[k]), scope if served[k] else None, charged)
             seen[entry] = seen.get(entry, 0) + 1
-    return Replay(np.asarray(order), served, same, observations, scores.modality[order])
+    return RuleRun(np.asarray(order), served, same, observations, scores.modality[order])
 
 
 def drifting_stream(scores: PairScores, seed: int = 0, epochs: int = 2,
@@ -196,7 +198,7 @@ def drifting_stream(scores: PairScores, seed: int = 0, epochs: int = 2,
     return order, same, drift_at
 
 
-def retrack_lookups(result: Replay, drift_at: int, budget: float, window: int = 100) -> float:
+def retrack_lookups(result: RuleRun, drift_at: int, budget: float, window: int = 100) -> float:
     """Lookups after ``drift_at`` until the error over the last ``window`` lookups is back
     within ``budget`` (0 if it never left; inf if it never came back)."""
     wrong = (result.served & ~result.same).astype(float)
@@ -218,7 +220,7 @@ def summarise(served: np.ndarray, same: np.ndarray) -> dict[str, float]:
             "recall": (hits - wrong) / max(int(same.sum()), 1), "lookups": n}
 
 
-def cold_start_hit_rate(result: Replay, max_observations: int = 6) -> float:
+def cold_start_hit_rate(result: RuleRun, max_observations: int = 6) -> float:
     """Hit rate of lookups whose entry had fewer than ``max_observations`` labels."""
     cold = result.observations < max_observations
     return float(result.served[cold].mean()) if cold.any() else float("nan")
@@ -315,7 +317,6 @@ def study_rule(name: str, modality: str, budget: float = 0.02, **overrides: Any)
     Budgeted rules get ``budget``; rules with shipped curves get the study encoder's
     channel (:data:`STUDY_ENCODERS`); ``overrides`` replace any parameter.
     """
-    from mmcache.thresholds import RULES
 
     channel = {modality: STUDY_ENCODERS[modality][0]}
     defaults: dict[str, dict[str, Any]] = {
@@ -336,7 +337,7 @@ def panel_summary(scores: PairScores, modality: str, delta: float, budget: float
              **summarise(static_decisions(part, delta, use_verifier), part.same)}]
     for name in ("error-budget", "vcache-paper"):
         try:
-            result = replay(part, study_rule(name, modality, budget), seed, use_verifier)
+            result = run_rule(part, study_rule(name, modality, budget), seed, use_verifier)
         except MMCacheError as err:  # e.g. no shipped prior for this channel
             rows.append({"rule": f"{name} (absent: {err})"})
             continue
@@ -358,7 +359,6 @@ def fit_priors(scores: PairScores, path: str | Path, verifiers: Sequence[str] = 
     pseudo-observation (add-one smoothing: a wrong pair at the least similarity, a right one
     at the greatest), so "no wrong pair passed" is a curve near 1, not a failed fit.
     ``provenance`` is recorded beside the fit's own (encoders, conditioning, skips)."""
-    from mmcache.thresholds.prior import FORMAT, channel, fit_channel
 
     priors, skipped, conditioned = {}, {}, {}
     for m in sorted(set(scores.modality)):

@@ -292,7 +292,7 @@ class StoreTier(BudgetedTier):
         return None if known is None else known.version
 
     def refresh(self) -> None:
-        """Replay the changes other processes made since the last replay, now."""
+        """Apply the changes other processes made since the last sync, now."""
         self._sync()
 
     # -- internals -----------------------------------------------------------------------

@@ -130,25 +130,25 @@ def _tiered(cap: int, delta: float | None):
 
 
 def test_replay_through_a_tiered_cache():
-    from mmcache.sim.cachebench import replay_cache
+    from mmcache.sim.cachebench import drive_cache
 
     w = generate(n_queries=600, n_intents=60, seed=2)
     cap = int(w.size.sum() // 4)
     with _tiered(cap, None) as cache:
-        exact = replay_cache(w, cache)
+        exact = drive_cache(w, cache)
     with _tiered(cap, 0.3) as cache:
-        loose = replay_cache(w, cache, limits=False)
+        loose = drive_cache(w, cache, limits=False)
     assert exact.tiers == ("l1",) and loose.tiers == ("l1", "l2")
     assert exact.false_hit_rate == 0.0 and 0 < exact.hit_rate <= 1 - exact.limits[
         "belady_miss_ratio"]
     assert loose.hit_rate > exact.hit_rate and loose.false_hit_rate > 0.0
     assert sum(loose.hit_rate_per_tier.values()) == pytest.approx(loose.hit_rate)
     with _tiered(cap, 0.1) as cache, pytest.raises(ConfigError, match="l2"):
-        replay_cache(w, cache, costs={"l1": (1.0, 10.0)})
+        drive_cache(w, cache, costs={"l1": (1.0, 10.0)})
 
 
 def test_replay_cache_takes_measured_tier_lookups_from_the_profile():
-    from mmcache.sim.cachebench import CACHE_TIER_COSTS, measured_cache_tier_costs, replay_cache
+    from mmcache.sim.cachebench import CACHE_TIER_COSTS, measured_cache_tier_costs, drive_cache
     from mmcache.sim.latency import LogNormal, load_profile
 
     profile = load_profile()
@@ -163,7 +163,7 @@ def test_replay_cache_takes_measured_tier_lookups_from_the_profile():
     assert "assumed" in partial_sources["l2"] and "test profile" in partial_sources["l1"]
     w = generate(n_queries=200, n_intents=20, seed=2)
     with _tiered(int(w.size.sum() // 4), 0.3) as cache:
-        report = replay_cache(w, cache, limits=False)
+        report = drive_cache(w, cache, limits=False)
     assert report.provenance["tier_costs"]["l2"] == costs["l2"]
     assert report.provenance["tier_cost_sources"] == sources
 

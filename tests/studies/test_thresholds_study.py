@@ -9,7 +9,7 @@ from mmcache.datasets.pairs import Pair
 from mmcache.encoders import HashingTestEncoder
 from mmcache.errors import InvalidInputError
 from mmcache.studies.threshold_study import (PairScores, best_static, cold_start_hit_rate,
-                                             gptcache_decisions, replay, score_pairs, static_curve,
+                                             gptcache_decisions, run_rule, score_pairs, static_curve,
                                              static_decisions, summarise)
 from mmcache.types import Query
 
@@ -73,13 +73,13 @@ class _CountingRule:
 def test_replay_feeds_every_label_back_and_counts_cold_lookups() -> None:
     scores = _scores([0.9] * 6, [1] * 6, entry=["a"] * 3 + ["b"] * 3)
     rule = _CountingRule()
-    result = replay(scores, rule, seed=1)
+    result = run_rule(scores, rule, seed=1)
     assert rule.labels == {"a": 3, "b": 3} and rule.calls.count("lookup") == 6
     assert result.served.sum() == 2 == rule.calls.count("served")
     assert sorted(result.observations.tolist()) == [0, 0, 1, 1, 2, 2]
     assert cold_start_hit_rate(result, max_observations=2) == 0.0
     assert cold_start_hit_rate(result, max_observations=6) == pytest.approx(1 / 3)
-    again = replay(scores, _CountingRule(), seed=1)
+    again = run_rule(scores, _CountingRule(), seed=1)
     assert again.order.tolist() == result.order.tolist()
 
 
@@ -127,12 +127,12 @@ def test_drifting_stream_makes_stale_entries_wrong_only_after_the_drift() -> Non
 
 
 def test_retrack_counts_lookups_until_the_rolling_error_is_back() -> None:
-    from mmcache.studies.threshold_study import Replay, retrack_lookups
+    from mmcache.studies.threshold_study import RuleRun, retrack_lookups
 
     served = np.ones(30, bool)
     same = np.ones(30, bool)
     same[10:14] = False  # four wrong hits just after the drift
-    result = Replay(np.arange(30), served, same, np.zeros(30, int), np.array(["text"] * 30))
+    result = RuleRun(np.arange(30), served, same, np.zeros(30, int), np.array(["text"] * 30))
     assert retrack_lookups(result, drift_at=10, budget=0.1, window=5) == 8.0  # 13 + 5 - 10
     assert retrack_lookups(result, drift_at=20, budget=0.1, window=5) == 0.0
     same[10:] = False

@@ -21,12 +21,17 @@ import time
 
 import numpy as np
 
+from mmcache.datasets import load_asterisk_prompts
+from mmcache.datasets.images import FASHION_CLASSES, FASHION_TEMPLATES
+from mmcache.encoders import get_encoder
+from mmcache.encoders.store import EmbeddingStore
+from mmcache.encoders.whisper import WhisperEncoder, load_whisper
+
 CHUNK = 4
 
 
 def asterisk_prompts(n: int, max_seconds: float = 10.0) -> tuple[list[np.ndarray], list[str]]:
     """The first ``n`` Asterisk prompts under ``max_seconds`` (unique transcripts): 16 kHz clips, texts."""
-    from mmcache.datasets import load_asterisk_prompts
 
     prompts = load_asterisk_prompts(max_seconds=max_seconds)[:n]
     return [p.audio for p in prompts], [p.text for p in prompts]
@@ -47,8 +52,6 @@ def ridge_r_at_1(audio: np.ndarray, text: np.ndarray, seeds: int = 5, lam: float
 
 def whisper_context(n_clips: int) -> None:
     """Ratio 1: full-context ÷ trimmed-context encoder time per clip, and equivalence."""
-    from mmcache.encoders import get_encoder
-    from mmcache.encoders.whisper import WhisperEncoder, load_whisper
 
     model = load_whisper()
     trimmed, full = WhisperEncoder(model=model), WhisperEncoder(model=model, trim=False)
@@ -79,9 +82,6 @@ def whisper_context(n_clips: int) -> None:
 
 def store_second_pass(n_texts: int) -> None:
     """Ratio 2: first pass (encode + store) ÷ second pass (read back) through the store."""
-    from mmcache.datasets.images import FASHION_CLASSES, FASHION_TEMPLATES
-    from mmcache.encoders import get_encoder
-    from mmcache.encoders.store import EmbeddingStore
 
     texts = [f"{FASHION_TEMPLATES[i % len(FASHION_TEMPLATES)].format(FASHION_CLASSES[i % 10])} "
              f"#{i}" for i in range(n_texts)]

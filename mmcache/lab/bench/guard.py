@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from mmcache.cache import TieredCache
+from mmcache.datasets.prompts import load_prompts
+from mmcache.encoders import get_encoder
 from mmcache.types import Query
 
 CHUNK = 25
@@ -51,8 +53,6 @@ def clustered_set(n: int, n_queries: int, dim: int, rng: np.random.Generator):
 
 def minilm_set(n: int, n_queries: int):
     """Real MiniLM embeddings of ShareGPT prompts: ``n`` stored, ``n_queries`` held out."""
-    from mmcache.datasets.prompts import load_prompts
-    from mmcache.encoders import get_encoder
 
     texts = load_prompts(n + n_queries)
     vecs = _unit(np.asarray(get_encoder("minilm").encode(texts), dtype=np.float32))

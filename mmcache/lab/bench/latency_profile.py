@@ -30,9 +30,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
+from mmcache import TieredCache
+from mmcache.datasets import load_asterisk_prompts, load_fashion_mnist
+from mmcache.datasets.prompts import load_prompts
+from mmcache.encoders import get_encoder
+from mmcache.encoders.clip import offline_preprocess
+from mmcache.encoders.clip_arch import TrainConfig, build_image_tower
+from mmcache.errors import OfflineAssetError
+from mmcache.sim.cachebench import three_tier_cache_config
 from mmcache.sim.latency import PROFILE_PATH, fit_histogram, fit_samples, profile_entry
+from mmcache.sim.workload import generate
 
 COMMAND = "python -m mmcache.lab.bench.latency_profile"
 
@@ -51,8 +58,6 @@ def time_calls(call: Callable[[Any], Any], inputs: Sequence[Any], warmup: int = 
 
 def text_encoder(n: int) -> dict[str, Any]:
     """``encode.text``: MiniLM, one ShareGPT prompt per call."""
-    from mmcache.datasets.prompts import load_prompts
-    from mmcache.encoders import get_encoder
 
     encoder = get_encoder("minilm")
     samples = time_calls(lambda p: encoder.encode([p]), load_prompts(n))
@@ -62,8 +67,6 @@ def text_encoder(n: int) -> dict[str, Any]:
 
 def audio_encoder(n: int) -> dict[str, Any]:
     """``encode.audio``: Whisper tiny.en (trimmed context), one Asterisk clip per call."""
-    from mmcache.datasets import load_asterisk_prompts
-    from mmcache.encoders import get_encoder
 
     encoder = get_encoder("whisper")
     clips = [p.audio for p in load_asterisk_prompts(max_seconds=10.0)[:n]]
@@ -75,12 +78,6 @@ def audio_encoder(n: int) -> dict[str, Any]:
 def image_encoder(n: int) -> dict[str, Any]:
     """``encode.image``: the offline CLIP image tower, one Fashion-MNIST photo per call."""
     from PIL import Image
-
-    from mmcache.datasets import load_fashion_mnist
-    from mmcache.encoders import get_encoder
-    from mmcache.encoders.clip import offline_preprocess
-    from mmcache.encoders.clip_arch import TrainConfig, build_image_tower
-    from mmcache.errors import OfflineAssetError
 
     photos = [Image.fromarray(im) for im in load_fashion_mnist("test", limit=n).images]
     try:
@@ -104,9 +101,6 @@ def image_encoder(n: int) -> dict[str, Any]:
 
 def cache_tiers(n_entries: int, n_gets: int) -> dict[str, dict[str, Any]]:
     """Per-stage lookups of a filled TieredCache, from its own latency histograms."""
-    from mmcache import TieredCache
-    from mmcache.sim.cachebench import three_tier_cache_config
-    from mmcache.sim.workload import generate
 
     stream = generate(n_queries=n_entries + n_gets, n_intents=n_entries, seed=0)
     l3_bytes = 2 * int(stream.size[:n_entries].sum())  # L3 keeps every answer, L1 and L2 some

@@ -24,7 +24,14 @@ import time
 import numpy as np
 
 from mmcache.cache import TieredCache
-from mmcache.thresholds import ErrorBudgetThreshold, StaticThreshold
+from mmcache.datasets.pairs import PairSizes, text_pairs
+from mmcache.encoders import get_encoder
+from mmcache.studies.priors import PRIOR_SEED
+from mmcache.thresholds import (
+    CalibratedThreshold,
+    ErrorBudgetThreshold,
+    StaticThreshold,
+)
 from mmcache.types import Query
 
 DIM = 384
@@ -38,10 +45,6 @@ def unit_rows(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def heldout_pairs() -> dict[str, dict[str, float]]:
     """Each rule on the held-out text pairs (see the module docstring)."""
-    from mmcache.datasets.pairs import PairSizes, text_pairs
-    from mmcache.encoders import get_encoder
-    from mmcache.thresholds import CalibratedThreshold
-    from mmcache.studies.priors import PRIOR_SEED
 
     pairs = text_pairs("test", PRIOR_SEED, PairSizes(prompts=600))
     texts = sorted({p.query.text for p in pairs} | {p.cached.text for p in pairs})

@@ -51,6 +51,7 @@ import numpy as np
 
 from mmcache.cache import TieredCache
 from mmcache.inputs import prepare
+from mmcache.lab.bench.gptcache_baseline import GPTCacheBaseline, gptcache_threshold
 from mmcache.tiers.vectors import VectorIndex
 from mmcache.types import Query
 
@@ -159,7 +160,6 @@ def bench_end_to_end(w: Workload, cosine: float, workdir: Path,
 
     ``ef_search`` overrides the default HNSW search depth (None keeps the default).
     """
-    from mmcache.lab.bench.gptcache_baseline import GPTCacheBaseline, gptcache_threshold
 
     n, dim = w.stored.shape
     exact_sim, exact_id = exact_nearest(w.stored, w.queries)
@@ -221,7 +221,6 @@ def bench_end_to_end(w: Workload, cosine: float, workdir: Path,
 
 def bench_puts(dim: int, n_puts: int, seed: int, workdir: Path) -> list[str]:
     """Ratio 3: puts/s into an L3-only mmcache (SQLite) ÷ GPTCache's put."""
-    from mmcache.lab.bench.gptcache_baseline import GPTCacheBaseline
 
     vectors = _unit(np.random.default_rng(seed + 1).standard_normal((n_puts, dim),
                                                                     dtype=np.float32))

@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from mmcache.lab import runbook
+from mmcache.lab.plotting import FIGURE_DIR_ENV
+from mmcache.lab.sweep.spec import resolve_function
+
 METRICS_FILE = "metrics.json"
 #: Thread-pool sizes that BLAS, OpenMP (torch) and numba read when they start; a point's
 #: notebook kernel inherits them.
@@ -74,16 +78,12 @@ def run_point(kind: str, target: str, params: Mapping[str, Any],
 
 def run_prerequisite(target: str, threads: int | None = None) -> None:
     """Call a point's prerequisite ``module:function`` (no arguments); its errors propagate."""
-    from mmcache.lab.sweep.spec import resolve_function
 
     with thread_limit(threads):
         resolve_function(target)()
 
 
 def _call_function(target: str, params: Mapping[str, Any], run_dir: Path) -> None:
-    from mmcache.lab import runbook
-    from mmcache.lab.plotting import FIGURE_DIR_ENV
-    from mmcache.lab.sweep.spec import resolve_function
 
     func = resolve_function(target)
     with environ({runbook.RUN_DIR_ENV: str(run_dir), FIGURE_DIR_ENV: str(run_dir / "figures")}):
@@ -96,8 +96,6 @@ def _call_function(target: str, params: Mapping[str, Any], run_dir: Path) -> Non
 
 
 def _execute_notebook(target: str, params: Mapping[str, Any], run_dir: Path) -> None:
-    from mmcache.lab import runbook
-    from mmcache.lab.plotting import FIGURE_DIR_ENV
 
     rest = {k: v for k, v in params.items() if k != "SMOKE"}
     with environ({FIGURE_DIR_ENV: str(run_dir / "figures")}):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from mmcache.errors import ConfigError
+from mmcache.lab import plotting
 from mmcache.lab.sweep.point import METRICS_FILE, environ
 from mmcache.lab.sweep.spec import Point, SweepSpec
 from mmcache.lab.sweep.store import PARTIAL_DIR, read_record, write_atomic
@@ -58,8 +59,6 @@ def write_figure(spec: SweepSpec, table: pd.DataFrame, out: Path) -> Path | None
     import matplotlib.pyplot as plt
     import seaborn as sns
     from matplotlib.ticker import EngFormatter, NullFormatter
-
-    from mmcache.lab import plotting
 
     fig_spec = spec.figure
     ok = table[table.status == "ok"]

@@ -60,7 +60,7 @@ from mmcache.sim.cachebench.load import (
     at_load, degradation_replay, degradation_rows, load_reports, load_row, load_sweep, offered_load)
 from mmcache.sim.cachebench.degradation import (
     DEFAULT_QUEUE_THRESHOLDS, Degrader, LEVELS, check_level)
-from mmcache.sim.cachebench.live import replay_cache
+from mmcache.sim.cachebench.live import drive_cache
 from mmcache.sim.cachebench.limits import replay_limits
 from mmcache.sim.cachebench.neighbours import (
     HALF_PRECISION_FROM, NeighbourTable, SPAN, TILE, best_resident, candidate_groups, cos_slack,
@@ -78,5 +78,5 @@ __all__ = [
     "half_precision_format", "load_reports", "load_row", "load_sweep", "loosest_floor",
     "measured_cache_tier_costs", "neighbour_table", "node_ids", "offered_load", "pagerank",
     "prefetch_plan", "prefetch_replay", "range_search", "reference_graph", "replay",
-    "replay_cache", "replay_limits", "report_prometheus", "route_video_to_last", "served_summary",
+    "drive_cache", "replay_limits", "report_prometheus", "route_video_to_last", "served_summary",
     "three_tier", "three_tier_cache_config"]

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from mmcache.sim.bounds import lower_bound
+from mmcache.sim.replay import simulate
 from mmcache.sim.workload import Workload
 
 
@@ -25,8 +27,6 @@ def replay_limits(workload: Workload, capacity_bytes: int, policy: str = "lru", 
     retrieves across modalities) the same three keyed by intent alone, prefixed
     ``cross_modal_``. ``lower_bound_method`` names the bound each lower ratio used.
     """
-    from mmcache.sim.bounds import lower_bound
-    from mmcache.sim.replay import simulate
 
     exact = workload.to_trace("exact")
     oracles = {"oracle_semantic_": workload.to_trace("intent-modality")}

@@ -16,10 +16,10 @@ from mmcache.sim.latency import LatencyModel
 from mmcache.sim.workload import Workload
 
 
-def replay_cache(workload: Workload, cache: Any, latency: LatencyModel | None = None, *,
+def drive_cache(workload: Workload, cache: Any, latency: LatencyModel | None = None, *,
                  costs: Mapping[str, tuple[float, float]] | None = None,
                  scope: str = "cachebench", limits: bool = True) -> Report:
-    """Replay ``workload`` through a :class:`mmcache.TieredCache` (every miss is ``put`` back).
+    """Drive ``workload`` through a real :class:`mmcache.TieredCache` (every miss is ``put`` back).
 
     ``costs`` maps each tier name to ``(lookup_us, bandwidth_gbps)`` (default
     :func:`measured_cache_tier_costs`: lookups measured on this machine where

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from mmcache.errors import ConfigError
+from mmcache.metrics import register_serving
 from mmcache.sim.cachebench.limits import replay_limits
 from mmcache.sim.latency import LatencyModel
 from mmcache.sim.workload import MODALITY_SET_NAMES, MODALITY_SETS, Workload
@@ -67,8 +68,6 @@ def report_prometheus(report: Report, workload: Workload, *, model_type: str,
     ``registry`` (a ``prometheus_client`` registry; default a fresh one) and returns the
     registry's exposition text."""
     from prometheus_client import CollectorRegistry, generate_latest
-
-    from mmcache.metrics import register_serving
 
     registry = CollectorRegistry(auto_describe=False) if registry is None else registry
     sets = workload.modality_set[:report.n_req]

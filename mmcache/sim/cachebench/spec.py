@@ -129,7 +129,7 @@ def three_tier_cache_config(capacity_bytes: int, l3_path: str | Path, *,
 
 def measured_cache_tier_costs(profile: Mapping[str, LogNormal] | None = None
                               ) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
-    """``(costs, sources)`` for :func:`replay_cache`: each TieredCache tier's lookup µs is the
+    """``(costs, sources)`` for :func:`drive_cache`: each TieredCache tier's lookup µs is the
     mean of its measured stage histograms (``<tier>.exact`` plus ``<tier>.semantic`` where the
     tier has one) from ``profile`` (default: :func:`mmcache.sim.latency.load_profile`); a tier the
     profile lacks keeps :data:`CACHE_TIER_COSTS`. Bandwidths stay the nominal assumptions.

@@ -51,12 +51,17 @@ from mmcache.types import MODALITIES, Query
 if TYPE_CHECKING:
     from mmcache.encoders import EmbeddingStore, Encoder
     from mmcache.sim.workload.stream import Workload
+from mmcache.datasets.images import load_fashion_mnist, load_skimage_photos
+from mmcache.datasets.pairs import TRAP_KINDS, make_trap, paraphrase
+from mmcache.datasets.prompts import load_prompts
+from mmcache.datasets.speech import load_asterisk_prompts, synthesize
 from mmcache.datasets.variants import (
     apply_image_variant,
     clip_keyframes,
     image_variant,
     speech_variant,
 )
+from mmcache.encoders import KeyframeMeanEncoder, get_encoder
 from mmcache.sim.workload.queries import (
     MODALITY_SETS,
     SET_CHANNELS,
@@ -152,7 +157,6 @@ class MediaSources:
         base = self._base_text(intent)
         if variant == 0:
             return base
-        from mmcache.datasets.pairs import paraphrase
 
         rng = np.random.default_rng([self.seed, 5, intent, variant])
         how = _PARAPHRASES[(variant - 1) % len(_PARAPHRASES)]
@@ -182,7 +186,6 @@ class MediaSources:
         kind, a, b, rest = spec.split("|", 3)
         if kind == "asterisk":
             return _vary_recording(self.recordings[int(a)], int(b), int(rest))
-        from mmcache.datasets.speech import synthesize
 
         return synthesize(rest, voice=a, rate=int(b)).audio
 
@@ -216,7 +219,6 @@ class MediaSources:
         target = self.trap_of.get(intent)
         if target is None:
             return self.prompt(intent)
-        from mmcache.datasets.pairs import TRAP_KINDS, make_trap
 
         prompt = self.prompt(target)
         if spoken:
@@ -248,8 +250,6 @@ def load_media_sources(workload: Workload, *, n_recordings: int | None = None,
     """Real sources for every intent of ``workload`` and every intent a trap imitates (one
     prompt each; photos cycle when there are more intents than photos). ``n_recordings``
     caps the Asterisk prompts used (default: all with ≤ 10 s of speech)."""
-    from mmcache.datasets.images import load_fashion_mnist, load_skimage_photos
-    from mmcache.datasets.prompts import load_prompts
 
     fashion, photos = load_fashion_mnist("test"), load_skimage_photos(28)
     grey = np.repeat(fashion.images[..., None], 3, axis=-1)
@@ -267,7 +267,6 @@ def load_media_sources(workload: Workload, *, n_recordings: int | None = None,
 
 @lru_cache(maxsize=2)
 def _recordings(limit: int | None) -> tuple[np.ndarray, ...]:
-    from mmcache.datasets.speech import load_asterisk_prompts
 
     return tuple(c.audio for c in load_asterisk_prompts(limit, max_seconds=10.0))
 
@@ -308,7 +307,6 @@ def embed_workload(workload: Workload, *, store: EmbeddingStore | None = None,
     through ``store``. The seconds each modality took (rendering and encoding) are in its
     ``kind``, with the pool's sharing.
     """
-    from mmcache.encoders import KeyframeMeanEncoder, get_encoder
 
     pool = pool or RealPool()
     sets, dropped = audio_capped_sets(workload, pool)

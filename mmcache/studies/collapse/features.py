@@ -25,7 +25,18 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+from mmcache.datasets.speech import synthesize
 from mmcache.encoders.store import save_npz
+from mmcache.encoders.text import MiniLMEncoder, file_sha256, minilm_path
+from mmcache.encoders.whisper import (
+    audio_frames,
+    check_audio,
+    ct2_model_dir,
+    encoder_states,
+    load_whisper,
+    log_mel,
+    trimmed_context,
+)
 from mmcache.errors import InvalidEmbeddingError, InvalidInputError
 from mmcache.paths import DATA_DIR
 
@@ -75,7 +86,6 @@ class WhisperFrames:
     """Whisper tiny.en encoder output over a clip's audio frames, averaged into ``n_frames`` runs."""
 
     def __init__(self, model=None) -> None:
-        from mmcache.encoders.whisper import load_whisper
 
         self.model = model if model is not None else load_whisper()
         self.dim = self.model.dims.n_audio_state
@@ -84,7 +94,6 @@ class WhisperFrames:
     def frame_states(self, clips: Sequence[np.ndarray], n_frames: int,
                      batch_size: int = 16) -> np.ndarray:
         """``(n, n_frames, 384)`` float32; a clip needs at least ``n_frames`` frames (20 ms each)."""
-        from mmcache.encoders.whisper import audio_frames, check_audio, trimmed_context
 
         clips = [check_audio(c, i) for i, c in enumerate(clips)]
         short = [i for i, c in enumerate(clips) if audio_frames(c.size) < n_frames]
@@ -103,8 +112,6 @@ class WhisperFrames:
     def _segment_means(self, clips: list[np.ndarray], ctx: int, n_frames: int) -> np.ndarray:
         import torch
 
-        from mmcache.encoders.whisper import audio_frames, encoder_states, log_mel
-
         mel = torch.stack([log_mel(c) for c in clips])[:, :, :2 * ctx]
         states = encoder_states(self.model, mel)[-1].numpy()          # (batch, ctx, dim)
         return np.stack([[run.mean(0) for run in
@@ -116,7 +123,6 @@ class MiniLMTokens:
     """all-MiniLM-L6-v2 last-layer token states (no pooling) of each text."""
 
     def __init__(self) -> None:
-        from mmcache.encoders.text import MiniLMEncoder
 
         encoder = MiniLMEncoder()
         self.encoder_id = encoder.encoder_id.rsplit("/", 1)[0] + "/last-layer-token-states"
@@ -156,8 +162,6 @@ def load_features(path: str) -> FrozenFeatures:
 
 def weights_digests() -> dict[str, str]:
     """Short content hashes of the MiniLM and Whisper weight files (they key the cache)."""
-    from mmcache.encoders.text import minilm_path
-    from mmcache.encoders.whisper import ct2_model_dir
 
     return {"minilm": _digest(minilm_path() / "model.safetensors"),
             "whisper": _digest(ct2_model_dir() / "model.bin")}
@@ -165,7 +169,6 @@ def weights_digests() -> dict[str, str]:
 
 @lru_cache(maxsize=4)
 def _digest(path: Path) -> str:
-    from mmcache.encoders.text import file_sha256
 
     return file_sha256(path)[:12]
 
@@ -178,7 +181,6 @@ def _cache_key(captions: tuple[str, ...]) -> str:
 
 def _encode(captions: tuple[str, ...], text_encoder: TokenEncoder,
             frame_encoder: FrameEncoder) -> tuple[np.ndarray, np.ndarray]:
-    from mmcache.datasets.speech import synthesize
 
     tokens = text_encoder.token_states(captions)
     if len({t.shape for t in tokens}) != 1:
