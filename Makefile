@@ -16,11 +16,11 @@ comma := ,
 # core); Python compiles and caches the modules a run imports instead, so this must not be off.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup setup-bench sysdeps test smoke figures check-readme models priors lab pair bench bench-cache bench-replay bench-cachebench bench-guard bench-encoders bench-thresholds latency-profile clean
+.PHONY: help setup setup-bench sysdeps test smoke figures check-docs check-readme models priors lab pair bench bench-cache bench-replay bench-cachebench bench-guard bench-encoders bench-thresholds latency-profile clean
 
 help:
 	@echo "make figures   regenerate every figure (full notebooks) into figures/, with MANIFEST.md"
-	@echo "make check-readme  compare the README's numbers with the runs make figures wrote"
+	@echo "make check-docs  compare the numbers of README.md and docs/ with the runs make figures wrote"
 	@echo "make test      unit, property and notebook smoke tests"
 	@echo "make smoke     run every notebook with SMOKE=True into runs/<name>-smoke/"
 	@echo "make models    train/cache the offline CLIP (data/models/)"
@@ -80,8 +80,11 @@ models: setup
 figures: setup-bench
 	$(PY) -m mmcache.figures
 
-check-readme: setup
+# Every number README.md and docs/ print, against the runs of `make figures` (figures/expected.yaml).
+check-docs: setup
 	$(PY) -m mmcache.readme_check
+
+check-readme: check-docs
 
 # The shipped threshold priors / calibration curves, fitted on labelled pairs (training split).
 priors: setup
