@@ -25,9 +25,9 @@ help:
 	@echo "make test      unit, property and notebook smoke tests"
 	@echo "make smoke     run every notebook with SMOKE=True into runs/<name>-smoke/"
 	@echo "make models    train/cache the offline CLIP (data/models/)"
-	@echo "make priors    refit data/threshold_priors.json (error-budget prior, calibration)"
+	@echo "make priors    refit mmcache/resources/threshold_priors.json (error-budget prior, calibration)"
 	@echo "make bench     performance benchmarks (ratios against baselines run side by side)"
-	@echo "make latency-profile  re-measure data/latency_profile.json (CacheBench-MM's latencies)"
+	@echo "make latency-profile  re-measure mmcache/resources/latency_profile.json (CacheBench-MM's latencies)"
 	@echo "make lab       open JupyterLab on notebooks/"
 	@echo "make pair      regenerate notebooks/*.ipynb (no outputs) from their .py sources"
 
@@ -70,20 +70,20 @@ test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 smoke: setup
-	$(PY) -m mmcache.runbook --smoke
+	$(PY) -m mmcache.lab.runbook --smoke
 
 models: setup
-	$(PY) -m mmcache.encoders.clip_train
+	$(PY) -m mmcache.lab.clip_training
 
 # Every notebook in full mode through the sweep runner (two at a time on 2 cores), then MANIFEST.md.
 # The offline CLIP (`make models`) is trained by the runner, beside the first notebooks.
 # The bench extra brings GPTCache, which notebook 02 runs side by side with mmcache's rules.
 figures: setup-bench
-	$(PY) -m mmcache.figures
+	$(PY) -m mmcache.lab.figures
 
 # Every number README.md and docs/ print, against the runs of `make figures` (figures/expected.yaml).
 check-docs: setup
-	$(PY) -m mmcache.readme_check
+	$(PY) -m mmcache.lab.docs_check
 
 check-readme: check-docs
 
@@ -94,7 +94,7 @@ docs: setup
 
 # The shipped threshold priors / calibration curves, fitted on labelled pairs (training split).
 priors: setup
-	$(PY) -m mmcache.thresholds.prior
+	$(PY) -m mmcache.studies.priors
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
@@ -108,25 +108,25 @@ bench: bench-cache bench-replay bench-cachebench bench-guard bench-encoders benc
 
 # CacheBench-MM's measured latencies (encoders, cache tiers) on this machine; committed.
 latency-profile: setup
-	$(PY) -m mmcache.bench.latency_profile
+	$(PY) -m mmcache.lab.bench.latency_profile
 
 bench-cache: setup-bench
-	$(PY) -m mmcache.bench.cache_bench
+	$(PY) -m mmcache.lab.bench.tiered_cache
 
 bench-replay: setup-bench
-	$(PY) -m mmcache.bench.replay_bench
+	$(PY) -m mmcache.lab.bench.eviction_replay
 
 bench-cachebench: setup
-	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m mmcache.bench.cachebench_bench
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m mmcache.lab.bench.cachebench_engine
 
 bench-guard: setup
-	$(PY) -m mmcache.bench.guard_bench
+	$(PY) -m mmcache.lab.bench.guard
 
 bench-encoders: setup
-	$(PY) -m mmcache.bench.encoder_bench
+	$(PY) -m mmcache.lab.bench.encoders
 
 bench-thresholds: setup
-	$(PY) -m mmcache.bench.threshold_bench
+	$(PY) -m mmcache.lab.bench.thresholds
 
 clean:
 	rm -rf runs site figures/*.png figures/*.pdf figures/*.json figures/MANIFEST.md .pytest_cache

@@ -21,7 +21,7 @@ import typing
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..config import EXAMPLE_YAML, KEY_HELP, CacheConfig
+from mmcache.config import EXAMPLE_YAML, KEY_HELP, CacheConfig
 
 PAGE = "configuration.md"
 

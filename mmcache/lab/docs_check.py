@@ -1,0 +1,227 @@
+"""The docs check: a full run reproduces the numbers the docs print, on the pages that print them.
+
+``figures/expected.yaml`` maps each number of the docs (README.md and the pages under
+``docs/``) to the metric a full run writes (``runs/<notebook>/metrics.json``) with a
+stated tolerance, names the page that prints it (``page``) and quotes the text there
+that prints it (``readme``). :func:`check` compares them; :func:`missing_quotes` checks
+the quotes alone (no run needed). The command line (what ``make check-docs`` runs,
+after ``make figures``) prints every mismatch and exits 1 if there is one::
+
+    python -m mmcache.lab.docs_check [--expected figures/expected.yaml] [--runs runs] [--root .]
+                                     [--quotes-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from mmcache.errors import ConfigError
+from mmcache.paths import PROJECT_ROOT, RUNS_DIR
+
+EXPECTED_FILE = PROJECT_ROOT / "figures" / "expected.yaml"
+README_FILE = PROJECT_ROOT / "README.md"
+ENTRY_FIELDS = ("page", "readme", "metrics", "tol", "rtol")
+#: Float rounding allowed on top of every tolerance (0.8 - 0.6 > 0.2 in binary).
+FLOAT_SLACK = 1e-9
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One number of the docs: the page and text that print it, the metric path, the value
+    and its tolerance."""
+
+    notebook: str
+    readme: str               # the text quoted from ``page`` (whitespace runs count as one)
+    path: tuple[str, ...]
+    value: Any                # number, list of numbers, string, bool, or {"same_as": path}
+    tol: float = 0.0
+    rtol: float = 0.0
+    page: str = "README.md"   # the page that prints it, relative to the checkout
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """An expectation that the run (or its page) does not meet, and why."""
+
+    expectation: Expectation
+    problem: str
+
+
+def load_expectations(path: str | Path = EXPECTED_FILE) -> list[Expectation]:
+    """Read the expectations file; raises :class:`ConfigError` naming a malformed entry."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"cannot read expectations {path}: {err}") from err
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of notebook name -> list of entries")
+    out = []
+    for notebook, entries in raw.items():
+        if not isinstance(entries, list):
+            raise ConfigError(f"{path}: `{notebook}` must be a list of entries")
+        for i, entry in enumerate(entries):
+            out += _entry(entry, notebook, f"{path.name}: {notebook}[{i}]")
+    return out
+
+
+def read_pages(expectations: list[Expectation], root: str | Path = PROJECT_ROOT,
+               ) -> dict[str, str | None]:
+    """The text of every page the expectations name, read under ``root`` (None: no such file)."""
+    root = Path(root)
+    return {page: (root / page).read_text() if (root / page).is_file() else None
+            for page in sorted({e.page for e in expectations})}
+
+
+def missing_quotes(expectations: list[Expectation],
+                   pages: Mapping[str, str | None]) -> list[Mismatch]:
+    """Every expectation whose quoted text its page does not show (no run needed)."""
+    squashed = {page: _squash(text) for page, text in pages.items() if text is not None}
+    mismatches = []
+    for exp in expectations:
+        if exp.page not in squashed:
+            mismatches.append(Mismatch(exp, f"no page {exp.page}"))
+        elif _squash(exp.readme) not in squashed[exp.page]:
+            mismatches.append(Mismatch(exp, f"{exp.page} no longer shows {exp.readme!r}"))
+    return mismatches
+
+
+def check(expectations: list[Expectation], runs_dir: str | Path = RUNS_DIR,
+          pages: Mapping[str, str | None] | None = None) -> list[Mismatch]:
+    """Every expectation the runs in ``runs_dir`` (or its page, when ``pages`` maps page
+    paths to their text, as :func:`read_pages` reads them) do not meet."""
+    runs_dir = Path(runs_dir)
+    quotes = ({id(m.expectation): m.problem for m in missing_quotes(expectations, pages)}
+              if pages is not None else {})
+    metrics: dict[str, dict[str, Any] | str] = {}
+    mismatches = []
+    for exp in expectations:
+        if exp.notebook not in metrics:
+            metrics[exp.notebook] = _read_run(runs_dir, exp.notebook)
+        run = metrics[exp.notebook]
+        problem = quotes.get(id(exp)) or (run if isinstance(run, str) else _compare(exp, run))
+        if problem:
+            mismatches.append(Mismatch(exp, problem))
+    return mismatches
+
+
+def _entry(entry: Any, notebook: str, where: str) -> list[Expectation]:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: an entry is a mapping of {list(ENTRY_FIELDS)}")
+    unknown = sorted(set(entry) - set(ENTRY_FIELDS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {unknown}; the fields are {list(ENTRY_FIELDS)}")
+    page, readme, metrics = entry.get("page"), entry.get("readme"), entry.get("metrics")
+    if not isinstance(page, str) or not page.endswith(".md") or Path(page).is_absolute():
+        raise ConfigError(f"{where}: `page` must be the path of the page that prints the "
+                          f"numbers, relative to the checkout (README.md, docs/...), got {page!r}")
+    if not isinstance(readme, str) or not readme.strip():
+        raise ConfigError(f"{where}: `readme` must be the text of `page` that prints the numbers")
+    if not isinstance(metrics, dict) or not metrics:
+        raise ConfigError(f"{where}: `metrics` must map metric paths (a/b/c) to the page's values")
+    tols = {}
+    for key in ("tol", "rtol"):
+        value = entry.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(f"{where}: `{key}` must be a non-negative number, got {value!r}")
+        tols[key] = float(value)
+    for key, value in metrics.items():
+        if isinstance(value, dict) and set(value) != {"same_as"}:
+            raise ConfigError(f"{where}: metric `{key}`: a mapping value must be {{same_as: path}}")
+    return [Expectation(notebook, readme, tuple(str(key).split("/")), value, page=page, **tols)
+            for key, value in metrics.items()]
+
+
+def _read_run(runs_dir: Path, notebook: str) -> dict[str, Any] | str:
+    """A full run's metrics, or the problem that stops reading them."""
+    path = runs_dir / notebook / "metrics.json"
+    if not path.is_file():
+        return f"no {path}: run `make figures` (or `python -m mmcache.lab.runbook {notebook}`) first"
+    metrics = json.loads(path.read_text())
+    if metrics.get("smoke"):
+        return f"{path} is from a smoke run; the docs' numbers come from full runs"
+    return metrics
+
+
+def _lookup(metrics: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(metrics, dict) or key not in metrics:
+            return _MISSING
+        metrics = metrics[key]
+    return metrics
+
+
+def _compare(exp: Expectation, metrics: dict[str, Any]) -> str | None:
+    name = "/".join(exp.path)
+    measured = _lookup(metrics, exp.path)
+    if measured is _MISSING:
+        return f"{name}: no such metric"
+    expected = exp.value
+    if isinstance(expected, dict):
+        expected = _lookup(metrics, tuple(expected["same_as"].split("/")))
+        if expected is _MISSING:
+            return f"{name}: same_as {exp.value['same_as']}: no such metric"
+    if not _matches(measured, expected, exp.tol, exp.rtol):
+        tolerance = f" (tol {exp.tol:g}, rtol {exp.rtol:g})" if exp.tol or exp.rtol else ""
+        return f"{name}: {exp.page} {expected!r}, run {measured!r}{tolerance}"
+    return None
+
+
+def _matches(measured: Any, expected: Any, tol: float, rtol: float) -> bool:
+    if isinstance(expected, list):
+        return (isinstance(measured, list) and len(measured) == len(expected)
+                and all(_matches(m, e, tol, rtol) for m, e in zip(measured, expected)))
+    if isinstance(expected, bool) or isinstance(measured, bool) or isinstance(expected, str):
+        return measured == expected
+    if isinstance(expected, (int, float)) and isinstance(measured, (int, float)):
+        bound = tol + rtol * abs(expected) + FLOAT_SLACK * max(1.0, abs(expected))
+        return math.isfinite(measured) and abs(measured - expected) <= bound
+    return measured == expected
+
+
+def _squash(text: str) -> str:
+    """Text with every run of whitespace made one space (the pages are hard-wrapped)."""
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mmcache.lab.docs_check", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--expected", default=str(EXPECTED_FILE), help="the expectations file")
+    parser.add_argument("--runs", default=str(RUNS_DIR), help="the folder of runs/<notebook>/")
+    parser.add_argument("--root", default=str(PROJECT_ROOT),
+                        help="the checkout whose pages (README.md, docs/...) are quoted")
+    parser.add_argument("--quotes-only", action="store_true",
+                        help="check only that every quoted text is on its page (no run needed)")
+    args = parser.parse_args(argv)
+    try:
+        expectations = load_expectations(args.expected)
+    except ConfigError as err:
+        print(f"[docs-check] {err}", file=sys.stderr)
+        return 2
+    pages = read_pages(expectations, args.root)
+    mismatches = (missing_quotes(expectations, pages) if args.quotes_only
+                  else check(expectations, args.runs, pages))
+    for (notebook, problem), n in Counter((m.expectation.notebook, m.problem)
+                                          for m in mismatches).items():
+        print(f"[docs-check] {notebook}: {problem}" + (f" ({n} numbers)" if n > 1 else ""))
+    notebooks = len({e.notebook for e in expectations})
+    what = "quoted on their pages" if args.quotes_only else f"reproduced by {args.runs}"
+    print(f"[docs-check] {len(expectations) - len(mismatches)} of {len(expectations)} numbers "
+          f"on {len(pages)} pages from {notebooks} notebooks {what}")
+    return 1 if mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
