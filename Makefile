@@ -16,11 +16,12 @@ comma := ,
 # core); Python compiles and caches the modules a run imports instead, so this must not be off.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup setup-bench sysdeps test smoke figures check-readme models priors lab pair bench bench-cache bench-replay bench-cachebench bench-guard bench-encoders bench-thresholds latency-profile clean
+.PHONY: help setup setup-bench sysdeps test smoke figures check-docs check-readme docs models priors lab pair bench bench-cache bench-replay bench-cachebench bench-guard bench-encoders bench-thresholds latency-profile clean
 
 help:
 	@echo "make figures   regenerate every figure (full notebooks) into figures/, with MANIFEST.md"
-	@echo "make check-readme  compare the README's numbers with the runs make figures wrote"
+	@echo "make check-docs  compare the numbers of README.md and docs/ with the runs make figures wrote"
+	@echo "make docs      build the docs site into site/ (mkdocs --strict)"
 	@echo "make test      unit, property and notebook smoke tests"
 	@echo "make smoke     run every notebook with SMOKE=True into runs/<name>-smoke/"
 	@echo "make models    train/cache the offline CLIP (data/models/)"
@@ -80,8 +81,16 @@ models: setup
 figures: setup-bench
 	$(PY) -m mmcache.lab.figures
 
-check-readme: setup
+# Every number README.md and docs/ print, against the runs of `make figures` (figures/expected.yaml).
+check-docs: setup
 	$(PY) -m mmcache.lab.docs_check
+
+check-readme: check-docs
+
+# The docs site (mkdocs.yml): no warnings, no broken links; the configuration reference is
+# generated from the schema. `make test` runs the same build (tests/test_docs_build.py).
+docs: setup
+	$(PY) -m mkdocs build --strict --site-dir site
 
 # The shipped threshold priors / calibration curves, fitted on labelled pairs (training split).
 priors: setup
@@ -120,4 +129,4 @@ bench-thresholds: setup
 	$(PY) -m mmcache.lab.bench.thresholds
 
 clean:
-	rm -rf runs figures/*.png figures/*.pdf figures/*.json figures/MANIFEST.md .pytest_cache
+	rm -rf runs site figures/*.png figures/*.pdf figures/*.json figures/MANIFEST.md .pytest_cache

@@ -3,40 +3,10 @@
 Unknown keys and bad values raise :class:`mmcache.errors.ConfigError` naming the
 key (``"l2.max_entries must be a positive integer or null, got 0"``).
 
-Example (YAML)::
-
-    l1: {max_entries: 10000, policy: lru}
-    l2: {max_entries: 200000, index: auto, ann_factory: HNSW32, ef_search: 128}
-    l3: {backend: sqlite, path: runs/cache.db, synchronous: NORMAL}
-    # l3: {backend: redis, url: "redis://127.0.0.1:6379/0"}   # remote tier instead
-    # l3: {backend: redis, url: "redis://127.0.0.1:7000", options: {cluster: true}}
-    thresholds: {rule: static, delta: {text: 0.1, image: 0.15}}
-    freshness: {ttl: 300, stale_while_revalidate: 60, stale_if_error: 86400,
-                ttl_factors: {"demo*": 0.3}}   # demo tenants' answers live 90 s
-    encoders: {text: minilm}        # resolved lazily by mmcache.encoders.get_encoder
-
-Eviction policies: each tier's ``policy`` names one of :data:`mmcache.policies.POLICIES`
-and ``policy_options`` go to its constructor. In a TieredCache the policies' ``now`` is
-the cache's clock in **seconds**, so time parameters are seconds, e.g.
-``l1: {policy: hotness-freshness, policy_options: {window: 600}}`` makes an entry's
-freshness decay over ten minutes without a hit (in trace replay the same
-``window`` counts requests). Cost- and entropy-aware policies (``value-per-byte``,
-``entropy-retention``) read the ``hints`` given to ``TieredCache.put``.
-
-Tier routes (modality-aware routing): each tier's ``modality_sets`` lists the modality sets
-it serves (names as :func:`mmcache.types.modality_set_name` gives them: ``text``,
-``text+image``, ``video`` (a clip: keyframes + track), ``text+video``, ...; null, the default:
-every set). A query of a set a tier does not serve neither looks it up there nor is stored
-or promoted there. ``route: video-to-last`` is seed 002 §3.1's ``routeByModality`` for
-video: clips only in the last enabled tier (the central one), every other set as the tiers'
-``modality_sets`` say; the default ``route: all`` adds nothing::
-
-    route: video-to-last
-    l3: {backend: sqlite, path: runs/cache.db}
-
-L2 index choice: ``index: flat`` is exact inner-product search at every size
-("exact flat"); ``index: auto`` (default) is exact below ``ann_min_size`` vectors
-per (scope, modality set, modality) index and ``ann_factory`` (any faiss factory string) above.
+The schema is the dataclasses below; :data:`KEY_HELP` says what each key means. The
+configuration reference (``docs/configuration.md``, every key with its type, default and
+meaning) is generated from them by :mod:`mmcache.lab.config_reference`;
+:data:`EXAMPLE_YAML` is its example (a test loads it).
 """
 
 from __future__ import annotations
@@ -75,22 +45,30 @@ PROBE_DIMS = (384, 512, 768, 1024)
 
 @dataclass
 class MemoryTierConfig:
-    """L1: exact matches in process memory. ``policy_options`` are the policy's constructor
-    parameters; time parameters (hotness-freshness ``window``) are in seconds."""
+    """L1: exact matches in process memory.
+
+    Each tier's ``policy`` names one of :data:`mmcache.policies.POLICIES` and
+    ``policy_options`` go to its constructor. In a TieredCache the policies' ``now`` is the
+    cache's clock in **seconds**, so time parameters are seconds: ``{policy:
+    hotness-freshness, policy_options: {window: 600}}`` makes an entry's freshness decay over
+    ten minutes without a hit (in trace replay the same ``window`` counts requests).
+    Cost- and entropy-aware policies (``value-per-byte``, ``entropy-retention``) read the
+    ``hints`` given to ``TieredCache.put``."""
 
     enabled: bool = True
     max_entries: int | None = 10_000
     max_bytes: int | None = None
     policy: str = "lru"
     policy_options: dict[str, Any] = field(default_factory=dict)
-    #: The modality sets this tier serves (None: every set; see the module docstring).
     modality_sets: list[str] | None = None
 
 
 @dataclass
 class SemanticTierConfig:
-    """L2: in-memory entries with one FAISS index per (scope, modality set, modality);
-    ``policy_options`` and ``modality_sets`` as for L1."""
+    """L2: in-memory entries with one FAISS index per (scope, modality set, modality).
+
+    ``index: flat`` is exact inner-product search at every size ("exact flat"); ``index:
+    auto`` is exact below ``ann_min_size`` vectors per index and ``ann_factory`` above."""
 
     enabled: bool = True
     max_entries: int | None = 1_000_000
@@ -108,17 +86,8 @@ class SemanticTierConfig:
 
 @dataclass
 class StoreTierConfig:
-    """L3: persistent (``sqlite``, needs ``path``) or remote (``redis``, needs ``url``); off when
-    ``backend`` is null. ``options`` go to the backend's constructor unchanged (e.g.
-    ``max_staleness``: seconds a shared store's view may be old when private copies are
-    revalidated, default 0; Redis ``prefix``; Redis ``cluster: true`` for a Redis Cluster,
-    with the URL of any node, and ``skew_window``, the requests per window of its skew
-    watch); ``policy_options`` and ``modality_sets`` as for L1.
-
-    ``shared: true`` lets several caches open one SQLite file (Redis is always shared);
-    without it a second open of the file is refused. The capacity (``max_entries``,
-    ``max_bytes``) of a shared store is recorded when it is created; a cache asking for
-    another one gets a ConfigError."""
+    """L3: persistent (``sqlite``, needs ``path``) or remote (``redis``, needs ``url``); off
+    when ``backend`` is null. Every process on one shared store sees one coherent cache."""
 
     backend: str | None = None
     path: str | None = None
@@ -139,28 +108,19 @@ class ThresholdConfig:
 
     Scale: cosine of unit embeddings; a static δ means a hit needs cosine ≥ 1 − δ (δ = 0:
     exact only; δ = 2: every candidate). ``rule`` picks one of
-    :data:`mmcache.thresholds.RULES`; each takes the keys its constructor names:
+    :data:`mmcache.thresholds.RULES`; each reads the keys its constructor names:
 
-    - ``static``: ``delta`` per modality;
-    - ``percentile`` (seed 000 §3.1, fed by every lookup, per scope and modality):
-      ``delta`` (start), ``percentile``, ``window``, ``min_samples``, ``delta_min``,
-      ``delta_max``;
-    - ``calibrated``: hit when P(same answer) ≥ ``level``, curves (``calibration``:
-      isotonic or platt) per (modality, encoder) from ``prior`` (null: the shipped file);
-    - ``error-budget``: per-entry learned P(correct) with the shared ``prior``; serve
-      while expected wrong answers ÷ lookups ≤ ``budget`` (``max_risk``: most P(wrong) of
-      one hit; ``tail``: most P(wrong) of a hit served when the allowance could not absorb
-      it being wrong; ``credit``: the first ``credit`` lookups of a scope share the allowance of
-      ``credit`` lookups, an advance repaid by the lookups after them; ``search_floor``:
-      least cosine searched); both probabilistic rules read the channel conditioned on
-      ``verifier`` when one is named;
-    - ``vcache-paper``: vCache's per-entry rule from its paper (``budget``,
-      ``min_observations``, ``z``, ``search_floor``).
+    - ``static``: ``delta``;
+    - ``percentile`` (seed 000 §3.1): ``delta`` (start), ``percentile``, ``window``,
+      ``min_samples``, ``delta_min``, ``delta_max``;
+    - ``calibrated``: ``level``, ``calibration``, ``prior``;
+    - ``error-budget``: ``budget``, ``prior``, ``max_risk``, ``tail``, ``credit``,
+      ``search_floor``;
+    - ``vcache-paper`` (vCache's per-entry rule from its paper): ``budget``,
+      ``min_observations``, ``z``, ``search_floor``.
 
-    ``verifier`` names one of :data:`mmcache.verify.VERIFIERS` (``none``: no stage),
-    called on accepted candidates less than ``verifier_band`` (cosine) above the rule's
-    threshold; below ``verifier_min`` it vetoes the hit. ``context_delta``: a candidate
-    needs context-vector cosine ≥ 1 − ``context_delta`` (:mod:`mmcache.context`).
+    Both probabilistic rules read the prior's channel conditioned on ``verifier`` when one
+    is named.
     """
 
     rule: str = "static"
@@ -188,19 +148,8 @@ class ThresholdConfig:
 
 @dataclass
 class FreshnessConfig:
-    """TTL and the seed 001 §3.3 stale rules (seconds; ``ttl`` null = never expires).
-
-    ``stale_while_revalidate``: after expiry, serve the entry for this long marked
-    ``"stale-while-revalidate"``. ``stale_if_error``: when the caller says the origin
-    failed, serve it up to this long after expiry, marked ``"stale-if-error"``.
-    A query whose text contains one of ``bypass_tokens`` skips the cache.
-
-    ``ttl_factors`` scale an entry's lifetime by its scope (seed 000 §3.3: the finer a
-    token's permissions, the shorter its answers live): a mapping of shell-style scope
-    patterns to factors, e.g. ``{"demo*": 0.3, "*:admin": 0.6}``; when several patterns
-    match a scope the smallest factor wins. It applies to ``ttl`` and to a ``ttl``
-    given to ``put``; entries that never expire are not affected.
-    """
+    """TTL and the seed 001 §3.3 stale rules, in seconds; ``ttl_factors`` scale lifetimes by
+    scope (seed 000 §3.3: the finer a token's permissions, the shorter its answers live)."""
 
     ttl: float | None = None
     stale_while_revalidate: float = 0.0
@@ -257,12 +206,8 @@ class CacheConfig:
     thresholds: ThresholdConfig = field(default_factory=ThresholdConfig)
     freshness: FreshnessConfig = field(default_factory=FreshnessConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
-    #: Expected embedding dimension per modality (else fixed by encoder or first vector).
     dims: dict[str, int] = field(default_factory=dict)
-    #: Encoder name per modality, resolved lazily with ``mmcache.encoders.get_encoder`` (a
-    #: clip's keyframes go through the image encoder).
     encoders: dict[str, str] = field(default_factory=dict)
-    #: One of :data:`ROUTES` (see the module docstring).
     route: str = "all"
 
     def __post_init__(self) -> None:
@@ -300,6 +245,148 @@ class CacheConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dicts (for provenance in metrics and figures)."""
         return dataclasses.asdict(self)
+
+
+# -- what each key means ------------------------------------------------------------------
+_POLICY_HELP = {
+    "policy": "Eviction policy: one of `mmcache.policies.POLICIES` (not the offline oracles "
+              "`belady`, `belady-bypass`). ARC, ARC-paper, LIRS and S3-FIFO need `max_bytes`.",
+    "policy_options": "Constructor parameters of `policy`; time parameters are seconds of the "
+                      "cache's clock (hotness-freshness `window: 600`: freshness decays over ten "
+                      "minutes without a hit).",
+    "modality_sets": "The modality sets this tier serves (`text`, `text+image`, `video` (a clip: "
+                     "keyframes + track), `text+video`, ..., as `mmcache.types.modality_set_name` "
+                     "writes them); null: every set. A query of a set a tier does not serve is "
+                     "neither looked up nor stored nor promoted there.",
+}
+
+#: Per schema class, what each of its keys means: the configuration reference prints it
+#: (``mmcache.lab.config_reference``; a test checks that every key has one).
+KEY_HELP: dict[type, dict[str, str]] = {
+    MemoryTierConfig: {
+        "enabled": "Use this tier.",
+        "max_entries": "Most entries held (null: no limit).",
+        "max_bytes": "Most bytes held (null: no limit); at most the machine's physical memory.",
+        **_POLICY_HELP,
+    },
+    SemanticTierConfig: {
+        "enabled": "Use this tier.",
+        "max_entries": "Most entries held (null: no limit).",
+        "max_bytes": "Most bytes held (null: no limit); at most the machine's physical memory, "
+                     "and at least one entry's vectors (4 bytes × the sum of `dims`).",
+        **_POLICY_HELP,
+        "index": "`auto`: exact inner-product search below `ann_min_size` vectors per (scope, "
+                 "modality set, modality) index, `ann_factory` above; `flat`: exact at every "
+                 "size.",
+        "ann_factory": "The faiss factory string of the ANN index (`index: auto`); checked when "
+                       "the config is loaded, at every dimension of `dims`.",
+        "ann_min_size": "Vectors an index holds before it becomes `ann_factory`.",
+        "ef_search": "HNSW `efSearch`: candidates explored per search (higher: closer to exact, "
+                     "slower).",
+        "ef_construction": "HNSW `efConstruction`: candidates explored per insertion while the "
+                           "graph is built.",
+        "candidates": "Nearest neighbours fetched per search of a modality's index, before the "
+                      "other modalities and the rule judge them.",
+    },
+    StoreTierConfig: {
+        "backend": "`sqlite` (persistent, needs `path`), `redis` (remote, needs `url`), or null: "
+                   "no L3.",
+        "path": "The SQLite file (`backend: sqlite`).",
+        "url": "The Redis URL (`backend: redis`; for a cluster, any node's).",
+        "max_entries": "Most entries held (null: no limit). A shared store records its "
+                       "capacity when it is created; a cache asking for another one gets a "
+                       "ConfigError.",
+        "max_bytes": "Most bytes held (null: no limit); recorded like `max_entries`.",
+        **_POLICY_HELP,
+        "synchronous": "SQLite `PRAGMA synchronous`: `OFF`, `NORMAL` (survives a killed "
+                       "process, not power loss), `FULL` or `EXTRA`.",
+        "shared": "Let several caches open one SQLite file (Redis is always shared); without it "
+                  "a second open of the file is refused.",
+        "options": "Passed to the backend's constructor unchanged: `max_staleness` (seconds a "
+                   "shared store's view may be old when private copies are revalidated, default "
+                   "0); Redis `prefix`; Redis `cluster: true` for a Redis Cluster and "
+                   "`skew_window`, the requests per window of its skew watch.",
+    },
+    ThresholdConfig: {
+        "rule": "The δ-neighbour rule: one of `mmcache.thresholds.RULES` (`static`, "
+                "`percentile`, `calibrated`, `error-budget`, `vcache-paper`).",
+        "delta": "δ per modality: a hit needs cosine ≥ 1 − δ (`static`; the start of "
+                 "`percentile`).",
+        "percentile": "`percentile`: δ = 1 − this percentile of the window of nearest "
+                      "similarities (every lookup, hit or miss, per scope and modality).",
+        "window": "`percentile`: lookups in the window.",
+        "min_samples": "`percentile`: lookups before a scope leaves the static `delta`.",
+        "delta_min": "`percentile`: the smallest δ.",
+        "delta_max": "`percentile`: the largest δ (the cache searches down to 1 − `delta_max`).",
+        "level": "`calibrated`: hit when P(same answer) ≥ `level`.",
+        "calibration": "`calibrated`: the similarity → probability curve per (modality, "
+                       "encoder), `isotonic` or `platt`.",
+        "prior": "`calibrated`, `error-budget`: a priors JSON file (null: the shipped priors, "
+                 "refitted by `make priors`).",
+        "budget": "`error-budget`, `vcache-paper`: the most expected wrong answers ÷ lookups.",
+        "max_risk": "`error-budget`: the most P(wrong) of one hit.",
+        "tail": "`error-budget`: the most P(wrong) of a hit served when the allowance could not "
+                "absorb it being wrong.",
+        "credit": "`error-budget`: the first `credit` lookups of a scope share the allowance of "
+                  "`credit` lookups, an advance repaid by the lookups after them.",
+        "search_floor": "`error-budget`, `vcache-paper`: the least cosine searched.",
+        "min_observations": "`vcache-paper`: observations an entry needs before it serves.",
+        "z": "`vcache-paper`: the z-score of its confidence bound.",
+        "verifier": "One of `mmcache.verify.VERIFIERS` (`none`: no verifier stage).",
+        "verifier_band": "The verifier is called on accepted candidates less than this (cosine) "
+                         "above the rule's threshold.",
+        "verifier_min": "Below this verifier score the hit is vetoed.",
+        "context_delta": "A candidate needs context-vector cosine ≥ 1 − `context_delta` "
+                         "(`mmcache.context`: the conversation's last turns).",
+    },
+    FreshnessConfig: {
+        "ttl": "Seconds an entry is fresh (null: never expires); a `ttl` given to `put` "
+               "overrides it.",
+        "stale_while_revalidate": "After expiry, serve the entry this many seconds more, marked "
+                                  "`stale-while-revalidate`.",
+        "stale_if_error": "When the caller says the origin failed, serve the entry up to this "
+                          "many seconds after expiry, marked `stale-if-error`.",
+        "bypass_tokens": "A query whose text contains one of these skips the cache.",
+        "ttl_factors": "Shell-style scope patterns → lifetime factors, e.g. `{\"demo*\": 0.3, "
+                       "\"*:admin\": 0.6}`; the smallest matching factor wins. It scales `ttl` and "
+                       "a `ttl` given to `put`; entries that never expire are not affected.",
+    },
+    GuardConfig: {
+        "enabled": "Use the penetration guard: a Bloom filter over exact keys and a "
+                   "spherical-cap pre-check of the vector search (a guaranteed miss skips it).",
+        "expected_items": "Keys the Bloom filter is sized for.",
+        "error_rate": "The Bloom filter's false-positive rate at `expected_items`.",
+    },
+    CacheConfig: {
+        "l1": "L1: exact matches in process memory.",
+        "l2": "L2: semantic matches, FAISS indexes in process memory.",
+        "l3": "L3: a persistent or remote store.",
+        "thresholds": "When a semantic candidate is a hit.",
+        "freshness": "How long answers live.",
+        "guard": "The penetration guard.",
+        "dims": "Expected embedding dimension per modality (else fixed by the encoder or the "
+                "first vector).",
+        "encoders": "Encoder name per modality (`minilm`, `clip`, `whisper`, `asr-minilm`, ...), "
+                    "resolved lazily with `mmcache.encoders.get_encoder`; a clip's keyframes go "
+                    "through the image encoder.",
+        "route": "`all`: every tier serves what its `modality_sets` say; `video-to-last`: seed "
+                 "002 §3.1's `routeByModality` for video on top, clips only in the last enabled "
+                 "tier (the central one).",
+    },
+}
+
+#: A config with most sections set: the configuration reference's example (a test loads it).
+EXAMPLE_YAML = """\
+l1: {max_entries: 10000, policy: lru}
+l2: {max_entries: 200000, index: auto, ann_factory: HNSW32, ef_search: 128}
+l3: {backend: sqlite, path: runs/cache.db, synchronous: NORMAL}
+# l3: {backend: redis, url: "redis://127.0.0.1:6379/0"}   # remote tier instead
+# l3: {backend: redis, url: "redis://127.0.0.1:7000", options: {cluster: true}}
+thresholds: {rule: static, delta: {text: 0.1, image: 0.15}}
+freshness: {ttl: 300, stale_while_revalidate: 60, stale_if_error: 86400,
+            ttl_factors: {"demo*": 0.3}}   # demo tenants' answers live 90 s
+encoders: {text: minilm}        # resolved lazily by mmcache.encoders.get_encoder
+"""
 
 
 # -- parsing -------------------------------------------------------------------------------

@@ -1,12 +1,14 @@
-"""Check that a full run reproduces the numbers the README prints.
+"""The docs check: a full run reproduces the numbers the docs print, on the pages that print them.
 
-``figures/expected.yaml`` maps each README number to the metric a full run writes
-(``runs/<notebook>/metrics.json``) with a stated tolerance, and quotes the README
-text that prints it. :func:`check` compares them; the command line (what
-``make check-readme`` runs, after ``make figures``) prints every mismatch and exits 1
-if there is one::
+``figures/expected.yaml`` maps each number of the docs (README.md and the pages under
+``docs/``) to the metric a full run writes (``runs/<notebook>/metrics.json``) with a
+stated tolerance, names the page that prints it (``page``) and quotes the text there
+that prints it (``readme``). :func:`check` compares them; :func:`missing_quotes` checks
+the quotes alone (no run needed). The command line (what ``make check-docs`` runs,
+after ``make figures``) prints every mismatch and exits 1 if there is one::
 
-    python -m mmcache.lab.docs_check [--expected figures/expected.yaml] [--runs runs] [--readme README.md]
+    python -m mmcache.lab.docs_check [--expected figures/expected.yaml] [--runs runs] [--root .]
+                                     [--quotes-only]
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
@@ -28,7 +30,7 @@ from mmcache.paths import PROJECT_ROOT, RUNS_DIR
 
 EXPECTED_FILE = PROJECT_ROOT / "figures" / "expected.yaml"
 README_FILE = PROJECT_ROOT / "README.md"
-ENTRY_FIELDS = ("readme", "metrics", "tol", "rtol")
+ENTRY_FIELDS = ("page", "readme", "metrics", "tol", "rtol")
 #: Float rounding allowed on top of every tolerance (0.8 - 0.6 > 0.2 in binary).
 FLOAT_SLACK = 1e-9
 _MISSING = object()
@@ -36,19 +38,21 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class Expectation:
-    """One README number: where it is printed, the metric path, the value and its tolerance."""
+    """One number of the docs: the page and text that print it, the metric path, the value
+    and its tolerance."""
 
     notebook: str
-    readme: str
+    readme: str               # the text quoted from ``page`` (whitespace runs count as one)
     path: tuple[str, ...]
     value: Any                # number, list of numbers, string, bool, or {"same_as": path}
     tol: float = 0.0
     rtol: float = 0.0
+    page: str = "README.md"   # the page that prints it, relative to the checkout
 
 
 @dataclass(frozen=True)
 class Mismatch:
-    """An expectation that the run (or the README) does not meet, and why."""
+    """An expectation that the run (or its page) does not meet, and why."""
 
     expectation: Expectation
     problem: str
@@ -72,20 +76,41 @@ def load_expectations(path: str | Path = EXPECTED_FILE) -> list[Expectation]:
     return out
 
 
+def read_pages(expectations: list[Expectation], root: str | Path = PROJECT_ROOT,
+               ) -> dict[str, str | None]:
+    """The text of every page the expectations name, read under ``root`` (None: no such file)."""
+    root = Path(root)
+    return {page: (root / page).read_text() if (root / page).is_file() else None
+            for page in sorted({e.page for e in expectations})}
+
+
+def missing_quotes(expectations: list[Expectation],
+                   pages: Mapping[str, str | None]) -> list[Mismatch]:
+    """Every expectation whose quoted text its page does not show (no run needed)."""
+    squashed = {page: _squash(text) for page, text in pages.items() if text is not None}
+    mismatches = []
+    for exp in expectations:
+        if exp.page not in squashed:
+            mismatches.append(Mismatch(exp, f"no page {exp.page}"))
+        elif _squash(exp.readme) not in squashed[exp.page]:
+            mismatches.append(Mismatch(exp, f"{exp.page} no longer shows {exp.readme!r}"))
+    return mismatches
+
+
 def check(expectations: list[Expectation], runs_dir: str | Path = RUNS_DIR,
-          readme_text: str | None = None) -> list[Mismatch]:
-    """Every expectation the runs in ``runs_dir`` (or the README text, when given) do not meet."""
+          pages: Mapping[str, str | None] | None = None) -> list[Mismatch]:
+    """Every expectation the runs in ``runs_dir`` (or its page, when ``pages`` maps page
+    paths to their text, as :func:`read_pages` reads them) do not meet."""
     runs_dir = Path(runs_dir)
-    readme = _squash(readme_text) if readme_text is not None else None
+    quotes = ({id(m.expectation): m.problem for m in missing_quotes(expectations, pages)}
+              if pages is not None else {})
     metrics: dict[str, dict[str, Any] | str] = {}
     mismatches = []
     for exp in expectations:
         if exp.notebook not in metrics:
             metrics[exp.notebook] = _read_run(runs_dir, exp.notebook)
         run = metrics[exp.notebook]
-        problem = (f"README.md no longer shows {exp.readme!r}"
-                   if readme is not None and _squash(exp.readme) not in readme
-                   else run if isinstance(run, str) else _compare(exp, run))
+        problem = quotes.get(id(exp)) or (run if isinstance(run, str) else _compare(exp, run))
         if problem:
             mismatches.append(Mismatch(exp, problem))
     return mismatches
@@ -97,11 +122,14 @@ def _entry(entry: Any, notebook: str, where: str) -> list[Expectation]:
     unknown = sorted(set(entry) - set(ENTRY_FIELDS))
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {unknown}; the fields are {list(ENTRY_FIELDS)}")
-    readme, metrics = entry.get("readme"), entry.get("metrics")
+    page, readme, metrics = entry.get("page"), entry.get("readme"), entry.get("metrics")
+    if not isinstance(page, str) or not page.endswith(".md") or Path(page).is_absolute():
+        raise ConfigError(f"{where}: `page` must be the path of the page that prints the "
+                          f"numbers, relative to the checkout (README.md, docs/...), got {page!r}")
     if not isinstance(readme, str) or not readme.strip():
-        raise ConfigError(f"{where}: `readme` must be the README text that prints the numbers")
+        raise ConfigError(f"{where}: `readme` must be the text of `page` that prints the numbers")
     if not isinstance(metrics, dict) or not metrics:
-        raise ConfigError(f"{where}: `metrics` must map metric paths (a/b/c) to README values")
+        raise ConfigError(f"{where}: `metrics` must map metric paths (a/b/c) to the page's values")
     tols = {}
     for key in ("tol", "rtol"):
         value = entry.get(key, 0.0)
@@ -111,7 +139,7 @@ def _entry(entry: Any, notebook: str, where: str) -> list[Expectation]:
     for key, value in metrics.items():
         if isinstance(value, dict) and set(value) != {"same_as"}:
             raise ConfigError(f"{where}: metric `{key}`: a mapping value must be {{same_as: path}}")
-    return [Expectation(notebook, readme, tuple(str(key).split("/")), value, **tols)
+    return [Expectation(notebook, readme, tuple(str(key).split("/")), value, page=page, **tols)
             for key, value in metrics.items()]
 
 
@@ -122,7 +150,7 @@ def _read_run(runs_dir: Path, notebook: str) -> dict[str, Any] | str:
         return f"no {path}: run `make figures` (or `python -m mmcache.lab.runbook {notebook}`) first"
     metrics = json.loads(path.read_text())
     if metrics.get("smoke"):
-        return f"{path} is from a smoke run; the README's numbers come from full runs"
+        return f"{path} is from a smoke run; the docs' numbers come from full runs"
     return metrics
 
 
@@ -146,7 +174,7 @@ def _compare(exp: Expectation, metrics: dict[str, Any]) -> str | None:
             return f"{name}: same_as {exp.value['same_as']}: no such metric"
     if not _matches(measured, expected, exp.tol, exp.rtol):
         tolerance = f" (tol {exp.tol:g}, rtol {exp.rtol:g})" if exp.tol or exp.rtol else ""
-        return f"{name}: README {expected!r}, run {measured!r}{tolerance}"
+        return f"{name}: {exp.page} {expected!r}, run {measured!r}{tolerance}"
     return None
 
 
@@ -163,7 +191,7 @@ def _matches(measured: Any, expected: Any, tol: float, rtol: float) -> bool:
 
 
 def _squash(text: str) -> str:
-    """Text with every run of whitespace made one space (the README is hard-wrapped)."""
+    """Text with every run of whitespace made one space (the pages are hard-wrapped)."""
     return re.sub(r"\s+", " ", text).strip()
 
 
@@ -172,20 +200,26 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--expected", default=str(EXPECTED_FILE), help="the expectations file")
     parser.add_argument("--runs", default=str(RUNS_DIR), help="the folder of runs/<notebook>/")
-    parser.add_argument("--readme", default=str(README_FILE), help="the README to quote")
+    parser.add_argument("--root", default=str(PROJECT_ROOT),
+                        help="the checkout whose pages (README.md, docs/...) are quoted")
+    parser.add_argument("--quotes-only", action="store_true",
+                        help="check only that every quoted text is on its page (no run needed)")
     args = parser.parse_args(argv)
     try:
         expectations = load_expectations(args.expected)
     except ConfigError as err:
-        print(f"[readme-check] {err}", file=sys.stderr)
+        print(f"[docs-check] {err}", file=sys.stderr)
         return 2
-    mismatches = check(expectations, args.runs, Path(args.readme).read_text())
+    pages = read_pages(expectations, args.root)
+    mismatches = (missing_quotes(expectations, pages) if args.quotes_only
+                  else check(expectations, args.runs, pages))
     for (notebook, problem), n in Counter((m.expectation.notebook, m.problem)
                                           for m in mismatches).items():
-        print(f"[readme-check] {notebook}: {problem}" + (f" ({n} numbers)" if n > 1 else ""))
+        print(f"[docs-check] {notebook}: {problem}" + (f" ({n} numbers)" if n > 1 else ""))
     notebooks = len({e.notebook for e in expectations})
-    print(f"[readme-check] {len(expectations) - len(mismatches)} of {len(expectations)} README "
-          f"numbers from {notebooks} notebooks reproduced by {args.runs}")
+    what = "quoted on their pages" if args.quotes_only else f"reproduced by {args.runs}"
+    print(f"[docs-check] {len(expectations) - len(mismatches)} of {len(expectations)} numbers "
+          f"on {len(pages)} pages from {notebooks} notebooks {what}")
     return 1 if mismatches else 0
 
 

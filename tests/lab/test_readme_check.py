@@ -1,22 +1,25 @@
-"""The README-versus-run check: the committed expectations, and what it catches."""
+"""The docs check: the committed expectations quote their pages, and what it catches."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from mmcache.lab import docs_check as readme_check
 from mmcache.errors import ConfigError
-from mmcache.lab.docs_check import check, load_expectations
+from mmcache.lab import docs_check as readme_check
+from mmcache.lab.docs_check import check, load_expectations, missing_quotes, read_pages
+from mmcache.paths import PROJECT_ROOT
 
 EXPECTATIONS = load_expectations()
-README = readme_check.README_FILE.read_text()
+PAGES = read_pages(EXPECTATIONS)
+EVICTION = "docs/results/06-eviction.md"
 
 
 def _fabricate_runs(runs: Path, expectations, smoke: bool = False) -> None:
-    """metrics.json files holding exactly the README's values."""
+    """metrics.json files holding exactly the docs' values."""
     by_notebook: dict[str, dict] = {}
     for exp in expectations:
         node = by_notebook.setdefault(exp.notebook, {"smoke": smoke})
@@ -26,44 +29,73 @@ def _fabricate_runs(runs: Path, expectations, smoke: bool = False) -> None:
         if isinstance(exp.value, dict):       # {same_as: path}: give that path the same value
             by_notebook[exp.notebook][exp.value["same_as"]] = 13
     for notebook, metrics in by_notebook.items():
-        (runs / notebook).mkdir(parents=True)
+        (runs / notebook).mkdir(parents=True, exist_ok=True)
         (runs / notebook / "metrics.json").write_text(json.dumps(metrics))
 
 
-def test_expectations_cover_the_readme_notebooks_and_quote_the_readme(tmp_path) -> None:
+def test_every_committed_quote_is_on_the_page_it_names() -> None:
+    assert all(text is not None for text in PAGES.values()), PAGES.keys()
+    assert missing_quotes(EXPECTATIONS, PAGES) == []
+
+
+def test_expectations_cover_every_study_page_and_the_readme() -> None:
     assert {"00_quickstart", "01_clip_whisper_alignment", "03_cold_start_collapse",
             "06_eviction_replay"} <= {e.notebook for e in EXPECTATIONS}
-    problems = [m.problem for m in check(EXPECTATIONS, tmp_path, README)]
-    assert problems and all(p.startswith("no ") for p in problems), problems[:3]
+    study_pages = {str(p.relative_to(PROJECT_ROOT))
+                   for p in (PROJECT_ROOT / "docs" / "results").glob("0*.md")}
+    assert len(study_pages) == 6
+    assert study_pages | {"README.md"} == set(PAGES)
+
+
+def test_without_runs_every_number_is_missing(tmp_path) -> None:
+    problems = [m.problem for m in check(EXPECTATIONS, tmp_path, PAGES)]
+    assert problems and all(p.startswith("no ") and "metrics.json" in p for p in problems)
 
 
 def test_matching_runs_pass_and_a_changed_number_is_caught(tmp_path) -> None:
     _fabricate_runs(tmp_path, EXPECTATIONS)
-    assert check(EXPECTATIONS, tmp_path, README) == []
+    assert check(EXPECTATIONS, tmp_path, PAGES) == []
     path = tmp_path / "03_cold_start_collapse" / "metrics.json"
     metrics = json.loads(path.read_text())
     metrics["collapse_rate"]["baseline"]["1x"] = 1.0      # a collapse at the tuned rate
     metrics["collapse_rate"]["baseline"]["16x"] = 1.0     # the AMD run's 16x: still fine
     path.write_text(json.dumps(metrics))
-    (mismatch,) = check(EXPECTATIONS, tmp_path, README)
-    assert mismatch.problem == "collapse_rate/baseline/1x: README 0, run 1.0"
+    (mismatch,) = check(EXPECTATIONS, tmp_path, PAGES)
+    assert mismatch.problem == "collapse_rate/baseline/1x: docs/results/03-collapse.md 0, run 1.0"
 
 
-def test_smoke_runs_missing_metrics_and_an_edited_readme_are_caught(tmp_path) -> None:
+def test_a_changed_headline_is_caught_on_the_readme_and_its_page(tmp_path) -> None:
+    _fabricate_runs(tmp_path, EXPECTATIONS)
+    path = tmp_path / "06_eviction_replay" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    metrics["cloudphysics_1GiB_miss_cnt"]["lru"] = 71705
+    path.write_text(json.dumps(metrics))
+    assert {m.expectation.page for m in check(EXPECTATIONS, tmp_path, PAGES)} == {
+        "README.md", EVICTION}
+
+
+def test_smoke_runs_missing_metrics_edited_and_missing_pages_are_caught(tmp_path) -> None:
     ours = [e for e in EXPECTATIONS if e.notebook == "06_eviction_replay"]
     _fabricate_runs(tmp_path, ours, smoke=True)
-    assert all("smoke run" in m.problem for m in check(ours, tmp_path, README))
-    edited = README.replace("LIRS 53,924", "LIRS 53,000")
+    assert all("smoke run" in m.problem for m in check(ours, tmp_path, PAGES))
+    edited = {**PAGES, EVICTION: PAGES[EVICTION].replace("LIRS 53,924", "LIRS 53,000")}
     (tmp_path / "06_eviction_replay" / "metrics.json").unlink()
     problems = {m.problem for m in check(ours, tmp_path, edited)}
-    assert any(p.startswith("README.md no longer shows 'Belady 48,974") for p in problems)
+    assert any(p.startswith(f"{EVICTION} no longer shows 'Belady 48,974") for p in problems)
+    # the README's headline still shows its numbers: only the page's own entry fails
+    assert not any(p.startswith("README.md no longer shows") for p in problems)
+    gone = {page: text for page, text in PAGES.items() if page != EVICTION}
+    assert {m.problem for m in missing_quotes(ours, gone)
+            if m.expectation.page == EVICTION} == {f"no page {EVICTION}"}
+    assert {m.problem for m in missing_quotes(ours, {**PAGES, EVICTION: None})
+            if m.expectation.page == EVICTION} == {f"no page {EVICTION}"}
 
 
 def test_tolerances_lists_and_same_as() -> None:
     exp = readme_check.Expectation("nb", "q", ("a",), 0.5, tol=0.1)
     assert check([exp], Path("/nonexistent"))[0].problem.startswith("no ")
     assert readme_check._compare(exp, {"a": 0.59}) is None
-    assert "README 0.5, run 0.7" in readme_check._compare(exp, {"a": 0.7})
+    assert "README.md 0.5, run 0.7" in readme_check._compare(exp, {"a": 0.7})
     counts = readme_check.Expectation("nb", "q", ("k",), [6, 10], tol=1)
     assert readme_check._compare(counts, {"k": [7, 10]}) is None
     assert readme_check._compare(counts, {"k": [8, 10]}) is not None
@@ -75,18 +107,37 @@ def test_tolerances_lists_and_same_as() -> None:
 
 def test_a_malformed_entry_is_named(tmp_path) -> None:
     bad = tmp_path / "expected.yaml"
-    bad.write_text("03_x:\n  - readme: q\n    metrics: {a: 1}\n    tolerance: 0.1\n")
+    bad.write_text("03_x:\n  - page: README.md\n    readme: q\n    metrics: {a: 1}\n"
+                   "    tolerance: 0.1\n")
     with pytest.raises(ConfigError, match=r"03_x\[0\]: unknown field\(s\) \['tolerance'\]"):
         load_expectations(bad)
-    bad.write_text("03_x:\n  - readme: q\n    metrics: {a: 1}\n    tol: -1\n")
+    bad.write_text("03_x:\n  - page: README.md\n    readme: q\n    metrics: {a: 1}\n    tol: -1\n")
     with pytest.raises(ConfigError, match="`tol` must be a non-negative number"):
         load_expectations(bad)
+    for page in ("", "page: /abs/README.md\n    ", "page: docs/x.txt\n    "):
+        bad.write_text(f"03_x:\n  - {page}readme: q\n    metrics: {{a: 1}}\n")
+        with pytest.raises(ConfigError, match=r"03_x\[0\]: `page` must be the path"):
+            load_expectations(bad)
 
 
 def test_cli_exit_status(tmp_path, capsys) -> None:
-    _fabricate_runs(tmp_path, EXPECTATIONS)
-    assert readme_check.main(["--runs", str(tmp_path)]) == 0
-    (tmp_path / "00_quickstart" / "metrics.json").write_text(
+    runs = tmp_path / "runs"
+    _fabricate_runs(runs, EXPECTATIONS)
+    assert readme_check.main(["--runs", str(runs)]) == 0
+    assert readme_check.main(["--quotes-only"]) == 0
+    assert f"{len(EXPECTATIONS)} of {len(EXPECTATIONS)} numbers on 7 pages" in \
+        capsys.readouterr().out
+    (runs / "00_quickstart" / "metrics.json").write_text(
         json.dumps({"n_lookups": 13, "n_as_expected": 12}))
-    assert readme_check.main(["--runs", str(tmp_path)]) == 1
-    assert "n_as_expected: README 13, run 12" in capsys.readouterr().out
+    assert readme_check.main(["--runs", str(runs)]) == 1
+    assert "n_as_expected: README.md 13, run 12" in capsys.readouterr().out
+    root = tmp_path / "checkout"                       # a checkout whose page was edited
+    for page, text in PAGES.items():
+        (root / page).parent.mkdir(parents=True, exist_ok=True)
+        (root / page).write_text(text)
+    (root / "README.md").write_text(PAGES["README.md"].replace("as expected", "fine"))
+    assert readme_check.main(["--quotes-only", "--root", str(root)]) == 1
+    assert "README.md no longer shows 'every lookup goes as expected'" in capsys.readouterr().out
+    shutil.rmtree(root / "docs")
+    assert readme_check.main(["--quotes-only", "--root", str(root)]) == 1
+    assert f"no page {EVICTION}" in capsys.readouterr().out
