@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # Pinned in every pip call: an unpinned open_clip_torch resolves to other torch builds.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
-# chromium + chromium-driver: tests/test_figures_report.py opens figures/index.html in a browser.
+# chromium + chromium-driver: tests/lab/test_figures_report.py opens figures/index.html in a browser.
 APT_PACKAGES := espeak-ng dataset-fashion-mnist asterisk-core-sounds-en-wav \
                 asterisk-core-sounds-en pocketsphinx-testdata redis-server sox wordnet-base \
                 chromium chromium-driver
@@ -26,9 +26,9 @@ help:
 	@echo "make test      unit, property and notebook smoke tests"
 	@echo "make smoke     run every notebook with SMOKE=True into runs/<name>-smoke/"
 	@echo "make models    train/cache the offline CLIP (data/models/)"
-	@echo "make priors    refit data/threshold_priors.json (error-budget prior, calibration)"
+	@echo "make priors    refit mmcache/resources/threshold_priors.json (error-budget prior, calibration)"
 	@echo "make bench     performance benchmarks (ratios against baselines run side by side)"
-	@echo "make latency-profile  re-measure data/latency_profile.json (CacheBench-MM's latencies)"
+	@echo "make latency-profile  re-measure mmcache/resources/latency_profile.json (CacheBench-MM's latencies)"
 	@echo "make lab       open JupyterLab on notebooks/"
 	@echo "make pair      regenerate notebooks/*.ipynb (no outputs) from their .py sources"
 
@@ -72,24 +72,24 @@ test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 smoke: setup
-	$(PY) -m mmcache.runbook --smoke
+	$(PY) -m mmcache.lab.runbook --smoke
 
 models: setup
-	$(PY) -m mmcache.encoders.clip_train
+	$(PY) -m mmcache.lab.clip_training
 
 # Every notebook in full mode through the sweep runner (two at a time on 2 cores), then the report:
 # figures/index.html (every figure with its caption and provenance) and figures/MANIFEST.md.
 # The offline CLIP (`make models`) is trained by the runner, beside the first notebooks.
 # The bench extra brings GPTCache, which notebook 02 runs side by side with mmcache's rules.
 figures: setup-bench
-	$(PY) -m mmcache.figures
+	$(PY) -m mmcache.lab.figures
 
 check-readme: setup
-	$(PY) -m mmcache.readme_check
+	$(PY) -m mmcache.lab.docs_check
 
 # The shipped threshold priors / calibration curves, fitted on labelled pairs (training split).
 priors: setup
-	$(PY) -m mmcache.thresholds.prior
+	$(PY) -m mmcache.studies.priors
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
@@ -103,25 +103,25 @@ bench: bench-cache bench-replay bench-cachebench bench-guard bench-encoders benc
 
 # CacheBench-MM's measured latencies (encoders, cache tiers) on this machine; committed.
 latency-profile: setup
-	$(PY) -m mmcache.bench.latency_profile
+	$(PY) -m mmcache.lab.bench.latency_profile
 
 bench-cache: setup-bench
-	$(PY) -m mmcache.bench.cache_bench
+	$(PY) -m mmcache.lab.bench.tiered_cache
 
 bench-replay: setup-bench
-	$(PY) -m mmcache.bench.replay_bench
+	$(PY) -m mmcache.lab.bench.eviction_replay
 
 bench-cachebench: setup
-	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m mmcache.bench.cachebench_bench
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m mmcache.lab.bench.cachebench_engine
 
 bench-guard: setup
-	$(PY) -m mmcache.bench.guard_bench
+	$(PY) -m mmcache.lab.bench.guard
 
 bench-encoders: setup
-	$(PY) -m mmcache.bench.encoder_bench
+	$(PY) -m mmcache.lab.bench.encoders
 
 bench-thresholds: setup
-	$(PY) -m mmcache.bench.threshold_bench
+	$(PY) -m mmcache.lab.bench.thresholds
 
 clean:
 	rm -rf runs figures/*.png figures/*.pdf figures/*.json figures/MANIFEST.md \

@@ -18,14 +18,14 @@ import importlib
 import inspect
 from typing import Any, Mapping
 
-from .config import CacheConfig, SemanticTierConfig, StoreTierConfig, ThresholdConfig
-from . import encoders
-from .encoders import Encoder
-from .policies import EvictionPolicy, make_policy
-from .thresholds import RULES, ThresholdRule
-from .tiers import Capacity, MemoryTier, SemanticTier, SQLiteTier, Tier
-from .tiers.vectors import IndexSpec
-from .types import SET_NAMES, is_clip_set, modality_set_channels, modality_set_name
+from mmcache.config import CacheConfig, SemanticTierConfig, StoreTierConfig, ThresholdConfig
+from mmcache import encoders
+from mmcache.encoders import Encoder
+from mmcache.policies import EvictionPolicy, make_policy
+from mmcache.thresholds import RULES, ThresholdRule
+from mmcache.tiers import Capacity, MemoryTier, SemanticTier, SQLiteTier, Tier
+from mmcache.tiers.vectors import IndexSpec
+from mmcache.types import SET_NAMES, is_clip_set, modality_set_channels, modality_set_name
 
 
 def build_tiers(config: CacheConfig) -> list[Tier]:

@@ -41,7 +41,7 @@ skip the vector search.
 Hit decisions (:mod:`mmcache.thresholds`): every lookup, hit or miss, is shown to the
 threshold rule with its nearest candidate's similarities; a candidate the rule accepts
 within ``thresholds.verifier_band`` of its threshold goes to the verifier (the one named
-by ``thresholds.verifier`` or ``TieredCache(verifier=...)``; :mod:`mmcache.verifiers`),
+by ``thresholds.verifier`` or ``TieredCache(verifier=...)``; :mod:`mmcache.verify`),
 which may veto it. ``feedback(hit, correct)`` labels a served semantic hit and the rule
 learns from it. A query's conversation ``context`` is part of its exact key and, on the
 semantic side, a context channel with its own threshold (:mod:`mmcache.context`).
@@ -96,24 +96,24 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .build import build_tiers, make_encoder, make_threshold, tier_routes
-from .config import CacheConfig, check_ann_factory
-from .context import context_similarity, context_vector, turn_texts
-from .image_check import image_fingerprint
-from .degrade import text_only
-from .encoders.base import Encoder
-from .encoders.keyframes import KeyframeMeanEncoder
-from .errors import (ConfigError, InvalidEmbeddingError, InvalidInputError, MMCacheError,
+from mmcache.build import build_tiers, make_encoder, make_threshold, tier_routes
+from mmcache.config import CacheConfig, check_ann_factory
+from mmcache.context import context_similarity, context_vector, turn_texts
+from mmcache.verify.image_check import image_fingerprint
+from mmcache.inputs import text_only
+from mmcache.encoders.base import Encoder
+from mmcache.encoders.keyframes import KeyframeMeanEncoder
+from mmcache.errors import (ConfigError, InvalidEmbeddingError, InvalidInputError, MMCacheError,
                      UnknownHitError)
-from .guard import ExactKeyFilter
-from .inputs import PreparedQuery, prepare, unit_vector
-from .metrics import CacheMetrics
-from .thresholds import ThresholdRule
-from .tiers import Candidate, Tier
-from .tiers.codec import canonical_value, detached, encode_label, value_size
-from .tiers.store import StoreTier
-from .types import HINT_NAMES, MODALITIES, VIDEO, Entry, Hit, Query, modality_set_name
-from .verifiers import Verifier, checked_probability, make_verifier
+from mmcache.guard import ExactKeyFilter
+from mmcache.inputs import PreparedQuery, prepare, unit_vector
+from mmcache.metrics import CacheMetrics
+from mmcache.thresholds import ThresholdRule
+from mmcache.tiers import Candidate, Tier
+from mmcache.tiers.codec import canonical_value, detached, encode_label, value_size
+from mmcache.tiers.store import StoreTier
+from mmcache.types import HINT_NAMES, MODALITIES, VIDEO, Entry, Hit, Query, modality_set_name
+from mmcache.verify import Verifier, checked_probability, make_verifier
 
 #: Candidates fetched per semantic tier search (stale ones are skipped).
 SEARCH_K = 4
@@ -150,7 +150,7 @@ class TieredCache:
     stale-while-revalidate answer, to start the refresh (e.g. submit it to an executor
     that calls ``put``): once per entry until it is put again or ``REFRESH_TIMEOUT``
     seconds pass. ``verifier(query, entry) -> probability`` overrides the verifier named
-    by ``config.thresholds.verifier`` (:mod:`mmcache.verifiers`; it runs outside the
+    by ``config.thresholds.verifier`` (:mod:`mmcache.verify`; it runs outside the
     cache's lock, so a slow judge delays only its own lookup; a candidate that was
     rewritten or removed while it was being judged is not served).
     """
@@ -290,7 +290,7 @@ class TieredCache:
 
         ``bypass`` skips the cache; ``origin_failed`` allows stale-if-error answers;
         ``degrade="text-fallback"`` looks up the query's text alone
-        (:func:`mmcache.degrade.text_only`; seed 001 §4.3's text-fallback under load).
+        (:func:`mmcache.inputs.text_only`; seed 001 §4.3's text-fallback under load).
         """
         if degrade != "full-modal":
             if degrade != "text-fallback":

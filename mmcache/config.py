@@ -54,10 +54,10 @@ from typing import Any, Mapping
 
 import yaml
 
-from .errors import ConfigError
-from .policies import POLICIES, make_policy
-from .thresholds import RULES
-from .types import CHANNELS, MODALITIES, modality_set_channels
+from mmcache.errors import ConfigError
+from mmcache.policies import POLICIES, make_policy
+from mmcache.thresholds import RULES
+from mmcache.types import CHANNELS, MODALITIES, modality_set_channels
 
 STORE_BACKENDS = ("sqlite", "redis")
 INDEX_KINDS = ("auto", "flat")
@@ -155,7 +155,7 @@ class ThresholdConfig:
     - ``vcache-paper``: vCache's per-entry rule from its paper (``budget``,
       ``min_observations``, ``z``, ``search_floor``).
 
-    ``verifier`` names one of :data:`mmcache.verifiers.VERIFIERS` (``none``: no stage),
+    ``verifier`` names one of :data:`mmcache.verify.VERIFIERS` (``none``: no stage),
     called on accepted candidates less than ``verifier_band`` (cosine) above the rule's
     threshold; below ``verifier_min`` it vetoes the hit. ``context_delta``: a candidate
     needs context-vector cosine ≥ 1 − ``context_delta`` (:mod:`mmcache.context`).
@@ -436,13 +436,13 @@ def _validate(cfg: CacheConfig) -> None:
 
 def _check_rule_settings(th: ThresholdConfig) -> None:
     """The settings of the probabilistic rules, the verifier stage and the context channel."""
-    from .verifiers import VERIFIERS
+    from mmcache.verify import VERIFIERS
 
     _in_range(th.level, 0.0, 1.0, "thresholds.level", low_open=True)
     _choice(th.calibration, ("isotonic", "platt"), "thresholds.calibration")
     if th.prior is not None and not th.prior.strip():
         raise ConfigError("thresholds.prior must be a path to a priors JSON file or null "
-                          "(the shipped data/threshold_priors.json)")
+                          "(the shipped mmcache/resources/threshold_priors.json)")
     _in_range(th.budget, 0.0, 1.0, "thresholds.budget", low_open=True, high_open=True)
     _in_range(th.max_risk, 0.0, 1.0, "thresholds.max_risk", low_open=True)
     _in_range(th.tail, 0.0, 1.0, "thresholds.tail")
@@ -505,7 +505,7 @@ def _policy(name: Any, options: dict[str, Any], max_bytes: int | None, key: str)
                           f"{sorted(POLICIES)}")
     if name.lower() in ORACLE_POLICIES:
         raise ConfigError(f"{key}: {name!r} is an offline oracle (it needs future requests); "
-                          "use it in mmcache.replay.simulate, not in a live cache tier")
+                          "use it in mmcache.sim.replay.simulate, not in a live cache tier")
     if POLICIES[name.lower()].needs_capacity and max_bytes is None and "capacity" not in options:
         tier = key.rsplit(".", 1)[0]
         raise ConfigError(f"{key} {name!r} needs {tier}.max_bytes (the tier's size in bytes)")
@@ -538,7 +538,7 @@ def check_ann_factory(l2: SemanticTierConfig, dims: Mapping[str, int]) -> None:
 
 
 def _encoder_name(name: str, key: str) -> None:
-    from . import encoders
+    from mmcache import encoders
 
     known = getattr(encoders, "ENCODER_NAMES", None)
     if not name or (known is not None and name not in known):

@@ -23,8 +23,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import xxhash
 
-from .errors import InvalidInputError
-from .keys import normalise_text
+from mmcache.errors import InvalidInputError
+from mmcache.keys import normalise_text
 
 #: Turns of the conversation (the latest ones) that take part in the hit decision.
 CONTEXT_TURNS = 4

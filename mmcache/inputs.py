@@ -17,17 +17,21 @@ from __future__ import annotations
 import io
 import math
 import wave
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import numpy as np
 from scipy.signal import resample_poly
 
-from . import keys
-from .context import Turns, check_context, context_key
-from .errors import (InvalidEmbeddingError, InvalidInputError, InvalidMediaError,
-                     UnknownModalityError)
-from .types import AUDIO_SAMPLE_RATE, CHANNELS, VIDEO, Query, VideoClip
+from mmcache import keys
+from mmcache.context import Turns, check_context, context_key
+from mmcache.errors import (
+    InvalidEmbeddingError,
+    InvalidInputError,
+    InvalidMediaError,
+    UnknownModalityError,
+)
+from mmcache.types import AUDIO_SAMPLE_RATE, CHANNELS, VIDEO, Query, VideoClip
 
 #: Vectors with a smaller L2 norm count as zero.
 MIN_NORM = 1e-6
@@ -180,3 +184,12 @@ def _read_wav(data: bytes) -> tuple[np.ndarray, int]:
         raise InvalidMediaError(f"WAV audio must be 16-bit PCM, got {8 * width}-bit")
     pcm = np.frombuffer(frames, dtype="<i2").astype(np.float32) / 32768.0
     return pcm.reshape(-1, channels).mean(axis=1), rate
+
+
+def text_only(query: Query) -> Query:
+    """``query`` with its text (and text embedding) alone: the text-fallback lookup.
+    Raises :class:`InvalidInputError` for a query without text."""
+    if "text" not in query.modalities():
+        raise InvalidInputError("text-fallback needs a query with text")
+    return replace(query, image=None, audio=None, video=None,
+                   embeddings={m: v for m, v in query.embeddings.items() if m == "text"})

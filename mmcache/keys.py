@@ -24,7 +24,7 @@ import numpy as np
 import xxhash
 from PIL import Image, UnidentifiedImageError
 
-from .errors import InvalidInputError, InvalidMediaError, MissingScopeError
+from mmcache.errors import InvalidInputError, InvalidMediaError, MissingScopeError
 
 KEY_VERSION = "k2"
 _SPACE = re.compile(r"\s+")

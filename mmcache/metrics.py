@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from .errors import InvalidInputError
-from .types import is_multimodal
+from mmcache.errors import InvalidInputError
+from mmcache.types import is_multimodal
 
 if TYPE_CHECKING:
     import pandas as pd

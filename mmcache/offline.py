@@ -1,7 +1,8 @@
 """Offline by default: nothing downloads weights or data at run time.
 
-Importing :mod:`mmcache` sets ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` (and
-friends) unless ``MMCACHE_ALLOW_DOWNLOADS=1``. Loaders call :func:`missing_asset`
+:func:`enforce_offline` sets ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` (and friends)
+unless ``MMCACHE_ALLOW_DOWNLOADS=1``; the entry points (notebook runs, ``make`` targets, the
+tests) and the model loaders call it, importing :mod:`mmcache` does not. Loaders call :func:`missing_asset`
 to fail fast with the package that provides what is missing.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import OfflineAssetError
+from mmcache.errors import OfflineAssetError
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 

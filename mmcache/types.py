@@ -161,5 +161,5 @@ class Entry:
     #: The unit context vector of those turns (None: no context, or no text encoder).
     context_vector: np.ndarray | None = None
     #: What the entry keeps of the query's image for verifiers
-    #: (:func:`mmcache.image_check.image_fingerprint`; None: no image).
+    #: (:func:`mmcache.verify.image_check.image_fingerprint`; None: no image).
     image_fingerprint: bytes | None = None

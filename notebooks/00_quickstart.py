@@ -44,9 +44,9 @@ from mmcache.datasets import load_skimage_photos, synthesize
 from mmcache.encoders import get_encoder
 from mmcache.encoders.asr import TranscriptEncoder
 from mmcache.errors import OfflineAssetError
-from mmcache.plotting import save_figure
-from mmcache.runbook import write_metrics
-from mmcache.testing import FakeClock
+from mmcache.lab.plotting import save_figure
+from mmcache.lab.runbook import write_metrics
+from mmcache.lab.testing import FakeClock
 
 # %% [markdown]
 # ## Encoders and the cache

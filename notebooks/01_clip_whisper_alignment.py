@@ -66,17 +66,17 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 from sklearn.manifold import TSNE
 
-from mmcache import alignment
-from mmcache.alignment import AlignmentTask, evaluate_ladder
+from mmcache.studies import alignment
+from mmcache.studies.alignment import AlignmentTask, evaluate_ladder
 from mmcache.datasets import (FASHION_CLASSES, all_scenes, fashion_captions, load_asterisk_prompts,
                               load_fashion_mnist, make_scenes, speak, split_of)
 from mmcache.datasets.speech import VOICES
 from mmcache.encoders import get_encoder
 from mmcache.encoders.store import EmbeddingStore
 from mmcache.errors import OfflineAssetError
-from mmcache.plotting import save_figure
-from mmcache.retrieval import fuse, ranks
-from mmcache.runbook import write_metrics
+from mmcache.lab.plotting import save_figure
+from mmcache.studies.retrieval import fuse, ranks
+from mmcache.lab.runbook import write_metrics
 
 HEAD_KW = {"linear": {"steps": LINEAR_STEPS}, "mlp": {"steps": LINEAR_STEPS, "hidden": 512}}
 store = EmbeddingStore()

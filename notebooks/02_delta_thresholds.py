@@ -19,7 +19,7 @@
 # dates embed almost identically. This notebook measures every threshold rule of
 # `mmcache.thresholds` on **labelled pairs** (`mmcache.datasets.pairs`: curves fitted on the
 # training split, every number measured on the held-out split), with and without the built-in offline
-# verifier (`mmcache.edit_verifier`), side by side with GPTCache's similarity evaluation at its
+# verifier (`mmcache.verify.edits`), side by side with GPTCache's similarity evaluation at its
 # defaults, a reimplementation of vCache's rule from its paper, and the best static δ chosen in
 # hindsight.
 #
@@ -53,15 +53,16 @@ import pandas as pd
 import seaborn as sns
 from IPython.display import Markdown, display
 
-from mmcache import alignment, thresholds_study as ts
+from mmcache.studies import alignment, threshold_study as ts
 from mmcache.datasets.images import load_fashion_mnist
 from mmcache.datasets.pairs import PAIRS_PROVENANCE, SMOKE_SIZES, PairSizes, load_pairs
 from mmcache.encoders import EmbeddingStore, get_encoder
 from mmcache.errors import MMCacheError
-from mmcache.plotting import save_figure, set_theme
-from mmcache.runbook import run_dir, write_metrics
+from mmcache.lab.plotting import save_figure, set_theme
+from mmcache.lab.runbook import run_dir, write_metrics
 from mmcache.thresholds import RULES
-from mmcache.thresholds.prior import PRIOR_SEED, PRIORS_PATH, channel, load_priors
+from mmcache.studies.priors import PRIOR_SEED
+from mmcache.thresholds.prior import PRIORS_PATH, channel, load_priors
 
 set_theme()
 if SMOKE:  # tiny: checks the whole pipeline in well under a minute
@@ -108,7 +109,7 @@ display(counts)
 # ### Priors from the training split
 #
 # The error-budget and calibrated rules need P(correct | similarity) per modality and encoder:
-# the shipped `data/threshold_priors.json` (`make priors`), fitted on the **training** pairs of
+# the shipped `mmcache/resources/threshold_priors.json` (`make priors`), fitted on the **training** pairs of
 # seed 0 by `thresholds_study.fit_priors`. Each channel comes twice: fitted on every pair (for
 # runs without the verifier) and on the pairs the verifier passes (`…+edits`, for runs with it:
 # the rule multiplies the verifier's probability into P(correct), so its curve must be the one

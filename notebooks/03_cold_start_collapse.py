@@ -19,7 +19,7 @@
 # attention-gradient L2 0.87 at step 10, 0.03 at step 50) — and Q/K weights initialised with
 # Xavier × 0.1 plus gradient clipping at max_norm 1.0 fix it. These are claims, not results.
 #
-# **Model** (`mmcache.collapse`): one multi-head cross-attention block, trained from scratch
+# **Model** (`mmcache.studies.collapse`): one multi-head cross-attention block, trained from scratch
 # (no pretrained weights). Queries are caption word embeddings; keys/values are image patch tokens
 # followed by the caption's own tokens (two key modalities, so we can see where the attention mass
 # goes). Score(caption, image) = mean over caption tokens of a bilinear read-out of the attended
@@ -33,7 +33,7 @@
 # seed) and is evaluated on 2 other renderings per scene (a fixed held-out seed), in batches with
 # in-batch negatives.
 #
-# **Instruments** (per head, per step, `mmcache.collapse.instruments`, attached by hooks that
+# **Instruments** (per head, per step, `mmcache.studies.collapse.instruments`, attached by hooks that
 # compute nothing when off): attention entropy as Zhai et al. (2023) compute it (mean over queries
 # of −Σ A log(A + 1e-6)); maximum attention logit; spectral norm of W_Q^h (W_K^h)ᵀ; gradient norms
 # of the Q, K and V weights; attention mass on image vs text keys; Adam's √v̂ / ε and update RMS.
@@ -91,13 +91,14 @@ import torch
 from IPython.display import Markdown, display
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from mmcache.collapse import (FROZEN, LEARNED, SEED_COMBO, CollapseCriterion, TrainConfig,
-                              best_pair, frozen_features, rank_arms, remedy_effect, runs_table,
-                              single_remedies, summarise, sweep, sweep_tables, tuning_check)
-from mmcache.collapse.data import CAPTION_LEN, CAPTIONS, DATA_ID, N_PATCHES
-from mmcache.collapse.features import AUDIO_FRAMES, RATE, VOICE
-from mmcache.plotting import save_figure
-from mmcache.runbook import write_metrics
+from mmcache.studies.collapse import (FROZEN, LEARNED, SEED_COMBO, CollapseCriterion, TrainConfig,
+                                      best_pair, frozen_features, rank_arms, remedy_effect,
+                                      runs_table, single_remedies, summarise, sweep, sweep_tables,
+                                      tuning_check)
+from mmcache.studies.collapse.data import CAPTION_LEN, CAPTIONS, DATA_ID, N_PATCHES
+from mmcache.studies.collapse.features import AUDIO_FRAMES, RATE, VOICE
+from mmcache.lab.plotting import save_figure
+from mmcache.lab.runbook import write_metrics
 
 torch.set_num_threads(1)
 T0 = time.perf_counter()
@@ -107,7 +108,7 @@ WARMUP_STEPS = max(1, int(WARMUP_FRACTION * STEPS))
 SINGLES = single_remedies(WARMUP_STEPS)
 PROVENANCE = {"weights": "none: every model trained from scratch in this notebook",
               "features": LEARNED, "data": DATA_ID,
-              "model": "mmcache.collapse.CrossModalMatcher d=64, 4 heads",
+              "model": "mmcache.studies.collapse.CrossModalMatcher d=64, 4 heads",
               "steps": STEPS, "batch": BATCH, "seeds": SEEDS, "smoke": SMOKE,
               "collapse": f"entropy < {COLLAPSE_FRACTION} x step-0 for {COLLAPSE_PATIENCE} steps"}
 

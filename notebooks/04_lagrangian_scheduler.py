@@ -30,14 +30,14 @@
 # at, the scheduler turns into λ through the inverse of the mixture's expected hit rate under its
 # estimates (`Scheduler.multiplier`), so its gains do not depend on how steeply the hit rate
 # rises with λ on a given stream (see "Why single seeds end off the target" below).
-# `mmcache.scheduler_study` holds the experiment's runner and scores.
+# `mmcache.studies.scheduler_study` holds the experiment's runner and scores.
 #
-# **Workload** (`mmcache.workload.generate`, synthetic vectors and timing): Zipf intents asked
+# **Workload** (`mmcache.sim.workload.generate`, synthetic vectors and timing): Zipf intents asked
 # through text / image / speech variants, a share of two-modality queries, novel queries,
 # sessions, bursts; one popularity reshuffle half-way (`drift_period` = half the stream) and a
 # load shift half-way (`shift_load`: offered load `LOAD_BEFORE` → `LOAD_AFTER`).
 # **Latency model**: `LatencyModel.measured(servers=SERVERS)` — encoders and tier lookups
-# measured on this machine (`data/latency_profile.json`), model inference a labelled
+# measured on this machine (`mmcache/resources/latency_profile.json`), model inference a labelled
 # **assumption** (`ASSUMED_INFERENCE`, medians 400 / 700 / 1000 ms), misses queue FCFS for a
 # bounded pool of inference servers. **Cache**: CacheBench-MM's GPU → CPU → NVMe hierarchy
 # (`three_tier`, L3 = `CAPACITY_SHARE` of the working set).
@@ -93,14 +93,15 @@ import pandas as pd
 import seaborn as sns
 from IPython.display import Markdown, display
 
-from mmcache.cachebench import LatencyModel, three_tier
-from mmcache.plotting import save_figure
-from mmcache.runbook import write_metrics
+from mmcache.sim.latency import LatencyModel
+from mmcache.sim.cachebench import three_tier
+from mmcache.lab.plotting import save_figure
+from mmcache.lab.runbook import write_metrics
 from mmcache.scheduler import replay_table
-from mmcache.scheduler_study import (best, exchange_rate, grid, hindsight_fixed, judged,
-                                     needed_multiplier, offset_settings, run_controller, scores,
-                                     settle_after_shifts, shift_load, window_noise)
-from mmcache.workload import generate
+from mmcache.studies.scheduler_study import (best, exchange_rate, grid, hindsight_fixed, judged,
+                                             needed_multiplier, offset_settings, run_controller,
+                                             scores, settle_after_shifts, shift_load, window_noise)
+from mmcache.sim.workload import generate
 
 if SMOKE:
     SEEDS, N_QUERIES, N_INTENTS, WINDOW = [0, 1], 4_000, 400, 200
@@ -129,7 +130,7 @@ def tiers(stream):
     return three_tier(int(stream.size.sum() * CAPACITY_SHARE))
 
 
-provenance = {"workload": f"mmcache.workload.generate, synthetic, {N_QUERIES} queries, "
+provenance = {"workload": f"mmcache.sim.workload.generate, synthetic, {N_QUERIES} queries, "
                           f"{N_INTENTS} intents, multimodal {MULTIMODAL}, popularity reshuffle "
                           f"({DRIFT_FRACTION}) and load {LOAD_BEFORE} -> {LOAD_AFTER} half-way",
               "latency_model": latency.kind, "weights": "none (synthetic vectors)",

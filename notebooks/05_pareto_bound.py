@@ -20,15 +20,15 @@
 # CacheBench-MM replays, builds the front with cvxpy (`mmcache.pareto`: one compiled problem,
 # re-solved per point), and measures how far each eviction policy and threshold falls from it.
 #
-# * **Measured configurations**: `mmcache.cachebench.replay` of a synthetic multimodal stream
-#   (`mmcache.workload.generate`: synthetic vectors and timing, with a compressed daily cycle and
+# * **Measured configurations**: `mmcache.sim.cachebench.replay` of a synthetic multimodal stream
+#   (`mmcache.sim.workload.generate`: synthetic vectors and timing, with a compressed daily cycle and
 #   bursts that arrive faster) through the GPU → CPU → NVMe `three_tier` hierarchy, swept over
 #   capacity × TTL × eviction policy × semantic threshold.
 # * **Latency model: CacheBench-MM v2** (`LatencyModel.measured(servers=SERVERS)`): encoder and
-#   tier-lookup times measured on this machine (`data/latency_profile.json`), model inference an
+#   tier-lookup times measured on this machine (`mmcache/resources/latency_profile.json`), model inference an
 #   **assumed** cost per modality, queued on `SERVERS` FCFS inference servers. The stream's
 #   arrival times are scaled to an offered load of `LOAD` (arrival rate ÷ the servers' capacity if
-#   nothing hit, `mmcache.cachebench.offered_load`); a second, smaller sweep at `CHECK_LOAD` shows
+#   nothing hit, `mmcache.sim.cachebench.offered_load`); a second, smaller sweep at `CHECK_LOAD` shows
 #   how the fit fares when queueing dominates.
 # * **Consistency axis**: the TTL the replay applies to every cached answer
 #   (`replay(..., ttl_s=τ)`), as the consistency level `I = 1 − τ / τ_max`: the normalised
@@ -67,13 +67,14 @@ import pandas as pd
 import seaborn as sns
 from IPython.display import Markdown, display
 
-from mmcache.cachebench import LatencyModel, at_load, replay, three_tier
+from mmcache.sim.latency import LatencyModel
+from mmcache.sim.cachebench import at_load, replay, three_tier
 from mmcache.pareto import (CONVEXITY_CONDITIONS, OBJECTIVES, Domain, ParetoBound, fit_model,
                             fit_hit_rate_latency, hypervolume, hypervolume_gap, lower_envelope,
                             non_dominated, objectives, simplex_weights, supported)
-from mmcache.plotting import save_figure
-from mmcache.runbook import write_metrics
-from mmcache.workload import EMBEDDING_KIND, TIMING_KIND, generate
+from mmcache.lab.plotting import save_figure
+from mmcache.lab.runbook import write_metrics
+from mmcache.sim.workload import EMBEDDING_KIND, TIMING_KIND, generate
 
 MiB = 1 << 20
 if SMOKE:

@@ -21,11 +21,11 @@
 #
 # * **cloudPhysics** — libCacheSim's 113,872-request block-I/O sample (`data/`, see
 #   `data/README.md`); the policies libCacheSim tests reproduce its own counts exactly.
-# * **Zipf(1.0)** — `mmcache.workload.zipf_trace`, seeded, fixed 4 KiB objects (full run: 500,000
+# * **Zipf(1.0)** — `mmcache.sim.workload.zipf_trace`, seeded, fixed 4 KiB objects (full run: 500,000
 #   requests over 50,000 objects, a size chosen for the 20-minute `make figures` budget).
 # * **Zipf(1.0) log-normal** — the same generator, each object its own log-normal size (σ = 1)
 #   around 4 KiB.
-# * **Multimodal** — `mmcache.workload.generate`: Zipf intents asked through text / image / speech
+# * **Multimodal** — `mmcache.sim.workload.generate`: Zipf intents asked through text / image / speech
 #   paraphrase variants, a share of queries carrying two modalities (`MM_MULTIMODAL`: text + image,
 #   speech + image, text + speech), novel queries, sessions that keep their intent, bursts, drift
 #   that brings new intents, Poisson arrivals with a daily cycle. Its timing and its stream
@@ -36,7 +36,7 @@
 #   the real encoders — all-MiniLM-L6-v2 for text, the offline CLIP for images, Whisper tiny.en for
 #   speech — from real inputs (ShareGPT prompts and `datasets.pairs` rewrites; Fashion-MNIST /
 #   scikit-image crops, brightness and resizes; real Asterisk recordings and espeak-ng speech, the
-#   latter **synthetic**), through the embedding store (`mmcache.workload_media`; the weights' ids
+#   latter **synthetic**), through the embedding store (`mmcache.sim.workload.media`; the weights' ids
 #   and every input source are printed below and written to metrics.json). `MM_TRAP_SHARE` of the
 #   novel queries are traps, edits of another intent's inputs with their own answer: 0.3 of the 10%
 #   novel queries, about 3% of the stream, an assumption (no trap rate of a real stream is known
@@ -49,9 +49,9 @@
 #
 # Then the CacheBench-MM engine replays the multimodal stream through a GPU → CPU → NVMe
 # hierarchy under its latency model (`LatencyModel.measured`): encoder and tier-lookup times are log-normals
-# fitted to what `python -m mmcache.bench.latency_profile` measured on this machine
-# (`data/latency_profile.json`, which names the machine, date and command); model inference is a
-# labelled **assumption** (no model is served here; `mmcache.cachebench.ASSUMED_INFERENCE`), run on
+# fitted to what `python -m mmcache.lab.bench.latency_profile` measured on this machine
+# (`mmcache/resources/latency_profile.json`, which names the machine, date and command); model inference is a
+# labelled **assumption** (no model is served here; `mmcache.sim.latency.ASSUMED_INFERENCE`), run on
 # a bounded pool of inference servers that misses queue for, so the tail depends on the load.
 # Replay throughput is measured in this notebook.
 # The last section replays a text-only stream whose vectors are **real**: MiniLM embeddings of
@@ -103,24 +103,25 @@ import seaborn as sns
 from IPython.display import Markdown, display
 
 from mmcache import TieredCache
-from mmcache.cachebench import (LatencyModel, Replayer, TierSpec, at_load, belady_gap,
-                                degradation_rows, load_reports, load_row, lower_bound_curve,
-                                miss_ratio_curves, replay, replay_cache, replay_limits,
-                                report_prometheus, route_video_to_last, served_summary,
-                                three_tier, three_tier_cache_config)
-from mmcache.degrade import DEFAULT_QUEUE_THRESHOLDS, LEVELS, Degrader
-from mmcache.prefetch import TAU_S, prefetch_replay, reference_graph
-from mmcache.latency import read_profile
+from mmcache.sim.latency import LatencyModel
+from mmcache.sim.cachebench import (Replayer, TierSpec, at_load, degradation_rows, load_reports,
+                                    load_row, replay, replay_cache, replay_limits,
+                                    report_prometheus, route_video_to_last, served_summary,
+                                    three_tier, three_tier_cache_config)
+from mmcache.sim.curves import belady_gap, lower_bound_curve, miss_ratio_curves
+from mmcache.sim.cachebench.degradation import DEFAULT_QUEUE_THRESHOLDS, LEVELS, Degrader
+from mmcache.sim.cachebench.prefetch import TAU_S, prefetch_replay, reference_graph
+from mmcache.sim.latency import read_profile
 from mmcache.datasets.prompts import PROMPTS_PROVENANCE, load_prompts
 from mmcache.encoders import EmbeddingStore, get_encoder
 from mmcache.paths import DATA_DIR
-from mmcache.plotting import save_figure
+from mmcache.lab.plotting import save_figure
 from mmcache.policies import POLICIES
-from mmcache.replay import read_oracle_general
-from mmcache.runbook import write_metrics
+from mmcache.sim.replay import read_oracle_general
+from mmcache.lab.runbook import write_metrics
 from mmcache.types import MODALITIES
-from mmcache.workload import TIMING_KIND, VIDEO, generate, zipf_trace
-from mmcache.workload_media import MEDIA_PROVENANCE, RealPool
+from mmcache.sim.workload import TIMING_KIND, VIDEO, generate, zipf_trace
+from mmcache.sim.workload.media import MEDIA_PROVENANCE, RealPool
 
 GiB = 1 << 30
 if SMOKE:
@@ -320,7 +321,7 @@ for name, table in gaps.items():
     print((100 * table.rename(columns=lambda c: round(c / 2**20, 1))).round(2).to_string())
 
 # %% [markdown]
-# ## Replay throughput (requests/s of `mmcache.replay.simulate`, measured above)
+# ## Replay throughput (requests/s of `mmcache.sim.replay.simulate`, measured above)
 
 # %%
 speed = curves[curves.seconds.notna() & ~curves.policy.str.startswith("oracle")].groupby(
@@ -343,7 +344,7 @@ speed.pivot(index="policy", columns="trace", values="req_per_s").round(0)
 # byte budgets; its values are stand-in strings of each answer's size that name their intent.
 # Latency: `LatencyModel.measured(servers=SERVERS)` (measured encoders and tier lookups, assumed
 # inference) with the stream's arrival times scaled to an offered load of `BASE_LOAD` (arrival
-# rate ÷ the servers' capacity, as if nothing hit: `mmcache.cachebench.offered_load`); hits and
+# rate ÷ the servers' capacity, as if nothing hit: `mmcache.sim.cachebench.offered_load`); hits and
 # misses do not depend on the load, latencies do. Hit transfers use nominal bandwidths
 # (`BANDWIDTH_GBPS`, spec-sheet assumptions; sub-µs for these answer sizes). The
 # limits, at the hierarchy's total capacity: a lower bound on the misses of any exact-key cache
@@ -419,7 +420,7 @@ save_figure(fig, "06_cachebench_mm", {**provenance, "embeddings": mm.embedding_k
 # 150 ms SLA: with the assumed inference times almost every miss exceeds it on its own, so at low
 # load the violation rate is close to the miss rate (it differs by the hits whose encoder time
 # exceeds the SLA and the misses whose inference draw is short); under load queueing adds more.
-# The measured costs are in the table below (log-normal fits; `data/latency_profile.json`).
+# The measured costs are in the table below (log-normal fits; `mmcache/resources/latency_profile.json`).
 
 # %%
 display(pd.DataFrame({name: {"median_ms": e["median_ms"], "sigma": e["sigma"],
@@ -470,7 +471,7 @@ per_modality
 # %% [markdown]
 # ## Degradation under load: full-modal → text-fallback → keyword-proxy
 #
-# Seed 001 §4.3's three levels (`mmcache.degrade`), each forced for the whole stream at offered
+# Seed 001 §4.3's three levels (`mmcache.sim.cachebench.degradation`), each forced for the whole stream at offered
 # load `DEGRADE_LOAD`, then the adaptive switch (`Degrader`): a request's level follows the
 # inference queue at its arrival (misses in service or waiting, per server: text-fallback from
 # `DEFAULT_QUEUE_THRESHOLDS["text-fallback"]`, keyword-proxy from `["keyword-proxy"]`; an
@@ -513,7 +514,7 @@ degrade_frame.drop(columns="shares").round(4)
 # (one node per intent and modality set, an edge between consecutive requests weighted
 # exp(−Δt / 300 s)), its PageRank, and every node at PageRank ≥ `PREFETCH_X` / nodes prefetched
 # into a cold cache before the rest of the stream is replayed (its last training request as the
-# stored answer). The prefix is never measured and the rest never used to choose (`mmcache.prefetch`).
+# stored answer). The prefix is never measured and the rest never used to choose (`mmcache.sim.cachebench.prefetch`).
 # Sessions keep one intent and follow each other independently in this generated stream, so the
 # graph ranks mostly by recent popularity. Wasted bytes: prefetched and gone (evicted or expired)
 # without a hit; CacheWarmupLatencyP99: p99 latency of the first `WARMUP_N` requests after the
@@ -565,7 +566,7 @@ display(Markdown(
 # Seed 002 §3.1 routes video to the central tier. A stream like the one above (same generator
 # settings, `MM_VECTORS` vectors, traps and pool) with `MM_VIDEO_SHARE` of its queries video
 # clips, a separate stream so nothing above moves. A clip is **synthetic**: its keyframes are a
-# short pan across the intent's offline photo (`mmcache.workload.video_keyframes`, CLIP on each
+# short pan across the intent's offline photo (`mmcache.datasets.variants.video_keyframes`, CLIP on each
 # frame, their mean; synthetic seeded vectors in smoke mode) and its track is the intent's speech
 # (Whisper); in real mode a clip of an intent without real speech becomes its photo, as the other
 # audio queries drop their audio. Clips are a modality set of their own, searched in their own

@@ -6,7 +6,11 @@ from typing import Any, Callable
 
 import pytest
 
-from mmcache import runbook
+from mmcache.lab import runbook
+from mmcache.offline import enforce_offline
+
+# Tests are an entry point: nothing they load may reach a model hub.
+enforce_offline()
 
 
 @pytest.fixture(scope="session")

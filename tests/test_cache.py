@@ -13,7 +13,7 @@ from mmcache.encoders import HashingTestEncoder
 from mmcache.errors import ConfigError, MMCacheError
 from mmcache.types import Query
 
-from mmcache.testing import FakeClock, near, unit
+from mmcache.lab.testing import FakeClock, near, unit
 
 DIM = 32
 

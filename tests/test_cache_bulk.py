@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import mmcache
 from mmcache.errors import InvalidEmbeddingError, InvalidInputError, SerializationError
 from mmcache.inputs import prepare
-from mmcache.testing import FakeClock
+from mmcache.lab.testing import FakeClock
 from mmcache.types import Query
 
 from cache_helpers import snapshot

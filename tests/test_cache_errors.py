@@ -13,7 +13,7 @@ import mmcache
 from mmcache.errors import (ConfigError, InvalidEmbeddingError, InvalidInputError,
                             InvalidMediaError, MissingScopeError, SerializationError,
                             StorageError, UnknownModalityError)
-from mmcache.testing import unit
+from mmcache.lab.testing import unit
 from mmcache.types import Query
 
 from cache_helpers import snapshot

@@ -9,7 +9,7 @@ import mmcache
 from mmcache import Query
 from mmcache.errors import ConfigError, InvalidInputError, UnknownHitError
 from mmcache.thresholds import ErrorBudgetThreshold
-from mmcache.verifiers import VERIFIERS, make_verifier
+from mmcache.verify import VERIFIERS, make_verifier
 
 from cache_helpers import snapshot
 

@@ -17,7 +17,7 @@ import mmcache
 from mmcache.errors import InvalidInputError
 from mmcache.inputs import prepare
 from mmcache.policies import LRU
-from mmcache.testing import FakeClock
+from mmcache.lab.testing import FakeClock
 from mmcache.tiers import Capacity, MemoryTier, SQLiteTier
 from mmcache.types import Entry, Query
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mmcache
-from mmcache.testing import unit
+from mmcache.lab.testing import unit
 from mmcache.types import Query
 
 DIM = 8

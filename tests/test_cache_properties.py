@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import mmcache
-from mmcache.testing import FakeClock, near
+from mmcache.lab.testing import FakeClock, near
 from mmcache.types import Query
 
 DIM = 16

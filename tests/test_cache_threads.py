@@ -21,7 +21,7 @@ from mmcache.cache import REFRESH_TIMEOUT
 from mmcache.encoders.base import HashingTestEncoder
 from mmcache.errors import InvalidEmbeddingError
 from mmcache.inputs import prepare
-from mmcache.testing import FakeClock
+from mmcache.lab.testing import FakeClock
 from mmcache.types import Query
 
 from cache_helpers import snapshot

@@ -6,7 +6,7 @@ import pytest
 from mmcache import Query, TieredCache
 from mmcache.config import CacheConfig
 from mmcache.errors import ConfigError
-from mmcache.testing import FakeClock
+from mmcache.lab.testing import FakeClock
 
 
 def _query(scope: str) -> Query:

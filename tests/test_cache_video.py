@@ -20,7 +20,7 @@ import mmcache
 from mmcache.build import tier_routes
 from mmcache.encoders import HashingTestEncoder
 from mmcache.errors import ConfigError, InvalidInputError, InvalidMediaError
-from mmcache.testing import near, unit
+from mmcache.lab.testing import near, unit
 from mmcache.types import SET_NAMES, Query, VideoClip
 
 from cache_helpers import snapshot

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from mmcache.guard import ExactKeyFilter, SphericalCap
-from mmcache.testing import near, unit
+from mmcache.lab.testing import near, unit
 
 
 def test_bloom_filter_never_forgets_and_rarely_lies():

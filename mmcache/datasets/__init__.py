@@ -10,12 +10,12 @@ hit / no-hit query pairs for threshold studies: :mod:`mmcache.datasets.pairs`.
 
 from __future__ import annotations
 
-from .images import (FASHION_CLASSES, FASHION_TEMPLATES, CaptionedImages, fashion_captions,
+from mmcache.datasets.images import (FASHION_CLASSES, FASHION_TEMPLATES, CaptionedImages, fashion_captions,
                      load_fashion_mnist, load_skimage_photos)
-from .scenes import Scene, all_scenes, make_scenes, render_scene, scene_captions
-from .speech import (SpeechClip, load_asterisk_prompts, load_librivox, read_wav, speak,
+from mmcache.datasets.scenes import Scene, all_scenes, make_scenes, render_scene, scene_captions
+from mmcache.datasets.speech import (SpeechClip, load_asterisk_prompts, load_librivox, read_wav, speak,
                      synthesize)
-from .splits import SPLITS, assign_splits, split_of
+from mmcache.datasets.splits import SPLITS, assign_splits, split_of
 
 __all__ = ["FASHION_CLASSES", "FASHION_TEMPLATES", "SPLITS", "CaptionedImages", "Scene",
            "all_scenes", "assign_splits", "fashion_captions", "load_fashion_mnist",

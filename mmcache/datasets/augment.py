@@ -40,9 +40,9 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..offline import missing_asset
-from ..paths import DATA_DIR
-from .wordnet import WORDNET_DIR, WORDNET_SOURCE
+from mmcache.offline import missing_asset
+from mmcache.paths import DATA_DIR
+from mmcache.verify.wordnet import WORDNET_DIR, WORDNET_SOURCE
 
 NLPAUG_VERSION = version("nlpaug")
 NLTK_VERSION = version("nltk")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from ..offline import missing_asset
+from mmcache.errors import InvalidInputError
+from mmcache.offline import missing_asset
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 FASHION_SOURCE = "Fashion-MNIST (Zalando Research, MIT) via Debian dataset-fashion-mnist"

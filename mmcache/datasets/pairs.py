@@ -36,10 +36,10 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from ..types import Query
-from .splits import split_of
-from . import augment
+from mmcache.errors import InvalidInputError
+from mmcache.types import Query
+from mmcache.datasets.splits import split_of
+from mmcache.datasets import augment
 
 #: Splits :func:`load_pairs` accepts.
 PAIR_SPLITS: tuple[str, ...] = ("train", "test")
@@ -296,7 +296,7 @@ def _change_date(text: str, rng: np.random.Generator) -> tuple[str, str] | None:
 
 @lru_cache(maxsize=8)
 def _prompts(n: int) -> tuple[str, ...]:
-    from .prompts import load_prompts
+    from mmcache.datasets.prompts import load_prompts
     return tuple(load_prompts(n, min_chars=20, max_chars=300))
 
 
@@ -344,7 +344,7 @@ def _follow_ups(n: int) -> tuple[tuple[str, str, tuple[dict[str, str], ...], str
     A follow-up is a short user message (≤ 40 characters) whose normalised text is
     said in at least one other conversation ("continue", "make it shorter", ...).
     """
-    from .prompts import iter_sharegpt_conversations
+    from mmcache.datasets.prompts import iter_sharegpt_conversations
 
     found, counts = [], {}
     for conv_id, turns in iter_sharegpt_conversations():
@@ -402,7 +402,7 @@ _CHART_QUESTION = "What values does this bar chart show?"
 
 def _near_duplicate(pixels: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, str]:
     """A centre crop (85–95 % per side, resized back) with a brightness change (±20 %)."""
-    from ..workload import ImageVariant, apply_image_variant
+    from mmcache.datasets.variants import ImageVariant, apply_image_variant
 
     crop, brightness = float(rng.uniform(0.85, 0.95)), float(rng.uniform(0.8, 1.2))
     out = apply_image_variant(pixels, ImageVariant(crop, brightness, 1.0 / crop))
@@ -424,7 +424,7 @@ def _image_query(question: str, pixels: np.ndarray) -> Query:
 
 def photo_pairs(split: str, seed: int, sizes: PairSizes = PairSizes()) -> list[Pair]:
     """Near-duplicate photos (should hit) and another photo of the same class (must not)."""
-    from .images import load_fashion_mnist, load_skimage_photos
+    from mmcache.datasets.images import load_fashion_mnist, load_skimage_photos
 
     fashion = load_fashion_mnist("test", limit=sizes.photos, seed=0)
     photos = load_skimage_photos()
@@ -522,7 +522,7 @@ def speech_sentences() -> list[tuple[str, str]]:
 def speech_pairs(split: str, seed: int, sizes: PairSizes = PairSizes()) -> list[Pair]:
     """espeak-ng speech (synthetic): two other voices (should hit), one word changed, another
     sentence."""
-    from .speech import VOICES
+    from mmcache.datasets.speech import VOICES
 
     sentences = speech_sentences()[:sizes.sentences]
     mine = [s for s in sentences if pair_split(f"sentence:{s[0]}", seed) == split]
@@ -550,7 +550,7 @@ def _speech_query(sentence: str, voice: str) -> Query:
 
 @lru_cache(maxsize=512)
 def _spoken(sentence: str, voice: str) -> np.ndarray:
-    from .speech import synthesize
+    from mmcache.datasets.speech import synthesize
 
     audio = synthesize(sentence, voice=voice, rate=150).audio
     audio.setflags(write=False)

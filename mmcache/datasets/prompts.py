@@ -13,8 +13,8 @@ import io
 import json
 from typing import IO, Iterator
 
-from ..errors import InvalidInputError
-from ..offline import missing_asset
+from mmcache.errors import InvalidInputError
+from mmcache.offline import missing_asset
 
 #: What to print next to any result that uses these prompts.
 PROMPTS_PROVENANCE = ("ShareGPT V3 unfiltered cleaned split, first human turn per conversation "

@@ -18,8 +18,8 @@ from itertools import product
 import numpy as np
 from skimage.draw import disk, polygon
 
-from ..errors import InvalidInputError
-from .images import CaptionedImages
+from mmcache.errors import InvalidInputError
+from mmcache.datasets.images import CaptionedImages
 
 SHAPES: tuple[str, ...] = ("circle", "square", "triangle", "diamond", "star")
 COLOURS: dict[str, tuple[int, int, int]] = {

@@ -33,9 +33,9 @@ import numpy as np
 from scipy.io import wavfile
 from scipy.signal import resample_poly
 
-from ..errors import InvalidInputError, InvalidMediaError
-from ..offline import missing_asset
-from ..types import AUDIO_SAMPLE_RATE
+from mmcache.errors import InvalidInputError, InvalidMediaError
+from mmcache.offline import missing_asset
+from mmcache.types import AUDIO_SAMPLE_RATE
 
 ASTERISK_DIR = Path("/usr/share/asterisk/sounds/en")
 ASTERISK_TRANSCRIPTS = Path("/usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz")

@@ -12,7 +12,7 @@ from typing import Hashable, Iterable
 
 import numpy as np
 
-from ..errors import InvalidInputError
+from mmcache.errors import InvalidInputError
 
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 #: Default fractions of keys in train / val / test.

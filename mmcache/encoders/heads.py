@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
-from ..errors import ConfigError, InvalidEmbeddingError, NotFittedError
+from mmcache.errors import ConfigError, InvalidEmbeddingError, NotFittedError
 
 
 class ProjectionHead(Protocol):

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .base import Encoder
+from mmcache.encoders.base import Encoder
 
 
 class KeyframeMeanEncoder:

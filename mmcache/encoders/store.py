@@ -18,9 +18,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import InvalidEmbeddingError, InvalidInputError
-from ..paths import DATA_DIR
-from .base import Encoder
+from mmcache.errors import InvalidEmbeddingError, InvalidInputError
+from mmcache.paths import DATA_DIR
+from mmcache.encoders.base import Encoder
 
 DEFAULT_ROOT = DATA_DIR / "embeddings"
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from ..offline import enforce_offline, missing_asset
+from mmcache.errors import InvalidInputError
+from mmcache.offline import enforce_offline, missing_asset
 
 if TYPE_CHECKING:
     import torch

@@ -26,11 +26,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, InvalidMediaError, OfflineAssetError
-from ..offline import missing_asset
-from ..paths import DATA_DIR
-from ..types import AUDIO_SAMPLE_RATE
-from .text import file_sha256
+from mmcache.errors import ConfigError, InvalidMediaError, OfflineAssetError
+from mmcache.offline import missing_asset
+from mmcache.paths import DATA_DIR
+from mmcache.types import AUDIO_SAMPLE_RATE
+from mmcache.encoders.text import file_sha256
 
 MODELS_DIR = DATA_DIR / "models"
 SAMPLES_PER_FRAME = 320  # 160-sample mel hop × conv stride 2: one encoder frame = 20 ms

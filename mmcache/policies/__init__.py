@@ -9,23 +9,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigError, UnknownPolicyError
-from .arc import ARC, ARCPaper
-from .base import EvictionPolicy
-from .belady import Belady, BeladyBypass
-from .clock import Clock
-from .entropy_retention import EntropyRetention
-from .fifo import FIFO
-from .gdsf import GDSF
-from .hotness_freshness import HotnessFreshness
-from .lfu import LFU
-from .lfuda import LFUDA
-from .lirs import LIRS
-from .lru import LRU
-from .lruk import LRUK
-from .s3fifo import S3FIFO
-from .sieve import Sieve
-from .value_per_byte import ValuePerByte
+from mmcache.errors import ConfigError, UnknownPolicyError
+from mmcache.policies.arc import ARC, ARCPaper
+from mmcache.policies.base import EvictionPolicy
+from mmcache.policies.belady import Belady, BeladyBypass
+from mmcache.policies.clock import Clock
+from mmcache.policies.entropy_retention import EntropyRetention
+from mmcache.policies.fifo import FIFO
+from mmcache.policies.gdsf import GDSF
+from mmcache.policies.hotness_freshness import HotnessFreshness
+from mmcache.policies.lfu import LFU
+from mmcache.policies.lfuda import LFUDA
+from mmcache.policies.lirs import LIRS
+from mmcache.policies.lru import LRU
+from mmcache.policies.lruk import LRUK
+from mmcache.policies.s3fifo import S3FIFO
+from mmcache.policies.sieve import Sieve
+from mmcache.policies.value_per_byte import ValuePerByte
 
 POLICIES: dict[str, type[EvictionPolicy]] = {cls.name: cls for cls in (
     LRU, FIFO, Clock, LFU, LRUK, ARC, ARCPaper, LIRS, S3FIFO, Sieve, Belady, BeladyBypass, GDSF, LFUDA,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Iterable
 
-from .base import EvictionPolicy
+from mmcache.policies.base import EvictionPolicy
 
 
 def admit_miss(policy: EvictionPolicy, key: Hashable, size: int, *,

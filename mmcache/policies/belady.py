@@ -6,7 +6,7 @@ import heapq
 import itertools
 from typing import Any, Hashable
 
-from .base import EvictionPolicy
+from mmcache.policies.base import EvictionPolicy
 
 #: Priority offset for keys never requested again; ranks them above any request index.
 NEVER = 1 << 62

@@ -14,8 +14,8 @@ from typing import Any, Hashable
 
 import numpy as np
 
-from ..errors import ConfigError, InvalidInputError
-from .base import EvictionPolicy
+from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.policies.base import EvictionPolicy
 
 
 def attention_entropy(attention: Any) -> float:

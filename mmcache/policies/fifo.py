@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Hashable
 
-from .lru import LRU
+from mmcache.policies.lru import LRU
 
 
 class FIFO(LRU):

@@ -11,8 +11,8 @@ import heapq
 import itertools
 from typing import Any, Hashable
 
-from . import _heap
-from .base import EvictionPolicy
+from mmcache.policies import _heap
+from mmcache.policies.base import EvictionPolicy
 
 
 class GDSF(EvictionPolicy):

@@ -5,7 +5,7 @@ first hit; ``decay`` applies per hit, not per unit of time). F (freshness) is
 ``max(0.1, 1 − age/window)``, ``age`` = time since the key's last access.
 
 ``window`` and ``age`` are in the unit of the ``now`` hint: the request index in trace
-replay (``mmcache.replay``, ``mmcache.cachebench``), **seconds** of the cache's clock in a
+replay (``mmcache.sim.replay``, ``mmcache.sim.cachebench``), **seconds** of the cache's clock in a
 :class:`~mmcache.TieredCache` tier (set it there with e.g. ``{"l1": {"policy":
 "hotness-freshness", "policy_options": {"window": 600}}}``), and a count of calls when
 no ``now`` is given. Time never runs backwards: a ``now`` earlier than one already seen
@@ -20,9 +20,9 @@ import itertools
 from collections import OrderedDict
 from typing import Any, Hashable
 
-from ..errors import ConfigError
-from . import _heap
-from .base import EvictionPolicy
+from mmcache.errors import ConfigError
+from mmcache.policies import _heap
+from mmcache.policies.base import EvictionPolicy
 
 FRESHNESS_FLOOR = 0.1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Hashable
 
-from .base import EvictionPolicy
+from mmcache.policies.base import EvictionPolicy
 
 
 class LFU(EvictionPolicy):

@@ -6,7 +6,7 @@ from bisect import bisect_left, bisect_right, insort
 from collections import OrderedDict
 from typing import Any, Hashable
 
-from .base import EvictionPolicy
+from mmcache.policies.base import EvictionPolicy
 
 
 class LFUDA(EvictionPolicy):

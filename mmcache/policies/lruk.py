@@ -7,9 +7,9 @@ import itertools
 from collections import OrderedDict, deque
 from typing import Any, Hashable
 
-from ..errors import ConfigError
-from . import _heap
-from .base import EvictionPolicy
+from mmcache.errors import ConfigError
+from mmcache.policies import _heap
+from mmcache.policies.base import EvictionPolicy
 
 
 class LRUK(EvictionPolicy):

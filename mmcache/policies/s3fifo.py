@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Hashable
 
-from ..errors import ConfigError
-from .base import EvictionPolicy
+from mmcache.errors import ConfigError
+from mmcache.policies.base import EvictionPolicy
 
 
 class S3FIFO(EvictionPolicy):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Hashable
 
-from ._dlist import DList
-from .base import EvictionPolicy
+from mmcache.policies._dlist import DList
+from mmcache.policies.base import EvictionPolicy
 
 
 class Sieve(EvictionPolicy):

@@ -15,9 +15,9 @@ import itertools
 import math
 from typing import Any, Hashable
 
-from ..errors import ConfigError
-from . import _heap
-from .base import EvictionPolicy
+from mmcache.errors import ConfigError
+from mmcache.policies import _heap
+from mmcache.policies.base import EvictionPolicy
 
 
 class ValuePerByte(EvictionPolicy):

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .base import DEFAULT_DELTA, NEVER, ThresholdRule
-from .budget import ErrorBudgetThreshold
-from .calibrated import CalibratedThreshold
-from .percentile import PercentileThreshold
-from .static import StaticThreshold
-from .vcache import VCachePaperThreshold
+from mmcache.thresholds.base import DEFAULT_DELTA, NEVER, ThresholdRule
+from mmcache.thresholds.budget import ErrorBudgetThreshold
+from mmcache.thresholds.calibrated import CalibratedThreshold
+from mmcache.thresholds.percentile import PercentileThreshold
+from mmcache.thresholds.static import StaticThreshold
+from mmcache.thresholds.vcache import VCachePaperThreshold
 
 #: Rule name → rule factory, called with the ``thresholds`` settings its parameters name.
 RULES: dict[str, Callable[..., ThresholdRule]] = {

@@ -33,8 +33,8 @@ import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .base import ThresholdRule
-from .prior import channel_priors, posterior, predictive
+from mmcache.thresholds.base import ThresholdRule
+from mmcache.thresholds.prior import channel_priors, posterior, predictive
 
 #: Prior over w for a channel without a fitted one: centred on P = 1/2, wide.
 UNINFORMATIVE = ((0.0, 0.0), ((100.0, 0.0), (0.0, 100.0)))

@@ -16,9 +16,9 @@ from typing import Mapping
 
 import numpy as np
 
-from ..errors import ConfigError
-from .base import NEVER, ThresholdRule
-from .prior import ChannelPrior, channel_priors
+from mmcache.errors import ConfigError
+from mmcache.thresholds.base import NEVER, ThresholdRule
+from mmcache.thresholds.prior import ChannelPrior, channel_priors
 
 
 class CalibratedThreshold(ThresholdRule):

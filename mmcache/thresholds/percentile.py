@@ -30,7 +30,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .base import DEFAULT_DELTA, ThresholdRule
+from mmcache.thresholds.base import DEFAULT_DELTA, ThresholdRule
 
 
 class PercentileThreshold(ThresholdRule):

@@ -10,8 +10,8 @@ answer is right for the query). Per channel ``"modality/encoder"`` the file hold
   so an entry's own feedback can move it;
 - ``isotonic``: scikit-learn's IsotonicRegression of correct on s, as its knots.
 
-The shipped file is ``data/threshold_priors.json``; ``make priors`` (``python -m
-mmcache.thresholds.prior``) regenerates it — every study channel, unconditioned and
+The shipped file is ``mmcache/resources/threshold_priors.json``; ``make priors`` (``python -m
+mmcache.studies.priors``) regenerates it — every study channel, unconditioned and
 conditioned on the built-in ``edits`` verifier (:func:`channel`) — and records its
 provenance (encoders and their weights, data, split, conditioning, date, command).
 :func:`load_priors` raises
@@ -21,24 +21,22 @@ missing or malformed.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, InvalidInputError, PriorFileError
-from ..paths import DATA_DIR
+from mmcache.errors import ConfigError, InvalidInputError, PriorFileError
+from mmcache.paths import RESOURCES
 
 #: The shipped priors.
-PRIORS_PATH = DATA_DIR / "threshold_priors.json"
+PRIORS_PATH = RESOURCES / "threshold_priors.json"
 FORMAT = "mmcache-threshold-priors/1"
 #: The fix an error about the shipped priors names.
-REGENERATE = "regenerate it with `make priors` (python -m mmcache.thresholds.prior)"
+REGENERATE = "regenerate it with `make priors` (python -m mmcache.studies.priors)"
 #: How many of an entry's own observations the shared prior is worth.
 PRIOR_WEIGHT = 10.0
 
@@ -74,7 +72,7 @@ class ChannelPrior:
 def channel(modality: str, encoder: str | None, verifier: str = "none") -> str:
     """The key of a channel in a priors file: ``"modality/encoder"``, fitted on every pair,
     or ``"modality/encoder+verifier"``, fitted on the pairs that ``verifier`` (a name in
-    :data:`mmcache.verifiers.VERIFIERS`) passes, for rules that multiply its probability in."""
+    :data:`mmcache.verify.VERIFIERS`) passes, for rules that multiply its probability in."""
     return f"{modality}/{encoder}" + ("" if verifier == "none" else f"+{verifier}")
 
 
@@ -200,45 +198,3 @@ def _channel_prior(value: Mapping[str, Any]) -> ChannelPrior:
             list(iso_x) != sorted(iso_x) or np.linalg.eigvalsh(np.array(cov)).min() <= 0:
         raise ValueError("logistic mean/cov or isotonic knots have the wrong shape or values")
     return ChannelPrior(mean, cov, iso_x, iso_y, int(value["n_pairs"]))  # type: ignore[arg-type]
-
-
-# -- regenerating the shipped file (make priors) ---------------------------------------------
-#: The pairs seed whose training split the shipped priors are fitted on (notebook 02's
-#: ``PAIR_SEED``: its held-out split is never read here).
-PRIOR_SEED = 0
-
-
-def main(argv: Sequence[str] = ()) -> Path:
-    """Fit every study channel (:data:`mmcache.thresholds_study.STUDY_ENCODERS`) on the
-    training split of :func:`mmcache.datasets.pairs.load_pairs`, unconditioned and
-    conditioned on the built-in ``edits`` verifier, and write :data:`PRIORS_PATH` (or
-    ``argv[0]``). A modality whose encoder is not available (e.g. CLIP before ``make
-    models``) is left out and named in the provenance."""
-    from .. import alignment
-    from ..datasets.pairs import PAIRS_PROVENANCE, PairSizes, load_pairs
-    from ..encoders import EmbeddingStore, get_encoder
-    from ..errors import MMCacheError
-    from ..thresholds_study import STUDY_ENCODERS, fit_priors, score_pairs
-
-    encoders, missing = {}, {}
-    for modality, (name, kw) in STUDY_ENCODERS.items():
-        try:
-            encoders[modality] = get_encoder(name, **kw)
-        except MMCacheError as err:
-            missing[modality] = str(err)
-    whisper = encoders.get("audio")
-    pairs = load_pairs("train", seed=PRIOR_SEED, modalities=list(encoders), sizes=PairSizes())
-    scores = score_pairs(pairs, encoders=encoders, store=EmbeddingStore(), transcribe=None
-                         if whisper is None else
-                         lambda clips: alignment.transcribe(whisper.model, clips))
-    provenance = {
-        "data": f"mmcache.datasets.pairs.load_pairs('train', seed={PRIOR_SEED}, PairSizes()): "
-                f"{len(pairs)} pairs; {PAIRS_PROVENANCE}",
-        "split": "train", "seed": PRIOR_SEED, "missing_encoders": missing,
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": "python -m mmcache.thresholds.prior (make priors)"}
-    return fit_priors(scores, Path(argv[0]) if argv else PRIORS_PATH, provenance=provenance)
-
-
-if __name__ == "__main__":
-    print(main(sys.argv[1:]))

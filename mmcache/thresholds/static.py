@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .base import DEFAULT_DELTA, NEVER, ThresholdRule
+from mmcache.thresholds.base import DEFAULT_DELTA, NEVER, ThresholdRule
 
 
 class StaticThreshold(ThresholdRule):

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from .base import ThresholdRule
-from .prior import features, linear_and_variance, posterior, sigmoid
+from mmcache.thresholds.base import ThresholdRule
+from mmcache.thresholds.prior import features, linear_and_variance, posterior, sigmoid
 
 #: The weak prior of an entry's own fit.
 WEAK_PRIOR = ((0.0, 0.0), ((100.0, 0.0), (0.0, 100.0)))

@@ -7,11 +7,11 @@ config. ``mmcache.tiers.redis`` is imported only when a Redis tier is built.
 
 from __future__ import annotations
 
-from .base import Budget, Candidate, Capacity, Tier
-from .memory import MemoryTier
-from .semantic import SemanticTier
-from .sqlite import SQLiteTier
-from .vectors import IndexSpec, SemanticIndex, VectorIndex
+from mmcache.tiers.base import Budget, Candidate, Capacity, Tier
+from mmcache.tiers.memory import MemoryTier
+from mmcache.tiers.semantic import SemanticTier
+from mmcache.tiers.sqlite import SQLiteTier
+from mmcache.tiers.vectors import IndexSpec, SemanticIndex, VectorIndex
 
 __all__ = ["Budget", "Candidate", "Capacity", "IndexSpec", "MemoryTier", "SQLiteTier",
            "SemanticIndex", "SemanticTier", "Tier", "VectorIndex"]

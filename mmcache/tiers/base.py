@@ -39,9 +39,9 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..policies import EvictionPolicy, make_policy
-from ..policies.admission import admit_miss
-from ..types import Entry
+from mmcache.policies import EvictionPolicy, make_policy
+from mmcache.policies.admission import admit_miss
+from mmcache.types import Entry
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import SerializationError, StorageError
+from mmcache.errors import SerializationError, StorageError
 
 def encode_value(value: Any) -> tuple[str, bytes]:
     """``(tag, payload)`` for a storable value; SerializationError otherwise."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Iterator, Sequence
 
-from ..policies import EvictionPolicy
-from ..types import Entry
-from .base import Budget, BudgetedTier, Capacity, admit_all, gone_ids, policy_hints
+from mmcache.policies import EvictionPolicy
+from mmcache.types import Entry
+from mmcache.tiers.base import Budget, BudgetedTier, Capacity, admit_all, gone_ids, policy_hints
 
 
 class MemoryTier(BudgetedTier):

@@ -16,7 +16,7 @@ Layout under ``prefix`` (default ``"mmcache"``) on one server, no pickle anywher
   empty when it has none, absent in entries written before hints existed),
   ``question``, ``context`` (the conversation turns, JSON) and ``context_vector`` (raw
   float32; all three empty when absent, and absent in entries written before them),
-  ``image_fingerprint`` (the entry's grey thumbnail, :mod:`mmcache.image_check`; empty
+  ``image_fingerprint`` (the entry's grey thumbnail, :mod:`mmcache.verify.image_check`; empty
   without an image, absent in entries written before it),
   ``version`` (absent in entries written before versions: 0) and ``vec:{modality}``
   (raw float32). An entry with a TTL carries an EXPIRE (its expiry plus the cache's
@@ -52,16 +52,16 @@ import xxhash
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
-from ..errors import ConfigError, StorageError
-from ..policies import EvictionPolicy
-from ..types import Entry
-from .base import Capacity
-from .codec import (decode_hints, decode_label, decode_turns, decode_value, encode_hints,
+from mmcache.errors import ConfigError, StorageError
+from mmcache.policies import EvictionPolicy
+from mmcache.types import Entry
+from mmcache.tiers.base import Capacity
+from mmcache.tiers.codec import (decode_hints, decode_label, decode_turns, decode_value, encode_hints,
                     encode_label, encode_turns, encode_value, vector_from_bytes,
                     vector_to_bytes)
-from .skew import SKEW_WINDOW, SkewWatch
-from .store import Change, Removal, Store, StoreTier
-from .vectors import IndexSpec
+from mmcache.tiers.skew import SKEW_WINDOW, SkewWatch
+from mmcache.tiers.store import Change, Removal, Store, StoreTier
+from mmcache.tiers.vectors import IndexSpec
 
 VECTOR_FIELD = "vec:"
 

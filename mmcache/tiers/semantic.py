@@ -13,11 +13,11 @@ from typing import Mapping
 
 import numpy as np
 
-from ..policies import EvictionPolicy
-from ..types import Entry
-from .base import Candidate, Capacity
-from .memory import MemoryTier
-from .vectors import IndexSpec, SemanticIndex
+from mmcache.policies import EvictionPolicy
+from mmcache.types import Entry
+from mmcache.tiers.base import Candidate, Capacity
+from mmcache.tiers.memory import MemoryTier
+from mmcache.tiers.vectors import IndexSpec, SemanticIndex
 
 
 class SemanticTier(MemoryTier):

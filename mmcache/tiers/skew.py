@@ -15,7 +15,7 @@ import logging
 from collections import Counter
 from typing import Iterable
 
-from ..errors import ConfigError
+from mmcache.errors import ConfigError
 
 #: A shard is skewed when its requests in a window exceed this many times the mean.
 SKEW_FACTOR = 1.8

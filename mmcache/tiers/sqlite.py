@@ -14,7 +14,7 @@ or delete. ``PRAGMA data_version`` tells cheaply whether anyone else committed.
 Older files (schema 1 and 2) gain ``hints``, ``version`` and the log on open; schema 1–3
 files gain ``question``, ``context`` (the entry's conversation turns, JSON) and
 ``context_vector`` (raw float32), and schema 1–4 files ``image_fingerprint`` (the
-entry's grey thumbnail, :mod:`mmcache.image_check`), empty for the entries they already hold.
+entry's grey thumbnail, :mod:`mmcache.verify.image_check`), empty for the entries they already hold.
 
 Sharing: with ``shared=True`` several caches (in any processes) may open the file.
 Without it the file is private: a second cache opening it while the first is open
@@ -39,15 +39,15 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, StorageError
-from ..policies import EvictionPolicy
-from ..types import Entry
-from .base import Capacity
-from .codec import (decode_hints, decode_label, decode_turns, decode_value, encode_hints,
+from mmcache.errors import ConfigError, StorageError
+from mmcache.policies import EvictionPolicy
+from mmcache.types import Entry
+from mmcache.tiers.base import Capacity
+from mmcache.tiers.codec import (decode_hints, decode_label, decode_turns, decode_value, encode_hints,
                     encode_label, encode_turns, encode_value, vector_from_bytes,
                     vector_to_bytes)
-from .store import Change, Removal, Store, StoreTier
-from .vectors import IndexSpec
+from mmcache.tiers.store import Change, Removal, Store, StoreTier
+from mmcache.tiers.vectors import IndexSpec
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 SCHEMA_VERSION = "5"

@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Any, Collection, Iterator, Mapping, NamedTuple
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..policies import EvictionPolicy
-from ..types import Entry
-from .base import Budget, BudgetedTier, Candidate, Capacity, admit_all, gone_ids, policy_hints
-from .vectors import IndexSpec, SemanticIndex
+from mmcache.errors import ConfigError
+from mmcache.policies import EvictionPolicy
+from mmcache.types import Entry
+from mmcache.tiers.base import Budget, BudgetedTier, Candidate, Capacity, admit_all, gone_ids, policy_hints
+from mmcache.tiers.vectors import IndexSpec, SemanticIndex
 
 if TYPE_CHECKING:
-    from ..metrics import CacheMetrics
+    from mmcache.metrics import CacheMetrics
 
 
 class Change(NamedTuple):

@@ -40,9 +40,9 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 import faiss
 import numpy as np
 
-from ..errors import ConfigError
-from ..guard import SphericalCap
-from .base import Candidate
+from mmcache.errors import ConfigError
+from mmcache.guard import SphericalCap
+from mmcache.tiers.base import Candidate
 
 @dataclass(frozen=True)
 class IndexSpec:

@@ -11,7 +11,7 @@ from mmcache.datasets import augment
 from mmcache.datasets.pairs import (PAIRS_PROVENANCE, SAME_KINDS, SMALL_TALK, SMOKE_SIZES,
                                     TRAP_KINDS, load_pairs, make_trap, paraphrase,
                                     render_bar_chart)
-from mmcache.datasets.wordnet import synonyms
+from mmcache.verify.wordnet import synonyms
 from mmcache.errors import InvalidInputError
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mmcache.encoders import clip as C
-from mmcache.encoders import clip_train as T
+from mmcache.lab import clip_training as T
 from mmcache.encoders import get_encoder
 from mmcache.errors import InvalidMediaError, OfflineAssetError, UnknownModalityError
 

@@ -73,7 +73,7 @@ FROZEN_ARMS = 4   # baseline, the seed's remedy, QK-layernorm, the best pair
 
 
 def test_frozen_feature_sweep_reports_a_rate_per_arm_and_learning_rate(metrics):
-    from mmcache.collapse import FROZEN, LEARNED
+    from mmcache.studies.collapse import FROZEN, LEARNED
 
     assert metrics["features"] == LEARNED
     assert metrics["frozen_features"] == FROZEN != LEARNED

@@ -9,7 +9,7 @@ import pytest
 
 from mmcache.policies import make_policy
 from mmcache.policies.admission import admit_miss
-from mmcache.replay import make_trace, simulate
+from mmcache.sim.replay import make_trace, simulate
 
 
 def drive(policy, requests, size, capacity):

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mmcache.errors import ConfigError
-from mmcache.policies.kernels import KERNELS
-from mmcache.replay import make_trace, simulate
+from mmcache.sim.kernels import KERNELS
+from mmcache.sim.replay import make_trace, simulate
 
 
 @st.composite
@@ -68,7 +68,7 @@ def test_value_per_byte_leaves_a_negative_cost_to_the_online_object():
 
 
 def test_lfuda_kernel_matches_online_object_across_count_table_growth(monkeypatch):
-    from mmcache.policies.kernels import lfuda
+    from mmcache.sim.kernels import lfuda
 
     grow, grown = lfuda.grow, []
     monkeypatch.setattr(lfuda, "grow", lambda *table: grown.append(1) or grow(*table))

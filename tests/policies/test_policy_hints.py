@@ -8,7 +8,7 @@ import pytest
 
 from mmcache.errors import ConfigError
 from mmcache.paths import DATA_DIR
-from mmcache.replay import attention_entropy_proxy, make_trace, read_oracle_general, simulate
+from mmcache.sim.replay import attention_entropy_proxy, make_trace, read_oracle_general, simulate
 from mmcache.tiers.base import Budget, Capacity
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mmcache.errors import ConfigError, UnknownPolicyError
 from mmcache.policies import POLICIES, make_policy
-from mmcache.replay import make_trace, simulate
+from mmcache.sim.replay import make_trace, simulate
 
 CAPACITY = 400
 

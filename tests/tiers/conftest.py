@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from mmcache.testing import stop_process
+from mmcache.lab.testing import stop_process
 
 REDIS_START_TIMEOUT_S = 10.0
 
@@ -74,13 +74,13 @@ def redis_url() -> Iterator[str]:
 def redis_cluster_url(tmp_path_factory) -> Iterator[str]:
     """URL of one node of a real three-master Redis Cluster on loopback (no persistence).
 
-    Started for this session by :func:`mmcache.testing.local_redis_cluster` (three
+    Started for this session by :func:`mmcache.lab.testing.local_redis_cluster` (three
     ``redis-server --cluster-enabled yes`` nodes joined by ``redis-cli --cluster create``)
     and stopped by PID afterwards; the tests that use it are skipped, with the reason, when
     redis-server has no cluster support or redis-cli is missing.
     """
     from mmcache.errors import StorageError
-    from mmcache.testing import local_redis_cluster
+    from mmcache.lab.testing import local_redis_cluster
 
     with contextlib.ExitStack() as stack:
         try:

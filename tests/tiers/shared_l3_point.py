@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 import mmcache
-from mmcache.testing import near, unit
+from mmcache.lab.testing import near, unit
 
 #: The same questions (and vectors) in every scope, so only the scope tells entries apart.
 QUESTIONS = 5

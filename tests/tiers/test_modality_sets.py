@@ -17,7 +17,7 @@ import pytest
 
 import mmcache
 from mmcache.encoders import HashingTestEncoder
-from mmcache.testing import near, unit
+from mmcache.lab.testing import near, unit
 from mmcache.types import Query
 
 DIM = 16

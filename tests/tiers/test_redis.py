@@ -372,7 +372,7 @@ def test_a_reopened_redis_l3_ranks_by_the_stored_hints(redis_url: str, prefix: s
                                                        hint_a: dict, hint_b: dict) -> None:
     """B ranks below A only through the hints (without them the oldest, A, would go)."""
     import mmcache
-    from mmcache.testing import FakeClock
+    from mmcache.lab.testing import FakeClock
 
     config = {"l1": {"enabled": False}, "l2": {"enabled": False},
               "l3": {"backend": "redis", "url": redis_url, "max_entries": 2, "policy": policy,

@@ -18,7 +18,7 @@ from redis.cluster import RedisCluster
 
 import mmcache
 from mmcache.errors import ConfigError, StorageError
-from mmcache.testing import unit
+from mmcache.lab.testing import unit
 from mmcache.tiers.redis import RedisTier, scope_tag
 from mmcache.types import Entry
 

@@ -1,6 +1,6 @@
 """Sweep workers share one Redis L3 (one server, or a cluster), and scopes keep points apart.
 
-Each point of a local-engine sweep (:mod:`mmcache.sweep`, one process per point) opens its
+Each point of a local-engine sweep (:mod:`mmcache.lab.sweep`, one process per point) opens its
 own TieredCache on the same Redis store in its own scope (``shared_l3_point.probe``). Every
 scope holds the same questions, so a point that saw another scope's answer would count it.
 """
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mmcache.sweep import parse_spec, run_sweep
+from mmcache.lab.sweep import parse_spec, run_sweep
 
 from shared_l3_point import QUESTIONS
 

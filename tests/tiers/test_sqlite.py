@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mmcache.errors import StorageError
-from mmcache.testing import near, unit
+from mmcache.lab.testing import near, unit
 from mmcache.tiers import Capacity, SQLiteTier
 from mmcache.tiers.sqlite import SCHEMA_VERSION
 from mmcache.types import Entry

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
 import mmcache
-from mmcache.testing import FakeClock, near, unit
+from mmcache.lab.testing import FakeClock, near, unit
 
 WORKERS = 2
 KEYS = 5

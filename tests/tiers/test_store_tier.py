@@ -18,7 +18,7 @@ import redis
 
 import mmcache
 from mmcache.errors import ConfigError, StorageError
-from mmcache.testing import FakeClock, unit
+from mmcache.lab.testing import FakeClock, unit
 from mmcache.tiers import Capacity, SQLiteTier
 from mmcache.tiers.redis import RedisTier
 from mmcache.types import Entry

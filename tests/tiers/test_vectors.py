@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from mmcache.errors import ConfigError
 from mmcache.guard import SphericalCap
-from mmcache.testing import near, unit
+from mmcache.lab.testing import near, unit
 from mmcache.tiers.vectors import IndexSpec, SemanticIndex, VectorIndex
 
 DIM = 24

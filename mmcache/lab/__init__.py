@@ -1,0 +1,2 @@
+"""The lab harness: runbook, figures, sweeps, the docs check, plotting, benchmarks, test helpers
+and CLIP training."""

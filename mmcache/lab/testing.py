@@ -1,0 +1,152 @@
+"""Helpers for tests and experiments: a hand-driven clock, vectors at a chosen cosine, and a
+throwaway local Redis Cluster."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from mmcache.errors import StorageError
+
+#: A cluster node also listens on its port + 10000 (the cluster bus).
+CLUSTER_BUS_OFFSET = 10000
+
+
+def unit(rng: np.random.Generator, dim: int = 32) -> np.ndarray:
+    """A random unit float32 vector."""
+    v = rng.standard_normal(dim).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def near(rng: np.random.Generator, v: np.ndarray, cos: float) -> np.ndarray:
+    """A unit float32 vector whose cosine similarity to unit vector ``v`` is ``cos``."""
+    w = rng.standard_normal(len(v))
+    w -= (w @ v) * v
+    w /= np.linalg.norm(w)
+    return (cos * v + np.sqrt(1 - cos**2) * w).astype(np.float32)
+
+
+class FakeClock:
+    """A clock (seconds) that moves only when told: pass it as ``TieredCache(clock=...)``."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward."""
+        self.now += seconds
+
+
+@contextlib.contextmanager
+def local_redis_cluster(folder: str | Path, nodes: int = 3,
+                        timeout_s: float = 10.0) -> Iterator[str]:
+    """A Redis Cluster of ``nodes`` masters on loopback, without persistence, for tests and
+    benchmarks: yields the URL of one node, and stops every server by its PID on exit.
+
+    The nodes are ``redis-server --cluster-enabled yes`` (their config files under
+    ``folder``) joined by ``redis-cli --cluster create``, ready once each reports
+    ``cluster_state:ok``. StorageError, with the servers' own words, when redis-server or
+    redis-cli is missing, has no cluster support, or the cluster does not form in time.
+    """
+    binary, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if binary is None or cli is None:
+        raise StorageError("a local Redis Cluster needs redis-server and redis-cli "
+                           "(Debian package redis-server)")
+    folder = Path(folder)
+    ports = _cluster_ports(nodes)
+    procs: list[subprocess.Popen] = []
+    try:
+        for port in ports:
+            procs.append(subprocess.Popen(
+                [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                 "--appendonly", "no", "--cluster-enabled", "yes", "--cluster-config-file",
+                 str(folder / f"nodes-{port}.conf"), "--dir", str(folder)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        for port, proc in zip(ports, procs):
+            _wait_until(lambda p=port: _node_answers(p, proc), timeout_s,
+                        f"redis-server (cluster node {port}) did not answer PING")
+        create = subprocess.run([cli, "--cluster", "create",
+                                 *[f"127.0.0.1:{p}" for p in ports],
+                                 "--cluster-replicas", "0", "--cluster-yes"],
+                                capture_output=True, text=True, timeout=60)
+        if create.returncode != 0:
+            raise StorageError(f"redis-cli --cluster create failed: "
+                               f"{(create.stdout + create.stderr)[-300:]}")
+        _wait_until(lambda: all(_cluster_ok(p) for p in ports), timeout_s,
+                    "the cluster did not reach cluster_state:ok")
+        yield f"redis://127.0.0.1:{ports[0]}/0"
+    finally:
+        for proc in procs:
+            stop_process(proc)
+
+
+def _cluster_ports(n: int) -> list[int]:
+    """``n`` free loopback ports whose cluster-bus ports are free too."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = random.randrange(20000, 30000)
+        if port not in ports and _is_free(port) and _is_free(port + CLUSTER_BUS_OFFSET):
+            ports.append(port)
+    return ports
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _node_answers(port: int, proc: subprocess.Popen) -> bool:
+    """Whether the node answers PING (StorageError, with its stderr, once it has exited)."""
+    import redis
+
+    if proc.poll() is not None:
+        err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+        raise StorageError(f"redis-server exited with status {proc.returncode} (no cluster "
+                           f"support?): {err[-300:]}")
+    try:
+        with redis.Redis(host="127.0.0.1", port=port, socket_timeout=1.0) as client:
+            return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def _cluster_ok(port: int) -> bool:
+    import redis
+
+    with redis.Redis(host="127.0.0.1", port=port, socket_timeout=1.0) as client:
+        return client.cluster("info")["cluster_state"] == "ok"
+
+
+def _wait_until(ready, timeout_s: float, what: str) -> None:
+    """Poll ``ready()`` until it is true; StorageError ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            raise StorageError(f"{what} within {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 5.0) -> None:
+    """Terminate ``proc`` and wait for it, killing it if it has not exited within ``timeout``
+    seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,201 @@
+"""Frozen real-encoder tokens of the scene captions for the cold-start collapse experiment.
+
+Per canonical caption: the all-MiniLM-L6-v2 last-layer hidden states of its six
+word-piece tokens (384-d, unpooled; the queries) and the Whisper tiny.en encoder
+output (384-d, after its final layer norm) of an espeak-ng rendering of the
+caption (voice ``en-us+f3``, 150 words/min, 0.5 s of silence either side),
+averaged over :data:`AUDIO_FRAMES` contiguous, near-equal runs of the clip's
+encoder frames (``np.array_split`` of the frames that hold audio, 20 ms each;
+the audio keys). Image patch keys stay the raw 8 × 8 patches of :mod:`.data`.
+
+Features are computed once and kept in ``data/generated/collapse_features/``
+as one ``.npz`` named by the content hash of the captions, the encoders'
+weight files and the speech and pooling settings; a later call with the same
+inputs reads that file and loads no encoder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+from mmcache.encoders.store import save_npz
+from mmcache.errors import InvalidEmbeddingError, InvalidInputError
+from mmcache.paths import DATA_DIR
+
+LEARNED = "learned"
+FROZEN = "frozen MiniLM tokens + Whisper tiny.en frames + raw patches"
+AUDIO_FRAMES = 16
+VOICE, RATE = "en-us+f3", 150
+DEFAULT_ROOT = DATA_DIR / "generated" / "collapse_features"
+
+
+class TokenEncoder(Protocol):
+    """Texts to unpooled per-token states (MiniLMEncoder.token_states)."""
+
+    encoder_id: str
+
+    def token_states(self, inputs: Sequence[str]) -> list[np.ndarray]: ...
+
+
+class FrameEncoder(Protocol):
+    """16 kHz clips to ``(n, n_frames, dim)`` pooled encoder frames."""
+
+    encoder_id: str
+
+    def frame_states(self, clips: Sequence[np.ndarray], n_frames: int) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class FrozenFeatures:
+    """Per caption: query tokens ``text (n, L, d_text)`` and audio keys ``audio (n, A, d_audio)``."""
+
+    captions: tuple[str, ...]
+    text: np.ndarray
+    audio: np.ndarray
+    path: Path
+    encoders: tuple[str, str]  # the text and audio encoders' ids
+
+    def rows(self, captions: Sequence[str]) -> np.ndarray:
+        """Row of each caption in :attr:`text` / :attr:`audio`; InvalidInputError for unknown ones."""
+        index = {c: i for i, c in enumerate(self.captions)}
+        missing = sorted({c for c in captions if c not in index})
+        if missing:
+            raise InvalidInputError(f"no frozen features for captions {missing[:3]}")
+        return np.asarray([index[c] for c in captions], dtype=np.int64)
+
+
+class WhisperFrames:
+    """Whisper tiny.en encoder output over a clip's audio frames, averaged into ``n_frames`` runs."""
+
+    def __init__(self, model=None) -> None:
+        from mmcache.encoders.whisper import load_whisper
+
+        self.model = model if model is not None else load_whisper()
+        self.dim = self.model.dims.n_audio_state
+        self.encoder_id = f"{self.model.weights_id}/ln_post/segment-means/trimmed-context"
+
+    def frame_states(self, clips: Sequence[np.ndarray], n_frames: int,
+                     batch_size: int = 16) -> np.ndarray:
+        """``(n, n_frames, 384)`` float32; a clip needs at least ``n_frames`` frames (20 ms each)."""
+        from mmcache.encoders.whisper import audio_frames, check_audio, trimmed_context
+
+        clips = [check_audio(c, i) for i, c in enumerate(clips)]
+        short = [i for i, c in enumerate(clips) if audio_frames(c.size) < n_frames]
+        if short:
+            raise InvalidInputError(f"clips {short[:3]} have fewer than {n_frames} encoder frames")
+        out = np.zeros((len(clips), n_frames, self.dim), dtype=np.float32)
+        by_context: dict[int, list[int]] = {}
+        for i, clip in enumerate(clips):
+            by_context.setdefault(trimmed_context(clip.size), []).append(i)
+        for ctx, idx in sorted(by_context.items()):
+            for start in range(0, len(idx), batch_size):
+                chunk = idx[start:start + batch_size]
+                out[chunk] = self._segment_means([clips[i] for i in chunk], ctx, n_frames)
+        return out
+
+    def _segment_means(self, clips: list[np.ndarray], ctx: int, n_frames: int) -> np.ndarray:
+        import torch
+
+        from mmcache.encoders.whisper import audio_frames, encoder_states, log_mel
+
+        mel = torch.stack([log_mel(c) for c in clips])[:, :, :2 * ctx]
+        states = encoder_states(self.model, mel)[-1].numpy()          # (batch, ctx, dim)
+        return np.stack([[run.mean(0) for run in
+                          np.array_split(states[row, :audio_frames(clip.size)], n_frames)]
+                         for row, clip in enumerate(clips)])
+
+
+class MiniLMTokens:
+    """all-MiniLM-L6-v2 last-layer token states (no pooling) of each text."""
+
+    def __init__(self) -> None:
+        from mmcache.encoders.text import MiniLMEncoder
+
+        encoder = MiniLMEncoder()
+        self.encoder_id = encoder.encoder_id.rsplit("/", 1)[0] + "/last-layer-token-states"
+        self.token_states = encoder.token_states
+
+
+def default_encoders() -> tuple[TokenEncoder, FrameEncoder]:
+    """The real encoders: all-MiniLM-L6-v2 and Whisper tiny.en (both offline)."""
+    return MiniLMTokens(), WhisperFrames()
+
+
+def frozen_features(captions: Sequence[str],
+                    encoders: Callable[[], tuple[TokenEncoder, FrameEncoder]] = default_encoders,
+                    root: str | Path = DEFAULT_ROOT) -> FrozenFeatures:
+    """Frozen text tokens and audio frames of ``captions``, encoded once and cached on disk.
+
+    ``encoders()`` is called (and the encoders loaded) only when the cache file is missing.
+    """
+    captions = tuple(dict.fromkeys(captions))
+    if not captions:
+        raise InvalidInputError("frozen_features needs at least one caption")
+    path = Path(root) / f"{_cache_key(captions)}.npz"
+    if not path.is_file():
+        text_encoder, frame_encoder = encoders()
+        text, audio = _encode(captions, text_encoder, frame_encoder)
+        _write(path, captions, text, audio, text_encoder.encoder_id, frame_encoder.encoder_id)
+    return load_features(str(path))
+
+
+@lru_cache(maxsize=4)
+def load_features(path: str) -> FrozenFeatures:
+    """The features stored in one cache file (read once per process)."""
+    with np.load(path, allow_pickle=False) as f:
+        return FrozenFeatures(tuple(str(c) for c in f["captions"]), f["text"], f["audio"],
+                              Path(path), tuple(str(e) for e in f["encoders"]))
+
+
+def weights_digests() -> dict[str, str]:
+    """Short content hashes of the MiniLM and Whisper weight files (they key the cache)."""
+    from mmcache.encoders.text import minilm_path
+    from mmcache.encoders.whisper import ct2_model_dir
+
+    return {"minilm": _digest(minilm_path() / "model.safetensors"),
+            "whisper": _digest(ct2_model_dir() / "model.bin")}
+
+
+@lru_cache(maxsize=4)
+def _digest(path: Path) -> str:
+    from mmcache.encoders.text import file_sha256
+
+    return file_sha256(path)[:12]
+
+
+def _cache_key(captions: tuple[str, ...]) -> str:
+    spec = {"captions": captions, "weights": weights_digests(), "features": FROZEN,
+            "voice": VOICE, "rate": RATE, "audio_frames": AUDIO_FRAMES, "version": 2}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _encode(captions: tuple[str, ...], text_encoder: TokenEncoder,
+            frame_encoder: FrameEncoder) -> tuple[np.ndarray, np.ndarray]:
+    from mmcache.datasets.speech import synthesize
+
+    tokens = text_encoder.token_states(captions)
+    if len({t.shape for t in tokens}) != 1:
+        raise InvalidEmbeddingError(f"captions tokenise to different lengths: "
+                                    f"{sorted({t.shape[0] for t in tokens})}")
+    clips = [synthesize(c, VOICE, RATE).audio for c in captions]
+    text = np.stack(tokens).astype(np.float32)
+    audio = np.asarray(frame_encoder.frame_states(clips, AUDIO_FRAMES), dtype=np.float32)
+    if audio.shape[:2] != (len(captions), AUDIO_FRAMES) or not (
+            np.isfinite(text).all() and np.isfinite(audio).all()):
+        raise InvalidEmbeddingError(f"frozen features of shape {text.shape}, {audio.shape} "
+                                    "(or non-finite values)")
+    return text, audio
+
+
+def _write(path: Path, captions: tuple[str, ...], text: np.ndarray, audio: np.ndarray,
+           text_id: str, audio_id: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_npz(path, captions=np.asarray(captions, dtype=str), text=text, audio=audio,
+             encoders=np.asarray([text_id, audio_id], dtype=str))

@@ -1,0 +1,61 @@
+"""The cache benchmark runs end to end at a tiny size and prints its four ratio lines.
+
+Timings are not asserted (performance is measured by the benchmark, not by tests);
+the decision-agreement numbers are, since an exact index must agree with exact search.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from mmcache.lab.bench import tiered_cache as cache_bench
+
+
+def test_tiny_run_prints_the_four_ratios(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("gptcache", reason="GPTCache is installed only with the bench extra "
+                                           "(pip install -e '.[bench]')")
+    cache_bench.main(["--n", "400", "--dim", "32", "--queries", "60", "--overhead-queries", "20",
+                      "--passes", "1", "--puts", "20"])
+    out = capsys.readouterr().out
+    for label in ("[1] overhead", "[2] end to end", "[3] put throughput into L3",
+                  "[4] get latency while filling"):
+        line = next((l for l in out.splitlines() if l.startswith(label)), None)
+        assert line is not None, f"missing {label!r} in:\n{out}"
+        assert re.search(r"-> (p99\.9 )?ratio \d+\.\d+", line), line
+    assert "synchronous=FULL" in out and "synchronous=NORMAL" in out
+    agreement = re.search(r"mmcache (\d+\.\d+)%, GPTCache (\d+\.\d+)%", out)
+    assert agreement and float(agreement[1]) == 100.0 and float(agreement[2]) == 100.0
+    assert "false hits: mmcache 0, GPTCache 0" in out
+    assert "agreeing with exact search over the entries put so far (cos >= 0.9): backlog " \
+        "100.00%, baseline 100.00%" in out        # exact below ann_min_size
+
+
+def test_fill_only_run_measures_both_caches_past_the_ann_switch(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    cache_bench.main(["--fill-only", "--n", "300", "--dim", "16", "--fill-gets", "40",
+                      "--fill-ann-min-size", "50"])
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if l.startswith("[4] get latency while filling"))
+    assert re.search(r"-> p99\.9 ratio \d+\.\d+", line), line
+    assert "[1] overhead" not in out
+    agreement = re.search(r"backlog (\d+\.\d+)%, baseline (\d+\.\d+)%", out)
+    assert agreement and float(agreement[1]) >= 95.0 and float(agreement[2]) >= 95.0
+
+
+def test_fill_schedule_puts_a_fifth_before_the_first_get() -> None:
+    schedule = cache_bench.fill_schedule(n=1000, n_gets=50, seed=3)
+    assert len(schedule) == 50 and schedule[0] == 200
+    assert (schedule[1:] > 200).all() and (schedule <= 1000).all()
+    assert (np.diff(schedule) >= 0).all()
+
+
+def test_workload_mixes_paraphrases_at_the_stated_cosines() -> None:
+    w = cache_bench.make_workload(n=200, dim=16, n_queries=300, paraphrase_share=0.5, seed=1)
+    sims, _ = cache_bench.exact_nearest(w.stored, w.queries)
+    low, high = cache_bench.PARAPHRASE_COS
+    assert 0.4 < w.paraphrase.mean() < 0.6
+    assert (sims[w.paraphrase] >= low - 1e-5).all()
+    assert (sims[~w.paraphrase] < low).mean() > 0.9

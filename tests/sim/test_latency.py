@@ -1,0 +1,176 @@
+"""The latency model: the FCFS server pool against queueing theory, load, provenance."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mmcache.sim.latency import LatencyModel
+from mmcache.sim.cachebench import Replayer, at_load, load_sweep, offered_load, replay, three_tier
+from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.sim.latency import (LogNormal, ServerPool, fcfs_waits, fit_histogram, fit_samples,
+                                 load_profile, read_profile)
+from mmcache.metrics import Histogram
+from mmcache.types import MODALITIES
+from mmcache.sim.workload import generate
+
+
+def erlang_c_wait(arrival_rate: float, service_rate: float, servers: int) -> float:
+    """Mean waiting time of an M/M/c queue (Erlang C)."""
+    a = arrival_rate / service_rate
+    top = a ** servers / math.factorial(servers) * servers / (servers - a)
+    p_wait = top / (sum(a ** k / math.factorial(k) for k in range(servers)) + top)
+    return p_wait / (servers * service_rate - arrival_rate)
+
+
+@pytest.mark.parametrize("servers, arrival_rate", [(1, 0.7), (3, 2.4)])
+def test_pool_matches_the_mmc_closed_form(servers, arrival_rate):
+    """Mean wait of a long seeded M/M/c run within 5% of Erlang C (M/M/1: ρ/(μ-λ))."""
+    rng = np.random.default_rng(0)
+    n = 200_000
+    arrivals = np.cumsum(rng.exponential(1 / arrival_rate, n))
+    waits = fcfs_waits(arrivals, rng.exponential(1.0, n), servers)
+    expected = erlang_c_wait(arrival_rate, 1.0, servers)
+    if servers == 1:
+        assert expected == pytest.approx(0.7 / (1 - 0.7))
+    assert waits[n // 10:].mean() == pytest.approx(expected, rel=0.05)
+
+
+@pytest.mark.parametrize("servers", [None, 1, 3])
+def test_queueing_jobs_at_once_is_queueing_them_one_by_one(servers):
+    rng = np.random.default_rng(1)
+    arrivals = np.sort(rng.integers(0, 400, 500)).astype(float)  # ties and equal free times
+    services = rng.integers(1, 8, 500).astype(float)
+    each, batched = ServerPool(servers), ServerPool(servers)
+    waits = [each.wait_ms(a, s) for a, s in zip(arrivals.tolist(), services.tolist())]
+    batch = [*batched.waits_ms(arrivals[:200], services[:200]),
+             *(batched.wait_ms(a, s) for a, s in zip(arrivals[200:300].tolist(),
+                                                     services[200:300].tolist())),
+             *batched.waits_ms(arrivals[300:], services[300:])]
+    assert batch == waits and any(waits) == (servers is not None)
+    assert (batched.busy_ms, batched.last_finish_ms) == (each.busy_ms, each.last_finish_ms)
+    assert sorted(batched._free) == sorted(each._free)
+
+
+def test_an_unbounded_pool_never_queues_and_a_bad_one_is_refused():
+    assert ServerPool(None).wait_ms(0.0, 5.0) == 0.0
+    pool = ServerPool(1)
+    assert (pool.wait_ms(0.0, 5.0), pool.wait_ms(1.0, 5.0), pool.wait_ms(20.0, 1.0)) == \
+        (0.0, 4.0, 0.0)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="servers"):
+            ServerPool(bad)
+
+
+@pytest.fixture(scope="module")
+def stream():
+    return generate(n_queries=6_000, n_intents=600, seed=3)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return LatencyModel.measured(servers=2)
+
+
+def test_queueing_delay_grows_with_load_and_hits_never_queue(stream, model):
+    tiers = three_tier(int(stream.size.sum() // 10))
+    rows = load_sweep(stream, tiers, model, [0.3, 0.8, 1.2])
+    assert [r["load"] for r in rows] == [0.3, 0.8, 1.2]
+    waits = [r["mean_wait_ms"] for r in rows]
+    assert waits[0] < waits[1] < waits[2]
+    assert rows[0]["p99_ms"] < rows[2]["p99_ms"]
+    assert rows[0]["sla_violation_rate"] <= rows[2]["sla_violation_rate"]
+    assert len({r["miss_rate"] for r in rows}) == 1  # no TTL: load changes latency, not hits
+    for r in rows:
+        assert r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"]
+        assert r["utilisation"] == pytest.approx(r["load"] * r["miss_rate"], rel=0.15)
+    assert replay(at_load(stream, model, 1.2), tiers, model,
+                  limits=False).queue["queued_share_of_misses"] > 0.1
+
+
+def test_a_hit_never_waits_for_an_inference_server(stream, model):
+    w = at_load(stream, model, 2.0)  # overloaded: misses queue a long time
+    replayer = Replayer(w, three_tier(int(w.size.sum() // 10)), model)
+    for i in range(len(w)):
+        replayer.serve(i)
+    hit = replayer.hit_tier >= 0
+    waits = replayer.costs.wait_ms
+    assert hit.sum() > 100 and (waits[hit] == 0).all()
+    assert waits[~hit].mean() > 1000.0
+    assert (replayer.lat_ms[hit] < replayer.lat_ms[~hit].min()).mean() > 0.95
+
+
+def test_offered_load_is_rate_times_service_over_servers(stream):
+    model = LatencyModel(inference_ms={m: 10.0 for m in MODALITIES}, servers=5)
+    rate_per_ms = (len(stream) - 1) / (1e3 * (stream.time[-1] - stream.time[0]))
+    assert offered_load(stream, model) == pytest.approx(rate_per_ms * 10.0 / 5)
+    assert offered_load(at_load(stream, model, 0.9), model) == pytest.approx(0.9)
+    with pytest.raises(ConfigError, match="bounded pool"):
+        offered_load(stream, LatencyModel())
+    with pytest.raises(ConfigError, match="load"):
+        at_load(stream, model, 0.0)
+
+
+def test_sla_violations_are_not_the_miss_rate_under_load(stream, model):
+    rows = load_sweep(stream, three_tier(int(stream.size.sum() // 10)), model, [0.3, 1.5])
+    assert any(abs(r["sla_violation_rate"] - r["miss_rate"]) > 1e-3 for r in rows)
+
+
+def test_every_profile_entry_names_its_source_and_the_run_that_measured_it():
+    doc = read_profile()
+    assert doc["command"] == "python -m mmcache.lab.bench.latency_profile"
+    assert doc["date"] and doc["machine"]["node"] and doc["machine"]["cpus"]
+    assert {"encode.text", "encode.image", "encode.audio", "l1.exact", "l2.semantic",
+            "l3.exact"} <= set(doc["entries"])
+    for name, entry in doc["entries"].items():
+        assert entry["source"].strip() and entry["median_ms"] > 0 and entry["sigma"] >= 0, name
+    for name, dist in load_profile().items():
+        assert doc["command"] in dist.source and doc["date"] in dist.source, name
+
+
+def test_every_cost_of_the_measured_model_has_a_source(model):
+    costs = model.describe()
+    for table in ("encode_ms", "inference_ms", "lookup_ms"):
+        for name, dist in costs[table].items():
+            assert dist["source"].strip() and dist["source"] != "given constant", (table, name)
+    assert all(d["source"].startswith("assumption") for d in costs["inference_ms"].values())
+    assert set(costs["lookup_ms"]) == {t.name for t in three_tier(1 << 20)}
+
+
+def test_measured_model_refuses_a_profile_without_its_stages():
+    with pytest.raises(ConfigError, match="encode.audio"):
+        LatencyModel.measured(profile={"encode.text": LogNormal(1.0, source="x")})
+
+
+def test_log_normal_fits_recover_their_parameters():
+    rng = np.random.default_rng(1)
+    samples = rng.lognormal(math.log(20.0), 0.5, 20_000)
+    fit = fit_samples(samples, "test draws")
+    assert fit.median_ms == pytest.approx(20.0, rel=0.02) and fit.sigma == pytest.approx(0.5,
+                                                                                        rel=0.03)
+    hist = Histogram()
+    for s in samples:
+        hist.observe(s / 1e3)
+    coarse = fit_histogram(hist, "test histogram")
+    assert coarse.median_ms == pytest.approx(20.0, rel=0.25)  # 1-2.5-5 buckets: coarse
+    assert coarse.mean_ms == pytest.approx(samples.mean(), rel=1e-6)  # the mean is exact
+    assert LogNormal(10.0, 0.0).sample(rng, 3).tolist() == [10.0, 10.0, 10.0]
+    assert LogNormal(10.0, 1.0).quantile_ms(0.5) == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize("bad", [dict(median_ms=-1.0), dict(median_ms=float("nan")),
+                                 dict(sigma=-0.1), dict(source=" ")])
+def test_bad_distributions_are_config_errors(bad):
+    with pytest.raises(ConfigError):
+        LogNormal(**{"median_ms": 1.0, **bad})
+
+
+def test_fits_refuse_too_little_data():
+    with pytest.raises(InvalidInputError):
+        fit_samples([1.0], "one")
+    with pytest.raises(InvalidInputError):
+        fit_samples([1.0, -2.0], "negative")
+    with pytest.raises(InvalidInputError):
+        fit_histogram(Histogram(), "empty")
