@@ -5,8 +5,10 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # Pinned in every pip call: an unpinned open_clip_torch resolves to other torch builds.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+# chromium + chromium-driver: tests/lab/test_figures_report.py opens figures/index.html in a browser.
 APT_PACKAGES := espeak-ng dataset-fashion-mnist asterisk-core-sounds-en-wav \
-                asterisk-core-sounds-en pocketsphinx-testdata redis-server sox wordnet-base
+                asterisk-core-sounds-en pocketsphinx-testdata redis-server sox wordnet-base \
+                chromium chromium-driver
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
@@ -19,7 +21,7 @@ unexport PYTHONDONTWRITEBYTECODE
 .PHONY: help setup setup-bench sysdeps test smoke figures check-docs check-readme docs models priors lab pair bench bench-cache bench-replay bench-cachebench bench-guard bench-encoders bench-thresholds latency-profile clean
 
 help:
-	@echo "make figures   regenerate every figure (full notebooks) into figures/, with MANIFEST.md"
+	@echo "make figures   regenerate every figure (full notebooks) into figures/, with index.html and MANIFEST.md"
 	@echo "make check-docs  compare the numbers of README.md and docs/ with the runs make figures wrote"
 	@echo "make docs      build the docs site into site/ (mkdocs --strict)"
 	@echo "make test      unit, property and notebook smoke tests"
@@ -54,7 +56,8 @@ $(BENCH_STAMP): pyproject.toml
 	$(call venv_install,test$(comma)bench)
 	touch $(STAMP) $@
 
-# Debian packages: data sets, speech, redis-server. Installed when root, else the command is printed.
+# Debian packages: data sets, speech, redis-server, chromium. Installed when root, else the command
+# is printed.
 sysdeps:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo -n "$$p "; done); \
 	if [ -n "$$missing" ]; then \
@@ -75,7 +78,8 @@ smoke: setup
 models: setup
 	$(PY) -m mmcache.lab.clip_training
 
-# Every notebook in full mode through the sweep runner (two at a time on 2 cores), then MANIFEST.md.
+# Every notebook in full mode through the sweep runner (two at a time on 2 cores), then the report:
+# figures/index.html (every figure with its caption and provenance) and figures/MANIFEST.md.
 # The offline CLIP (`make models`) is trained by the runner, beside the first notebooks.
 # The bench extra brings GPTCache, which notebook 02 runs side by side with mmcache's rules.
 figures: setup-bench
@@ -129,4 +133,5 @@ bench-thresholds: setup
 	$(PY) -m mmcache.lab.bench.thresholds
 
 clean:
-	rm -rf runs site figures/*.png figures/*.pdf figures/*.json figures/MANIFEST.md .pytest_cache
+	rm -rf runs site figures/*.png figures/*.pdf figures/*.json figures/MANIFEST.md \
+	       figures/index.html .pytest_cache

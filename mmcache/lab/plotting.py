@@ -1,7 +1,7 @@
 """One seaborn theme and one way to save a figure.
 
 Every figure goes through :func:`save_figure`, which writes PNG + PDF and a JSON
-sidecar naming the weights and data that made it. The output folder is
+sidecar with the figure's caption and the weights and data that made it. The output folder is
 ``figures/`` in full runs and the run folder in smoke runs (set by
 :mod:`mmcache.lab.runbook` through ``MMCACHE_FIGURE_DIR``).
 """
@@ -35,11 +35,14 @@ def figure_dir() -> Path:
     return Path(os.environ.get(FIGURE_DIR_ENV, PROJECT_ROOT / "figures"))
 
 
-def save_figure(fig: plt.Figure, name: str, provenance: Mapping[str, Any] | None = None) -> Path:
+def save_figure(fig: plt.Figure, name: str, provenance: Mapping[str, Any] | None = None, *,
+                caption: str | None = None) -> Path:
     """Save ``fig`` as ``<name>.png`` and ``<name>.pdf`` and describe it in ``<name>.json``.
 
     ``provenance`` should say which weights, data and parameters produced the
-    figure; it is written verbatim to the sidecar. Returns the PNG path.
+    figure; it is written verbatim to the sidecar. ``caption`` (default: the figure's
+    own titles, :func:`figure_titles`) goes to the sidecar's ``caption``, which the
+    report ``make figures`` writes shows under the image. Returns the PNG path.
     """
     out = figure_dir()
     out.mkdir(parents=True, exist_ok=True)
@@ -47,9 +50,17 @@ def save_figure(fig: plt.Figure, name: str, provenance: Mapping[str, Any] | None
     fig.savefig(png, bbox_inches="tight", metadata={"Software": None})
     fig.savefig(out / f"{name}.pdf", bbox_inches="tight",
                 metadata={"CreationDate": None, "ModDate": None, "Producer": None})
-    sidecar = {"figure": name, "provenance": dict(provenance or {})}
+    sidecar = {"figure": name, "caption": figure_titles(fig) if caption is None else caption,
+               "provenance": dict(provenance or {})}
     (out / f"{name}.json").write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
     return png
+
+
+def figure_titles(fig: plt.Figure) -> str:
+    """The figure's suptitle and its panels' titles (left, centre, right), joined by "; "."""
+    titles = [fig.get_suptitle()] + [ax.get_title(loc=loc) for ax in fig.axes
+                                     for loc in ("left", "center", "right")]
+    return "; ".join(" ".join(t.split()) for t in titles if t.strip())
 
 
 set_theme()

@@ -83,13 +83,13 @@ def test_publish_copies_ok_points_and_the_manifest_names_their_provenance(tmp_pa
 
     text = figures.render_manifest(entries, "abc123", "notebooks/sweeps/figures.yaml",
                                    failed=["01_b"])
-    assert "## 00_a" in text and "`00_a_fig`" in text and "`abc123`" in text
-    assert "`SMOKE=False`" in text and spec.points[0].source_sha256[:12] in text
-    assert f"Notebook `{tmp_path / '00_a.py'}`" in text
-    row = next(line for line in text.splitlines() if line.startswith("| `00_a_fig`"))
-    assert 'minilm:all-MiniLM-L6-v2/53aa' in row and "scenes \\| v2" in row   # pipes escaped
-    assert '"steps": 200' in row
-    assert "**Failed, so missing here:** 01_b" in text and "## 01_b" not in text
+    assert "`abc123`" in text
+    row = next(line for line in text.splitlines() if line.startswith("| [`00_a_fig`]"))
+    assert "`SMOKE=False`" in row and spec.points[0].source_sha256[:12] in row
+    assert "`00_a`" in row and "[00_a_fig.json](00_a_fig.json)" in row
+    assert "text: minilm:all-MiniLM-L6-v2/53aa" in row and "scenes \\| v2" in row  # pipes escaped
+    assert "steps" not in row                                  # the rest is in the sidecar
+    assert "**Failed, so missing here:** 01_b" in text and "01_b_fig" not in text
 
 
 def test_tiny_figures_run_writes_figures_runs_and_manifest(tmp_path) -> None:
@@ -105,3 +105,5 @@ def test_tiny_figures_run_writes_figures_runs_and_manifest(tmp_path) -> None:
     assert json.loads((tmp_path / "runs" / "07_tiny" / "metrics.json").read_text()) \
         == {"smoke": False}
     assert "`07_tiny_line`" in (tmp_path / "figs" / figures.MANIFEST_FILE).read_text()
+    index = (tmp_path / "figs" / figures.INDEX_FILE).read_text()
+    assert '<img src="07_tiny_line.png"' in index and "two points" in index

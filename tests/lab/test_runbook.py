@@ -33,6 +33,25 @@ def test_save_figure_writes_png_pdf_and_provenance(tmp_path, monkeypatch) -> Non
     assert json.loads((tmp_path / "line.json").read_text())["provenance"]["data"] == "two points"
 
 
+def test_save_figure_captions_with_the_figure_titles_unless_given_one(tmp_path,
+                                                                      monkeypatch) -> None:
+    monkeypatch.setenv(plotting.FIGURE_DIR_ENV, str(tmp_path))
+    fig, (left, right) = plt.subplots(1, 2)
+    fig.suptitle("Two panels")
+    left.set_title("a:\n  left")
+    right.set_title("(b)", loc="left")
+    plotting.save_figure(fig, "titled")
+    plotting.save_figure(fig, "given", caption="What the panels show")
+    plt.close(fig)
+    assert json.loads((tmp_path / "titled.json").read_text())["caption"] \
+        == "Two panels; a: left; (b)"
+    assert json.loads((tmp_path / "given.json").read_text())["caption"] == "What the panels show"
+    fig, _ = plt.subplots()
+    plotting.save_figure(fig, "untitled")
+    plt.close(fig)
+    assert json.loads((tmp_path / "untitled.json").read_text())["caption"] == ""
+
+
 def test_unknown_notebook_is_a_typed_error() -> None:
     with pytest.raises(InvalidInputError, match="no notebook source"):
         runbook.execute("99_does_not_exist", smoke=True)
