@@ -538,11 +538,10 @@ def check_ann_factory(l2: SemanticTierConfig, dims: Mapping[str, int]) -> None:
 
 
 def _encoder_name(name: str, key: str) -> None:
-    from mmcache import encoders
+    from mmcache.encoders import ENCODERS
 
-    known = getattr(encoders, "ENCODER_NAMES", None)
-    if not name or (known is not None and name not in known):
-        raise ConfigError(f"{key}: unknown encoder {name!r}; known: {list(known or [])}")
+    if not name or name not in ENCODERS:
+        raise ConfigError(f"{key}: unknown encoder {name!r}; known: {list(ENCODERS)}")
 
 
 def _physical_memory() -> int | None:
