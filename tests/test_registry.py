@@ -15,6 +15,7 @@ from mmcache.errors import ConfigError, UnknownPolicyError
 from mmcache.policies import POLICIES, make_policy
 from mmcache.policies.lru import LRU
 from mmcache.registry import Registry
+from mmcache.sim.kernels import KERNELS
 from mmcache.thresholds import RULES, StaticThreshold
 from mmcache.verify import VERIFIERS, make_verifier
 
@@ -82,7 +83,7 @@ def test_read_only_mapping_behaviour():
 
 
 def test_every_extension_point_is_a_registry_in_its_order():
-    for reg in (POLICIES, RULES, VERIFIERS, ENCODERS):
+    for reg in (POLICIES, RULES, VERIFIERS, ENCODERS, KERNELS):
         assert isinstance(reg, Registry)
     assert list(POLICIES)[:3] == ["lru", "fifo", "clock"]
     assert RULES.names() == ("static", "percentile", "calibrated", "error-budget", "vcache-paper")
@@ -106,7 +107,7 @@ def test_each_extension_point_raises_its_own_error():
 @pytest.fixture
 def scratch(monkeypatch):
     """Registrations made in a test are undone after it."""
-    for reg in (POLICIES, RULES, VERIFIERS, ENCODERS):
+    for reg in (POLICIES, RULES, VERIFIERS, ENCODERS, KERNELS):
         monkeypatch.setattr(reg, "_entries", dict(reg._entries))
 
 
@@ -186,6 +187,7 @@ def test_a_registered_policy_replays_and_a_replaced_encoder_builds_anew(scratch)
 
     POLICIES.register("counting-lru", CountingLRU)
     trace = make_trace(np.array([1, 2, 1, 3, 1, 2]), np.ones(6, int))
+    assert "counting-lru" not in KERNELS
     assert simulate(trace, "counting-lru", 2).miss_cnt == simulate(trace, "lru", 2,
                                                                      use_kernel=False).miss_cnt
     ENCODERS.register("small-text", SmallTextEncoder)
@@ -193,3 +195,22 @@ def test_a_registered_policy_replays_and_a_replaced_encoder_builds_anew(scratch)
     assert get_encoder("small-text") is first
     ENCODERS.register("small-text", lambda: HashingTestEncoder("text", 4), replace=True)
     assert get_encoder("small-text").dim == 4
+
+
+def test_kernels_are_lazy_factories_and_a_registered_one_is_used(scratch):
+    from mmcache.sim.replay import make_trace, simulate
+
+    replay = KERNELS["fifo"]()
+    assert callable(replay)
+    trace = make_trace(np.array([1, 2, 1, 3, 1, 2, 4, 1]), np.ones(8, int))
+    calls = []
+
+    def lru_kernel():
+        run = KERNELS["lru"]()
+        return lambda *args, **kw: calls.append(1) or run(*args, **kw)
+
+    POLICIES.register("counting-lru", CountingLRU)
+    KERNELS.register("counting-lru", lru_kernel)
+    fast = simulate(trace, "counting-lru", 2)
+    slow = simulate(trace, "counting-lru", 2, use_kernel=False)
+    assert calls == [1] and (fast.miss_cnt, fast.miss_byte) == (slow.miss_cnt, slow.miss_byte)
