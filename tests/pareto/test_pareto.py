@@ -153,7 +153,7 @@ def test_infeasible_epsilon_raises_solver_error(bound: ParetoBound) -> None:
 
 
 def test_every_solve_checks_its_status(monkeypatch) -> None:
-    import mmcache.pareto as pareto
+    import mmcache.pareto.bound as pareto
 
     seen = []
     monkeypatch.setattr(pareto, "check_status",

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmcache
-import mmcache.scheduler as scheduler_module
+import mmcache.scheduler.decision as scheduler_module
 from mmcache.sim.latency import LatencyModel
 from mmcache.sim.cachebench import TierSpec, replay, three_tier
 from mmcache.errors import ConfigError, InvalidInputError

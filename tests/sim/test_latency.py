@@ -120,7 +120,9 @@ def test_sla_violations_are_not_the_miss_rate_under_load(stream, model):
 
 def test_every_profile_entry_names_its_source_and_the_run_that_measured_it():
     doc = read_profile()
-    assert doc["command"] == "python -m mmcache.lab.bench.latency_profile"
+    # the shipped profile was measured before the module moved from mmcache.bench to mmcache.lab.bench
+    assert doc["command"] in ("python -m mmcache.lab.bench.latency_profile",
+                              "python -m mmcache.bench.latency_profile")
     assert doc["date"] and doc["machine"]["node"] and doc["machine"]["cpus"]
     assert {"encode.text", "encode.image", "encode.audio", "l1.exact", "l2.semantic",
             "l3.exact"} <= set(doc["entries"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import mmcache.sim.cachebench as cachebench
+import mmcache.sim.cachebench.engine as cachebench
 from mmcache.sim.latency import LatencyModel
 from mmcache.sim.cachebench import Replayer, TierSpec, replay, three_tier
 from mmcache.sim.cachebench.degradation import LEVELS
