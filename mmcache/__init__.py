@@ -21,8 +21,9 @@ _PUBLIC = {
     "TieredCache": "mmcache.cache", "CacheConfig": "mmcache.config", "Query": "mmcache.types",
     "Hit": "mmcache.types", "Entry": "mmcache.types", "VideoClip": "mmcache.types",
     # extension points and their registries
-    "POLICIES": "mmcache.policies", "RULES": "mmcache.thresholds",
-    "VERIFIERS": "mmcache.verify", "get_encoder": "mmcache.encoders",
+    "Registry": "mmcache.registry", "POLICIES": "mmcache.policies",
+    "RULES": "mmcache.thresholds", "VERIFIERS": "mmcache.verify", "ENCODERS": "mmcache.encoders",
+    "get_encoder": "mmcache.encoders",
     # control and the Pareto bound
     "Scheduler": "mmcache.scheduler", "ParetoBound": "mmcache.pareto",
     # errors

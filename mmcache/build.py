@@ -95,7 +95,7 @@ def make_threshold(section: ThresholdConfig,
     takes (a registered rule names its parameters as the ``thresholds`` keys they come from)
     and, if it names ``encoders``, the config's encoder name per modality (rules with
     priors pick the (modality, encoder) channel by it)."""
-    factory = RULES[section.rule]
+    factory = RULES.lookup(section.rule)
     accepted = inspect.signature(factory).parameters
     settings = {**dataclasses.asdict(section), "encoders": dict(encoders or {})}
     return factory(**{k: v for k, v in settings.items() if k in accepted and k != "rule"})

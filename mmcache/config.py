@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from mmcache import encoders
+from mmcache.encoders import ENCODERS
 from mmcache.errors import ConfigError
 from mmcache.policies import POLICIES, make_policy
 from mmcache.thresholds import RULES
@@ -626,10 +626,8 @@ def check_ann_factory(l2: SemanticTierConfig, dims: Mapping[str, int]) -> None:
 
 
 def _encoder_name(name: str, key: str) -> None:
-
-    known = getattr(encoders, "ENCODER_NAMES", None)
-    if not name or (known is not None and name not in known):
-        raise ConfigError(f"{key}: unknown encoder {name!r}; known: {list(known or [])}")
+    if not name or name not in ENCODERS:
+        raise ConfigError(f"{key}: unknown encoder {name!r}; known: {list(ENCODERS)}")
 
 
 def _physical_memory() -> int | None:

@@ -120,7 +120,7 @@ from mmcache.policies import POLICIES
 from mmcache.sim.replay import read_oracle_general
 from mmcache.lab.runbook import write_metrics
 from mmcache.types import MODALITIES
-from mmcache.sim.workload import TIMING_KIND, VIDEO, generate, zipf_trace
+from mmcache.sim.workload import TIMING_KIND, VIDEO_SET, generate, zipf_trace
 from mmcache.sim.workload.media import MEDIA_PROVENANCE, RealPool
 
 GiB = 1 << 30
@@ -581,7 +581,7 @@ display(Markdown(
 video_started = time.perf_counter()
 video_mm = generate(multimodal_mix={**MM_MULTIMODAL, "video": MM_VIDEO_SHARE}, **mm_settings)
 video_build_s = time.perf_counter() - video_started
-is_clip = video_mm.modality_set == VIDEO
+is_clip = video_mm.modality_set == VIDEO_SET
 video_capacity = int(0.1 * wss(video_mm.to_trace("exact")))
 hierarchy = three_tier(video_capacity, threshold=0.85)
 routes = {"all_tiers": hierarchy, "central_only": route_video_to_last(hierarchy)}

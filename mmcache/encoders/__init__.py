@@ -9,6 +9,10 @@
 * ``"asr-minilm"`` — speech embedded through its Whisper transcript by MiniLM, 384-d;
 * ``"hashing-test"`` — the named test stand-in (never for reported results).
 
+They are registered in :data:`ENCODERS` (a :class:`mmcache.registry.Registry`: name -> factory
+of an :class:`Encoder`); ``ENCODERS.register("my-encoder", MyEncoder)`` makes
+``{"encoders": {"text": "my-encoder"}}`` a valid config.
+
 :class:`KeyframeMeanEncoder` embeds a video clip's keyframes through an image encoder.
 
 Heavy libraries are imported only when an encoder is built.
@@ -22,9 +26,10 @@ from mmcache.errors import ConfigError
 from mmcache.encoders.base import Encoder, HashingTestEncoder
 from mmcache.encoders.keyframes import KeyframeMeanEncoder
 from mmcache.encoders.store import EmbeddingStore
+from mmcache.registry import Registry
 
 __all__ = ["Encoder", "HashingTestEncoder", "KeyframeMeanEncoder", "EmbeddingStore",
-           "ENCODER_NAMES", "get_encoder", "load_whisper"]
+           "ENCODERS", "ENCODER_NAMES", "get_encoder", "load_whisper"]
 
 
 def _minilm(**kw: Any) -> Encoder:
@@ -47,29 +52,33 @@ def _asr_minilm(**kw: Any) -> Encoder:
     return TranscriptEncoder(**kw)
 
 
-_FACTORIES: dict[str, Callable[..., Encoder]] = {
+#: Encoder name -> factory (called with :func:`get_encoder`'s keyword options).
+ENCODERS: Registry[Callable[..., Encoder]] = Registry("encoder", {
     "minilm": _minilm, "text": _minilm,
     "clip": _clip,
     "whisper": _whisper, "audio": _whisper,
     "asr-minilm": _asr_minilm,
     "hashing-test": HashingTestEncoder,
-}
-#: Names :func:`get_encoder` accepts.
-ENCODER_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+}, error=ConfigError)
 _BUILT: dict[tuple, Encoder] = {}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ENCODER_NAMES":  # names get_encoder accepts, registered ones included
+        return ENCODERS.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get_encoder(name: str, **kw: Any) -> Encoder:
     """The encoder called ``name`` built with ``kw``; equal requests share one instance."""
-    if name not in _FACTORIES:
-        raise ConfigError(f"unknown encoder {name!r}; known: {', '.join(ENCODER_NAMES)}")
+    factory = ENCODERS.lookup(name)
     try:
-        key = (name, tuple(sorted(kw.items())))
+        key = (name, factory, tuple(sorted(kw.items())))  # a replaced factory builds anew
         hash(key)
     except TypeError:  # unhashable options (arrays, models): build a fresh one
-        return _FACTORIES[name](**kw)
+        return factory(**kw)
     if key not in _BUILT:
-        _BUILT[key] = _FACTORIES[name](**kw)
+        _BUILT[key] = factory(**kw)
     return _BUILT[key]
 
 

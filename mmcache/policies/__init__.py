@@ -1,8 +1,12 @@
 """Eviction policies as online objects, and the one registry of them.
 
-``POLICIES`` maps a policy name to its class; ``make_policy(name, capacity=..., **params)``
-builds one and raises :class:`mmcache.errors.UnknownPolicyError` for a name that
-is not registered (and :class:`mmcache.errors.ConfigError` for bad parameters).
+``POLICIES`` (a :class:`mmcache.registry.Registry`) maps a policy name to its class;
+``make_policy(name, capacity=..., **params)`` builds one and raises
+:class:`mmcache.errors.UnknownPolicyError` for a name that is not registered (and
+:class:`mmcache.errors.ConfigError` for bad parameters). Names are lower case (a lookup
+lower-cases the name it is given); register your own with
+``POLICIES.register("my-policy", MyPolicy)``, an :class:`EvictionPolicy` subclass, and tiers
+and :func:`mmcache.sim.replay.simulate` accept its name.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ from mmcache.policies.lruk import LRUK
 from mmcache.policies.s3fifo import S3FIFO
 from mmcache.policies.sieve import Sieve
 from mmcache.policies.value_per_byte import ValuePerByte
+from mmcache.registry import Registry
 
-POLICIES: dict[str, type[EvictionPolicy]] = {cls.name: cls for cls in (
+#: Policy name -> its class (a factory of the online object).
+POLICIES: Registry[type[EvictionPolicy]] = Registry("eviction policy", {cls.name: cls for cls in (
     LRU, FIFO, Clock, LFU, LRUK, ARC, ARCPaper, LIRS, S3FIFO, Sieve, Belady, BeladyBypass, GDSF, LFUDA,
-    HotnessFreshness, EntropyRetention, ValuePerByte)}
+    HotnessFreshness, EntropyRetention, ValuePerByte)}, error=UnknownPolicyError)
 
 
 def make_policy(name: str, capacity: int | None = None, **params: Any) -> EvictionPolicy:
@@ -38,11 +44,7 @@ def make_policy(name: str, capacity: int | None = None, **params: Any) -> Evicti
     ``capacity`` (cache size in bytes) is required by policies with ``needs_capacity``
     (ARC, ARC-paper, LIRS, S3-FIFO) and ignored by the others.
     """
-    try:
-        cls = POLICIES[name.lower()]
-    except (KeyError, AttributeError):
-        raise UnknownPolicyError(
-            f"unknown eviction policy {name!r}; choose one of {sorted(POLICIES)}") from None
+    cls = POLICIES.lookup(name.lower() if isinstance(name, str) else name)
     if cls.needs_capacity:
         if capacity is None:
             raise ConfigError(f"policy {cls.name!r} needs capacity= (the cache size in bytes)")

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from mmcache.errors import ConfigError, TraceFormatError, UnknownPolicyError
+from mmcache.errors import ConfigError, TraceFormatError
 from mmcache.policies import POLICIES, make_policy
 from mmcache.policies.admission import admit_miss
 from mmcache.sim.kernels import run_kernel
@@ -136,10 +136,9 @@ def check_cache_size(cache_size: Any) -> int:
 
 def policy_name(policy: str) -> str:
     """Canonical (lower-case) registry name; UnknownPolicyError for anything else."""
-    if not isinstance(policy, str) or policy.lower() not in POLICIES:
-        raise UnknownPolicyError(
-            f"unknown eviction policy {policy!r}; choose one of {sorted(POLICIES)}")
-    return policy.lower()
+    name = policy.lower() if isinstance(policy, str) else policy
+    POLICIES.lookup(name)  # UnknownPolicyError naming the known policies
+    return name
 
 
 def _request_hints(trace: Trace, policy: str,

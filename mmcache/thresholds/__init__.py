@@ -7,13 +7,17 @@ by every lookup), :mod:`.calibrated` (P(same answer) per modality and encoder),
 (vCache's rule reimplemented from its paper, a baseline). :mod:`.prior` fits and
 loads the shipped priors. A rule's constructor names its parameters as the
 ``thresholds`` config keys they come from (:func:`mmcache.build.make_threshold`);
-``encoders`` is the config's ``encoders`` section.
+``encoders`` is the config's ``encoders`` section. :data:`RULES` is a
+:class:`mmcache.registry.Registry`: ``RULES.register("my-rule", MyRule)`` makes
+``{"thresholds": {"rule": "my-rule"}}`` a valid config.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+from mmcache.errors import ConfigError
+from mmcache.registry import Registry
 from mmcache.thresholds.base import DEFAULT_DELTA, NEVER, ThresholdRule
 from mmcache.thresholds.budget import ErrorBudgetThreshold
 from mmcache.thresholds.calibrated import CalibratedThreshold
@@ -22,13 +26,13 @@ from mmcache.thresholds.static import StaticThreshold
 from mmcache.thresholds.vcache import VCachePaperThreshold
 
 #: Rule name → rule factory, called with the ``thresholds`` settings its parameters name.
-RULES: dict[str, Callable[..., ThresholdRule]] = {
+RULES: Registry[Callable[..., ThresholdRule]] = Registry("threshold rule", {
     "static": StaticThreshold,
     "percentile": PercentileThreshold,
     "calibrated": CalibratedThreshold,
     "error-budget": ErrorBudgetThreshold,
     "vcache-paper": VCachePaperThreshold,
-}
+}, error=ConfigError)
 
 __all__ = ["DEFAULT_DELTA", "NEVER", "RULES", "CalibratedThreshold", "ErrorBudgetThreshold",
            "PercentileThreshold", "StaticThreshold", "ThresholdRule", "VCachePaperThreshold"]

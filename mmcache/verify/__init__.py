@@ -1,8 +1,8 @@
 """Verifiers: a second opinion on a semantic candidate the threshold rule would serve.
 
-One registry shape (:data:`VERIFIERS`: name -> factory; :func:`make_verifier`); the built-in
-``edits`` verifier (:mod:`mmcache.verify.edits`) is a baseline written against the pair
-generator's own edits.
+One registry shape (:data:`VERIFIERS`, a :class:`mmcache.registry.Registry`: name -> factory;
+:func:`make_verifier`); the built-in ``edits`` verifier (:mod:`mmcache.verify.edits`) is a
+baseline written against the pair generator's own edits.
 """
 
 from mmcache.verify.base import VERIFIERS, Verifier, checked_probability, make_verifier

@@ -7,10 +7,11 @@ the rule's threshold; a candidate it gives less than ``thresholds.verifier_min``
 served, and rules that use probabilities (calibrated, error-budget) also multiply it
 into P(correct). ``entry.question`` and ``entry.context`` say what the entry was asked.
 
-:data:`VERIFIERS` names the built-in ones for ``thresholds.verifier`` in a config: each
-value is a zero-argument factory of a Verifier, or None for ``"none"``, which skips the
-stage (no verifier is called; no probability is made up). Users pass their own (e.g.
-an LLM judge) as ``TieredCache(verifier=...)``.
+:data:`VERIFIERS` (a :class:`mmcache.registry.Registry`) names the ones ``thresholds.verifier``
+in a config may name: each value is a zero-argument factory of a Verifier, or None for
+``"none"``, which skips the stage (no verifier is called; no probability is made up). Users
+pass their own (e.g. an LLM judge) as ``TieredCache(verifier=...)``, or register a factory
+(``VERIFIERS.register("judge", make_judge)``) and name it in the config.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Callable, Protocol
 
 from mmcache.verify.edits import EditVerifier
 from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.registry import Registry
 from mmcache.types import Entry, Query
 
 
@@ -30,18 +32,18 @@ class Verifier(Protocol):
 
 
 #: Verifier name → zero-argument factory (None: no verifier stage).
-VERIFIERS: dict[str, Callable[[], Verifier] | None] = {
+VERIFIERS: Registry[Callable[[], Verifier] | None] = Registry("verifier", {
     "none": None,
     "edits": EditVerifier,  # built-in, offline: negation / number / date / name / history edits
-}
+}, error=ConfigError, allow_none=True)
 
 
 def make_verifier(name: str) -> Verifier | None:
     """The registered verifier ``name`` (None for ``"none"``); ConfigError if unknown."""
-    if name not in VERIFIERS:
-        raise ConfigError(f"thresholds.verifier: unknown verifier {name!r}; known: "
-                          f"{sorted(VERIFIERS)}")
-    factory = VERIFIERS[name]
+    try:
+        factory = VERIFIERS.lookup(name)
+    except ConfigError as exc:
+        raise ConfigError(f"thresholds.verifier: {exc}") from None
     return None if factory is None else factory()
 
 

@@ -275,7 +275,7 @@ def test_video_never_matches_a_still_image_and_audio_entry(video_stream, kernel)
 
 def test_a_route_keeps_video_out_of_the_upper_tiers_and_off_their_lookups(video_stream):
     from mmcache.sim.cachebench import Replayer, route_video_to_last
-    from mmcache.sim.workload import VIDEO
+    from mmcache.sim.workload import VIDEO_SET
 
     tiers = route_video_to_last(three_tier(int(video_stream.size.sum() // 10)))
     assert [t.modality_sets is None for t in tiers] == [False, False, True]
@@ -283,10 +283,10 @@ def test_a_route_keeps_video_out_of_the_upper_tiers_and_off_their_lookups(video_
     served = Replayer(video_stream, tiers)
     for i in range(len(video_stream)):
         served.serve(i)
-        if video_stream.modality_set[i] == VIDEO:
+        if video_stream.modality_set[i] == VIDEO_SET:
             for tier in served.state[:2]:
-                assert not any(e[2] == VIDEO for e in tier.entries.values())
-    video = video_stream.modality_set == VIDEO
+                assert not any(e[2] == VIDEO_SET for e in tier.entries.values())
+    video = video_stream.modality_set == VIDEO_SET
     assert set(served.hit_tier[video].tolist()) <= {-1, 2} and (served.hit_tier[video] == 2).any()
     # a video hit pays L3's lookup and transfer only: no L1 / L2 lookup, no encoding (L3 is exact)
     i = int(np.flatnonzero(video & (served.hit_tier == 2))[0])
@@ -313,7 +313,7 @@ def test_tier_routes_name_known_sets_only():
 
 def test_video_reports_count_as_multimodal_and_keyed_apart_in_the_oracle(video_stream):
     from mmcache.sim.cachebench import report_prometheus
-    from mmcache.sim.workload import VIDEO, modality_set_index
+    from mmcache.sim.workload import VIDEO_SET, modality_set_index
 
     report = replay(video_stream, three_tier(int(video_stream.size.sum() // 10)))
     assert set(report.hit_rate_per_modality) >= {"video", "image+audio"}
@@ -326,29 +326,29 @@ def test_video_reports_count_as_multimodal_and_keyed_apart_in_the_oracle(video_s
         sum(report.hit_rate_per_modality[n] * (video_stream.modality_set == modality_set_index(n))
             .sum() for n in ("video", "image+audio")) / multi.sum())
     ids = video_stream.to_trace("intent-modality").obj_id
-    video = video_stream.modality_set == VIDEO
+    video = video_stream.modality_set == VIDEO_SET
     assert not set(ids[video].tolist()) & set(ids[~video].tolist())
 
 
 def test_a_video_miss_encodes_every_keyframe_and_its_track():
     from mmcache.datasets.variants import KEYFRAMES
-    from mmcache.sim.workload import VIDEO
+    from mmcache.sim.workload import VIDEO_SET
 
     from mmcache.sim.cachebench import Replayer
 
     w = generate(n_queries=200, n_intents=20, seed=2, multimodal_mix={"video": 0.5})
     r = Replayer(w, [TierSpec("L2", 10**9, match="semantic", lookup_us=0.0)], LatencyModel())
     r.serve_all()
-    miss = (r.hit_tier < 0) & (w.modality_set == VIDEO)
+    miss = (r.hit_tier < 0) & (w.modality_set == VIDEO_SET)
     assert miss.any()  # assumed constants: image 15 ms, audio 40 ms to encode, 1 s inference
     np.testing.assert_allclose(r.lat_ms[miss], KEYFRAMES * 15.0 + 40.0 + 1000.0)
 
 
 def test_served_summary_splits_a_replay_by_request_set(video_stream):
     from mmcache.sim.cachebench import Replayer, route_video_to_last, served_summary
-    from mmcache.sim.workload import VIDEO
+    from mmcache.sim.workload import VIDEO_SET
 
-    video = video_stream.modality_set == VIDEO
+    video = video_stream.modality_set == VIDEO_SET
     for tiers in (three_tier(int(video_stream.size.sum() // 10)),
                   route_video_to_last(three_tier(int(video_stream.size.sum() // 10)))):
         r = Replayer(video_stream, tiers)

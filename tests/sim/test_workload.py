@@ -370,6 +370,27 @@ def test_multimodal_queries_carry_every_modality():
     assert w.describe()["per_modality_set"]["text+image"] > 0
 
 
+def test_the_workload_index_uses_the_one_modality_set_vocabulary():
+    """The index keeps its order (simulated results depend on it); its names are
+    mmcache.types' names of each set's channels, and the video set's index is not types.VIDEO."""
+    from mmcache import types
+    from mmcache.sim.workload import (MODALITY_SET_NAMES, MODALITY_SETS, SET_CHANNELS, VIDEO_SET,
+                                      modality_set_index)
+
+    assert MODALITY_SET_NAMES == ("text", "image", "audio", "text+image", "text+audio",
+                                  "image+audio", "text+image+audio", "video")
+    assert MODALITY_SETS == (("text",), ("image",), ("audio",), ("text", "image"),
+                             ("text", "audio"), ("image", "audio"), ("text", "image", "audio"),
+                             ("image", "audio"))
+    assert SET_CHANNELS == ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2), (3, 2))
+    assert VIDEO_SET == 7 and types.VIDEO == "video" == MODALITY_SET_NAMES[VIDEO_SET]
+    assert set(MODALITY_SET_NAMES) <= set(types.SET_NAMES)
+    for k, name in enumerate(MODALITY_SET_NAMES):
+        channels = {types.CHANNELS[c] for c in SET_CHANNELS[k]}
+        assert types.modality_set_channels(name) == channels
+        assert types.modality_set_name(channels) == name and modality_set_index(name) == k
+
+
 @pytest.mark.parametrize("bad", [{"text+smell": 0.1}, {"text": 0.1}, {"text+image": 1.0},
                                  {"text+image": -0.1}])
 def test_bad_multimodal_mix_is_a_config_error(bad):
@@ -409,12 +430,13 @@ def _stream_digest(w) -> str:
 
 def test_streams_without_video_are_as_before_video_existed():
     """Digests made by the code before video was added (commit 3a31bc8)."""
-    from mmcache.sim.workload import VIDEO
+    from mmcache.sim.workload import VIDEO_SET
 
     plain = generate(n_queries=3000, n_intents=300, seed=3)
     multi = generate(n_queries=3000, n_intents=300, seed=4,
                      multimodal_mix={"text+image": 0.2, "image+audio": 0.1})
-    assert not (plain.modality_set == VIDEO).any() and not (multi.modality_set == VIDEO).any()
+    assert not (plain.modality_set == VIDEO_SET).any()
+    assert not (multi.modality_set == VIDEO_SET).any()
     assert "video" not in plain.embedding_kinds()
     assert _stream_digest(plain) == \
         "44b3828da3b84f148d9f87a80bb1eaaab8e7c854b5f7100001a4b7ac500201b4"
@@ -425,27 +447,28 @@ def test_streams_without_video_are_as_before_video_existed():
 @settings(max_examples=15, deadline=None)
 @given(share=st.floats(0.01, 0.5), seed=st.integers(0, 2**16))
 def test_the_video_share_is_honoured_within_sampling_error(share, seed):
-    from mmcache.sim.workload import VIDEO
+    from mmcache.sim.workload import VIDEO_SET
 
     n = 4000
     w = generate(n_queries=n, n_intents=100, seed=seed,
                  multimodal_mix={"video": share, "text+image": 0.1})
-    observed = (w.modality_set == VIDEO).mean()
+    observed = (w.modality_set == VIDEO_SET).mean()
     assert abs(observed - share) <= 5 * np.sqrt(share * (1 - share) / n)
-    assert w.describe()["per_modality_set"]["video"] == int((w.modality_set == VIDEO).sum())
+    assert w.describe()["per_modality_set"]["video"] == int((w.modality_set == VIDEO_SET).sum())
 
 
 def test_video_is_its_own_set_with_keyframes_of_its_own_and_the_speech_track():
-    from mmcache.sim.workload import (MODALITY_SET_NAMES, MODALITY_SETS, VIDEO, VIDEO_KIND,
-                                  modality_set_index)
+    from mmcache.sim.workload import (MODALITY_SET_NAMES, MODALITY_SETS, VIDEO_KIND, VIDEO_SET,
+                                      modality_set_index)
 
-    assert MODALITY_SET_NAMES[VIDEO] == "video" and MODALITY_SETS[VIDEO] == ("image", "audio")
-    assert modality_set_index("video") == VIDEO
-    assert modality_set_index("audio+image") == MODALITY_SET_NAMES.index("image+audio") != VIDEO
+    assert MODALITY_SET_NAMES[VIDEO_SET] == "video"
+    assert MODALITY_SETS[VIDEO_SET] == ("image", "audio")
+    assert modality_set_index("video") == VIDEO_SET
+    assert modality_set_index("audio+image") == MODALITY_SET_NAMES.index("image+audio") != VIDEO_SET
     w = generate(n_queries=3000, n_intents=50, seed=5,
                  multimodal_mix={"video": 0.3, "image+audio": 0.3})
     assert w.embedding_kinds()["video"] == VIDEO_KIND
-    video = np.flatnonzero(w.modality_set == VIDEO)
+    video = np.flatnonzero(w.modality_set == VIDEO_SET)
     still = np.flatnonzero(w.modality_set == modality_set_index("image+audio"))
     pair = next((a, b) for a in video.tolist() for b in still.tolist()
                 if w.intent[a] == w.intent[b] and w.variant[a] == w.variant[b])
@@ -458,10 +481,10 @@ def test_video_is_its_own_set_with_keyframes_of_its_own_and_the_speech_track():
     same = [i for i in video.tolist() if w.intent[i] == w.intent[pair[0]]
             and w.variant[i] != w.variant[pair[0]]]
     assert same and float(w.vectors(same[0])[0] @ clip[0]) > 0.6
-    got = w.set_vectors(video[:20], VIDEO)
+    got = w.set_vectors(video[:20], VIDEO_SET)
     for j, mat in enumerate(got):
         assert np.array_equal(mat, np.stack([w.vectors(i)[j] for i in video[:20]]))
-    assert w.set_dims(VIDEO) == (w.config.dim, w.config.dim)
+    assert w.set_dims(VIDEO_SET) == (w.config.dim, w.config.dim)
     q = w.query(pair[0], images=lambda intent: np.full((28, 28, 3), 9, np.uint8))
     assert q.video is None and q.image is None and set(q.embeddings) == {"video", "audio"}
 
@@ -469,7 +492,7 @@ def test_video_is_its_own_set_with_keyframes_of_its_own_and_the_speech_track():
 def test_a_clip_query_is_a_video_clip_the_live_cache_keeps_apart_from_stills():
     from mmcache import TieredCache
     from mmcache.datasets.variants import KEYFRAMES, speech_variant
-    from mmcache.sim.workload import VIDEO, modality_set_index
+    from mmcache.sim.workload import VIDEO_SET, modality_set_index
 
     w = generate(n_queries=3000, n_intents=50, seed=5,
                  multimodal_mix={"video": 0.3, "image+audio": 0.3})
@@ -477,7 +500,7 @@ def test_a_clip_query_is_a_video_clip_the_live_cache_keeps_apart_from_stills():
     inputs = {"images": lambda intent: photo,
               "speech": lambda intent, spec: np.full(1600, 0.01 * (1 + spec.rate_wpm % 7),
                                                      np.float32)}
-    video = np.flatnonzero(w.modality_set == VIDEO)
+    video = np.flatnonzero(w.modality_set == VIDEO_SET)
     still = np.flatnonzero(w.modality_set == modality_set_index("image+audio"))
     a = int(video[0])
     q = w.query(a, **inputs)

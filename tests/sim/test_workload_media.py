@@ -252,12 +252,12 @@ def _video_build(clips, store, image_encoder):
 
 def test_real_video_is_keyframe_means_and_the_whisper_track_read_back_from_the_store(clips,
                                                                                      store):
-    from mmcache.sim.workload import VIDEO
+    from mmcache.sim.workload import VIDEO_SET
     from mmcache.encoders import KeyframeMeanEncoder
 
     real = _video_build(clips, store, _Counting("image", 32))
-    video = np.flatnonzero(real.modality_set == VIDEO)
-    assert video.size and real.set_dims(VIDEO) == (32, 384)
+    video = np.flatnonzero(real.modality_set == VIDEO_SET)
+    assert video.size and real.set_dims(VIDEO_SET) == (32, 384)
     kinds = real.embedding_kinds()
     assert kinds["video"].startswith("stand-in:hashing-test-encoder/image/32/keyframe-mean-v1")
     assert "synthetic clips" in kinds["video"]
@@ -285,14 +285,14 @@ def test_real_video_with_the_offline_clip_has_clip_dims():
     if not (clip_train.model_dir() / "model_card.json").is_file():
         pytest.skip("default offline CLIP not trained here; run `make models`")
     from mmcache.encoders import get_encoder
-    from mmcache.sim.workload import VIDEO
+    from mmcache.sim.workload import VIDEO_SET
 
     clip = get_encoder("clip")
     w = generate(n_queries=30, n_intents=3, multimodal_mix={"video": 0.6}, novel_share=0.0,
                  seed=8)
     real = w.with_real_vectors(store=None, pool=RealPool(1, 3),
                                encoders={"text": HashingTestEncoder("text", 16)})
-    video = np.flatnonzero(real.modality_set == VIDEO)
-    assert video.size and real.set_dims(VIDEO) == (clip.dim, 384)
+    video = np.flatnonzero(real.modality_set == VIDEO_SET)
+    assert video.size and real.set_dims(VIDEO_SET) == (clip.dim, 384)
     for vec in real.real["video"].vectors:
         assert np.linalg.norm(vec) == pytest.approx(1, abs=1e-3)

@@ -24,7 +24,7 @@ from mmcache.sim.cachebench.report import Report, build_report
 from mmcache.sim.cachebench.spec import TierSpec
 from mmcache.sim.latency import Cost, LatencyModel, LogNormal, ServerPool, _dist
 from mmcache.datasets.variants import KEYFRAMES
-from mmcache.sim.workload import MODALITY_SETS, VIDEO, Workload
+from mmcache.sim.workload import MODALITY_SETS, VIDEO_SET, Workload
 from mmcache.types import MODALITIES
 
 _TEXT = MODALITIES.index("text")
@@ -36,7 +36,7 @@ KEYWORD_KEY_BASE = 1 << 62
 
 #: Encoder calls per modality (columns: MODALITIES) of each modality set: one per modality it
 #: carries, a video clip's image encoder once per keyframe.
-_ENCODES = np.array([[ms.count(m) * (KEYFRAMES if k == VIDEO and m == "image" else 1)
+_ENCODES = np.array([[ms.count(m) * (KEYFRAMES if k == VIDEO_SET and m == "image" else 1)
                       for m in MODALITIES] for k, ms in enumerate(MODALITY_SETS)], float)
 
 

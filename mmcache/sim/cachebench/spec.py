@@ -14,7 +14,7 @@ from mmcache.errors import ConfigError
 from mmcache.policies import make_policy
 from mmcache.sim.latency import LogNormal, load_profile
 from mmcache.sim.workload import MODALITY_SET_NAMES, MODALITY_SETS, modality_set_index
-from mmcache.types import MODALITIES
+from mmcache.types import MODALITIES, VIDEO
 
 #: Nominal link / device bandwidths in GB/s (assumptions, not measurements): HBM3 on-device,
 #: NVLink 4 per link as seed 000 §2.3 states it, PCIe 4.0 x16 effective, NVMe SSD read,
@@ -94,7 +94,7 @@ def route_video_to_last(tiers: Sequence[TierSpec]) -> tuple[TierSpec, ...]:
         raise ConfigError("tiers must be a non-empty sequence")
     *upper, last = tiers
     return tuple(replace(t, modality_sets=tuple(
-        n for n in (t.modality_sets or MODALITY_SET_NAMES) if n != "video")) for t in upper) + (
+        n for n in (t.modality_sets or MODALITY_SET_NAMES) if n != VIDEO)) for t in upper) + (
         last,)
 
 

@@ -38,7 +38,7 @@ says which is which).
 
 from mmcache.sim.workload.queries import (
     MODALITY_SETS, MODALITY_SET_NAMES, RealEmbeddings, SET_CHANNELS, TEXT_STORE_BATCH, TRACE_KEYS,
-    VIDEO, encode_checked, first_modality, modality_set_index, query_image, stream_query)
+    VIDEO_SET, encode_checked, first_modality, modality_set_index, query_image, stream_query)
 from mmcache.sim.workload.stream import (
     EMBEDDING_KIND, TIMING_KIND, VECTOR_KINDS, VIDEO_KIND, Workload, WorkloadConfig,
     catalogue_size, generate, zipf_trace)
@@ -50,6 +50,6 @@ __all__ = [
     "DEFAULT_ENCODERS", "EMBEDDING_KIND", "MEDIA_PROVENANCE", "MODALITY_SETS",
     "MODALITY_SET_NAMES", "MediaSources", "RealEmbeddings", "RealPool", "SET_CHANNELS",
     "SPOKEN_WORDS", "SpeechSpecEncoder", "TEXT_STORE_BATCH", "TIMING_KIND", "TRACE_KEYS",
-    "VECTOR_KINDS", "VIDEO", "VIDEO_KIND", "Workload", "WorkloadConfig", "audio_capped_sets",
+    "VECTOR_KINDS", "VIDEO_KIND", "VIDEO_SET", "Workload", "WorkloadConfig", "audio_capped_sets",
     "catalogue_size", "embed_workload", "encode_checked", "first_modality", "generate",
     "load_media_sources", "modality_set_index", "query_image", "stream_query", "zipf_trace"]

@@ -72,7 +72,7 @@ from mmcache.sim.workload.queries import (
     query_image,
     stream_query,
 )
-from mmcache.types import CHANNELS
+from mmcache.types import CHANNELS, VIDEO
 
 #: The encoders :func:`embed_workload` uses by default, per modality (:func:`get_encoder` names).
 DEFAULT_ENCODERS: Mapping[str, str] = {"text": "minilm", "image": "clip", "audio": "whisper"}
@@ -314,7 +314,7 @@ def embed_workload(workload: Workload, *, store: EmbeddingStore | None = None,
     sources = load_media_sources(workload, pool=pool)
     chosen = {m: (encoders or {}).get(m) or get_encoder(DEFAULT_ENCODERS[m])
               for m in MODALITIES}
-    chosen["video"] = chosen["image"]
+    chosen[VIDEO] = chosen["image"]
     real = {}
     for m in CHANNELS:
         asked = _pairs_carrying(workload, m)
@@ -329,7 +329,7 @@ def embed_workload(workload: Workload, *, store: EmbeddingStore | None = None,
             pairs, inputs = [pairs[k] for k in order], [inputs[k] for k in order]  # pad little
         elif m == "image":
             inputs = [sources.image(*p) for p in pairs]
-        elif m == "video":
+        elif m == VIDEO:
             inputs, enc = [sources.keyframes(*p) for p in pairs], KeyframeMeanEncoder(enc)
         else:
             inputs, enc = [sources.speech_spec(*p) for p in pairs], SpeechSpecEncoder(enc, sources)
@@ -338,8 +338,8 @@ def embed_workload(workload: Workload, *, store: EmbeddingStore | None = None,
         seconds = time.perf_counter() - started
         row = {p: k for k, p in enumerate(pairs)}
         note = f"; {dropped:,} queries of other intents dropped their audio" if m == "audio" else ""
-        encoder_id = enc.encoder_id if m == "video" else chosen[m].encoder_id
-        what = "synthetic video clips" if m == "video" else f"real {m} inputs"
+        encoder_id = enc.encoder_id if m == VIDEO else chosen[m].encoder_id
+        what = "synthetic video clips" if m == VIDEO else f"real {m} inputs"
         real[m] = RealEmbeddings(
             encoder_id=encoder_id,
             kind=f"{encoder_id} on {len(pairs):,} {what} "
@@ -372,7 +372,7 @@ def audio_capped_sets(workload: Workload, pool: RealPool) -> tuple[np.ndarray, i
 _SOURCE_OF = {"text": "ShareGPT prompts and pairs.paraphrase rewrites",
               "image": "Fashion-MNIST / scikit-image photos, crops / brightness / resizes",
               "audio": "Asterisk recordings (real) and espeak-ng speech (synthetic)",
-              "video": "synthetic clips: keyframe pans across the Fashion-MNIST / scikit-image "
+              VIDEO: "synthetic clips: keyframe pans across the Fashion-MNIST / scikit-image "
                        "photos, mean of the frames' vectors; their track is the intent's speech, "
                        "embedded as the audio inputs"}
 

@@ -2,7 +2,9 @@
 
 :data:`MODALITY_SETS` lists the sets a query can carry (each single modality at its
 :data:`mmcache.types.MODALITIES` index, then the pairs, the triple and video: keyframes in the
-image space, the track in the audio space); their names are :mod:`mmcache.types`' names.
+image space, the track in the audio space); their names are :mod:`mmcache.types`' names
+(:func:`mmcache.types.modality_set_name` of each set's channels). The order of the index is
+part of every simulated result: keep it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from mmcache.errors import InvalidEmbeddingError
-from mmcache.types import CHANNELS, MODALITIES, Query, VideoClip
+from mmcache.types import CHANNELS, MODALITIES, VIDEO, Query, VideoClip, modality_set_name
 
 if TYPE_CHECKING:
     from mmcache.encoders import EmbeddingStore, Encoder
@@ -25,27 +27,31 @@ TRACE_KEYS = ("exact", "intent", "intent-modality")
 
 
 #: The modality sets a query can carry, by index: each single modality at its
-#: :data:`mmcache.types.MODALITIES` index, then the pairs, the triple and video (keyframes in
-#: the image space, the track in the audio space).
+#: :data:`mmcache.types.MODALITIES` index, then the pairs, the triple and, last, a video clip
+#: (:data:`VIDEO_SET`: keyframes in the image space, the track in the audio space, so its
+#: tuple is the still image + audio set's).
 MODALITY_SETS: tuple[tuple[str, ...], ...] = (
     ("text",), ("image",), ("audio",), ("text", "image"), ("text", "audio"), ("image", "audio"),
     ("text", "image", "audio"), ("image", "audio"))
 
 
-#: Their names, modalities joined by ``+``, and ``"video"`` (keys of
-#: :attr:`WorkloadConfig.multimodal_mix`).
-MODALITY_SET_NAMES: tuple[str, ...] = tuple("+".join(ms) for ms in MODALITY_SETS[:-1]) + (
-    "video",)
+#: The index of the video clip's modality set (an int; :data:`mmcache.types.VIDEO` is the
+#: name of its keyframes' channel and of the set).
+VIDEO_SET = len(MODALITY_SETS) - 1
 
 
-#: The index of the video modality set.
-VIDEO = MODALITY_SET_NAMES.index("video")
-
-
-#: The channel of each modality of each modality set (a clip's track is the audio channel).
+#: The channel (:data:`mmcache.types.CHANNELS` index) of each modality of each modality set
+#: (a clip's keyframes are the ``video`` channel, its track the audio channel).
 SET_CHANNELS: tuple[tuple[int, ...], ...] = tuple(
-    tuple(MODALITIES.index(m) for m in ms) for ms in MODALITY_SETS[:VIDEO]) + (
-    (CHANNELS.index("video"), MODALITIES.index("audio")),)
+    tuple(CHANNELS.index(m) for m in ms) for ms in MODALITY_SETS[:VIDEO_SET]) + (
+    (CHANNELS.index(VIDEO), CHANNELS.index("audio")),)
+
+
+#: Their names, :func:`mmcache.types.modality_set_name` of each set's channels (modalities
+#: joined by ``+``; the clip's is ``"video"``): the keys of
+#: :attr:`WorkloadConfig.multimodal_mix`.
+MODALITY_SET_NAMES: tuple[str, ...] = tuple(
+    modality_set_name(CHANNELS[c] for c in channels) for channels in SET_CHANNELS)
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,7 +88,7 @@ def stream_query(workload: Workload, i: int, *, text: str | None = None,
     under ``"video"`` and ``"audio"``, so the cache files it under its own set)."""
     modality_set, intent = int(workload.modality_set[i]), int(workload.intent[i])
     embeddings = dict(zip((CHANNELS[c] for c in SET_CHANNELS[modality_set]), workload.vectors(i)))
-    if modality_set == VIDEO:
+    if modality_set == VIDEO_SET:
         clip = None if image is None or audio is None else VideoClip(image, audio)
         return Query(video=clip, embeddings=embeddings, scope=scope, ground_truth=intent)
     return Query(text=text, image=image, audio=audio, embeddings=embeddings, scope=scope,
@@ -92,7 +98,7 @@ def stream_query(workload: Workload, i: int, *, text: str | None = None,
 def query_image(photo: np.ndarray, modality_set: int, variant: int) -> np.ndarray:
     """The image a query of ``modality_set`` carries of ``photo``: its ``variant``, or for a
     video clip its keyframes (:func:`clip_keyframes`)."""
-    if modality_set == VIDEO:
+    if modality_set == VIDEO_SET:
         return clip_keyframes(photo, variant)
     return apply_image_variant(photo, image_variant(variant))
 
@@ -125,7 +131,7 @@ def encode_checked(encoder: Encoder, texts: Sequence[Any], store: EmbeddingStore
 def modality_set_index(name: str) -> int:
     """The :data:`MODALITY_SETS` index of ``"text+image"`` (any order) or ``"video"``; -1 if
     there is none."""
-    if name.strip() == "video":
-        return VIDEO
+    if name.strip() == VIDEO:
+        return VIDEO_SET
     parts = sorted(p.strip() for p in name.split("+"))
-    return next((k for k, ms in enumerate(MODALITY_SETS[:VIDEO]) if sorted(ms) == parts), -1)
+    return next((k for k, ms in enumerate(MODALITY_SETS[:VIDEO_SET]) if sorted(ms) == parts), -1)

@@ -15,7 +15,7 @@ from mmcache.encoders import EmbeddingStore
 from mmcache.errors import ConfigError, InvalidInputError
 from mmcache.sim.trace import make_trace
 from mmcache.sim.workload.media import RealPool, embed_workload
-from mmcache.types import CHANNELS, MODALITIES, Query
+from mmcache.types import CHANNELS, MODALITIES, VIDEO, Query
 
 if TYPE_CHECKING:
     from mmcache.encoders import Encoder
@@ -26,7 +26,7 @@ from mmcache.sim.workload.queries import (
     SET_CHANNELS,
     TEXT_STORE_BATCH,
     TRACE_KEYS,
-    VIDEO,
+    VIDEO_SET,
     RealEmbeddings,
     encode_checked,
     first_modality,
@@ -246,8 +246,8 @@ class Workload:
     def embedding_kinds(self) -> dict[str, str]:
         """How each modality's vectors were made (synthetic, or which encoder on which texts)."""
         kinds = dict.fromkeys(MODALITIES, EMBEDDING_KIND)
-        if (self.modality_set == VIDEO).any():
-            kinds["video"] = VIDEO_KIND
+        if (self.modality_set == VIDEO_SET).any():
+            kinds[VIDEO] = VIDEO_KIND
         kinds.update({m: r.kind for m, r in self.real.items()})
         return kinds
 
@@ -266,7 +266,7 @@ class Workload:
     def _channel_dim(self, c: int) -> int:
         if CHANNELS[c] in self.real:
             return int(self.real[CHANNELS[c]].vectors.shape[1])
-        return self.dim(MODALITY_SETS[VIDEO][0]) if CHANNELS[c] == "video" else \
+        return self.dim(MODALITY_SETS[VIDEO_SET][0]) if CHANNELS[c] == VIDEO else \
             self.dim(CHANNELS[c])
 
     def embedding(self, i: int) -> np.ndarray:
