@@ -90,9 +90,9 @@ import math
 import numbers
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -107,13 +107,18 @@ from mmcache.errors import (ConfigError, InvalidEmbeddingError, InvalidInputErro
                      UnknownHitError)
 from mmcache.guard import ExactKeyFilter
 from mmcache.inputs import PreparedQuery, prepare, unit_vector
-from mmcache.metrics import CacheMetrics
+from mmcache.metrics import CacheMetrics, html_sections
 from mmcache.thresholds import ThresholdRule
 from mmcache.tiers import Candidate, Tier
 from mmcache.tiers.codec import canonical_value, detached, encode_label, value_size
 from mmcache.tiers.store import StoreTier
-from mmcache.types import HINT_NAMES, MODALITIES, VIDEO, Entry, Hit, Query, modality_set_name
+from mmcache.types import (HINT_NAMES, MODALITIES, SET_NAMES, VIDEO, Entry, Hit, Query, fmt,
+                           fmt_bytes, html_card, html_fields, html_table, modality_set_name,
+                           safe_display)
 from mmcache.verify import Verifier, checked_probability, make_verifier
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Candidates fetched per semantic tier search (stale ones are skipped).
 SEARCH_K = 4
@@ -123,6 +128,15 @@ REFRESH_TIMEOUT = 30.0
 FEEDBACK_WINDOW = 100_000
 #: A hit to answer with: the hit, its entry, and what the threshold rule charged for it.
 _Found = tuple[Hit, Entry, float]
+#: Seconds a display waits for the cache's lock; past it, it shows what needs no lock.
+DISPLAY_LOCK_WAIT = 0.05
+#: A display counts entries per scope only in tiers holding at most this many (bounded hold).
+DISPLAY_SCAN_LIMIT = 100_000
+#: Per rule, the config settings a display shows beside the rule's current δ.
+_RULE_SETTINGS = {"static": (), "percentile": ("percentile", "window", "min_samples"),
+                  "calibrated": ("level", "calibration", "prior"),
+                  "error-budget": ("budget", "prior", "max_risk"),
+                  "vcache-paper": ("budget", "min_observations")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,6 +394,114 @@ class TieredCache:
     def tier(self, name: str) -> Tier:
         """The tier called ``name`` (``"l1"``, ``"l2"``, ``"l3"``)."""
         return self._tier(name)
+
+    # -- display -------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return safe_display(self._plain, self)
+
+    def _repr_html_(self) -> str:
+        return safe_display(self._html, self, as_html=True)
+
+    def to_dataframe(self) -> "pd.DataFrame":
+        """One row per tier, as the notebook display shows them: ``tier``, ``backend``,
+        ``policy``, ``entries``, ``bytes`` (None once closed), ``max_entries``, ``max_bytes``
+        (None: unlimited), ``modality_sets`` (those it serves), ``shared``, ``semantic``,
+        ``hits`` and ``hit_ratio`` (its hits ÷ every lookup). Counters: ``metrics``."""
+        import pandas as pd  # deferred: pandas only for this export
+
+        view = self._view()
+        frame = pd.DataFrame([{k: t[k] for k in (
+            "tier", "backend", "policy", "entries", "bytes", "max_entries", "max_bytes",
+            "modality_sets", "shared", "semantic", "hits", "hit_ratio")} for t in view["tiers"]])
+        sizes = ["entries", "bytes", "max_entries", "max_bytes"]
+        return frame.astype({c: "Int64" for c in sizes})  # None: unlimited, or closed
+
+    def _view(self) -> dict[str, Any]:
+        """What a display shows, read without holding the lock for long: tier sizes, scopes
+        and the rule's δ under one hold of it (waiting at most ``DISPLAY_LOCK_WAIT`` seconds;
+        past that only what needs no lock), the counters from a metrics snapshot. It reads
+        only what the cache holds in memory: no store I/O, no encoder loading."""
+        locked = self._lock.acquire(timeout=DISPLAY_LOCK_WAIT)
+        try:
+            closed = getattr(self, "_closed", True)
+            tiers = []
+            for tier, served in zip(self.tiers, self._routes):
+                used = None if closed else tier.usage()
+                scan = locked and used is not None and used[0] <= DISPLAY_SCAN_LIMIT
+                tiers.append({"tier": tier.name, "backend": tier.backend(),
+                              "policy": _policy_name(tier), "entries": None if used is None
+                              else used[0], "bytes": None if used is None else used[1],
+                              "max_entries": tier.capacity.max_entries,
+                              "max_bytes": tier.capacity.max_bytes,
+                              "modality_sets": "all" if served >= set(SET_NAMES) else
+                              ", ".join(n for n in SET_NAMES if n in served),
+                              "shared": tier.shared, "semantic": tier.semantic,
+                              "scopes": tier.scopes() if scan else None})
+            deltas = dict(self.thresholds.deltas()) if locked else None
+            encoders = {m: _component_name(e) for m, e in self._encoders.items() if m != VIDEO}
+        finally:
+            if locked:
+                self._lock.release()
+        snap = self._metrics.snapshot()
+        lookups = sum(snap.hits.values()) + sum(snap.misses.values())
+        for t in tiers:
+            t["hits"] = sum(n for (name, _), n in snap.hits.items() if name == t["tier"])
+            t["hit_ratio"] = t["hits"] / lookups if lookups else float("nan")
+        th = self.config.thresholds
+        return {"closed": closed, "locked": locked, "tiers": tiers, "metrics": snap,
+                "lookups": lookups, "deltas": deltas, "rule": _component_name(self.thresholds),
+                "verifier": "none" if self.verifier is None else _component_name(self.verifier),
+                "settings": [(k, getattr(th, k)) for k in _RULE_SETTINGS.get(th.rule, ())]
+                if self.thresholds.name == th.rule else [],
+                "encoders": {**{m: f"{n} (not loaded)" for m, n in self.config.encoders.items()
+                                if m not in encoders}, **encoders}}
+
+    def _plain(self) -> str:
+        view = self._view()
+        tiers = ", ".join(
+            f"{t['tier']}: {t['backend'].replace(' + ', '+').split(' ')[0]} {t['policy']}" +
+            ("" if t["entries"] is None else f" {t['entries']:,}"
+             + ("" if t["max_entries"] is None else f"/{t['max_entries']:,}") + " entries")
+            for t in view["tiers"])
+        scopes = _scope_counts(view["tiers"])
+        hits = sum(t["hits"] for t in view["tiers"])
+        ratio = hits / view["lookups"] if view["lookups"] else float("nan")
+        return (f"TieredCache({'closed; ' if view['closed'] else ''}{tiers}; "
+                f"rule={view['rule']!r}, verifier={view['verifier']!r}"
+                + ("" if scopes is None else f", scopes={len(scopes)}")
+                + f", lookups={view['lookups']:,}, hit_ratio={fmt(ratio, 3)})")
+
+    def _html(self) -> str:
+        view = self._view()
+        tiers = html_table(
+            ["tier", "backend", "policy", "entries", "bytes", "max entries", "max bytes",
+             "modality sets", "hits", "hit ratio"],
+            [[t["tier"], t["backend"], t["policy"], t["entries"],
+              None if t["bytes"] is None else fmt_bytes(t["bytes"]),
+              "∞" if t["max_entries"] is None else t["max_entries"], fmt_bytes(t["max_bytes"]),
+              t["modality_sets"], t["hits"], t["hit_ratio"]] for t in view["tiers"]],
+            caption="Tiers (lookup order)")
+        th = self.config.thresholds
+        rule = html_fields([("rule", view["rule"]), *view["settings"],
+                            *(("δ " + k, v) for k, v in sorted((view["deltas"] or {}).items())),
+                            ("verifier", view["verifier"]),
+                            ("verifier band / min", f"{fmt(th.verifier_band)} / "
+                                                    f"{fmt(th.verifier_min)}"),
+                            ("context δ", th.context_delta),
+                            *((f"encoder {m}", e) for m, e in sorted(view["encoders"].items()))],
+                           caption="Hit decision (δ: cosine ≥ 1 − δ)")
+        counts = _scope_counts(view["tiers"])
+        names = [t["tier"] for t in view["tiers"]]
+        scopes = "" if counts is None else html_table(
+            ["scope", *(f"entries {n}" for n in names)],
+            [[scope, *(None if t["scopes"] is None else t["scopes"][scope]
+                       for t in view["tiers"])]
+             for scope, _ in counts.most_common()], caption=f"Scopes ({len(counts):,})",
+            max_rows=20)
+        note = "closed" if view["closed"] else None if view["locked"] else \
+            "another call held the cache's lock: sizes read without it, scopes and δ not read"
+        return html_card("TieredCache", tiers, rule, scopes,
+                         *html_sections(view["metrics"], names), note=note)
 
     # -- writing -------------------------------------------------------------------------
     def _entry(self, query: Query, value: Any, lifetime: float | None, hints: dict[str, float],
@@ -678,6 +800,8 @@ class TieredCache:
         self._promote(cand.entry, cand.level, modality_set_name(p.modalities))
         hit = self._hit(cand.entry, self.tiers[cand.level].name, cand.freshness,
                         cand.similarities)
+        if "verifier" in evidence:
+            hit = dataclasses.replace(hit, verdict=evidence["verifier"])
         return hit, cand.entry, charged
 
     def _served_above(self, level: int, kind: str) -> bool:
@@ -898,6 +1022,33 @@ class TieredCache:
     def _check_open(self) -> None:
         if self._closed:
             raise MMCacheError("this TieredCache is closed")
+
+
+def _policy_name(tier: Tier) -> str:
+    """The registry name of a tier's eviction policy ("?" for a tier without a budget)."""
+    budget = getattr(tier, "_budget", None)
+    return "?" if budget is None else _component_name(budget.policy)
+
+
+def _component_name(component: Any) -> str:
+    """A name for a rule, verifier, policy or encoder: its registry ``name``, ``encoder_id``
+    or ``__name__``, else its type's name (never a repr with an address)."""
+    for attr in ("name", "encoder_id", "__name__"):
+        value = getattr(component, attr, None)
+        if isinstance(value, str) and value:
+            return value if len(value) <= 60 else value[:59] + "…"
+    return type(component).__name__
+
+
+def _scope_counts(tiers: Sequence[Mapping[str, Any]]) -> "Counter[str] | None":
+    """Entries per scope summed over the tiers whose scopes a display read (None: none)."""
+    read = [t["scopes"] for t in tiers if t["scopes"] is not None]
+    if not read:
+        return None
+    total: Counter[str] = Counter()
+    for counts in read:
+        total.update(counts)
+    return total
 
 
 def _encoded_by(channel: str) -> str:

@@ -15,6 +15,10 @@ in which a shard took over 1.8x (by default) the mean: the skew watch of seed 00
 §4.4's CrossModalHitRate is it over their lookups); :func:`register_serving` exports that rate
 and CacheWarmupLatencyP99 labelled ``model_type`` and ``modality_set``, as the seed names them.
 
+In a notebook a :class:`CacheMetrics` shows itself as a compact table (``_repr_html_``: hit
+ratio per tier and per modality set, the counters, latency quantiles per stage); its plain
+``repr`` is one line.
+
 Threads: a :class:`CacheMetrics` has its own lock. Its methods (counting, ``reset``,
 ``snapshot``, the exports, ``hit_ratio``) hold it, so a thread may export or reset the
 metrics of a cache other threads are using; to read several counters consistently
@@ -26,12 +30,12 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from mmcache.errors import InvalidInputError
-from mmcache.types import is_multimodal
+from mmcache.types import fmt, fmt_seconds, html_card, html_table, is_multimodal, safe_display
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -160,6 +164,14 @@ class CacheMetrics:
         """Tidy table: one row per counter (by tier, modalities or shard) and latency summary."""
         return _frame(self.snapshot())
 
+    def __repr__(self) -> str:
+        return safe_display(lambda: plain_summary(self.snapshot()), self)
+
+    def _repr_html_(self) -> str:
+        return safe_display(lambda: html_card("CacheMetrics", *html_sections(self.snapshot()),
+                                              note="plain data: .to_dataframe()"),
+                            self, as_html=True)
+
     def to_prometheus(self, prefix: str = "mmcache", model_type: str = "unknown") -> str:
         """The metrics in Prometheus text exposition format (via ``prometheus_client``), with
         seed 001 §4.4's CrossModalHitRate per modality set labelled ``model_type``."""
@@ -171,6 +183,95 @@ class CacheMetrics:
         register_serving(registry, model_type=model_type,
                          cross_modal=_cross_modal_rates(snap), prefix=prefix)
         return generate_latest(registry).decode()
+
+
+# -- display ---------------------------------------------------------------------------------
+#: Latency quantiles a display shows per stage.
+DISPLAY_QUANTILES: tuple[float, ...] = (0.5, 0.95, 0.99)
+
+
+def _tier_names(snap: CacheMetrics, tiers: Sequence[str] | None) -> list[str]:
+    """The tiers to show: ``tiers`` in order, else every tier the counters name."""
+    if tiers is not None:
+        return list(tiers)
+    seen = {t for t, _ in snap.hits} | set(snap.puts) | set(snap.evictions)
+    return sorted(seen)
+
+
+def plain_summary(snap: CacheMetrics) -> str:
+    """One line: lookups, hits (per tier), hit ratio, misses, puts, evictions, timed stages."""
+    hits = Counter()
+    for (tier, _), n in snap.hits.items():
+        hits[tier] += n
+    n_hits, misses = sum(hits.values()), sum(snap.misses.values())
+    lookups = n_hits + misses
+    ratio = n_hits / lookups if lookups else float("nan")
+    per_tier = ", ".join(f"{t}={n}" for t, n in sorted(hits.items()))
+    return (f"CacheMetrics(lookups={lookups}, hits={n_hits}"
+            f"{f' [{per_tier}]' if per_tier else ''}, hit_ratio={fmt(ratio, 3)}, "
+            f"misses={misses}, puts={sum(snap.puts.values())}, "
+            f"evictions={sum(snap.evictions.values())}, stages={len(snap.latency)})")
+
+
+def html_sections(snap: CacheMetrics, tiers: Sequence[str] | None = None) -> list[str]:
+    """The tables of a metrics display: counters, hit ratio per tier and per modality set
+    (each cell: the share of that set's lookups the tier answered), per-tier counters,
+    latency quantiles per stage (upper bounds of histogram buckets), and shards when a
+    sharded store counted any. ``tiers``: the tiers to show, in order."""
+    names = _tier_names(snap, tiers)
+    hits_by = Counter()
+    for (tier, _), n in snap.hits.items():
+        hits_by[tier] += n
+    n_hits, misses = sum(hits_by.values()), sum(snap.misses.values())
+    lookups = n_hits + misses
+    judged, false = sum(snap.judged_hits.values()), sum(snap.false_hits.values())
+    counters = [
+        ("lookups", lookups), ("hits", n_hits),
+        ("hit ratio", n_hits / lookups if lookups else float("nan")), ("misses", misses),
+        ("bypasses", sum(snap.bypasses.values())), ("puts", sum(snap.puts.values())),
+        ("not stored", sum(snap.not_stored.values())),
+        ("evictions", sum(snap.evictions.values())),
+        ("stale hits", sum(snap.stale_hits.values())),
+        ("false / judged hits", f"{false:,} / {judged:,}"),
+        ("guard skips", sum(snap.guard_skips.values())), ("errors", sum(snap.errors.values()))]
+    summary = html_table([name for name, _ in counters], [[value for _, value in counters]],
+                         caption="Counters (puts: per tier written)")
+    sets = sorted({m for _, m in snap.hits} | set(snap.misses))
+    by_set = []
+    for kind in sets:
+        n = snap.misses[kind] + sum(v for (_, m), v in snap.hits.items() if m == kind)
+        row: list[Any] = [kind, n]
+        row += [snap.hits[(t, kind)] / n if n else float("nan") for t in names]
+        row.append(sum(snap.hits[(t, kind)] for t in names) / n if n else float("nan"))
+        by_set.append(row)
+    by_set.append(["all", lookups] + [hits_by[t] / lookups if lookups else float("nan")
+                                      for t in names]
+                  + [n_hits / lookups if lookups else float("nan")])
+    hit_ratio = html_table(["modality set", "lookups", *(f"hit ratio {t}" for t in names),
+                            "hit ratio (all tiers)"], by_set,
+                           caption="Hit ratio per tier and modality set")
+    stale, false_by = Counter(), Counter()
+    for (tier, _), n in snap.stale_hits.items():
+        stale[tier] += n
+    for (tier, _), n in snap.false_hits.items():
+        false_by[tier] += n
+    per_tier = html_table(["tier", "hits", "hit ratio", "stale hits", "false hits", "puts",
+                           "evictions", "errors"],
+                          [[t, hits_by[t], hits_by[t] / lookups if lookups else float("nan"),
+                            stale[t], false_by[t], snap.puts[t], snap.evictions[t],
+                            snap.errors[t]] for t in names], caption="Per tier")
+    latency = html_table(
+        ["stage", "count", "mean", *(f"p{round(q * 100)} ≤" for q in DISPLAY_QUANTILES)],
+        [[stage, h.count, fmt_seconds(h.sum / h.count if h.count else float("nan")),
+          *(fmt_seconds(h.quantile(q)) for q in DISPLAY_QUANTILES)]
+         for stage, h in sorted(snap.latency.items())],
+        caption="Latency per stage (quantiles: histogram bucket bounds)") if snap.latency \
+        else ""
+    shards = html_table(["shard", "requests", "skew alerts"],
+                        [[k, snap.shard_requests[k], snap.skew_alerts[k]]
+                         for k in sorted(set(snap.shard_requests) | set(snap.skew_alerts))],
+                        caption="Shards") if snap.shard_requests or snap.skew_alerts else ""
+    return [summary, hit_ratio, per_tier, latency, shards]
 
 
 def _cross_modal_rates(snap: "CacheMetrics") -> dict[str, float]:

@@ -1,11 +1,20 @@
 """Value types of the public API: :class:`Query`, :class:`VideoClip`, :class:`Hit`, :class:`Entry`,
-and the names of the vector channels and modality sets a cache keeps apart."""
+and the names of the vector channels and modality sets a cache keeps apart.
+
+It also holds the renderings every object's notebook display shares (the bottom of the
+package, so the cache, the simulator, the scheduler and the lab use one): :func:`html_table`,
+:func:`html_fields` and :func:`html_card` build small HTML tables with every value escaped,
+:func:`fmt`, :func:`fmt_bytes`, :func:`fmt_seconds` and :func:`preview` format cells, and
+:func:`safe_display` keeps a ``__repr__`` or ``_repr_html_`` from ever raising.
+"""
 
 from __future__ import annotations
 
+import html
 import itertools
+import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -129,6 +138,33 @@ class Hit:
     similarities: Mapping[str, float] = field(default_factory=dict)
     #: The serial of the lookup that served it, in the cache that served it (for feedback).
     lookup: int | None = None
+    #: The verifier's score (probability that the entry answers the query) when the verifier
+    #: judged this hit; a served hit passed ``thresholds.verifier_min``. None: not judged.
+    verdict: float | None = None
+
+    def __repr__(self) -> str:
+        return safe_display(self._plain, self)
+
+    def _repr_html_(self) -> str:
+        return safe_display(self._html, self, as_html=True)
+
+    def _plain(self) -> str:
+        sims = ", ".join(f"{m}={fmt(s)}" for m, s in self.similarities.items())
+        verdict = "" if self.verdict is None else f", verdict={fmt(self.verdict)}"
+        return (f"Hit(tier={self.tier!r}, similarity={fmt(self.similarity)}"
+                f"{f' [{sims}]' if sims else ''}{verdict}, freshness={self.freshness!r}, "
+                f"value={preview(self.value, 40)}, entry_id={_short_id(self.entry_id)})")
+
+    def _html(self) -> str:
+        return html_card("Hit", html_fields([
+            ("value", preview(self.value)),
+            ("tier", self.tier),
+            ("similarity (smallest over modalities)", self.similarity),
+            *((f"similarity: {m}", s) for m, s in self.similarities.items()),
+            ("verifier verdict", "not judged" if self.verdict is None else self.verdict),
+            ("freshness", self.freshness),
+            ("entry id", _short_id(self.entry_id)),
+            ("lookup", self.lookup)]))
 
 
 #: Per-entry signals a put may give the tiers' eviction policies (``TieredCache.put(hints=)``):
@@ -163,3 +199,128 @@ class Entry:
     #: What the entry keeps of the query's image for verifiers
     #: (:func:`mmcache.verify.image_check.image_fingerprint`; None: no image).
     image_fingerprint: bytes | None = None
+
+
+# -- display: what every object's notebook display shares -------------------------------------
+#: Characters of a value that a preview shows before it is cut with "…".
+PREVIEW_CHARS = 80
+#: Rows an HTML table shows before it says how many more there are.
+MAX_ROWS = 50
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    """A cell as text: ``—`` for None and nan, ``∞`` for infinity, ints with thousands
+    separators, other reals to ``digits`` significant digits (an exponent only below 0.001 or
+    from 10⁷), anything else ``str``."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):,}"
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        if math.isnan(v):
+            return "—"
+        if math.isinf(v):
+            return "∞" if v > 0 else "-∞"
+        if v == 0 or not 1e-3 <= abs(v) < 1e7:
+            text = f"{v:.{digits}g}"
+        else:  # no exponent in the everyday range: 1,040 ms, not 1.04e+03
+            decimals = max(0, digits - 1 - math.floor(math.log10(abs(v))))
+            text = f"{v:,.{decimals}f}"
+            text = text.rstrip("0").rstrip(".") if "." in text else text
+        return text + ".0" if v.is_integer() and not any(c in text for c in ".e") else text
+    return str(value)
+
+
+def fmt_bytes(n: Any) -> str:
+    """A byte count for people: ``512 B``, ``1.5 kB``, ``12 MB`` (None: unlimited, ``∞``)."""
+    if n is None:
+        return "∞"
+    n = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n:.3g} TB"  # pragma: no cover - the loop returns
+
+
+def fmt_seconds(s: Any) -> str:
+    """A duration for people: ``250 µs``, ``3.1 ms``, ``2.5 s`` (``—`` for nan or None)."""
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return "—"
+    s = float(s)
+    if math.isinf(s):
+        return "∞"
+    for scale, unit in ((1e-6, "µs"), (1e-3, "ms")):
+        if abs(s) < scale * 1000:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s:.3g} s"
+
+
+def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
+    """One line showing a stored value: a string quoted, bytes by their length and first
+    bytes, anything else by its ``repr``; cut at ``limit`` characters with ``…``."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+        text = f"<{len(data):,} bytes> {data[:16]!r}"
+    else:
+        text = repr(value)
+    text = " ".join(text.split())  # one line
+    return text if len(text) <= limit else text[:max(1, limit - 1)] + "…"
+
+
+def _short_id(entry_id: str, keep: int = 12) -> str:
+    """An entry id (a content hash) cut to its first ``keep`` characters."""
+    entry_id = str(entry_id)
+    return entry_id if len(entry_id) <= keep else entry_id[:keep] + "…"
+
+
+def _cell(value: Any) -> str:
+    return html.escape(value if isinstance(value, str) else fmt(value), quote=True)
+
+
+def html_table(header: Sequence[str], rows: Iterable[Sequence[Any]], *,
+               caption: str | None = None, max_rows: int = MAX_ROWS) -> str:
+    """An HTML table of ``rows`` under ``header`` (every cell escaped; a string as it is, any
+    other value through :func:`fmt`), at most ``max_rows`` rows and a last one saying how
+    many more there are."""
+    rows = list(rows)
+    shown = rows[:max_rows]
+    head = "".join(f"<th style='text-align:left'>{_cell(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td style='text-align:left'>{_cell(v)}</td>" for v in row)
+                   + "</tr>" for row in shown)
+    if len(rows) > len(shown):
+        body += (f"<tr><td colspan='{max(1, len(header))}'>… {len(rows) - len(shown):,} more"
+                 "</td></tr>")
+    cap = "" if caption is None else \
+        f"<caption style='text-align:left;font-weight:bold;white-space:nowrap'>{_cell(caption)}" \
+        "</caption>"
+    return f"<table class='mmcache-table'>{cap}<thead><tr>{head}</tr></thead>" \
+        f"<tbody>{body}</tbody></table>"
+
+
+def html_fields(pairs: Iterable[tuple[str, Any]], *, caption: str | None = None) -> str:
+    """A two-column HTML table of ``(name, value)`` pairs (escaped as :func:`html_table`)."""
+    return html_table(("field", "value"), pairs, caption=caption, max_rows=10 * MAX_ROWS)
+
+
+def html_card(title: str, *sections: str, note: str | None = None) -> str:
+    """One object's display: its ``title`` (escaped), an optional ``note`` (escaped) and its
+    ``sections`` (HTML that :func:`html_table` or :func:`html_fields` built)."""
+    parts = [f"<div style='font-weight:bold;font-size:1.15em'>{html.escape(title)}</div>"]
+    if note:
+        parts.append(f"<div><em>{html.escape(note)}</em></div>")
+    parts += [s for s in sections if s]
+    return "<div class='mmcache-display'>" + "".join(parts) + "</div>"
+
+
+def safe_display(render: Callable[[], str], obj: Any, *, as_html: bool = False) -> str:
+    """``render()``, or, if it raises, a one-line stand-in naming the object's type and the
+    error's type: a display never raises (a notebook must show the object whatever its state)."""
+    try:
+        return render()
+    except Exception as exc:  # noqa: BLE001 - a repr must never raise
+        text = f"{type(obj).__name__}(<display failed: {type(exc).__name__}>)"
+        return f"<pre>{html.escape(text)}</pre>" if as_html else text

@@ -1,8 +1,9 @@
-"""Cache metrics: counters, histograms, DataFrame and Prometheus export."""
+"""Cache metrics: counters, histograms, DataFrame and Prometheus export, the notebook display."""
 
 from __future__ import annotations
 
 import math
+import re
 
 from mmcache.metrics import LATENCY_BUCKETS, CacheMetrics, Histogram
 
@@ -64,3 +65,45 @@ def test_shard_counters_export_with_a_shard_label():
     rows = df[df.metric == "shard_requests"]
     assert list(rows.shard) == ["127.0.0.1:7000", "127.0.0.1:7001"] and list(rows.value) == [5, 1]
     assert m.snapshot().skew_alerts == {"127.0.0.1:7000": 1}
+
+
+# -- display -----------------------------------------------------------------------------------
+def _metrics() -> CacheMetrics:
+    m = CacheMetrics()
+    m.hit("l1", "text", "fresh", correct=True)
+    m.hit("l2", "text+image", "stale-while-revalidate", correct=False)
+    m.count("misses", "text", 2)
+    m.count("puts", "l1", 3)
+    m.time("get", 2e-4)
+    m.time("l2.semantic", 3e-3)
+    return m
+
+
+def test_metrics_html_is_a_compact_table_per_tier_modality_set_and_stage():
+    page = _metrics()._repr_html_()
+    for field in ("Counters", "hit ratio", "Hit ratio per tier and modality set", "text+image",
+                  "hit ratio l1", "hit ratio l2", "Per tier", "Latency per stage", "get",
+                  "l2.semantic", "p50 ≤", "p95 ≤", "p99 ≤", "250 µs", "5 ms", "1 / 2"):
+        assert field in page, field
+    # text: 3 lookups, one l1 hit; text+image: its one lookup hit in l2; all: 2 of 4
+    assert re.search(r">text</td><td[^>]*>3</td><td[^>]*>0\.3333</td><td[^>]*>0\.0</td>", page)
+    assert re.search(r">text\+image</td><td[^>]*>1</td><td[^>]*>0\.0</td><td[^>]*>1\.0</td>",
+                     page)
+    assert re.search(r">all</td><td[^>]*>4</td><td[^>]*>0\.25</td><td[^>]*>0\.25</td>"
+                     r"<td[^>]*>0\.5</td>", page)
+
+
+def test_metrics_repr_is_one_short_line():
+    text = repr(_metrics())
+    assert text == ("CacheMetrics(lookups=4, hits=2 [l1=1, l2=1], hit_ratio=0.5, misses=2, "
+                    "puts=3, evictions=0, stages=2)")
+    assert "0x" not in repr(CacheMetrics()) and "hit_ratio=—" in repr(CacheMetrics())
+
+
+def test_metrics_html_escapes_the_names_it_shows():
+    m = CacheMetrics()
+    m.count("shard_requests", "<script>x</script>:7000")
+    m.time("<b>stage</b>", 1e-3)
+    page = m._repr_html_()
+    assert "<script>" not in page and "<b>" not in page and "&lt;script&gt;" in page
+

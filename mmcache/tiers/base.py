@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import pickle
 import time
+from collections import Counter
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -335,6 +336,15 @@ class Tier(ABC):
     def dims(self) -> dict[str, int]:
         """Embedding dimension per modality of the vectors held (empty when none)."""
         return {}
+
+    def backend(self) -> str:
+        """What holds this tier's entries, in words, for displays (no I/O)."""
+        return type(self).__name__
+
+    def scopes(self) -> Counter[str] | None:
+        """Entries per scope, from what the tier keeps in this process's memory (no I/O);
+        None where only a scan of its store would tell."""
+        return None
 
     def close(self) -> None:
         """Release files, connections and memory; the default does nothing."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Iterator, Sequence
 
 from mmcache.policies import EvictionPolicy
@@ -54,6 +55,12 @@ class MemoryTier(BudgetedTier):
 
     def close(self) -> None:
         self._entries.clear()
+
+    def backend(self) -> str:
+        return "memory"
+
+    def scopes(self) -> Counter[str]:
+        return Counter(e.scope for e in list(self._entries.values()))
 
     def _store(self, entries: list[Entry]) -> None:
         """Keep admitted entries, each id once (subclasses also index them)."""

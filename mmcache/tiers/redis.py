@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from urllib.parse import urlsplit, urlunsplit
 from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 import redis
@@ -362,6 +363,10 @@ class RedisTier(StoreTier):
         """The server's URL."""
         return self.store.url
 
+    def backend(self) -> str:
+        return f"redis{' cluster' if self.store.cluster else ''} {redacted_url(self.url)} " \
+            f"prefix {self.prefix!r} (shared)"
+
     @property
     def prefix(self) -> str:
         """The key prefix of this store."""
@@ -419,3 +424,18 @@ def _decode_entry(raw: Mapping[bytes, bytes], url: str) -> Entry:
                      image_fingerprint=text.get("image_fingerprint") or None)
     except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         raise StorageError(f"Redis tier {url} holds a malformed entry: {exc!r}") from None
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***`` (for displays and logs)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host
+        port = f":{parts.port}" if parts.port is not None else ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+    except ValueError:  # not a URL that urlsplit reads: show nothing of it
+        return "<url>"

@@ -37,6 +37,12 @@ class SemanticTier(MemoryTier):
     def dims(self) -> dict[str, int]:
         return self.index.dims()
 
+    def backend(self) -> str:
+        spec = self.index.spec
+        index = "flat" if spec.index == "flat" else \
+            f"{spec.index}: {spec.ann_factory} from {spec.ann_min_size:,} vectors"
+        return f"memory + faiss ({index})"
+
     def close(self) -> None:
         super().close()
         self.index = SemanticIndex(self.index.spec, self.index.precheck)

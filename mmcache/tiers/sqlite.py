@@ -298,6 +298,9 @@ class SQLiteTier(StoreTier):
         """The SQLite file."""
         return self.store.path
 
+    def backend(self) -> str:
+        return f"sqlite {self.path}" + (" (shared)" if self.shared else "")
+
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` result (``"ok"`` when the file is sound)."""
         return self.store.integrity_check()

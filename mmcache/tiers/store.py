@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Collection, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -277,6 +278,13 @@ class StoreTier(BudgetedTier):
 
     def close(self) -> None:
         self.store.close()
+
+    def backend(self) -> str:
+        return f"{type(self.store).__name__} {self.store.location}" + \
+            (" (shared)" if self.shared else "")
+
+    def scopes(self) -> Counter[str]:
+        return Counter(k.scope for k in list(self._known.values()))
 
     # -- coherence -----------------------------------------------------------------------
     def current_version(self, entry_id: str) -> int | None:
