@@ -45,6 +45,19 @@ class Controller(ABC):
     def reset(self) -> None:
         """Back to the state before the first update."""
 
+    def parameters(self) -> dict[str, float]:
+        """The controller's gains and limits by name (what its constructor took, for displays)."""
+        return {k: getattr(self, k) for k in _PARAMETERS if hasattr(self, k)}
+
+    def state(self) -> dict[str, float]:
+        """What it has learned: λ, and its integral and aim where it has them."""
+        return {k: getattr(self, k) for k in ("lam", "integral", "aim") if hasattr(self, k)
+                and getattr(self, k) is not None}
+
+    def __repr__(self) -> str:
+        bound = "≥" if self.at_least else "≤"
+        return f"{type(self).__name__}({bound} {self.target:g}, λ={getattr(self, 'lam', 0.0):.4g})"
+
 
 class FixedController(Controller):
     """A constant λ (the fixed-weights baseline)."""
@@ -196,6 +209,11 @@ def make_controller(name: str, target: float, **params: Any) -> Controller:
 
 
 # -- helpers -------------------------------------------------------------------------------
+#: Attribute names of controller gains and limits (see :meth:`Controller.parameters`).
+_PARAMETERS = ("fixed", "lr_start", "lr_end", "horizon", "lam0", "kp", "ki", "kd", "lam_max",
+               "reach")
+
+
 def _finite(value: Any, name: str, error: type[Exception]) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
             or not math.isfinite(value):

@@ -9,8 +9,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.types import fmt, html_card, html_fields, html_table, safe_display
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from mmcache.cache import TieredCache
     from mmcache.sim.cachebench import Report, TierSpec
     from mmcache.sim.cachebench.neighbours import NeighbourTable
@@ -288,6 +291,56 @@ class Scheduler:
                 _replayed_window(replayer, slice(start, first))  # one part: the window's
             self.observe(whole, parts)
         return replayer.report(limits=limits)
+
+    # -- display -----------------------------------------------------------------------------
+    def to_dataframe(self) -> "pd.DataFrame":
+        """:attr:`history` as a table: one row per window observed (setting, mix, requests,
+        measured metrics, filtered signals, λ per constraint)."""
+        import pandas as pd  # deferred: pandas only for this export
+
+        return pd.DataFrame(self.history)
+
+    def __repr__(self) -> str:
+        return safe_display(lambda: (
+            f"Scheduler({len(self.settings)} settings, objective={self.objective!r}, "
+            "constraints={" + ", ".join(f"{m}: {c!r}" for m, c in self.constraints.items())
+            + f"}}, mix={self.mix!r}, windows={len(self.history)}, choice={self.choice})"), self)
+
+    def _repr_html_(self) -> str:
+        return safe_display(self._html, self, as_html=True)
+
+    def _html(self) -> str:
+        fields = html_fields([
+            ("objective", f"{self.objective} ÷ {fmt(self.objective_scale)}"),
+            ("mix", self.mix or "none (one setting per window)"),
+            ("smoothing / signal smoothing", f"{fmt(self.smoothing)} / "
+                                             f"{fmt(self.signal_smoothing)}"),
+            ("explore", self.explore), ("seed", self.seed), ("windows observed", len(self.history)),
+            ("next window", f"setting {self.choice}" + (
+                f" + {fmt(self.weight)} of setting {self.mixed_with}" if self.weight else ""))],
+            caption="Settings")
+        controllers = html_table(
+            ["constraint", "controller", "bound", "λ", "state", "parameters"],
+            [[metric, c.name or type(c).__name__, f"{'≥' if c.at_least else '≤'} "
+              f"{fmt(c.target)}", getattr(c, "lam", None),
+              ", ".join(f"{k}={fmt(v)}" for k, v in c.state().items() if k != "lam"),
+              ", ".join(f"{k}={fmt(v)}" for k, v in c.parameters().items())]
+             for metric, c in self.constraints.items()], caption="Constraints and controllers")
+        names = ("hit_rate", "error_rate", "mean_latency_ms", "p99_latency_ms")
+        settings = html_table(
+            ["#", "δ offset", "admit", "skip", *(f"est. {n}" for n in names), "L(λ)", "next"],
+            [[k, ", ".join(f"{m}={fmt(v)}" for m, v in s.delta_offset.items()) or "—",
+              s.admit, ", ".join(sorted(s.skip)) or "—",
+              *((None if e is None else e.get(n)) for n in names),
+              None if e is None else self.lagrangian(e),
+              "◀" if k in (self.choice, self.mixed_with) and (k == self.choice or self.weight)
+              else ""]
+             for k, (s, e) in enumerate(zip(self.settings, self.estimates))],
+            caption="Lever settings and their estimates")
+        last = html_fields(list(self.history[-1].items()),
+                           caption="Last window") if self.history else ""
+        return html_card("Scheduler (Lagrangian)", fields, controllers, settings, last,
+                         note="plain data: .to_dataframe() (the windows), .history")
 
     def attach(self, cache: "TieredCache", *, window: int = 100, miss_cost_ms: float = 0.0,
                seed: int = 0) -> "CacheAdapter":

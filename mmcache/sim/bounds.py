@@ -39,7 +39,7 @@ exceeds it otherwise (the LP also caches fractions of intervals in the bytes lef
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping
 
 import numpy as np
@@ -52,6 +52,7 @@ from mmcache.policies import POLICIES
 from mmcache.sim.kernels import KERNELS
 from mmcache.sim.replay import check_cache_size, check_trace, policy_name, simulate
 from mmcache.sim.trace import Trace
+from mmcache.types import fmt_bytes, html_card, html_fields, html_table, safe_display
 
 #: ``method="auto"`` solves the FOO LP exactly up to this many reuse intervals (HiGHS, one
 #: core: 6,222 intervals of cloudPhysics took 1-2 s, 14,071 took about 40 s).
@@ -300,9 +301,40 @@ class OptBounds:
     upper: int
     lower_method: str
     upper_by: str
+    #: The trace's requests and the cache's bytes (for miss ratios; None when not given).
+    n_req: int | None = field(default=None, compare=False)
+    cache_size: int | None = field(default=None, compare=False)
 
     def __iter__(self) -> Iterator[int]:
         return iter((self.lower, self.upper))
+
+    @property
+    def gap(self) -> int:
+        """``upper - lower``: 0 when the bound found the optimum."""
+        return self.upper - self.lower
+
+    def __repr__(self) -> str:
+        return safe_display(lambda: (
+            f"OptBounds(lower={self.lower:,}, upper={self.upper:,}, gap={self.gap:,}, "
+            f"lower_method={self.lower_method!r}, upper_by={self.upper_by!r}"
+            + ("" if self.n_req is None else f", n_req={self.n_req:,}") + ")"), self)
+
+    def _repr_html_(self) -> str:
+        return safe_display(self._html, self, as_html=True)
+
+    def _html(self) -> str:
+        def ratio(misses: int) -> float | None:
+            return None if not self.n_req else misses / self.n_req
+
+        bounds = html_table(["bound", "misses", "miss ratio", "by"],
+                            [["lower", self.lower, ratio(self.lower), self.lower_method],
+                             ["upper", self.upper, ratio(self.upper), self.upper_by],
+                             ["gap", self.gap, ratio(self.gap), ""]])
+        sizes = html_fields([("requests", self.n_req),
+                             ("cache size", fmt_bytes(self.cache_size) if self.cache_size
+                              else None)])
+        return html_card("OptBounds: misses of the optimal offline policy", bounds, sizes,
+                         note="unpacks as lo, hi")
 
 
 def opt_bounds(trace: Trace, cache_size: int, *, policies: Iterable[str] | None = None,
@@ -334,4 +366,4 @@ def opt_bounds(trace: Trace, cache_size: int, *, policies: Iterable[str] | None 
         misses = known[name] if name in known else simulate(trace, name, cache_size).miss_cnt
         if misses < upper:
             upper, upper_by = misses, name
-    return OptBounds(low.misses, upper, low.method, upper_by)
+    return OptBounds(low.misses, upper, low.method, upper_by, trace.n_req, cache_size)

@@ -389,3 +389,23 @@ def test_ray_and_local_give_the_same_table(ray_session, tmp_path) -> None:
     assert (tmp_path / "local" / "results.csv").read_bytes() == \
         (tmp_path / "ray" / "results.csv").read_bytes()
     assert ray_session.is_initialized()  # the sweep used the session's Ray, and left it up
+
+
+# ---- display and progress ----------------------------------------------------------------
+
+def test_a_sweep_report_shows_its_counts_and_table_escaped(tasks_dir, tmp_path) -> None:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    (markers / "fail-3").touch()
+    report = run_sweep(parse_spec(square_spec(markers)), tmp_path / "out", progress=False)
+    text = repr(report)
+    assert text == ("SweepReport(points=3, ran=3, skipped=0, failed=1, columns=[point, "
+                    "marker_dir, x, status, error, square, +2 more])")
+    page = report._repr_html_()
+    for field in ("SweepReport", "ran now", "failed now", "point", "square", "status", "ok",
+                  "point 3 was told to fail"):
+        assert field in page, field
+    report.table.loc[0, "error"] = "<script>alert(1)</script>"
+    assert "<script>" not in report._repr_html_()
+    assert report.to_dataframe() is report.table
+

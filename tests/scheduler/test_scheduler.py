@@ -618,3 +618,33 @@ def test_compiles_only_where_the_kernel_serves_as_serve_does():
     assert not compiles(tiers, [*loose, Levers(admit=0.5)])
     assert not compiles(tiers, [*loose, Levers(skip={"L1-gpu"})])
     assert not compiles(three_tier(10**6, threshold=0.1), [Levers({"text": 0.2})])  # floor < 0
+
+
+# -- display -------------------------------------------------------------------------------
+def test_a_scheduler_shows_its_settings_controllers_and_lambda():
+    s = Scheduler([Levers({"text": -0.05}), Levers({"text": 0.1}, admit=0.5, skip={"L3"})],
+                  {"hit_rate": make_controller("PI", TARGET, kp=0.4),
+                   "error_rate": make_controller("fixed", 0.02, lam=2.0, at_least=False)},
+                  objective_scale=100.0, explore=0.0)
+    for hit_rate in (0.80, 0.95, 0.85):
+        s.observe(_stats(hit_rate, 50.0))
+    text = repr(s)
+    assert "\n" not in text and "0x" not in text and len(text) < 300
+    assert text.startswith("Scheduler(2 settings, objective='mean_latency_ms', constraints="
+                           "{hit_rate: PIController(≥ 0.92, λ=")
+    assert "error_rate: FixedController(≤ 0.02, λ=2)" in text and "windows=3" in text
+    page = s._repr_html_()
+    lam = s.lambdas["hit_rate"]
+    for field in ("Constraints and controllers", "hit_rate", "PI", "≥ 0.92", "kp=0.4",
+                  "error_rate", "fixed", "≤ 0.02", "Lever settings", "text=-0.05", "text=0.1",
+                  "L3", "0.5", "Last window", "lambda_hit_rate", f"{lam:.4g}"):
+        assert field in page, field
+    history = s.to_dataframe()
+    assert len(history) == 3 and history.lambda_hit_rate.iloc[-1] == lam
+    assert list(history.setting[:2]) == [0, 1]
+
+
+def test_a_fresh_scheduler_shows_itself():
+    s = Scheduler([Levers()], {})
+    assert repr(s).startswith("Scheduler(1 settings") and "windows=0" in repr(s)
+    assert "display failed" not in s._repr_html_() and s.to_dataframe().empty

@@ -210,3 +210,20 @@ def test_known_misses_are_reused_not_replayed(monkeypatch) -> None:
     table = lower_bound_curve(trace, curves)
     assert [tuple(r) for r in table[["lower", "upper"]].itertuples(index=False)] == replayed
     assert list(table.belady) == list(curves[curves.policy == "belady"].miss_cnt)
+
+
+def test_opt_bounds_show_both_bounds_their_gap_and_miss_ratios():
+    trace = zipf_trace(2_000, 200, alpha=1.0, seed=1, obj_size=None)
+    bounds = opt_bounds(trace, 20_000, policies=["lru", "fifo"])
+    lo, hi = bounds
+    text = repr(bounds)
+    assert text == (f"OptBounds(lower={lo:,}, upper={hi:,}, gap={hi - lo:,}, "
+                    f"lower_method={bounds.lower_method!r}, upper_by={bounds.upper_by!r}, "
+                    f"n_req=2,000)")
+    page = bounds._repr_html_()
+    for field in ("lower", "upper", "gap", bounds.lower_method, bounds.upper_by,
+                  f"{lo / 2000:.4g}", "20 kB", "2,000"):
+        assert field in page, field
+    # the trace's size and the cache's are not compared
+    assert bounds == type(bounds)(lo, hi, bounds.lower_method, bounds.upper_by)
+

@@ -367,3 +367,28 @@ def test_served_summary_splits_a_replay_by_request_set(video_stream):
     # the seed's route: clips take no L1 / L2 hit, every clip hit is L3's
     assert clips["share_of_L1-gpu_hits"] == clips["share_of_L2-cpu_hits"] == 0.0
     assert clips["hit_rate"] > 0 and clips["hit_L3-nvme"] == pytest.approx(clips["hit_rate"])
+
+
+def test_a_report_shows_its_tables_and_keeps_its_plain_data(stream):
+    report = replay(stream, three_tier(int(stream.size.sum() // 4)), limits=True)
+    text = repr(report)
+    assert "\n" not in text and len(text) < 300 and "0x" not in text
+    assert text.startswith(f"Report(n_req={report.n_req:,}, tiers={list(report.tiers)}")
+    page = report._repr_html_()
+    for field in ("CacheBench-MM Report", "Hit rate per tier", *report.tiers,
+                  "Hit rate per modality set", *report.hit_rate_per_modality, "Latency (ms)", "p99",
+                  "Queue (misses)", "Limits", "opt_lower_miss_ratio", "Provenance",
+                  f"{report.hit_rate:.4g}"):
+        assert field in page, field
+    frame = report.to_dataframe()
+    second = report.tiers[1]
+    row = frame[(frame.metric == "hit_rate_per_tier") & (frame.key == second)]
+    assert row.value.item() == report.hit_rate_per_tier[second]
+    assert frame[frame.metric == "hit_rate"].value.item() == report.hit_rate
+
+
+def test_a_report_display_escapes_what_its_provenance_holds(stream):
+    report = replay(stream, three_tier(int(stream.size.sum() // 4)), limits=False)
+    report.provenance["note"] = "<script>alert(1)</script>"
+    page = report._repr_html_()
+    assert "<script>" not in page and "&lt;script&gt;" in page

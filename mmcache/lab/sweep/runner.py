@@ -13,6 +13,7 @@ from mmcache.lab.sweep.engines import run_points
 from mmcache.lab.sweep.results import collect, write_figure, write_table
 from mmcache.lab.sweep.spec import SweepSpec
 from mmcache.lab.sweep.store import clear_partial, is_complete, save_outcome
+from mmcache.types import html_card, html_fields, safe_display
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,41 @@ class SweepReport:
     ran: int
     skipped: int
     failed: int
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """The table of every point (the ``table`` field; what ``results.csv`` holds)."""
+        return self.table
+
+    def __repr__(self) -> str:
+        return safe_display(lambda: (
+            f"SweepReport(points={len(self.table):,}, ran={self.ran:,}, "
+            f"skipped={self.skipped:,}, failed={self.failed:,}, "
+            f"columns={_columns(self.table)})"), self)
+
+    def _repr_html_(self) -> str:
+        def render() -> str:
+            ok = int((self.table["status"] == "ok").sum()) if "status" in self.table else None
+            summary = html_fields([("points in the table", len(self.table)), ("ok", ok),
+                                   ("ran now", self.ran), ("skipped (already done)", self.skipped),
+                                   ("failed now", self.failed)])
+            # pandas escapes every cell (escape=True is its default; said here for the reader)
+            table = self.table.to_html(max_rows=SHOWN_ROWS, escape=True, border=0,
+                                       classes="mmcache-table")
+            return html_card("SweepReport", summary, table,
+                             note="plain data: .to_dataframe() (the results.csv table)")
+
+        return safe_display(render, self, as_html=True)
+
+
+#: Rows of a sweep's table its notebook display shows (pandas elides the middle past it).
+SHOWN_ROWS = 30
+
+
+def _columns(table: pd.DataFrame, keep: int = 6) -> str:
+    """The table's first column names, with how many more there are."""
+    names = [str(c) for c in table.columns]
+    more = f", +{len(names) - keep} more" if len(names) > keep else ""
+    return "[" + ", ".join(names[:keep]) + more + "]"
 
 
 def run_sweep(spec: SweepSpec, out: str | Path, engine: str = "local",

@@ -1,5 +1,7 @@
 """CacheBench-MM's report: per-request outcomes and latencies of one replay, summaries, and the
-Prometheus exposition of a report.
+Prometheus exposition of a report. In a notebook a :class:`Report` shows itself as tables (hit
+rate per tier and per modality set, latency, queueing, limits, provenance); its plain data is
+:meth:`Report.to_dataframe` (tidy) or :meth:`Report.as_dict`.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from mmcache.metrics import register_serving
 from mmcache.sim.cachebench.limits import replay_limits
 from mmcache.sim.latency import LatencyModel
 from mmcache.sim.workload import MODALITY_SET_NAMES, MODALITY_SETS, Workload
-from mmcache.types import MODALITIES
+from mmcache.types import MODALITIES, fmt, html_card, html_fields, html_table, preview, safe_display
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from mmcache.sim.cachebench.engine import _RequestCosts
 
 
@@ -58,6 +62,62 @@ class Report:
         out.pop("waits_ms")
         out["tiers"] = list(self.tiers)
         return out
+
+    def to_dataframe(self) -> "pd.DataFrame":
+        """Tidy table of the summaries: one row per ``(metric, key, value)``; ``key`` is the
+        tier, modality set, latency statistic, queue or limit field (empty for a scalar)."""
+        import pandas as pd  # deferred: pandas only for this export
+
+        return pd.DataFrame(_rows(self), columns=["metric", "key", "value"])
+
+    def __repr__(self) -> str:
+        return safe_display(self._plain, self)
+
+    def _repr_html_(self) -> str:
+        return safe_display(self._html, self, as_html=True)
+
+    def _plain(self) -> str:
+        return (f"Report(n_req={self.n_req:,}, tiers={list(self.tiers)}, "
+                f"hit_rate={fmt(self.hit_rate, 3)}, false_hit_rate={fmt(self.false_hit_rate, 3)}, "
+                f"p99_ms={fmt(self.latency_ms.get('p99'), 3)}, sla_ms={fmt(self.sla_ms, 3)}, "
+                f"sla_violation_rate={fmt(self.sla_violation_rate, 3)})")
+
+    def _html(self) -> str:
+        summary = html_fields([
+            ("requests", self.n_req), ("hit rate", self.hit_rate),
+            ("false-hit rate", self.false_hit_rate), ("hit precision", self.hit_precision),
+            ("byte hit rate", self.byte_hit_rate),
+            ("cross-modal hit rate", self.cross_modal_hit_rate),
+            ("SLA (ms)", self.sla_ms), ("SLA violation rate", self.sla_violation_rate)],
+            caption="Summary")
+        tiers = html_table(["tier", "hit rate"],
+                           [[t, self.hit_rate_per_tier.get(t)] for t in self.tiers],
+                           caption="Hit rate per tier (share of all requests)")
+        sets = html_table(["modality set", "hit rate"], sorted(self.hit_rate_per_modality.items()),
+                          caption="Hit rate per modality set")
+        latency = html_table(list(self.latency_ms), [list(self.latency_ms.values())],
+                             caption="Latency (ms)")
+        queue = html_fields(sorted(self.queue.items()), caption="Queue (misses)") \
+            if self.queue else ""
+        limits = html_fields([(k, v if isinstance(v, (int, float, str)) or v is None
+                               else preview(v)) for k, v in sorted(self.limits.items())],
+                             caption="Limits") if self.limits else ""
+        provenance = html_fields([(k, v if isinstance(v, str) else preview(v, 160))
+                                  for k, v in self.provenance.items()], caption="Provenance")
+        return html_card("CacheBench-MM Report", summary, tiers, sets, latency, queue, limits,
+                         provenance, note="plain data: .to_dataframe(), .as_dict()")
+
+
+def _rows(report: Report) -> list[tuple[str, str, Any]]:
+    """The summary rows of :meth:`Report.to_dataframe`."""
+    rows: list[tuple[str, str, Any]] = [
+        (name, "", getattr(report, name)) for name in (
+            "n_req", "hit_rate", "cross_modal_hit_rate", "false_hit_rate", "hit_precision",
+            "byte_hit_rate", "sla_ms", "sla_violation_rate")]
+    for metric in ("hit_rate_per_tier", "hit_rate_per_modality", "latency_ms", "queue",
+                   "limits"):
+        rows += [(metric, str(k), v) for k, v in getattr(report, metric).items()]
+    return rows
 
 
 def report_prometheus(report: Report, workload: Workload, *, model_type: str,
