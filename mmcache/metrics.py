@@ -19,6 +19,13 @@ In a notebook a :class:`CacheMetrics` shows itself as a compact table (``_repr_h
 ratio per tier and per modality set, the counters, latency quantiles per stage); its plain
 ``repr`` is one line.
 
+Progress: :func:`progress_bar` is the one progress bar (``tqdm.auto``: a widget in a notebook,
+text on stderr elsewhere) that every long call of the package shows (encoding a pool, an
+online replay, ``opt_bounds``, a sweep, CLIP training). A call's ``progress=False`` silences
+its bar, and ``MMCACHE_PROGRESS=0`` in the environment silences every bar (read at each call,
+so a papermill run or a notebook cell can set it); a bar appears only once its call has run
+``PROGRESS_DELAY_S`` seconds.
+
 Threads: a :class:`CacheMetrics` has its own lock. Its methods (counting, ``reset``,
 ``snapshot``, the exports, ``hit_ratio``) hold it, so a thread may export or reset the
 metrics of a cache other threads are using; to read several counters consistently
@@ -27,6 +34,7 @@ from such a thread, read them from :meth:`CacheMetrics.snapshot`.
 
 from __future__ import annotations
 
+import os
 import threading
 from bisect import bisect_left
 from collections import Counter
@@ -34,11 +42,12 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from mmcache.errors import InvalidInputError
+from mmcache.errors import ConfigError, InvalidInputError
 from mmcache.types import fmt, fmt_seconds, html_card, html_table, is_multimodal, safe_display
 
 if TYPE_CHECKING:
     import pandas as pd
+    from tqdm import tqdm
 
 #: Upper bounds (seconds) of the latency histogram buckets: 1 µs … 10 s, 1-2.5-5 steps.
 LATENCY_BUCKETS: tuple[float, ...] = tuple(
@@ -272,6 +281,41 @@ def html_sections(snap: CacheMetrics, tiers: Sequence[str] | None = None) -> lis
                          for k in sorted(set(snap.shard_requests) | set(snap.skew_alerts))],
                         caption="Shards") if snap.shard_requests or snap.skew_alerts else ""
     return [summary, hit_ratio, per_tier, latency, shards]
+
+
+# -- progress --------------------------------------------------------------------------------
+#: ``MMCACHE_PROGRESS=0`` silences every progress bar (read at each call, never at import).
+PROGRESS_ENV = "MMCACHE_PROGRESS"
+#: Seconds a call runs before its bar appears, so a short call shows none.
+PROGRESS_DELAY_S = 2.0
+_PROGRESS_OFF = frozenset({"0", "false", "no", "off"})
+_PROGRESS_ON = frozenset({"", "1", "true", "yes", "on"})
+
+
+def progress_enabled(progress: bool | None = None) -> bool:
+    """Whether a call shows its progress bar: not when its ``progress`` is False, and not
+    anywhere while the environment has ``MMCACHE_PROGRESS=0`` (``0/false/no/off``; read
+    now). ``progress`` must be True, False or None (InvalidInputError); an unreadable
+    ``MMCACHE_PROGRESS`` is a ConfigError."""
+    if progress is not None and not isinstance(progress, bool):
+        raise InvalidInputError(f"progress must be True, False or None, got {progress!r}")
+    value = os.environ.get(PROGRESS_ENV, "")
+    if value.strip().lower() not in _PROGRESS_OFF | _PROGRESS_ON:
+        raise ConfigError(f"{PROGRESS_ENV}={value!r}: set it to 0 (no progress bars) or 1")
+    return progress is not False and value.strip().lower() not in _PROGRESS_OFF
+
+
+def progress_bar(total: int | None, desc: str, *, unit: str = "it",
+                 progress: bool | None = None, **options: Any) -> "tqdm":
+    """A ``tqdm.auto`` bar (a widget in a notebook, stderr elsewhere) of ``total`` steps,
+    disabled as :func:`progress_enabled` says (a disabled bar prints nothing and costs
+    nothing), shown after :data:`PROGRESS_DELAY_S` seconds. Use it as a context manager and
+    ``update(n)`` once per chunk of work."""
+    enabled = progress_enabled(progress)
+    from tqdm.auto import tqdm  # deferred: in a kernel tqdm.auto loads ipywidgets
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled,
+                delay=PROGRESS_DELAY_S, **options)
 
 
 def _cross_modal_rates(snap: "CacheMetrics") -> dict[str, float]:

@@ -1,11 +1,17 @@
-"""Cache metrics: counters, histograms, DataFrame and Prometheus export, the notebook display."""
+"""Cache metrics: counters, histograms, DataFrame and Prometheus export, the notebook display;
+the progress bar every long call shows and its switches."""
 
 from __future__ import annotations
 
 import math
 import re
 
-from mmcache.metrics import LATENCY_BUCKETS, CacheMetrics, Histogram
+import pytest
+
+import mmcache.metrics as metrics_module
+from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.metrics import (LATENCY_BUCKETS, PROGRESS_ENV, CacheMetrics, Histogram, progress_bar,
+                             progress_enabled)
 
 
 def test_histogram_buckets_and_quantiles():
@@ -107,3 +113,34 @@ def test_metrics_html_escapes_the_names_it_shows():
     page = m._repr_html_()
     assert "<script>" not in page and "<b>" not in page and "&lt;script&gt;" in page
 
+
+# -- progress ----------------------------------------------------------------------------------
+def test_progress_is_on_by_default_and_off_by_argument_or_environment(monkeypatch):
+    monkeypatch.delenv(PROGRESS_ENV, raising=False)
+    assert progress_enabled() and progress_enabled(True) and not progress_enabled(False)
+    for off in ("0", "false", "OFF", " no "):
+        monkeypatch.setenv(PROGRESS_ENV, off)
+        assert not progress_enabled() and not progress_enabled(True)  # the switch wins
+    monkeypatch.setenv(PROGRESS_ENV, "1")
+    assert progress_enabled()
+
+
+def test_a_bad_progress_switch_is_a_typed_error(monkeypatch):
+    monkeypatch.delenv(PROGRESS_ENV, raising=False)
+    with pytest.raises(InvalidInputError, match="progress must be"):
+        progress_enabled("yes")
+    monkeypatch.setenv(PROGRESS_ENV, "maybe")
+    with pytest.raises(ConfigError, match="MMCACHE_PROGRESS='maybe'"):
+        progress_enabled()
+
+
+def test_the_bar_writes_to_stderr_unless_silenced_at_call_time(monkeypatch, capsys):
+    monkeypatch.setattr(metrics_module, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.delenv(PROGRESS_ENV, raising=False)
+    with progress_bar(3, "counting things", unit="thing") as bar:
+        bar.update(3)
+    assert "counting things" in capsys.readouterr().err
+    monkeypatch.setenv(PROGRESS_ENV, "0")  # after import: read when the bar is made
+    with progress_bar(3, "counting things") as bar:
+        bar.update(3)
+    assert capsys.readouterr().err == ""

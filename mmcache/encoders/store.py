@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mmcache.errors import InvalidEmbeddingError, InvalidInputError
+from mmcache.metrics import progress_bar, progress_enabled
 from mmcache.paths import DATA_DIR
 from mmcache.encoders.base import Encoder
 
@@ -56,15 +57,26 @@ class EmbeddingStore:
         self.root = Path(root)
         self._index: dict[str, dict[str, tuple[Path, int]]] = {}
 
-    def encode(self, encoder: Encoder, inputs: Sequence[Any], batch_size: int = 256) -> np.ndarray:
-        """``encoder.encode(inputs)``, reading stored vectors and encoding only new inputs."""
+    def encode(self, encoder: Encoder, inputs: Sequence[Any], batch_size: int = 256, *,
+               progress: bool | None = None) -> np.ndarray:
+        """``encoder.encode(inputs)``, reading stored vectors and encoding only new inputs.
+
+        Encoding shows a progress bar over the new inputs, updated per batch, once it has run
+        two seconds (:func:`mmcache.metrics.progress_bar`; ``progress=False`` or
+        ``MMCACHE_PROGRESS=0`` silences it)."""
+        progress_enabled(progress)  # a bad argument fails before any encoding
         keys = [content_hash(x) for x in inputs]
         index = self._load_index(encoder.encoder_id)
         missing = sorted({k: i for i, k in enumerate(keys) if k not in index}.values())
-        for start in range(0, len(missing), batch_size):
-            chunk = missing[start:start + batch_size]
-            vectors = self._checked(encoder, encoder.encode([inputs[i] for i in chunk]), len(chunk))
-            self._write_shard(encoder.encoder_id, [keys[i] for i in chunk], vectors)
+        if missing:
+            with progress_bar(len(missing), f"encoding ({_short(encoder.encoder_id)})",
+                              unit="input", progress=progress) as bar:
+                for start in range(0, len(missing), batch_size):
+                    chunk = missing[start:start + batch_size]
+                    vectors = self._checked(encoder, encoder.encode([inputs[i] for i in chunk]),
+                                            len(chunk))
+                    self._write_shard(encoder.encoder_id, [keys[i] for i in chunk], vectors)
+                    bar.update(len(chunk))
         return self._gather(encoder, keys, index)
 
     def __contains__(self, pair: tuple[str, Any]) -> bool:
@@ -118,6 +130,11 @@ class EmbeddingStore:
             dst, src = zip(*pairs)
             out[list(dst)] = vectors[list(src)]
         return out
+
+
+def _short(encoder_id: str, keep: int = 40) -> str:
+    """An encoder id cut for a progress bar's label."""
+    return encoder_id if len(encoder_id) <= keep else encoder_id[:keep - 1] + "…"
 
 
 def save_npz(path: Path, **arrays: np.ndarray) -> None:

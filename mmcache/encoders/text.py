@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import numpy as np
 
 from mmcache.errors import InvalidInputError
+from mmcache.metrics import progress_enabled
 from mmcache.offline import enforce_offline, missing_asset
 
 if TYPE_CHECKING:
@@ -65,12 +66,20 @@ class MiniLMEncoder:
     def __init__(self, device: str = "cpu", batch_size: int = 128) -> None:
         enforce_offline()
         from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
         path = minilm_path()
         self.device = device
         self.batch_size = batch_size
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = AutoModel.from_pretrained(path, local_files_only=True).to(device).eval()
+        quiet = not progress_enabled() and hf_logging.is_progress_bar_enabled()
+        if quiet:  # MMCACHE_PROGRESS=0 silences transformers' "Loading weights" bar as well
+            hf_logging.disable_progress_bar()
+        try:
+            self.model = AutoModel.from_pretrained(path, local_files_only=True).to(device).eval()
+        finally:
+            if quiet:
+                hf_logging.enable_progress_bar()
         digest = file_sha256(path / "model.safetensors")[:12]
         self.encoder_id = f"minilm:all-MiniLM-L6-v2/{digest}/mean-l2"
 

@@ -26,6 +26,7 @@ import argparse
 import hashlib
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, replace
 from functools import lru_cache
@@ -56,6 +57,10 @@ from mmcache.encoders.clip_arch import (
     pixels_to_tensor,
 )
 from mmcache.encoders.text import MiniLMEncoder, file_sha256, minilm_path
+from mmcache.metrics import progress_bar, progress_enabled
+
+#: Training steps between two updates of the progress bar.
+PROGRESS_STEPS = 25
 
 
 @lru_cache(maxsize=1)
@@ -177,8 +182,13 @@ def scene_text_embeddings(text: MiniLMEncoder, scenes: np.ndarray) -> np.ndarray
 
 
 def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
-          log_every: int = 100) -> Path:
-    """Train ``config``, evaluate it on the test split, write weights + model card; the folder."""
+          log_every: int = 100, *, progress: bool | None = None) -> Path:
+    """Train ``config``, evaluate it on the test split, write weights + model card; the folder.
+
+    A progress bar counts the steps, updated every :data:`PROGRESS_STEPS` steps with the
+    loss (``progress=False`` or ``MMCACHE_PROGRESS=0`` silences it); ``log_every`` steps a
+    line is printed (0: none)."""
+    progress_enabled(progress)  # a bad argument fails before anything loads
     import torch
     from safetensors.torch import save_file
 
@@ -204,6 +214,7 @@ def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / config.warmup)
                                               * 0.5 * (1 + np.cos(np.pi * s / config.steps)))
     load_before = os.getloadavg()[0]
+    bar = progress_bar(config.steps, "CLIP training", unit="step", progress=progress)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     for step in range(config.steps):
         idx = torch.randint(0, len(labels), (config.batch_size,), generator=gen)
@@ -226,10 +237,16 @@ def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
         sched.step()
         with torch.no_grad():
             logit_scale.clamp_(0, np.log(100))
+        if (step + 1) % PROGRESS_STEPS == 0 or step + 1 == config.steps:
+            if not bar.disable:
+                bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+            bar.update((step + 1) - (step // PROGRESS_STEPS) * PROGRESS_STEPS)
         if log_every and (step + 1) % log_every == 0:
-            print(f"step {step + 1}/{config.steps} loss {loss.item():.3f} "
-                  f"wall {time.perf_counter() - wall0:.0f}s", flush=True)
+            bar.write(f"step {step + 1}/{config.steps} loss {loss.item():.3f} "
+                      f"wall {time.perf_counter() - wall0:.0f}s")
+            sys.stdout.flush()
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    bar.close()
     visual.eval()
     test = load_fashion_mnist("test")
     accuracy = text_prompted_accuracy(visual, test.images, test.labels, prompt_classifier(captions))

@@ -237,7 +237,7 @@ def _environment() -> jinja2.Environment:
 
 
 def run_figures(spec: SweepSpec, sweep_dir: Path, figures: Path, runs: Path,
-                spec_path: str = "", progress: bool = True) -> list[str]:
+                spec_path: str = "", progress: bool | None = None) -> list[str]:
     """Run the figures sweep, publish its outputs and write the report (index.html and the
     manifest); returns the notebooks that failed."""
     run_sweep(spec, sweep_dir, engine="local", progress=progress)
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = load_spec(args.spec)
     sweep_dir = Path(args.out) if args.out else RUNS_DIR / "figures" / package_hash()
     failed = run_figures(spec, sweep_dir, figure_dir(), RUNS_DIR, _shown(Path(args.spec)),
-                         progress=not args.no_progress)
+                         progress=False if args.no_progress else None)
     print(f"[figures] {len(spec.points) - len(failed)} of {len(spec.points)} notebooks -> "
           f"{figure_dir()} ({INDEX_FILE}, {MANIFEST_FILE}); sweep folder {sweep_dir}"
           + (f"; FAILED: {', '.join(failed)}" if failed else ""))

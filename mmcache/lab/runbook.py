@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
-from tqdm.auto import tqdm
 
 from mmcache.errors import InvalidInputError
+from mmcache.metrics import progress_bar
 from mmcache.offline import enforce_offline
 from mmcache.paths import PROJECT_ROOT, RUNS_DIR
 from mmcache.lab.plotting import FIGURE_DIR_ENV
@@ -135,15 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sources = [Path(n) for n in args.notebooks] or notebook_sources()
     failed = []
-    for source in tqdm(sources, desc="notebooks", unit="nb", disable=len(sources) < 2):
-        tqdm.write(f"[runbook] {source.stem} ({'smoke' if args.smoke else 'full'})")
-        try:
-            out = execute(source, args.smoke, dict(args.parameter))
-        except Exception as err:  # report every failing notebook, not only the first
-            failed.append(source.stem)
-            tqdm.write(f"[runbook]   FAILED {source.stem}: {type(err).__name__}: {err}")
-        else:
-            tqdm.write(f"[runbook]   -> {out}")
+    with progress_bar(len(sources), "notebooks", unit="nb",
+                      progress=None if len(sources) > 1 else False) as bar:
+        for source in sources:
+            bar.write(f"[runbook] {source.stem} ({'smoke' if args.smoke else 'full'})")
+            try:
+                out = execute(source, args.smoke, dict(args.parameter))
+            except Exception as err:  # report every failing notebook, not only the first
+                failed.append(source.stem)
+                bar.write(f"[runbook]   FAILED {source.stem}: {type(err).__name__}: {err}")
+            else:
+                bar.write(f"[runbook]   -> {out}")
+            bar.update()
     if failed:
         print(f"[runbook] {len(failed)} of {len(sources)} notebooks failed: {', '.join(failed)}",
               file=sys.stderr)

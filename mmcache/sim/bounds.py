@@ -48,6 +48,7 @@ from numba import njit
 from scipy.optimize import linprog
 
 from mmcache.errors import ConfigError
+from mmcache.metrics import progress_bar
 from mmcache.policies import POLICIES
 from mmcache.sim.kernels import KERNELS
 from mmcache.sim.replay import check_cache_size, check_trace, policy_name, simulate
@@ -338,7 +339,8 @@ class OptBounds:
 
 
 def opt_bounds(trace: Trace, cache_size: int, *, policies: Iterable[str] | None = None,
-               method: str = "auto", known: Mapping[str, int] | None = None) -> OptBounds:
+               method: str = "auto", known: Mapping[str, int] | None = None,
+               progress: bool | None = None) -> OptBounds:
     """Bounds on the fewest misses any policy can have on ``trace`` at ``cache_size`` bytes,
     counted as :func:`simulate` counts them.
 
@@ -348,7 +350,9 @@ def opt_bounds(trace: Trace, cache_size: int, *, policies: Iterable[str] | None 
     MIN with bypass's, which the bound replayed) and
     ``policies`` simulated with their defaults (every registered one unless given), so
     it is at most each of them; ``known`` gives misses already counted (by :func:`simulate`,
-    at this size) for some of them, which are then not replayed. Raises
+    at this size) for some of them, which are then not replayed. A progress bar (one step for
+    the lower bound, one per policy replayed; ``progress=False`` or ``MMCACHE_PROGRESS=0``
+    silences it) appears when the call runs more than two seconds. Raises
     :class:`TraceFormatError` for an empty or non-trace, :class:`ConfigError` for a bad size
     or method and :class:`UnknownPolicyError` for an unknown policy.
     """
@@ -356,14 +360,24 @@ def opt_bounds(trace: Trace, cache_size: int, *, policies: Iterable[str] | None 
     cache_size = check_cache_size(cache_size)
     names = [policy_name(p) for p in (POLICIES if policies is None else policies)]
     known = {policy_name(name): int(misses) for name, misses in (known or {}).items()}
-    low = lower_bound(trace, cache_size, method)
-    upper, upper_by = trace.n_req, "no cache"
-    if low.schedule_misses is not None and low.schedule_misses < upper:
-        upper, upper_by = low.schedule_misses, low.schedule
-    for name in sorted(names, key=lambda n: (n not in KERNELS, n)):  # compiled kernels first
-        if upper == low.misses:  # optimal: no policy can miss less
-            break
-        misses = known[name] if name in known else simulate(trace, name, cache_size).miss_cnt
-        if misses < upper:
-            upper, upper_by = misses, name
+    order = sorted(names, key=lambda n: (n not in KERNELS, n))  # compiled kernels first
+    with progress_bar(1 + sum(n not in known for n in order), "opt_bounds", unit="step",
+                      progress=progress) as bar:
+        bar.set_postfix_str(f"lower bound ({method})", refresh=False)
+        low = lower_bound(trace, cache_size, method)
+        bar.update()
+        upper, upper_by = trace.n_req, "no cache"
+        if low.schedule_misses is not None and low.schedule_misses < upper:
+            upper, upper_by = low.schedule_misses, low.schedule
+        for name in order:
+            if upper == low.misses:  # optimal: no policy can miss less
+                break
+            if name in known:
+                misses = known[name]
+            else:
+                bar.set_postfix_str(name, refresh=False)
+                misses = simulate(trace, name, cache_size, progress=False).miss_cnt
+                bar.update()
+            if misses < upper:
+                upper, upper_by = misses, name
     return OptBounds(low.misses, upper, low.method, upper_by, trace.n_req, cache_size)

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from mmcache.metrics import progress_bar
 from mmcache.sim.bounds import opt_bounds
 from mmcache.sim.replay import simulate
 from mmcache.sim.workload import zipf_trace
 
 
-def miss_ratio_curves(trace: Any, policies: Sequence[str], sizes: Sequence[int]):
-    """Miss ratio of every policy at every cache size on one trace, with replay timings.
+def miss_ratio_curves(trace: Any, policies: Sequence[str], sizes: Sequence[int], *,
+                      progress: bool | None = None):
+    """Miss ratio of every policy at every cache size on one trace, with replay timings; a
+    progress bar over the replays (outside their timings; ``progress=False`` silences it).
 
     Returns a pandas DataFrame with columns ``policy, cache_size, miss_cnt,
     miss_ratio, byte_miss_ratio, seconds, req_per_s`` (``seconds`` is the wall
@@ -25,21 +28,27 @@ def miss_ratio_curves(trace: Any, policies: Sequence[str], sizes: Sequence[int])
     warm = zipf_trace(2_000, 200, seed=0)
     trace.dense_ids()  # the one-off id renumbering every replay of this trace shares
     rows = []
-    for policy in policies:
-        simulate(warm, policy, 100 * 4096)
-        for size in sizes:
-            start = time.perf_counter()
-            res = simulate(trace, policy, int(size))
-            seconds = time.perf_counter() - start
-            rows.append({"policy": policy, "cache_size": int(size), "miss_cnt": res.miss_cnt,
-                         "miss_ratio": res.miss_ratio, "byte_miss_ratio": res.byte_miss_ratio,
-                         "seconds": seconds, "req_per_s": trace.n_req / seconds})
+    with progress_bar(len(policies) * len(sizes), "miss-ratio curves", unit="replay",
+                      progress=progress) as bar:
+        for policy in policies:
+            simulate(warm, policy, 100 * 4096, progress=False)
+            bar.set_postfix_str(policy, refresh=False)
+            for size in sizes:
+                start = time.perf_counter()
+                res = simulate(trace, policy, int(size), progress=False)
+                seconds = time.perf_counter() - start
+                rows.append({"policy": policy, "cache_size": int(size),
+                             "miss_cnt": res.miss_cnt, "miss_ratio": res.miss_ratio,
+                             "byte_miss_ratio": res.byte_miss_ratio, "seconds": seconds,
+                             "req_per_s": trace.n_req / seconds})
+                bar.update()
     return pd.DataFrame(rows)
 
 
-def lower_bound_curve(trace: Any, curves: Any):
+def lower_bound_curve(trace: Any, curves: Any, *, progress: bool | None = None):
     """:func:`mmcache.replay.opt_bounds` of ``trace`` at every size of ``curves`` (its
-    :func:`miss_ratio_curves`), with Belady's misses.
+    :func:`miss_ratio_curves`), with Belady's misses; a progress bar over the sizes
+    (``progress=False`` silences it).
 
     Returns a pandas DataFrame with columns ``cache_size, lower, upper, lower_method,
     upper_by, belady, miss_ratio`` (``miss_ratio``: the lower bound's); ``upper`` is at
@@ -48,14 +57,18 @@ def lower_bound_curve(trace: Any, curves: Any):
     import pandas as pd
 
     rows = []
-    for size, at_size in curves.groupby("cache_size", sort=True):
-        known = dict(zip(at_size.policy, at_size.miss_cnt))
-        bounds = opt_bounds(trace, int(size), policies=list(known), known=known)
-        belady = known["belady"] if "belady" in known else \
-            simulate(trace, "belady", int(size)).miss_cnt
-        rows.append({"cache_size": int(size), "lower": bounds.lower, "upper": bounds.upper,
-                     "lower_method": bounds.lower_method, "upper_by": bounds.upper_by,
-                     "belady": int(belady), "miss_ratio": bounds.lower / trace.n_req})
+    groups = curves.groupby("cache_size", sort=True)
+    with progress_bar(groups.ngroups, "lower bounds", unit="size", progress=progress) as bar:
+        for size, at_size in groups:
+            known = dict(zip(at_size.policy, at_size.miss_cnt))
+            bounds = opt_bounds(trace, int(size), policies=list(known), known=known,
+                                progress=False)
+            belady = known["belady"] if "belady" in known else \
+                simulate(trace, "belady", int(size), progress=False).miss_cnt
+            rows.append({"cache_size": int(size), "lower": bounds.lower, "upper": bounds.upper,
+                         "lower_method": bounds.lower_method, "upper_by": bounds.upper_by,
+                         "belady": int(belady), "miss_ratio": bounds.lower / trace.n_req})
+            bar.update()
     return pd.DataFrame(rows)
 
 

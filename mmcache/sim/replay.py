@@ -21,16 +21,22 @@ Every registered policy has a compiled kernel (numba, over dense object ids; see
 :mod:`mmcache.sim.kernels`) that replays at millions of requests per second and
 counts exactly like its online object; a policy without one (or ``use_kernel=False``)
 replays through the online object, one Python call per request.
+
+Progress: an online replay shows a progress bar (:func:`mmcache.metrics.progress_bar`, after
+two seconds; ``progress=False`` or ``MMCACHE_PROGRESS=0`` silences it) updated once per
+:data:`PROGRESS_CHUNK` requests. A compiled-kernel replay shows none: it is one call into the
+kernel (millions of requests per second), which a bar could only follow by splitting it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
 from mmcache.errors import ConfigError, TraceFormatError
+from mmcache.metrics import progress_bar, progress_enabled
 from mmcache.policies import POLICIES, make_policy
 from mmcache.policies.admission import admit_miss
 from mmcache.sim.kernels import run_kernel
@@ -44,6 +50,8 @@ __all__ = ["ORACLE_GENERAL_DTYPE", "SimResult", "Trace", "attention_entropy_prox
 
 #: The per-request hints simulate() passes on.
 REQUEST_HINTS = ("cost", "entropy")
+#: Requests an online replay serves between two updates of its progress bar.
+PROGRESS_CHUNK = 65_536
 
 
 @dataclass(frozen=True)
@@ -75,7 +83,7 @@ class SimResult:
 
 def simulate(trace: Trace, policy: str = "lru", cache_size: int = 134217728,
              *, use_kernel: bool = True, hints: Mapping[str, Any] | None = None,
-             **params: Any) -> SimResult:
+             progress: bool | None = None, **params: Any) -> SimResult:
     """Replay ``trace`` through ``policy`` with a cache of ``cache_size`` bytes.
 
     ``params`` go to the policy (e.g. ``k=2`` for LRU-K). ``hints`` are per-request
@@ -84,17 +92,20 @@ def simulate(trace: Trace, policy: str = "lru", cache_size: int = 134217728,
     :func:`attention_entropy_proxy` when none is given). Every policy call also carries
     ``now``, the request's time from the trace's ``time`` column (hotness-freshness ages
     by it), and ``next_access``. ``use_kernel=False`` forces the online object even where
-    a compiled kernel exists.
+    a compiled kernel exists. ``progress=False`` silences the online replay's progress bar
+    (see the module; a kernel replay has none).
     Raises :class:`UnknownPolicyError` or :class:`ConfigError` for bad arguments.
     """
     check_trace(trace, "simulate()")
     name = policy_name(policy)
     cache_size = check_cache_size(cache_size)
     policy_obj = make_policy(name, cache_size, **params)  # validates params
+    progress_enabled(progress)  # a bad progress argument fails before any replay
     hints = _request_hints(trace, name, hints)
     counts = run_kernel(name, trace, cache_size, params, hints) if use_kernel else None
     if counts is None:
-        counts = _replay_online(trace, policy_obj, cache_size, hints)
+        with progress_bar(trace.n_req, f"replay {name}", unit="req", progress=progress) as bar:
+            counts = _replay_online(trace, policy_obj, cache_size, hints, bar.update)
     return SimResult(name, cache_size, trace.n_req, trace.n_req_byte, *counts)
 
 
@@ -159,9 +170,10 @@ def _request_hints(trace: Trace, policy: str,
     return out
 
 
-def _replay_online(trace: Trace, pol: Any, cache_size: int,
-                   hints: dict[str, np.ndarray]) -> tuple[int, int]:
-    """Replay through an online policy object; returns (miss_cnt, miss_byte)."""
+def _replay_online(trace: Trace, pol: Any, cache_size: int, hints: dict[str, np.ndarray],
+                   advance: Callable[[int], Any] = lambda n: None) -> tuple[int, int]:
+    """Replay through an online policy object; returns (miss_cnt, miss_byte). ``advance(n)``
+    is called after every :data:`PROGRESS_CHUNK` requests (and the last ones) with their count."""
     ids, _ = trace.dense_ids()
     sizes = trace.obj_size.tolist()
     columns = {"next_access": trace.next_access.tolist(), "now": trace.time.tolist(),
@@ -182,15 +194,18 @@ def _replay_online(trace: Trace, pol: Any, cache_size: int,
         for victim in keys:
             used -= resident.pop(victim)
 
-    for i, key in enumerate(ids.tolist()):
-        size = sizes[i]
-        hint = {name: values[i] for name, values in columns.items()}
-        if key in resident:
-            pol.access(key, **hint)
-            drop(pol.take_dropped())
-            continue
-        miss_cnt += 1
-        miss_byte += size
-        admit_miss(pol, key, size, overfull=overfull, keep=keep, drop=drop,
-                   fits=size <= cache_size, free=cache_size - used, **hint)
+    keys = ids.tolist()
+    for start in range(0, len(keys), PROGRESS_CHUNK):
+        for i, key in enumerate(keys[start:start + PROGRESS_CHUNK], start):
+            size = sizes[i]
+            hint = {name: values[i] for name, values in columns.items()}
+            if key in resident:
+                pol.access(key, **hint)
+                drop(pol.take_dropped())
+                continue
+            miss_cnt += 1
+            miss_byte += size
+            admit_miss(pol, key, size, overfull=overfull, keep=keep, drop=drop,
+                       fits=size <= cache_size, free=cache_size - used, **hint)
+        advance(min(PROGRESS_CHUNK, len(keys) - start))
     return miss_cnt, miss_byte

@@ -22,12 +22,12 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from mmcache.encoders.heads import InfoNCEHead, make_head
 from mmcache.encoders.store import content_hash
 from mmcache.encoders.whisper import check_audio, log_mel
 from mmcache.errors import InvalidInputError
+from mmcache.metrics import progress_bar
 from mmcache.paths import DATA_DIR
 from mmcache.studies.retrieval import (
     best_fusion_weight,
@@ -203,16 +203,18 @@ def transcribe(model: Any, audios: Sequence[np.ndarray], batch_size: int = 8,
     keys = [content_hash(c) for c in clips]
     todo = sorted({k: i for i, k in enumerate(keys) if k not in cache}.values(),
                   key=lambda i: clips[i].size)
-    for start in tqdm(range(0, len(todo), batch_size), desc="transcribing", unit="batch",
-                      disable=not todo):
-        batch = todo[start:start + batch_size]
-        seconds = max(clips[i].size for i in batch) / 16_000
-        options = whisper.DecodingOptions(language="en", temperature=0.0, fp16=False,
-                                          without_timestamps=True,
-                                          sample_len=int(min(224, 12 + 6 * seconds)))
-        mel = torch.stack([log_mel(clips[i]) for i in batch])
-        for i, result in zip(batch, whisper.decode(model, mel, options)):
-            cache[keys[i]] = result.text.strip()
+    with progress_bar(len(todo), "transcribing", unit="clip", progress=None if todo else False) \
+            as bar:
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start:start + batch_size]
+            seconds = max(clips[i].size for i in batch) / 16_000
+            options = whisper.DecodingOptions(language="en", temperature=0.0, fp16=False,
+                                              without_timestamps=True,
+                                              sample_len=int(min(224, 12 + 6 * seconds)))
+            mel = torch.stack([log_mel(clips[i]) for i in batch])
+            for i, result in zip(batch, whisper.decode(model, mel, options)):
+                cache[keys[i]] = result.text.strip()
+            bar.update(len(batch))
         _write_json(path, cache)  # after every batch: an interrupted run keeps its work
     return [cache[k] for k in keys]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from dataclasses import replace
@@ -12,15 +13,28 @@ import pytest
 from mmcache.encoders import clip as C
 from mmcache.lab import clip_training as T
 from mmcache.encoders import get_encoder
-from mmcache.errors import InvalidMediaError, OfflineAssetError, UnknownModalityError
+from mmcache.errors import (InvalidInputError, InvalidMediaError, OfflineAssetError,
+                            UnknownModalityError)
 
 #: A few seconds of training: enough to beat chance clearly, not a result.
 TINY = replace(T.TrainConfig(), steps=60, batch_size=128, train_limit=4000, warmup=10, lr=3e-3)
 
 
+#: What the tiny training wrote to stderr (its progress bar, shown at once).
+TRAINING_STDERR: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    return T.train(TINY, root=tmp_path_factory.mktemp("models"), log_every=0)
+    import mmcache.metrics
+
+    stderr = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(stderr):
+        mp.setattr(mmcache.metrics, "PROGRESS_DELAY_S", 0.0)
+        mp.delenv("MMCACHE_PROGRESS", raising=False)
+        out = T.train(TINY, root=tmp_path_factory.mktemp("models"), log_every=0)
+    TRAINING_STDERR.append(stderr.getvalue())
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +66,26 @@ def test_training_writes_weights_config_and_card(tiny_dir):
     assert scene["chance"] == pytest.approx(1 / 150, abs=1e-4)
     assert scene["train_scenes_heldout_renderings"] > 3 * scene["chance"]
     assert f"{scene['unseen_scenes']:.1%}" in (tiny_dir / "model_card.md").read_text()
+
+
+def test_training_shows_progress_per_step_chunk_with_the_loss(tiny_dir):
+    (err,) = TRAINING_STDERR
+    assert "CLIP training" in err and f"{T.PROGRESS_STEPS}/60" in err and "60/60" in err
+    assert "loss=" in err and "Loading weights" in err  # transformers' own bar, not silenced
+
+
+def test_silenced_training_progress_and_a_bad_switch(monkeypatch, tmp_path):
+    monkeypatch.setenv("MMCACHE_PROGRESS", "0")
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        bar = T.progress_bar(60, "CLIP training", unit="step")
+        assert bar.disable
+        from mmcache.encoders.text import MiniLMEncoder
+        MiniLMEncoder()  # MMCACHE_PROGRESS=0 silences transformers' loading bar too
+    assert stderr.getvalue() == ""
+    with pytest.raises(InvalidInputError, match="progress"):
+        T.train(TINY, root=tmp_path, progress="quiet")
+    assert not any(tmp_path.iterdir())
 
 
 def test_scene_training_uses_only_the_train_split():

@@ -90,3 +90,24 @@ def test_store_equals_direct_encoding(tmp_path_factory, texts):
     assert out.shape == (len(texts), 8)
     if texts:
         np.testing.assert_array_equal(out, enc.encode(texts))
+
+
+def test_encoding_a_pool_shows_progress_per_batch_unless_silenced(tmp_path, monkeypatch, capsys):
+    import mmcache.metrics
+
+    monkeypatch.setattr(mmcache.metrics, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.delenv("MMCACHE_PROGRESS", raising=False)
+    texts = [f"caption {i}" for i in range(40)]
+    enc = CountingEncoder()
+    EmbeddingStore(tmp_path / "a").encode(enc, texts, batch_size=16)
+    err = capsys.readouterr().err
+    assert "encoding" in err and "40/40" in err and enc.calls == [16, 16, 8]
+    EmbeddingStore(tmp_path / "a").encode(enc, texts)  # all stored: nothing to encode, no bar
+    assert capsys.readouterr().err == ""
+    EmbeddingStore(tmp_path / "b").encode(enc, texts, progress=False)
+    monkeypatch.setenv("MMCACHE_PROGRESS", "0")
+    EmbeddingStore(tmp_path / "c").encode(enc, texts)
+    assert capsys.readouterr().err == ""
+    with pytest.raises(InvalidInputError):
+        EmbeddingStore(tmp_path / "d").encode(enc, texts, progress=1)
+    assert not (tmp_path / "d").exists()

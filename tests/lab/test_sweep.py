@@ -409,3 +409,20 @@ def test_a_sweep_report_shows_its_counts_and_table_escaped(tasks_dir, tmp_path) 
     assert "<script>" not in report._repr_html_()
     assert report.to_dataframe() is report.table
 
+
+def test_a_sweeps_progress_is_silenced_by_the_switch_but_not_its_failures(
+        tasks_dir, tmp_path, monkeypatch, capsys) -> None:
+    import mmcache.metrics
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    (markers / "fail-3").touch()
+    spec = parse_spec(square_spec(markers))
+    monkeypatch.setattr(mmcache.metrics, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.setenv("MMCACHE_PROGRESS", "0")
+    run_sweep(spec, tmp_path / "quiet", progress=True)  # the switch wins
+    out, err = capsys.readouterr()
+    assert err == "" and "FAILED" in out  # failures are printed anyway
+    monkeypatch.delenv("MMCACHE_PROGRESS")
+    run_sweep(spec, tmp_path / "loud")
+    assert "sweep squares" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mmcache.sim.bounds import lagrange_max_hits, lower_bound, reuse_intervals
-from mmcache.errors import ConfigError, TraceFormatError, UnknownPolicyError
+from mmcache.errors import ConfigError, InvalidInputError, TraceFormatError, UnknownPolicyError
 from mmcache.paths import DATA_DIR
 from mmcache.policies import POLICIES
 from mmcache.sim.kernels import KERNELS
@@ -227,3 +227,18 @@ def test_opt_bounds_show_both_bounds_their_gap_and_miss_ratios():
     # the trace's size and the cache's are not compared
     assert bounds == type(bounds)(lo, hi, bounds.lower_method, bounds.upper_by)
 
+
+def test_opt_bounds_progress_shows_unless_silenced(monkeypatch, capsys):
+    import mmcache.metrics
+
+    monkeypatch.setattr(mmcache.metrics, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.delenv("MMCACHE_PROGRESS", raising=False)
+    trace = zipf_trace(2_000, 200, alpha=1.0, seed=1, obj_size=None)
+    loud = opt_bounds(trace, 20_000, policies=["lru", "fifo"])
+    assert "opt_bounds" in capsys.readouterr().err
+    assert opt_bounds(trace, 20_000, policies=["lru", "fifo"], progress=False) == loud
+    monkeypatch.setenv("MMCACHE_PROGRESS", "0")
+    assert opt_bounds(trace, 20_000, policies=["lru", "fifo"]) == loud
+    assert capsys.readouterr().err == ""
+    with pytest.raises(InvalidInputError):
+        opt_bounds(trace, 20_000, progress="no")

@@ -46,3 +46,22 @@ def test_replay_re_exports_the_trace_api():
         mmcache.sim.trace.make_trace, mmcache.sim.trace.read_oracle_general,
         mmcache.sim.trace.write_oracle_general)
     assert replay.Trace is mmcache.sim.trace.Trace
+
+
+def test_an_online_replay_shows_progress_per_chunk_and_a_kernel_replay_none(monkeypatch, capsys):
+    import mmcache.metrics
+    from mmcache.sim.workload import zipf_trace
+
+    monkeypatch.setattr(mmcache.metrics, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.setattr(replay, "PROGRESS_CHUNK", 1_000)
+    monkeypatch.delenv("MMCACHE_PROGRESS", raising=False)
+    trace = zipf_trace(5_000, 500, seed=2)
+    kernel = simulate(trace, "lru", 50 * 4096)
+    assert capsys.readouterr().err == ""  # one compiled call: no bar
+    online = simulate(trace, "lru", 50 * 4096, use_kernel=False)
+    err = capsys.readouterr().err
+    assert "replay lru" in err and "5000/5000" in err and online == kernel
+    assert simulate(trace, "lru", 50 * 4096, use_kernel=False, progress=False) == kernel
+    monkeypatch.setenv("MMCACHE_PROGRESS", "0")
+    assert simulate(trace, "lru", 50 * 4096, use_kernel=False) == kernel
+    assert capsys.readouterr().err == ""

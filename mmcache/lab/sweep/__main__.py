@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = load_spec(args.spec)
         report = run_sweep(spec, args.out, engine=args.engine, address=args.address,
-                           progress=not args.no_progress)
+                           progress=False if args.no_progress else None)
     except ConfigError as err:
         print(f"[sweep] {err}", file=sys.stderr)
         return 2

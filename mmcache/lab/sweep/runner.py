@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from mmcache.lab.sweep.engines import run_points
 from mmcache.lab.sweep.results import collect, write_figure, write_table
 from mmcache.lab.sweep.spec import SweepSpec
 from mmcache.lab.sweep.store import clear_partial, is_complete, save_outcome
+from mmcache.metrics import progress_bar, progress_enabled
 from mmcache.types import html_card, html_fields, safe_display
 
 
@@ -62,13 +62,15 @@ def _columns(table: pd.DataFrame, keep: int = 6) -> str:
 
 
 def run_sweep(spec: SweepSpec, out: str | Path, engine: str = "local",
-              address: str | None = None, progress: bool = True) -> SweepReport:
+              address: str | None = None, progress: bool | None = None) -> SweepReport:
     """Run every point of ``spec`` not yet completed under ``out`` and write the results.
 
     Writes ``out/<point>/`` per point, then ``out/results.csv`` and, when the spec
     has a ``figure``, ``out/<name>.png|pdf|json``. Ctrl-C stops the run with only
-    whole points written; running again resumes.
+    whole points written; running again resumes. A progress bar counts the points
+    (``progress=False`` or ``MMCACHE_PROGRESS=0`` silences it; failures are printed anyway).
     """
+    progress_enabled(progress)  # a bad argument fails before any point runs
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     clear_partial(out)
@@ -78,7 +80,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, engine: str = "local",
     failed = 0
     needs = {i: spec.points[i].needs for i in todo if spec.points[i].needs is not None}
     outcomes = run_points(engine, tasks, spec.resources, address, needs)
-    bar = tqdm(total=len(todo), desc=f"sweep {spec.name}", unit="pt", disable=not progress)
+    bar = progress_bar(len(todo), f"sweep {spec.name}", unit="pt", progress=progress)
     try:
         with contextlib.closing(outcomes), bar:
             bar.set_postfix(failed=0, remaining=len(todo), skipped=skipped)
