@@ -19,7 +19,7 @@ from mmcache.thresholds import (DEFAULT_DELTA, RULES, CalibratedThreshold, Error
 from mmcache.thresholds.prior import (PRIORS_PATH, FORMAT, channel, load_priors,
                                       sigmoid)
 from mmcache.studies.threshold_study import STUDY_ENCODERS
-from prior_helpers import A, B, synthetic_priors, true_p  # noqa: F401 (A, B: the truth the tests read)
+from prior_helpers import synthetic_priors, true_p
 
 # -- static --------------------------------------------------------------------------------
 def test_static_rule():
