@@ -9,6 +9,7 @@ import contextvars
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -244,6 +245,31 @@ def test_the_loop_keeps_ticking_while_a_slow_store_write_holds_the_lock(tmp_path
     gap = run(main())
     assert gap < SLOW_S / 2, f"the loop stalled {gap:.3f} s behind a store write"
     assert cache.get(key_query(1)).value == "one" and cache.get(key_query(2)).value == "two"
+    cache.close()
+
+
+def test_stalled_lookups_leave_the_loops_default_executor_free():
+    """The twins run on the cache's executor, not the loop's default one: while more judged
+    lookups than it has workers wait on a slow verifier, an unrelated ``run_in_executor(None,
+    ...)`` (what ``getaddrinfo`` and ``asyncio.to_thread`` use) still runs at once."""
+    cache = judged_cache(slow_judge, async_workers=2)
+    queries = [Query(embeddings={"text": near(RNG, VECTORS[0], 0.95)}, scope="s")
+               for _ in range(8)]
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(2) as default:
+            loop.set_default_executor(default)
+            lookups = asyncio.gather(*(cache.aget(q) for q in queries))
+            await asyncio.sleep(0.05)
+            start = time.perf_counter()
+            await loop.run_in_executor(None, lambda: None)
+            waited = time.perf_counter() - start
+            assert all(h is not None for h in await lookups)
+            return waited
+
+    waited = run(main())
+    assert waited < SLOW_S / 2, f"an unrelated default-executor job waited {waited:.3f} s"
     cache.close()
 
 

@@ -2,9 +2,10 @@
 
 ``python -m mmcache.lab.bench.async_twins [--quick]`` runs, side by side on one cache:
 
-- **overhead**: an L1 exact hit through ``get`` (no loop), ``await cache.aget`` (the cache's
-  executor) and ``await asyncio.to_thread(cache.get, q)`` (the loop's default executor), one
-  call at a time and ``asyncio.gather``-ed in flights of 64: microseconds per call;
+- **overhead**: the hop alone (a no-op through either executor), then an L1 exact hit through
+  ``get`` (no loop), ``await cache.aget`` (the cache's executor) and ``await
+  asyncio.to_thread(cache.get, q)`` (the loop's default executor), one call at a time and
+  ``asyncio.gather``-ed in flights of 64: microseconds per call;
 - **a stalled judge**: 48 concurrent lookups whose candidate goes to a verifier that sleeps
   0.3 s (a stand-in for a slow store or remote judge), through either executor, while the loop
   runs a 5 ms heartbeat and, 50 ms in, an unrelated job on the loop's default executor (what
@@ -53,9 +54,9 @@ async def _gathered(call: Callable[[], Awaitable[Any]], n: int) -> float:
     return (time.perf_counter() - start) / (n // FLIGHT * FLIGHT) * 1e6
 
 
-async def overhead(n: int, rounds: int = 5) -> dict[str, float]:
-    """Median microseconds per L1 exact hit over ``rounds`` interleaved rounds of ``n`` calls:
-    sync, and each executor one at a time and gathered."""
+async def overhead(n: int, rounds: int = 7) -> dict[str, float]:
+    """Median microseconds per call over ``rounds`` interleaved rounds of ``n`` calls: a no-op
+    hop and an L1 exact hit, sync and through each executor, one at a time and gathered."""
     q = Query(embeddings={"text": unit(np.random.default_rng(0), DIM)}, scope="s")
     async with _cache() as cache:
         await cache.aput(q, "answer")
@@ -66,8 +67,13 @@ async def overhead(n: int, rounds: int = 5) -> dict[str, float]:
                 cache.get(q)
             return (time.perf_counter() - start) / n * 1e6
 
+        def noop() -> None:
+            return None
+
         runs: dict[str, Callable[[int], Awaitable[float]]] = {"get (sync)": sync}
-        for name, call in (("aget (cache executor)", lambda: cache.aget(q)),
+        for name, call in (("no-op, cache executor", lambda: cache._in_thread(noop)),
+                           ("no-op, to_thread", lambda: asyncio.to_thread(noop)),
+                           ("aget (cache executor)", lambda: cache.aget(q)),
                            ("to_thread(get)", lambda: asyncio.to_thread(cache.get, q))):
             runs[f"{name}, one at a time"] = lambda n, call=call: _per_call(call, n)
             runs[f"{name}, {FLIGHT} in flight"] = lambda n, call=call: _gathered(call, n)
@@ -127,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     n = 320 if args.quick else 2560
     print(f"async twins: executor workers {ASYNC_WORKERS} (the cache's), "
           f"default executor {ASYNC_WORKERS} (min(32, cpus + 4))")
-    print(f"overhead, L1 exact hit, median of 5 interleaved rounds of {n} calls (us per call):")
+    print(f"overhead, median of 7 interleaved rounds of {n} calls (us per call):")
     for name, us in asyncio.run(overhead(n)).items():
         print(f"  {name:<42} {us:8.1f}")
     print(f"a verifier that sleeps {SLOW_S} s, {STALLED} concurrent lookups:")
