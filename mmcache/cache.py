@@ -68,6 +68,20 @@ is put again or ``REFRESH_TIMEOUT`` seconds of the cache's clock pass (then the 
 answer calls it again). Processes each open their own cache (the SQLite store may be
 shared between processes with ``l3.shared: true``).
 
+Asyncio callers await ``aget``, ``aput``, ``aput_many`` and ``afeedback``: each runs the
+synchronous call of the same name, unchanged, on a worker thread of an executor the cache owns
+(at most ``async_workers`` threads, started on first use and shut down by ``close``), so a
+store, faiss search, encoder or verifier that blocks never blocks the event loop, and a call
+raises the same typed error the synchronous one would, leaving the cache as it was. The
+cache's own threads rather than ``asyncio.to_thread``: the loop's default executor is shared
+with everything else on the loop (``getaddrinfo``, other ``to_thread`` calls), and a stalled
+store would fill it. Cancelling an awaiting caller abandons only the wait: the call still runs
+to its end on its thread (a cancelled ``aput`` is stored, unless it fails; it is visible once
+its thread finishes, which ``aclose`` waits for). ``aclose()`` (and ``async with
+TieredCache(cfg) as cache:``) refuses new async calls, waits for those in flight (cancelled
+ones included) to finish, then closes; ``close()`` closes at once: a call still in flight
+either finished before it or raises MMCacheError ("closed") having changed nothing stored.
+
 One cache across processes: a shared L3 (SQLite with ``l3.shared: true``, or Redis) is
 one store every process sees (:mod:`mmcache.tiers.store`). Every write and delete there
 takes the next number of the store's one sequence, stored as the entry's ``version``.
@@ -84,15 +98,19 @@ guard, so they are looked up in L1 again.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import dataclasses
 import itertools
 import math
 import numbers
+import os
 import threading
 import time
 from collections import Counter, OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -126,6 +144,8 @@ SEARCH_K = 4
 REFRESH_TIMEOUT = 30.0
 #: Served hits remembered for ``feedback`` (older ones can no longer be labelled).
 FEEDBACK_WINDOW = 100_000
+#: Worker threads of a cache's asyncio executor by default (the stdlib executor's default).
+ASYNC_WORKERS = min(32, (os.cpu_count() or 1) + 4)
 #: A hit to answer with: the hit, its entry, and what the threshold rule charged for it.
 _Found = tuple[Hit, Entry, float]
 #: Seconds a display waits for the cache's lock; past it, it shows what needs no lock.
@@ -137,6 +157,7 @@ _RULE_SETTINGS = {"static": (), "percentile": ("percentile", "window", "min_samp
                   "calibrated": ("level", "calibration", "prior"),
                   "error-budget": ("budget", "prior", "max_risk"),
                   "vcache-paper": ("budget", "min_observations")}
+_T = TypeVar("_T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +187,9 @@ class TieredCache:
     seconds pass. ``verifier(query, entry) -> probability`` overrides the verifier named
     by ``config.thresholds.verifier`` (:mod:`mmcache.verify`; it runs outside the
     cache's lock, so a slow judge delays only its own lookup; a candidate that was
-    rewritten or removed while it was being judged is not served).
+    rewritten or removed while it was being judged is not served). ``async_workers`` bounds
+    the threads that run the asyncio twins (``aget``, ``aput``, ...; default
+    ``ASYNC_WORKERS``).
     """
 
     def __init__(self, config: CacheConfig | Mapping[str, Any] | str | Path | None = None,
@@ -174,7 +197,19 @@ class TieredCache:
                  clock: Callable[[], float] = time.time,
                  threshold: ThresholdRule | None = None,
                  on_stale: Callable[[Query, Hit], None] | None = None,
-                 verifier: Verifier | None = None) -> None:
+                 verifier: Verifier | None = None,
+                 async_workers: int = ASYNC_WORKERS) -> None:
+        if isinstance(async_workers, bool) or not isinstance(async_workers, int) or \
+                async_workers < 1:
+            raise ConfigError(f"async_workers must be an int >= 1, got {async_workers!r}")
+        #: The asyncio twins' executor (None until the first async call, and after close),
+        #: the calls submitted to it and not yet finished, and whether ``aclose`` is waiting
+        #: for them; all under ``_async_state``.
+        self._async_workers = async_workers
+        self._executor: ThreadPoolExecutor | None = None
+        self._in_flight: set[Future[Any]] = set()
+        self._draining = False
+        self._async_state = threading.Lock()
         self.config = CacheConfig.load(config)
         #: Held by every public call, so threads may share one cache.
         self._lock = threading.RLock()
@@ -361,19 +396,107 @@ class TieredCache:
             return victim
 
     def close(self) -> None:
-        """Close every tier (files, connections); further calls raise MMCacheError."""
+        """Close every tier (files, connections); further calls raise MMCacheError. Async
+        calls still in flight either finished before it or raise MMCacheError having stored
+        nothing (:meth:`aclose` waits for them instead); the async executor's threads exit
+        once those calls end, without ``close`` waiting for them."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             for tier in self.tiers:
                 tier.close()
+        self._shutdown_executor(wait=False)
 
     def __enter__(self) -> "TieredCache":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- asyncio twins -------------------------------------------------------------------
+    async def aget(self, query: Query, *, bypass: bool = False, origin_failed: bool = False,
+                   degrade: str = "full-modal") -> Hit | None:
+        """:meth:`get` for asyncio callers, run on the cache's worker thread (see the module
+        docstring): the same answer, the same typed errors."""
+        return await self._in_thread(self.get, query, bypass=bypass,
+                                     origin_failed=origin_failed, degrade=degrade)
+
+    async def aput(self, query: Query, value: Any, *, ttl: float | None = None,
+                   hints: Mapping[str, float] | None = None) -> str | None:
+        """:meth:`put` for asyncio callers, run on the cache's worker thread. Cancelling the
+        caller does not cancel the put: it is stored (unless it fails) when its thread ends."""
+        return await self._in_thread(self.put, query, value, ttl=ttl, hints=hints)
+
+    async def aput_many(self, queries: Sequence[Query], values: Sequence[Any], *,
+                        ttl: float | None = None,
+                        hints: Sequence[Mapping[str, float] | None] | None = None
+                        ) -> list[str | None]:
+        """:meth:`put_many` for asyncio callers, run on the cache's worker thread (all items
+        or none, cancelled or not, as :meth:`aput`)."""
+        return await self._in_thread(self.put_many, queries, values, ttl=ttl, hints=hints)
+
+    async def afeedback(self, hit: Hit, correct: bool) -> bool:
+        """:meth:`feedback` for asyncio callers, run on the cache's worker thread (it waits
+        for the cache's lock, which a slow store call may hold)."""
+        return await self._in_thread(self.feedback, hit, correct)
+
+    async def aclose(self) -> None:
+        """Close for asyncio callers: refuse new async calls (MMCacheError), wait until every
+        one in flight has finished (those whose callers were cancelled too), then
+        :meth:`close` and join the worker threads, all without blocking the event loop. If
+        ``aclose`` itself is cancelled while it waits, async calls stay refused and the cache
+        stays open to synchronous calls until it is closed."""
+        with self._async_state:
+            self._draining = True
+            pending = list(self._in_flight)
+            executor = self._executor
+        if pending:
+            await asyncio.wait([_when_done(f) for f in pending])
+        if executor is None:  # no async call was made: close on a thread of its own
+            executor = ThreadPoolExecutor(1, thread_name_prefix="mmcache-async")
+        try:
+            closing = executor.submit(self.close)  # it may wait for the cache's lock
+            await _when_done(closing)
+            closing.result()
+        finally:
+            executor.shutdown(wait=True)  # its threads are idle: joining them is immediate
+
+    async def __aenter__(self) -> "TieredCache":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _in_thread(self, call: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """``call(*args, **kwargs)`` on the cache's executor (in the caller's contextvars),
+        awaited without blocking the loop. The result or the very exception the call raised
+        comes back; a cancelled caller leaves the call running to its end."""
+        with self._async_state:
+            self._check_open()
+            if self._draining:
+                raise MMCacheError("this TieredCache is closing (aclose)")
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self._async_workers,
+                                                    thread_name_prefix="mmcache-async")
+            future = self._executor.submit(contextvars.copy_context().run, call, *args,
+                                           **kwargs)
+            self._in_flight.add(future)
+        future.add_done_callback(self._finished)
+        await _when_done(future)
+        return future.result()
+
+    def _finished(self, future: Future[Any]) -> None:
+        with self._async_state:
+            self._in_flight.discard(future)
+
+    def _shutdown_executor(self, wait: bool) -> None:
+        """Stop the async executor (calls already submitted still run: on a closed cache they
+        raise MMCacheError); ``wait`` joins its threads."""
+        with self._async_state:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=wait)
 
     @property
     def metrics(self) -> CacheMetrics:
@@ -1049,6 +1172,27 @@ def _scope_counts(tiers: Sequence[Mapping[str, Any]]) -> "Counter[str] | None":
     for counts in read:
         total.update(counts)
     return total
+
+
+def _when_done(future: Future[Any]) -> asyncio.Future[None]:
+    """An asyncio future of the running loop that is set (to None) once ``future`` is done.
+    Cancelling it does not cancel ``future`` (unlike ``asyncio.wrap_future``), and ``future``'s
+    exception stays with it, for the caller that still awaits it to raise."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+
+    def settle(_: Future[Any]) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    def relay(done: Future[Any]) -> None:  # on the worker thread
+        try:
+            loop.call_soon_threadsafe(settle, done)
+        except RuntimeError:  # the loop has closed: nobody waits any more
+            pass
+
+    future.add_done_callback(relay)
+    return waiter
 
 
 def _encoded_by(channel: str) -> str:

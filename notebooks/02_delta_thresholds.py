@@ -366,7 +366,7 @@ for seed in SEEDS:
                              ts.retrack_lookups(result, drift_at, 0.02, DRIFT_WINDOW),
                              **ts.summarise(result.served[drift_at:], result.same[drift_at:])})
     static = ts.static_decisions(text, hindsight_per_modality["text"]["delta"])[order]
-    static_result = ts.Replay(order, static, same, np.zeros(len(order), int), text.modality[order])
+    static_result = ts.RuleRun(order, static, same, np.zeros(len(order), int), text.modality[order])
     retrack_rows.append({"rule": "best static δ (hindsight, before drift)", "seed": seed,
                          "retrack_lookups": ts.retrack_lookups(static_result, drift_at, 0.02,
                                                                DRIFT_WINDOW),

