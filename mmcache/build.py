@@ -95,10 +95,15 @@ def make_threshold(section: ThresholdConfig,
     takes (a registered rule names its parameters as the ``thresholds`` keys they come from)
     and, if it names ``encoders``, the config's encoder name per modality (rules with
     priors pick the (modality, encoder) channel by it)."""
-    factory = RULES.lookup(section.rule)
-    accepted = inspect.signature(factory).parameters
+    return RULES.lookup(section.rule)(**rule_settings(section, encoders))
+
+
+def rule_settings(section: ThresholdConfig,
+                  encoders: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The ``thresholds`` settings the rule named by ``section.rule`` takes, by name."""
+    accepted = inspect.signature(RULES.lookup(section.rule)).parameters
     settings = {**dataclasses.asdict(section), "encoders": dict(encoders or {})}
-    return factory(**{k: v for k, v in settings.items() if k in accepted and k != "rule"})
+    return {k: v for k, v in settings.items() if k in accepted and k != "rule"}
 
 
 def make_encoder(name: str) -> Encoder:

@@ -114,7 +114,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, Ty
 
 import numpy as np
 
-from mmcache.build import build_tiers, make_encoder, make_threshold, tier_routes
+from mmcache.build import build_tiers, make_encoder, make_threshold, rule_settings, tier_routes
 from mmcache.config import CacheConfig, check_ann_factory
 from mmcache.context import context_similarity, context_vector, turn_texts
 from mmcache.verify.image_check import image_fingerprint
@@ -152,11 +152,6 @@ _Found = tuple[Hit, Entry, float]
 DISPLAY_LOCK_WAIT = 0.05
 #: A display counts entries per scope only in tiers holding at most this many (bounded hold).
 DISPLAY_SCAN_LIMIT = 100_000
-#: Per rule, the config settings a display shows beside the rule's current δ.
-_RULE_SETTINGS = {"static": (), "percentile": ("percentile", "window", "min_samples"),
-                  "calibrated": ("level", "calibration", "prior"),
-                  "error-budget": ("budget", "prior", "max_risk"),
-                  "vcache-paper": ("budget", "min_observations")}
 _T = TypeVar("_T")
 
 
@@ -574,7 +569,8 @@ class TieredCache:
         return {"closed": closed, "locked": locked, "tiers": tiers, "metrics": snap,
                 "lookups": lookups, "deltas": deltas, "rule": _component_name(self.thresholds),
                 "verifier": "none" if self.verifier is None else _component_name(self.verifier),
-                "settings": [(k, getattr(th, k)) for k in _RULE_SETTINGS.get(th.rule, ())]
+                "settings": [(k, v) for k, v in rule_settings(th).items()
+                             if k not in ("delta", "encoders")]
                 if self.thresholds.name == th.rule else [],
                 "encoders": {**{m: f"{n} (not loaded)" for m, n in self.config.encoders.items()
                                 if m not in encoders}, **encoders}}
