@@ -18,7 +18,7 @@ comma := ,
 # core); Python compiles and caches the modules a run imports instead, so this must not be off.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup setup-bench sysdeps test smoke figures check-docs check-readme docs models priors lab pair bench bench-cache bench-replay bench-cachebench bench-guard bench-encoders bench-thresholds latency-profile clean
+.PHONY: help setup setup-bench sysdeps test smoke figures check-docs check-readme docs models priors lab pair bench bench-cache bench-cache-20k bench-async bench-replay bench-cachebench bench-guard bench-encoders bench-thresholds latency-profile clean
 
 help:
 	@echo "make figures   regenerate every figure (full notebooks) into figures/, with index.html and MANIFEST.md"
@@ -28,7 +28,7 @@ help:
 	@echo "make smoke     run every notebook with SMOKE=True into runs/<name>-smoke/"
 	@echo "make models    train/cache the offline CLIP (data/models/)"
 	@echo "make priors    refit mmcache/resources/threshold_priors.json (error-budget prior, calibration)"
-	@echo "make bench     performance benchmarks (ratios against baselines run side by side)"
+	@echo "make bench     performance benchmarks (ratios against baselines run side by side), then one table of them all"
 	@echo "make latency-profile  re-measure mmcache/resources/latency_profile.json (CacheBench-MM's latencies)"
 	@echo "make lab       open JupyterLab on notebooks/"
 	@echo "make pair      regenerate notebooks/*.ipynb (no outputs) from their .py sources"
@@ -108,7 +108,12 @@ pair: setup
 	$(VENV)/bin/jupytext --to ipynb --update notebooks/[0-9][0-9]_*.py
 	$(VENV)/bin/nbstripout notebooks/[0-9][0-9]_*.ipynb
 
-bench: bench-cache bench-replay bench-cachebench bench-guard bench-encoders bench-thresholds
+# Every benchmark, then one table of every ratio they recorded beside its target.
+bench: setup-bench
+	rm -rf runs/bench
+	$(MAKE) bench-cache bench-cache-20k bench-replay bench-async bench-cachebench bench-guard \
+	        bench-encoders bench-thresholds
+	$(PY) -m mmcache.lab.bench.ledger
 
 # CacheBench-MM's measured latencies (encoders, cache tiers) on this machine; committed.
 latency-profile: setup
@@ -116,6 +121,12 @@ latency-profile: setup
 
 bench-cache: setup-bench
 	$(PY) -m mmcache.lab.bench.tiered_cache
+
+bench-cache-20k: setup-bench
+	$(PY) -m mmcache.lab.bench.tiered_cache --n 20000 --fill-gets 1000
+
+bench-async: setup
+	$(PY) -m mmcache.lab.bench.async_twins
 
 bench-replay: setup-bench
 	$(PY) -m mmcache.lab.bench.eviction_replay

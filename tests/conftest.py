@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any, Callable
 
 import pytest
@@ -11,6 +13,8 @@ from mmcache.offline import enforce_offline
 
 # Tests are an entry point: nothing they load may reach a model hub.
 enforce_offline()
+# Benchmarks run by tests record their ratios outside the checkout's runs/.
+os.environ.setdefault("MMCACHE_BENCH_DIR", tempfile.mkdtemp(prefix="mmcache-test-bench-"))
 
 
 @pytest.fixture(scope="session")

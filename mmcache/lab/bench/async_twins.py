@@ -25,6 +25,7 @@ from typing import Any, Awaitable, Callable
 import numpy as np
 
 from mmcache.cache import ASYNC_WORKERS, TieredCache
+from mmcache.lab.bench.ledger import Ratio, machine, record
 from mmcache.lab.testing import near, unit
 from mmcache.types import Query
 
@@ -130,16 +131,26 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls")
     args = parser.parse_args(argv)
+    started = machine()
     n = 320 if args.quick else 2560
     print(f"async twins: executor workers {ASYNC_WORKERS} (the cache's), "
           f"default executor {ASYNC_WORKERS} (min(32, cpus + 4))")
     print(f"overhead, median of 7 interleaved rounds of {n} calls (us per call):")
-    for name, us in asyncio.run(overhead(n)).items():
-        print(f"  {name:<42} {us:8.1f}")
+    us = asyncio.run(overhead(n))
+    for name, value in us.items():
+        print(f"  {name:<42} {value:8.1f}")
     print(f"a verifier that sleeps {SLOW_S} s, {STALLED} concurrent lookups:")
+    rows = {}
     for label, flag in (("cache executor (aget)", False), ("asyncio.to_thread(get)", True)):
-        row = asyncio.run(stalled(flag))
-        print(f"  {label:<24} " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
+        rows[flag] = asyncio.run(stalled(flag))
+        print(f"  {label:<24} " + ", ".join(f"{k} {v:.1f}" for k, v in rows[flag].items()))
+    wait = "unrelated job waited ms"
+    record("async_twins", [
+        Ratio("await aget of an L1 hit over the sync get", us["aget (cache executor), one at a "
+              "time"] / us["get (sync)"], "get() on the caller's thread"),
+        Ratio("unrelated job's wait behind stalled lookups", rows[True][wait] / rows[False][wait],
+              "asyncio.to_thread(get) over the cache's executor (aget)"),
+    ], vars(args), started=started)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from mmcache.lab.bench.ledger import Ratio, machine, record
 from mmcache.paths import DATA_DIR
 from mmcache.sim.kernels import KERNELS
 from mmcache.sim.replay import simulate
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--policies", nargs="*", default=[p for p in LIBCACHESIM if p in KERNELS])
     args = parser.parse_args(argv)
-
+    started = machine()
     rows = []
     cloud_path = DATA_DIR / "cloudPhysicsIO.oracleGeneral.bin"
     rows += bench_trace("cloudPhysics", read_oracle_general(cloud_path), cloud_path,
@@ -165,6 +166,22 @@ def main(argv: list[str] | None = None) -> None:
           "process_trace() of the libcachesim PyPI binding (C reader over the oracleGeneral "
           "file); ratio = mmcache / libcachesim; /ODict-LRU = mmcache / plain Python "
           "OrderedDict LRU.")
+    record("eviction_replay", ratios(rows), vars(args), started=started)
+
+
+def ratios(rows: list[dict[str, Any]]) -> list[Ratio]:
+    """Every policy's rate over libcachesim's (target >= 1x), Belady's absolute rate, and the
+    share of policies whose misses equal libcachesim's."""
+    compared = [row for row in rows if row["lcs"] is not None]
+    out = [Ratio(f"{row['trace']} {row['policy']} req/s", row["ours"] / row["lcs"],
+                 "libcachesim process_trace", at_least=TARGET_RATIO) for row in compared]
+    out += [Ratio(f"{row['trace']} belady", row["ours"] / 1e6, "", unit="M req/s",
+                  at_least=BELADY_TARGET_REQ_S / 1e6)
+            for row in compared if row["policy"] == "belady"]
+    out.append(Ratio("policies with misses equal to libcachesim's",
+                     sum(row["same"] for row in compared) / max(1, len(compared)),
+                     "libcachesim", unit="fraction", at_least=1.0))
+    return out
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import numpy as np
 from mmcache.cache import TieredCache
 from mmcache.datasets.prompts import load_prompts
 from mmcache.encoders import get_encoder
+from mmcache.lab.bench.ledger import Ratio, machine, record
 from mmcache.types import Query
 
 CHUNK = 25
@@ -100,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sets", nargs="+", default=["random", "clustered", "minilm"],
                         choices=["random", "clustered", "minilm"], help="data sets to run")
     args = parser.parse_args(argv)
+    started = machine()
+    ratios = []
     n, n_queries, n_text = (2_000, 200, 500) if args.quick else (20_000, 1_000, 3_000)
     rng = np.random.default_rng(args.seed)
     sets = {"random": ("random (stand-in)", lambda: random_set(n, n_queries, 384, rng)),
@@ -120,6 +123,10 @@ def main(argv: list[str] | None = None) -> None:
                   f"get on={r['get_us_on']:.0f}us off={r['get_us_off']:.0f}us "
                   f"off/on={r['ratio_off_over_on']:.2f} disagreements={r['disagreements']}",
                   flush=True)
+            ratios += [Ratio(f"get speed-up, {name}", r["ratio_off_over_on"], "guard off"),
+                       Ratio(f"answers changed, {name}", r["disagreements"] / r["lookups"],
+                             "guard off", unit="fraction", at_most=0.0)]
+    record("guard", ratios, vars(args), started=started)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Cache benchmark: mmcache against baselines measured side by side, in one run.
 
-``python -m mmcache.lab.bench.tiered_cache`` (``make bench-cache``) prints four ratios:
+``python -m mmcache.lab.bench.tiered_cache`` (``make bench-cache``) prints five ratios and
+records them in the benchmark ledger (:mod:`mmcache.lab.bench.ledger`):
 
 1. overhead — ``TieredCache.get`` with an exact flat L2 index ÷ a raw faiss
    search over the same vectors (the faster of ``faiss.knn`` and
@@ -15,7 +16,8 @@
    ÷ GPTCache's put;
 4. get latency while filling — the get() latency distribution (p50/p99/p99.9/max) of
    the default L1 + L2 cache while it fills by single puts with gets between them (the
-   first after a fifth of the puts, the rest at random points), against an identical
+   first after a fifth of the puts, the rest at random points), and its single-put rate
+   over GPTCache's single puts of the same vectors in lockstep (target ≥ 5), against an identical
    cache whose searches first insert the puts' backlog into the ANN index (the
    behaviour before the bounded backlog), fed the same operations in lockstep
    (target p99.9 ≤ 5 ms at 100k × 512).
@@ -52,12 +54,15 @@ import numpy as np
 from mmcache.cache import TieredCache
 from mmcache.inputs import prepare
 from mmcache.lab.bench.gptcache_baseline import GPTCacheBaseline, gptcache_threshold
+from mmcache.lab.bench.ledger import Ratio, machine, record
 from mmcache.tiers.vectors import VectorIndex
 from mmcache.types import Query
 
 SCOPE = "bench"
 PARAPHRASE_COS = (0.80, 0.99)
 CHUNK = 20
+#: Issue targets for end-to-end lookups/s over GPTCache's, by stored entries.
+LOOKUP_TARGETS = {20_000: 10.0, 100_000: 30.0}
 
 
 @dataclass
@@ -130,7 +135,7 @@ def first_lookup(cache: TieredCache, vec: np.ndarray) -> float:
     return time.perf_counter() - t0
 
 
-def bench_overhead(w: Workload, n_queries: int, passes: int) -> str:
+def bench_overhead(w: Workload, n_queries: int, passes: int) -> tuple[list[str], list[Ratio]]:
     """Ratio 1: mmcache get over an exact flat L2 index ÷ raw faiss over the same vectors.
 
     Two raw baselines: ``faiss.knn`` (the kernel mmcache's flat index calls, the
@@ -148,14 +153,16 @@ def bench_overhead(w: Workload, n_queries: int, passes: int) -> str:
         queries, passes)
     cache.close()
     best = min(per_query["knn"], per_query["index"])
-    return (f"[1] overhead: mmcache get (L2 exact flat) {per_query['mmcache'] * 1e3:.2f} ms/query "
+    ratio = Ratio("get() over raw faiss, exact flat L2", per_query["mmcache"] / best,
+                  "the faster of faiss.knn and IndexFlatIP.search", at_most=1.3)
+    return [f"[1] overhead: mmcache get (L2 exact flat) {per_query['mmcache'] * 1e3:.2f} ms/query "
             f"vs raw faiss.knn {per_query['knn'] * 1e3:.2f} ms/query and IndexFlatIP.search "
             f"{per_query['index'] * 1e3:.2f} ms/query -> ratio {per_query['mmcache'] / best:.2f} "
-            f"against the faster (target <= 1.3; {len(queries)} queries x {passes} passes)")
+            f"against the faster (target <= 1.3; {len(queries)} queries x {passes} passes)"], [ratio]
 
 
 def bench_end_to_end(w: Workload, cosine: float, workdir: Path,
-                     ef_search: int | None = None) -> list[str]:
+                     ef_search: int | None = None) -> tuple[list[str], list[Ratio]]:
     """Ratio 2: lookups/s of mmcache's default config (+ SQLite L3) ÷ GPTCache's.
 
     ``ef_search`` overrides the default HNSW search depth (None keeps the default).
@@ -198,6 +205,15 @@ def bench_end_to_end(w: Workload, cosine: float, workdir: Path,
     ratio = per_query["gptcache"] / per_query["mmcache"]
     label = "default config" if ef_search is None else f"default config, ef_search={ef_search}"
     version = importlib.metadata.version("gptcache")
+    ratios = [
+        Ratio(f"lookups/s at {n:,} entries (L1+L2+L3)", ratio, f"GPTCache {version}",
+              at_least=LOOKUP_TARGETS.get(n)),
+        Ratio("decisions equal to exact search", mm[0], "exact search", unit="fraction",
+              at_least=0.99),
+        Ratio("first get after the single-put fill", index_mm * 1e3, "", unit="ms", at_most=5.0),
+        Ratio("put_many load over GPTCache's bulk import", load_gpt / (load_bulk + index_bulk),
+              "GPTCache import_data (rate ratio)", at_least=1.0),
+    ]
     return [
         f"[2] end to end: mmcache {label} (L1 + L2 {ann} + L3 SQLite) "
         f"{1 / per_query['mmcache']:.0f} lookups/s vs GPTCache {version} (sqlite + faiss "
@@ -216,10 +232,10 @@ def bench_end_to_end(w: Workload, cosine: float, workdir: Path,
         f"{load_bulk:.1f} s + {index_bulk:.1f} s vs one put each {load_mm:.1f} s + "
         f"{index_mm:.1f} s -> ratio {(load_mm + index_mm) / (load_bulk + index_bulk):.1f} "
         f"(sequential / bulk; same usage per tier: {same_usage})",
-    ]
+    ], ratios
 
 
-def bench_puts(dim: int, n_puts: int, seed: int, workdir: Path) -> list[str]:
+def bench_puts(dim: int, n_puts: int, seed: int, workdir: Path) -> tuple[list[str], list[Ratio]]:
     """Ratio 3: puts/s into an L3-only mmcache (SQLite) ÷ GPTCache's put."""
 
     vectors = _unit(np.random.default_rng(seed + 1).standard_normal((n_puts, dim),
@@ -242,6 +258,8 @@ def bench_puts(dim: int, n_puts: int, seed: int, workdir: Path) -> list[str]:
         cache.close()
     gpt.close()
     rate = {k: 1 / v for k, v in per_put.items()}
+    ratios = [Ratio(f"L3-only puts/s, synchronous={sync}", rate[sync] / rate["gptcache"],
+                    f"GPTCache put (SQLite {gpt_sqlite})") for sync in ("FULL", "NORMAL")]
     return [
         f"[3] put throughput into L3: mmcache (SQLite WAL, synchronous=FULL) "
         f"{rate['FULL']:.0f} puts/s vs GPTCache (SQLite {gpt_sqlite}) {rate['gptcache']:.0f} "
@@ -249,7 +267,7 @@ def bench_puts(dim: int, n_puts: int, seed: int, workdir: Path) -> list[str]:
         f"    mmcache with synchronous=NORMAL (survives a killed process, not power loss): "
         f"{rate['NORMAL']:.0f} puts/s -> ratio {rate['NORMAL'] / rate['gptcache']:.2f} "
         f"({n_puts} puts each, {dim}-d)",
-    ]
+    ], ratios
 
 
 class _SearchInsertsBacklog(VectorIndex):
@@ -270,10 +288,11 @@ def fill_schedule(n: int, n_gets: int, seed: int) -> np.ndarray:
     return np.concatenate([[max(1, n // 5)], later]).astype(np.int64)
 
 
-def bench_fill_latency(dim: int, n: int, n_gets: int, cosine: float, seed: int,
-                       ann_min_size: int | None = None) -> list[str]:
-    """Ratio 4: get() latency percentiles while the cache fills by single puts
-    (``ann_min_size`` overrides the default config's)."""
+def bench_fill_latency(dim: int, n: int, n_gets: int, cosine: float, seed: int, workdir: Path,
+                       ann_min_size: int | None = None) -> tuple[list[str], list[Ratio]]:
+    """Ratio 4: get() latency percentiles while the cache fills by single puts, and the put
+    rate beside GPTCache's single puts of the same vectors in lockstep (``ann_min_size``
+    overrides the default config's)."""
     rng = np.random.default_rng(seed + 2)
     stored = _unit(rng.standard_normal((n, dim), dtype=np.float32))
     schedule = fill_schedule(n, n_gets, seed)
@@ -287,7 +306,8 @@ def bench_fill_latency(dim: int, n: int, n_gets: int, cosine: float, seed: int,
         dim, replace(baseline.spec, max_backlog=n + 1))
     searched = caches["backlog"].tier("l2").index
     get_s = {name: np.zeros(len(schedule)) for name in (*caches, "raw")}
-    put_s = {name: np.zeros(n) for name in caches}
+    put_s = {name: np.zeros(n) for name in (*caches, "gptcache")}
+    gpt = GPTCacheBaseline(workdir / "gptcache-fill", dim, cosine, max_entries=n)
     hits = {name: np.zeros(len(schedule), dtype=bool) for name in caches}
     done = 0
     for g, (upto, q) in enumerate(zip(schedule, queries)):
@@ -296,6 +316,9 @@ def bench_fill_latency(dim: int, n: int, n_gets: int, cosine: float, seed: int,
                 t0 = time.perf_counter()
                 cache.put(_query(stored[i]), f"answer-{i}")
                 put_s[name][i] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            gpt.put(f"fill-{i}", f"answer-{i}", stored[i])
+            put_s["gptcache"][i] = time.perf_counter() - t0
         done = upto
         for name, cache in caches.items():
             t0 = time.perf_counter()
@@ -305,11 +328,21 @@ def bench_fill_latency(dim: int, n: int, n_gets: int, cosine: float, seed: int,
         get_s["raw"][g] = _raw_search_seconds(searched.index(scope, "text"), q)
     for cache in caches.values():
         cache.close()
+    gpt.close()
     should_hit = _prefix_max_similarity(stored, queries, schedule) >= cosine
     agree = {name: float((hits[name] == should_hit).mean()) for name in caches}
     pct = {name: _tail(get_s[name], [50, 99, 99.9]) for name in get_s}
     put_pct = {name: _tail(put_s[name], [50, 99.9]) for name in put_s}
     p999 = pct["backlog"][2]
+    put_ratio = put_s["gptcache"].sum() / put_s["backlog"].sum()
+    ratios = [
+        Ratio(f"single puts/s filling to {n:,} entries", put_ratio,
+              "GPTCache single put, same vectors in lockstep", at_least=5.0),
+        Ratio("get p99.9 during the fill", p999 * 1e3, "", unit="ms", at_most=5.0),
+        Ratio("get max during the fill", pct["backlog"][3] * 1e3, "", unit="ms"),
+        Ratio("decisions equal to exact search, during the fill", agree["backlog"],
+              "exact search over the entries put so far", unit="fraction", at_least=0.99),
+    ]
     return [
         f"[4] get latency while filling: {n} single puts ({dim}-d) with {len(schedule)} gets "
         f"between them (the first after {schedule[0]} puts, the rest at random points); "
@@ -324,7 +357,10 @@ def bench_fill_latency(dim: int, n: int, n_gets: int, cosine: float, seed: int,
         f"{_ms(put_pct['backlog'])}, baseline {_ms(put_pct['baseline'])}; total put + get s: "
         f"backlog {put_s['backlog'].sum() + get_s['backlog'].sum():.1f}, "
         f"baseline {put_s['baseline'].sum() + get_s['baseline'].sum():.1f}",
-    ]
+        f"    single puts: mmcache {n / put_s['backlog'].sum():.0f} puts/s vs GPTCache "
+        f"{n / put_s['gptcache'].sum():.0f} puts/s side by side -> ratio {put_ratio:.1f} "
+        f"(target >= 5)",
+    ], ratios
 
 
 def _raw_search_seconds(index: VectorIndex, query: np.ndarray) -> float:
@@ -371,8 +407,9 @@ def _ms(seconds: Sequence[float]) -> str:
     return "/".join(f"{1e3 * s:.2f}" for s in seconds)
 
 
-def bench_revalidation(dim: int, n_gets: int, seed: int, workdir: Path) -> list[str]:
-    """Ratio 4: µs per L1-hit ``get`` with a shared L3 (revalidated) vs a private SQLite L3."""
+def bench_revalidation(dim: int, n_gets: int, seed: int,
+                       workdir: Path) -> tuple[list[str], list[Ratio]]:
+    """Ratio 5: µs per L1-hit ``get`` with a shared L3 (revalidated) vs a private SQLite L3."""
     l3s = {"private SQLite": {"backend": "sqlite", "path": str(workdir / "reval-private.db")},
            "shared SQLite": {"backend": "sqlite", "path": str(workdir / "reval-shared.db"),
                              "shared": True}}
@@ -401,7 +438,9 @@ def bench_revalidation(dim: int, n_gets: int, seed: int, workdir: Path) -> list[
               f"(ratio {t / base:.2f})" for name, t in per_get.items() if name != "private SQLite"]
     if url is None:
         lines.append("    Redis: not measured (redis-server is not installed)")
-    return lines
+    ratios = [Ratio(f"L1-hit get, {name} L3", t / base, "the same get, private SQLite L3")
+              for name, t in per_get.items() if name != "private SQLite"]
+    return lines, ratios
 
 
 @contextlib.contextmanager
@@ -437,13 +476,17 @@ def _redis_server() -> Iterator[str | None]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run the four benchmarks (or only ratio 4, ``--fill-only``) and print their lines."""
+    """Run the five benchmarks (or only ratio 4, ``--fill-only``; only 5, ``--revalidation``),
+    print their lines and record their ratios (:mod:`mmcache.lab.bench.ledger`)."""
     args = _parse(argv)
+    started = machine()
     faiss.omp_set_num_threads(1)
     workdir = Path(tempfile.mkdtemp(prefix="mmcache-bench-"))
     atexit.register(shutil.rmtree, workdir, True)  # registered first: runs after GPTCache's
+    parts: list[Callable[[], tuple[list[str], list[Ratio]]]] = []
     if args.revalidation:
-        print("\n".join(bench_revalidation(args.dim, args.gets, args.seed, workdir)), flush=True)
+        parts.append(lambda: bench_revalidation(args.dim, args.gets, args.seed, workdir))
+        _run(parts, "tiered_cache-revalidation", vars(args), started)
         return
     w = make_workload(args.n, args.dim, args.queries, args.paraphrase_share, args.seed)
     print(f"mmcache cache benchmark: n={args.n} stored x d={args.dim}, {args.queries} queries "
@@ -452,14 +495,25 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"threshold cos >= {args.threshold}; faiss {faiss.__version__} on 1 thread; "
           f"seed {args.seed}", flush=True)
     if not args.fill_only:
-        print(bench_overhead(w, args.overhead_queries, args.passes), flush=True)
-        for line in bench_end_to_end(w, args.threshold, workdir, args.ef_search) + \
-                bench_puts(args.dim, args.puts, args.seed, workdir) + \
-                bench_revalidation(args.dim, args.gets, args.seed, workdir):
-            print(line, flush=True)
-    for line in bench_fill_latency(args.dim, args.n, args.fill_gets or max(1000, args.n // 20),
-                                   args.threshold, args.seed, args.fill_ann_min_size):
-        print(line, flush=True)
+        parts += [lambda: bench_overhead(w, args.overhead_queries, args.passes),
+                  lambda: bench_end_to_end(w, args.threshold, workdir, args.ef_search),
+                  lambda: bench_puts(args.dim, args.puts, args.seed, workdir),
+                  lambda: bench_revalidation(args.dim, args.gets, args.seed, workdir)]
+    parts.append(lambda: bench_fill_latency(
+        args.dim, args.n, args.fill_gets or max(1000, args.n // 20), args.threshold, args.seed,
+        workdir, args.fill_ann_min_size))
+    _run(parts, f"tiered_cache-{args.n}{'-fill' if args.fill_only else ''}", vars(args), started)
+
+
+def _run(parts: Sequence[Callable[[], tuple[list[str], list[Ratio]]]], bench: str,
+         params: dict, started: dict) -> None:
+    """Print each part's lines as it finishes, then record every part's ratios."""
+    ratios: list[Ratio] = []
+    for part in parts:
+        lines, found = part()
+        print("\n".join(lines), flush=True)
+        ratios += found
+    print(f"recorded {len(ratios)} figures in {record(bench, ratios, params, started=started)}")
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -1,4 +1,4 @@
-"""The cache benchmark runs end to end at a tiny size and prints its four ratio lines.
+"""The cache benchmark runs end to end at a tiny size, prints its ratio lines and records them.
 
 Timings are not asserted (performance is measured by the benchmark, not by tests);
 the decision-agreement numbers are, since an exact index must agree with exact search.
@@ -11,12 +11,14 @@ import re
 import numpy as np
 import pytest
 
+from mmcache.lab.bench import ledger
 from mmcache.lab.bench import tiered_cache as cache_bench
+
+NEEDS_GPTCACHE = "GPTCache is installed only with the bench extra (pip install -e '.[bench]')"
 
 
 def test_tiny_run_prints_the_four_ratios(capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("gptcache", reason="GPTCache is installed only with the bench extra "
-                                           "(pip install -e '.[bench]')")
+    pytest.importorskip("gptcache", reason=NEEDS_GPTCACHE)
     cache_bench.main(["--n", "400", "--dim", "32", "--queries", "60", "--overhead-queries", "20",
                       "--passes", "1", "--puts", "20"])
     out = capsys.readouterr().out
@@ -31,10 +33,17 @@ def test_tiny_run_prints_the_four_ratios(capsys: pytest.CaptureFixture[str]) -> 
     assert "false hits: mmcache 0, GPTCache 0" in out
     assert "agreeing with exact search over the entries put so far (cos >= 0.9): backlog " \
         "100.00%, baseline 100.00%" in out        # exact below ann_min_size
+    recorded = next(run for run in ledger.read() if run["bench"] == "tiered_cache-400")
+    names = [r.name for r in recorded["ratios"]]
+    assert "lookups/s at 400 entries (L1+L2+L3)" in names
+    assert "single puts/s filling to 400 entries" in names
+    agree = next(r for r in recorded["ratios"] if r.name == "decisions equal to exact search")
+    assert agree.value == 1.0 and agree.met
 
 
 def test_fill_only_run_measures_both_caches_past_the_ann_switch(
         capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("gptcache", reason=NEEDS_GPTCACHE)
     cache_bench.main(["--fill-only", "--n", "300", "--dim", "16", "--fill-gets", "40",
                       "--fill-ann-min-size", "50"])
     out = capsys.readouterr().out
