@@ -184,6 +184,7 @@ class CacheMetrics:
     def to_prometheus(self, prefix: str = "mmcache", model_type: str = "unknown") -> str:
         """The metrics in Prometheus text exposition format (via ``prometheus_client``), with
         seed 001 §4.4's CrossModalHitRate per modality set labelled ``model_type``."""
+        # deferred: prometheus_client only when metrics are exported
         from prometheus_client import CollectorRegistry, generate_latest
 
         snap = self.snapshot()
@@ -353,6 +354,7 @@ class _ServingCollector:
             model_type, cross_modal, warmup_ms, prefix
 
     def collect(self):
+        # deferred: prometheus_client only when metrics are exported
         from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 
         labels = ["model_type", "modality_set"]
@@ -391,6 +393,7 @@ def _buckets(hist: Histogram) -> list[tuple[str, int]]:
 
 def _frame(snap: CacheMetrics) -> "pd.DataFrame":
     """The tidy table of :meth:`CacheMetrics.to_dataframe` for a snapshot."""
+    # deferred: pandas only for this export
     import pandas as pd
 
     rows: list[dict[str, Any]] = []
@@ -428,6 +431,7 @@ class _Collector:
         self.metrics, self.prefix = metrics, prefix
 
     def collect(self):
+        # deferred: prometheus_client only when metrics are exported
         from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
         m, p = self.metrics, self.prefix

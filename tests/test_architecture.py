@@ -1,8 +1,10 @@
 """The house's rules: the import contracts (layers, the embeddable cache's forbidden imports, no
-circles), at most 16 top-level modules, and the public import paths outside checks call."""
+circles), at most 16 top-level modules, function-local imports only for deferred dependencies with
+their reason, and the public import paths outside checks call."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import subprocess
@@ -42,6 +44,62 @@ def test_contracts_have_no_ignore_list():
 def test_at_most_16_top_level_modules():
     modules = sorted(p.name for p in (ROOT / "mmcache").glob("*.py"))
     assert len(modules) <= 16, modules
+
+
+def function_local_import_blocks(tree: ast.AST) -> list[list[ast.stmt]]:
+    """Runs of consecutive import statements inside any function body of ``tree``."""
+    blocks = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            for field in ("body", "orelse", "finalbody"):
+                stmts = getattr(node, field, None)
+                run: list[ast.stmt] = []
+                for stmt in stmts if isinstance(stmts, list) else []:
+                    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                        run.append(stmt)
+                    elif run:
+                        blocks.append(run)
+                        run = []
+                if run:
+                    blocks.append(run)
+    return blocks
+
+
+def imported_top(stmt: ast.Import | ast.ImportFrom) -> str:
+    name = stmt.module if isinstance(stmt, ast.ImportFrom) else stmt.names[0].name
+    return "." if getattr(stmt, "level", 0) else (name or "").split(".")[0]
+
+
+def unexplained_local_imports(path: Path) -> list[str]:
+    """Function-local imports of ``path`` that are stdlib, or lack a reason comment (on their own
+    line, or on the comment line heading their block)."""
+    lines = path.read_text().splitlines()
+    found = []
+    for block in function_local_import_blocks(ast.parse("\n".join(lines))):
+        headed = lines[block[0].lineno - 2].strip().startswith("#")
+        for stmt in block:
+            where = f"{path.relative_to(ROOT)}:{stmt.lineno}"
+            if imported_top(stmt) in sys.stdlib_module_names:
+                found.append(f"{where} imports the standard library inside a function")
+            elif not headed and "#" not in lines[stmt.lineno - 1]:
+                found.append(f"{where} has no reason comment")
+    return sorted(set(found))
+
+
+def test_function_local_imports_are_deferred_dependencies_with_a_reason():
+    found = [f for p in sorted((ROOT / "mmcache").rglob("*.py")) for f in unexplained_local_imports(p)]
+    assert not found, "\n".join(found)
+
+
+def test_unexplained_local_import_is_found(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    import json\n    import torch\n\n"
+                     "def g():\n    # deferred: a reason\n    import torch\n    import numpy\n")
+    assert unexplained_local_imports(probe) == ["probe.py:2 imports the standard library inside a function",
+                                                "probe.py:3 has no reason comment"]
 
 
 @pytest.mark.parametrize("module", sorted(CONTRACT))

@@ -32,6 +32,7 @@ from __future__ import annotations
 import random
 import re
 import tempfile
+import warnings
 from contextlib import contextmanager
 from functools import lru_cache
 from importlib.metadata import version
@@ -107,8 +108,7 @@ def _write_atomically(dest: Path, data: bytes) -> None:
 @lru_cache(maxsize=1)
 def wordnet_reader():
     """nltk's ``WordNetCorpusReader`` over Debian's WordNet 3.0 (no download, no omw)."""
-    import warnings
-
+    # deferred: the augmentation libraries load only for augmenters
     import nltk
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
@@ -140,6 +140,7 @@ def wordnet_pos(word: str, max_senses: int | None = None) -> str | None:
 @lru_cache(maxsize=1)
 def _nlpaug_wordnet():
     """The :class:`DebianWordNet` model class (defined once, on first use)."""
+    # deferred: the augmentation libraries load only for augmenters
     import nlpaug.model.word_dict as nmw
 
     class DebianWordNet(nmw.WordNet):
@@ -230,6 +231,7 @@ class SpacingTokenizer:
 
     def reverse(self, tokens: Sequence[str]) -> str:
         if len(tokens) + 1 != len(self._gaps):  # not the last text tokenized: plain spaces
+            # deferred: the augmentation libraries load only for augmenters
             from nlpaug.util.text.tokenizer import Tokenizer
             return Tokenizer.reverse_tokenizer(list(tokens))
         return "".join(g + t for g, t in zip(self._gaps, tokens)) + self._gaps[-1]
@@ -245,6 +247,7 @@ def synonym_swap(text: str, rng: np.random.Generator, eligible, max_swaps: int =
                  max_senses: int = 2) -> str:
     """``naw.SynonymAug`` (WordNet): up to ``max_swaps`` ``eligible`` words whose senses (at
     most ``max_senses``) share one part of speech swapped for a synonym."""
+    # deferred: the augmentation libraries load only for augmenters
     import nlpaug.augmenter.word as naw
 
     tok = SpacingTokenizer()
@@ -258,6 +261,7 @@ def synonym_swap(text: str, rng: np.random.Generator, eligible, max_swaps: int =
 def antonym_swap(text: str, rng: np.random.Generator, eligible) -> str:
     """``naw.AntonymAug`` (WordNet): one ``eligible`` verb, adjective or adverb swapped for a
     direct antonym of its own lemma ("safe" -> "unsafe"); ``text`` itself when none has one."""
+    # deferred: the augmentation libraries load only for augmenters
     import nlpaug.augmenter.word as naw
 
     tok = SpacingTokenizer()
@@ -271,6 +275,7 @@ def antonym_swap(text: str, rng: np.random.Generator, eligible) -> str:
 def reserved_swap(text: str, groups: Sequence[Sequence[str]], rng: np.random.Generator) -> str:
     """``naw.ReservedAug``: one token (or phrase) of ``groups`` in ``text`` swapped for
     another of its group (case-sensitive; ``text`` itself when none occurs)."""
+    # deferred: the augmentation libraries load only for augmenters
     import nlpaug.augmenter.word as naw
 
     # one group per token present, with the group's absent tokens as its only replacements
@@ -295,6 +300,7 @@ def reserved_swap(text: str, groups: Sequence[Sequence[str]], rng: np.random.Gen
 
 def sentence_swap(text: str, rng: np.random.Generator) -> str | None:
     """``nas.RandomSentAug``: one sentence swapped with its neighbour (None: one sentence)."""
+    # deferred: the augmentation libraries load only for augmenters
     import nlpaug.augmenter.sentence as nas
 
     def split(t: str) -> list[str]:  # nltk's sent_tokenize needs punkt, a download

@@ -139,6 +139,7 @@ def load_skimage_photos(size: int = 64) -> CaptionedImages:
 
     Every photo is its own class (``labels`` = 0..n-1).
     """
+    # deferred: scikit-image only for the image data
     from skimage import data
     from skimage.color import gray2rgb, rgba2rgb
     from skimage.transform import resize

@@ -28,6 +28,7 @@ split) and every pair's partner comes from its own split, so no source appears i
 
 from __future__ import annotations
 
+import difflib
 import re
 import zlib
 from dataclasses import dataclass
@@ -232,8 +233,6 @@ def make_trap(text: str, kind: str, rng: np.random.Generator) -> tuple[str, str]
 
 def _edit_note(old: str, new: str) -> str:
     """"'a' -> 'b'" for the words that differ between ``old`` and ``new``."""
-    import difflib
-
     a, b = old.split(), new.split()
     changes = [(" ".join(a[i1:i2]), " ".join(b[j1:j2])) for tag, i1, i2, j1, j2 in
                difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes() if tag != "equal"]

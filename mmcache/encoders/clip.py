@@ -52,6 +52,7 @@ class CLIPEncoder:
 
     def encode(self, inputs: Sequence[Any]) -> np.ndarray:
         """``(n, dim)`` unit vectors for images (uint8 arrays, PIL images, encoded bytes) or texts."""
+        # deferred: model libraries load only where a model runs
         import torch
 
         items = list(inputs) if self.modality == "image" else check_texts(inputs)
@@ -71,6 +72,7 @@ class CLIPEncoder:
 
 def to_pil(item: Any, index: int = 0):
     """A PIL image from a PIL image, encoded bytes, or an ``H×W[×3|4]`` uint8 array."""
+    # deferred: Pillow only where an image is decoded
     from PIL import Image, UnidentifiedImageError
 
     if isinstance(item, Image.Image):
@@ -96,6 +98,7 @@ def offline_preprocess(image) -> Any:
 
     For a 28×28 greyscale Fashion-MNIST image this equals what training fed the tower.
     """
+    # deferred: model libraries load only where a model runs; Pillow only where an image is decoded
     import torch
     from PIL import Image
 
@@ -141,6 +144,7 @@ def _offline_encoder(modality: str, model_dir: str | Path | None) -> CLIPEncoder
 @lru_cache(maxsize=4)
 def _offline_model(folder: str) -> tuple[Any, Callable, str]:
     """The trained open_clip model in ``folder`` (shared by its image and text encoders)."""
+    # deferred: model libraries load only where a model runs
     import open_clip
     from safetensors.torch import load_file
 
@@ -159,6 +163,7 @@ def _offline_model(folder: str) -> tuple[Any, Callable, str]:
 
 def _pretrained_encoder(weights: str, modality: str,
                         checkpoint: str | Path | None) -> CLIPEncoder:
+    # deferred: model libraries load only where a model runs
     import open_clip
 
     arch, _, tag = weights.partition("/")
@@ -180,6 +185,7 @@ def _pretrained_encoder(weights: str, modality: str,
 
 def _local_pretrained(arch: str, tag: str) -> str:
     """The local file of open_clip's pretrained ``arch/tag`` (or the tag when downloads are on)."""
+    # deferred: model libraries load only where a model runs
     import open_clip
 
     cfg = open_clip.get_pretrained_cfg(arch, tag)
@@ -203,6 +209,7 @@ def _local_pretrained(arch: str, tag: str) -> str:
 def _cached_hf_file(hub: str) -> str | None:
     if not hub:
         return None
+    # deferred: model libraries load only where a model runs
     from huggingface_hub import try_to_load_from_cache
 
     parts = hub.rstrip("/").split("/")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,7 @@ def pixels_to_tensor(images: np.ndarray, pad: int = PAD):
 
     Padding uses the normalised value of a black pixel (Fashion-MNIST's background).
     """
+    # deferred: model libraries load only where a model runs
     import torch
 
     x = torch.from_numpy(np.ascontiguousarray(images)).float().div_(255.0)
@@ -98,8 +101,7 @@ def build_image_tower(config: TrainConfig):
 def create_unloaded(name: str, **kw: Any):
     """``open_clip.create_model(name, pretrained=None)`` without its "initialized randomly"
     and unused-pooler warnings: the caller trains the weights or loads them next."""
-    import logging
-
+    # deferred: model libraries load only where a model runs
     import open_clip
     import transformers
 
@@ -115,8 +117,7 @@ def create_unloaded(name: str, **kw: Any):
 
 def register_architecture(model_cfg: dict[str, Any]) -> str:
     """Register ``model_cfg`` with open_clip (``add_model_config``); its model name."""
-    import tempfile
-
+    # deferred: model libraries load only where a model runs
     import open_clip
 
     name = "mmcache-" + hashlib.sha256(json.dumps(model_cfg, sort_keys=True).encode()).hexdigest()[:12]

@@ -162,6 +162,7 @@ class InfoNCEHead:
         return float(1.0 / self._net.logit_scale.detach().exp())
 
     def fit(self, x: np.ndarray, y: np.ndarray, labels: np.ndarray | None = None) -> "InfoNCEHead":
+        # deferred: model libraries load only where a model runs
         import torch
 
         x, y = check_pairs(x, y)
@@ -189,6 +190,7 @@ class InfoNCEHead:
         return self
 
     def transform(self, x: np.ndarray) -> np.ndarray:
+        # deferred: model libraries load only where a model runs
         import torch
 
         x = check_matrix(x, "x")
@@ -200,6 +202,7 @@ class InfoNCEHead:
 
 
 def _batches(n: int, size: int, steps: int, gen: Any) -> Iterator[Any]:
+    # deferred: model libraries load only where a model runs
     import torch
 
     done = 0
@@ -214,6 +217,7 @@ def _batches(n: int, size: int, steps: int, gen: Any) -> Iterator[Any]:
 
 @contextmanager
 def _one_thread() -> Iterator[None]:
+    # deferred: model libraries load only where a model runs
     import torch
 
     before = torch.get_num_threads()
@@ -227,6 +231,7 @@ def _one_thread() -> Iterator[None]:
 def _build_net(d_in: int, d_out: int, hidden: int | None, dropout: float, temperature: float,
                learn_temperature: bool) -> Any:
     """The head as a torch module (torch is imported only when a head is trained)."""
+    # deferred: model libraries load only where a model runs
     import torch
     from torch import nn
 
@@ -245,6 +250,7 @@ def _build_net(d_in: int, d_out: int, hidden: int | None, dropout: float, temper
 
 
 def _symmetric_infonce(net: Any, x: Any, y: Any, labels: Any) -> Any:
+    # deferred: model libraries load only where a model runs
     import torch
 
     scale = net.logit_scale.clamp(max=float(np.log(100.0))).exp()

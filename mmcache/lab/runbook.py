@@ -72,6 +72,7 @@ def execute(source: Path | str, smoke: bool, parameters: Mapping[str, Any] | Non
     ``runs/<name>[-smoke]/``.
     """
     enforce_offline()  # the kernel inherits the offline switches
+    # deferred: the notebook tools load only when a notebook runs
     import jupytext
     import papermill as pm
 

@@ -112,6 +112,7 @@ def _is_free(port: int) -> bool:
 
 def _node_answers(port: int, proc: subprocess.Popen) -> bool:
     """Whether the node answers PING (StorageError, with its stderr, once it has exited)."""
+    # deferred: redis-py only where a Redis store is used
     import redis
 
     if proc.poll() is not None:
@@ -126,6 +127,7 @@ def _node_answers(port: int, proc: subprocess.Popen) -> bool:
 
 
 def _cluster_ok(port: int) -> bool:
+    # deferred: redis-py only where a Redis store is used
     import redis
 
     with redis.Redis(host="127.0.0.1", port=port, socket_timeout=1.0) as client:

@@ -17,6 +17,7 @@ def hypervolume(F: Any, ref: Any) -> float:
 
     Rows that do not dominate ``ref`` strictly add nothing. pymoo's HV, computed by moocore.
     """
+    # deferred: the hypervolume library loads only for a hypervolume
     from pymoo.indicators.hv import HV
 
     points, ref = _objective_matrix(F), np.asarray(ref, dtype=float).ravel()
@@ -38,6 +39,7 @@ def hypervolume_gap(bound: Any, measured: Any, ref: Any) -> float:
 
 def non_dominated(F: Any) -> np.ndarray:
     """Boolean mask of the rows of ``F`` (minimised) that no other row dominates."""
+    # deferred: the hypervolume library loads only for a hypervolume
     import moocore
 
     return np.asarray(moocore.is_nondominated(_objective_matrix(F)), dtype=bool)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 from mmcache.metrics import progress_bar
@@ -21,8 +22,7 @@ def miss_ratio_curves(trace: Any, policies: Sequence[str], sizes: Sequence[int],
     time of that one :func:`mmcache.sim.replay.simulate` call, measured here, after a
     warm-up run of each policy on a small trace so compilation is not counted).
     """
-    import time
-
+    # deferred: pandas only for this export
     import pandas as pd
 
     warm = zipf_trace(2_000, 200, seed=0)
@@ -54,6 +54,7 @@ def lower_bound_curve(trace: Any, curves: Any, *, progress: bool | None = None):
     upper_by, belady, miss_ratio`` (``miss_ratio``: the lower bound's); ``upper`` is at
     most every policy of ``curves``, whose misses are taken from it, not replayed again.
     """
+    # deferred: pandas only for this export
     import pandas as pd
 
     rows = []

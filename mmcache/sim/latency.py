@@ -19,6 +19,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -56,8 +57,6 @@ class LogNormal:
 
     def quantile_ms(self, q: float) -> float:
         """The ``q`` quantile (0 < q < 1)."""
-        from statistics import NormalDist
-
         return self.median_ms * math.exp(self.sigma * NormalDist().inv_cdf(q))
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:

@@ -194,6 +194,7 @@ def transcribe(model: Any, audios: Sequence[np.ndarray], batch_size: int = 8,
     ``12 + 6·seconds`` tokens (≤ 224), which stops repetition loops early. The
     cache file is keyed by ``model.weights_id`` and every clip by its content hash.
     """
+    # deferred: model libraries load only where a model runs
     import torch
     import whisper
 

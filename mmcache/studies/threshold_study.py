@@ -261,6 +261,7 @@ def gptcache_decisions(scores: PairScores,
     ``threshold × 4`` (the evaluation's range) — for unit vectors, cos ≥ 2·threshold − 1.
     """
     try:
+        # deferred: GPTCache is the bench extra's baseline, not a dependency
         from gptcache.similarity_evaluation.distance import SearchDistanceEvaluation
     except ImportError:
         return None

@@ -144,6 +144,7 @@ def posterior(prior_mean: Sequence[float], prior_cov: Sequence[Sequence[float]],
 def fit_channel(similarities: Sequence[float], correct: Sequence[bool],
                 prior_weight: float = PRIOR_WEIGHT) -> dict[str, Any]:
     """Fit one channel's curves on labelled pairs (the JSON a priors file holds per channel)."""
+    # deferred: scikit-learn only when a prior is fitted
     from sklearn.isotonic import IsotonicRegression
     from sklearn.linear_model import LogisticRegression
 

@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small run")
     args = parser.parse_args(argv)
+    # deferred: model libraries load only where a model runs
     import torch
 
     torch.set_num_threads(1)

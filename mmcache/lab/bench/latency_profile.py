@@ -77,6 +77,7 @@ def audio_encoder(n: int) -> dict[str, Any]:
 
 def image_encoder(n: int) -> dict[str, Any]:
     """``encode.image``: the offline CLIP image tower, one Fashion-MNIST photo per call."""
+    # deferred: Pillow only where an image is decoded
     from PIL import Image
 
     photos = [Image.fromarray(im) for im in load_fashion_mnist("test", limit=n).images]
@@ -84,6 +85,7 @@ def image_encoder(n: int) -> dict[str, Any]:
         encoder = get_encoder("clip")
         call, what = (lambda im: encoder.encode([im])), f"{encoder.encoder_id} (trained)"
     except OfflineAssetError:
+        # deferred: model libraries load only where a model runs
         import torch
 
         visual, _ = build_image_tower(TrainConfig())
@@ -122,6 +124,7 @@ def cache_tiers(n_entries: int, n_gets: int) -> dict[str, dict[str, Any]]:
 
 def machine() -> dict[str, Any]:
     """What this machine is, for the profile's provenance."""
+    # deferred: model libraries load only where a model runs
     import torch
 
     return {"node": platform.node(), "platform": platform.platform(),
@@ -133,6 +136,7 @@ def machine() -> dict[str, Any]:
 def measure(n_text: int, n_audio: int, n_image: int, n_entries: int,
             n_gets: int) -> dict[str, Any]:
     """The profile document: machine, date, command and every measured entry."""
+    # deferred: model libraries load only where a model runs
     import torch
 
     torch.set_num_threads(1)

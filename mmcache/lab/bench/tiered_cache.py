@@ -447,6 +447,7 @@ def bench_revalidation(dim: int, n_gets: int, seed: int,
 def _redis_server() -> Iterator[str | None]:
     """The URL of a private redis-server on a free loopback port (None when not installed),
     stopped by its PID afterwards."""
+    # deferred: redis-py only where a Redis store is used
     import redis
 
     binary = shutil.which("redis-server")

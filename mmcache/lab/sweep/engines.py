@@ -222,6 +222,7 @@ def _free_ports(n: int) -> list[int]:
 
 def _import_ray() -> Any:
     try:
+        # deferred: Ray only for the ray sweep engine
         import ray
     except ImportError as err:
         raise ConfigError("--engine ray needs Ray: pip install ray==2.60.0") from err

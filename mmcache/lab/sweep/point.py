@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from threadpoolctl import threadpool_limits
+
 from mmcache.lab import runbook
 from mmcache.lab.plotting import FIGURE_DIR_ENV
 from mmcache.lab.sweep.spec import resolve_function
@@ -109,8 +111,6 @@ def thread_limit(threads: int | None) -> Iterator[None]:
     if threads is None:
         yield
         return
-    from threadpoolctl import threadpool_limits
-
     with environ({key: str(threads) for key in THREAD_ENV}), threadpool_limits(threads):
         yield
 

@@ -56,6 +56,7 @@ def write_figure(spec: SweepSpec, table: pd.DataFrame, out: Path) -> Path | None
     """Plot the spec's ``figure`` (y against x, one line per hue) over the points that succeeded."""
     if spec.figure is None or table.empty or not (table.status == "ok").any():
         return None
+    # deferred: the plotting libraries load only for a figure
     import matplotlib.pyplot as plt
     import seaborn as sns
     from matplotlib.ticker import EngFormatter, NullFormatter

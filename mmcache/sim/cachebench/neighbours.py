@@ -244,6 +244,7 @@ def half_precision_format() -> tuple[object, float] | None:
     CPU, with its unit roundoff, or None where neither beats numpy's float32 GEMM (timed once
     per process on a random tile, importing torch; the table does not depend on the choice,
     only its speed)."""
+    # deferred: model libraries load only where a model runs
     import torch
 
     rng = np.random.default_rng(0)
@@ -272,6 +273,7 @@ def _best_time(run: Callable[[], object], repeats: int = 3) -> float:
 def _half_gemm(centre: np.ndarray, dtype) -> Callable[[slice, slice, np.ndarray], None]:
     """``gemm(rows, cols, out)``: the cosines of ``centre[rows]`` and ``centre[cols]`` by torch
     in ``dtype`` (into one reused buffer), written into ``out`` as float32."""
+    # deferred: model libraries load only where a model runs
     import torch
 
     low = torch.from_numpy(centre).to(dtype)

@@ -127,6 +127,7 @@ def report_prometheus(report: Report, workload: Workload, *, model_type: str,
     after its cold start, CacheWarmupLatencyP99 per modality set. Registers them on
     ``registry`` (a ``prometheus_client`` registry; default a fresh one) and returns the
     registry's exposition text."""
+    # deferred: prometheus_client only when metrics are exported
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False) if registry is None else registry

@@ -273,6 +273,7 @@ def _recordings(limit: int | None) -> tuple[np.ndarray, ...]:
 
 def _vary_recording(audio: np.ndarray, rate_wpm: int, variant: int) -> np.ndarray:
     """A recording played ``rate_wpm`` / 150 times as fast with a variant-seeded gain."""
+    # deferred: scipy only for resampling
     from scipy.signal import resample_poly
 
     out = audio if rate_wpm == 150 else resample_poly(audio, 150, rate_wpm).astype(np.float32)

@@ -110,6 +110,7 @@ class WhisperFrames:
         return out
 
     def _segment_means(self, clips: list[np.ndarray], ctx: int, n_frames: int) -> np.ndarray:
+        # deferred: model libraries load only where a model runs
         import torch
 
         mel = torch.stack([log_mel(c) for c in clips])[:, :, :2 * ctx]
