@@ -24,7 +24,7 @@ import numpy as np
 import xxhash
 
 from mmcache.errors import InvalidInputError
-from mmcache.keys import normalise_text
+from mmcache.keys import check_text, normalise_text
 
 #: Turns of the conversation (the latest ones) that take part in the hit decision.
 CONTEXT_TURNS = 4
@@ -50,6 +50,8 @@ def check_context(context: Any) -> Turns:
             raise InvalidInputError(f"Query.context[{i}] needs a non-empty string 'role' and a "
                                     f"string 'content', got role={role!r}, "
                                     f"content={type(content).__name__}")
+        check_text(content, f"Query.context[{i}]['content']")
+        check_text(role, f"Query.context[{i}]['role']")
         turns.append((role.strip().lower(), content))
     return tuple(t for t in turns if t[1].strip())[-CONTEXT_TURNS:]
 
@@ -61,7 +63,7 @@ def context_key(turns: Turns) -> str | None:
     digest = xxhash.xxh3_128()
     for role, content in turns:
         for part in (role, normalise_text(content)):
-            raw = part.encode("utf-8", "surrogatepass")
+            raw = part.encode("utf-8")
             digest.update(len(raw).to_bytes(8, "little"))
             digest.update(raw)
     return digest.hexdigest()

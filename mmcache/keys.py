@@ -1,8 +1,10 @@
 """Exact keys: content hashes of normalised text, decoded pixels and decoded samples; scopes.
 
 Two queries share an exact key when their scope is equal, they have the same set
-of modalities and every modality has the same content: text after Unicode NFKC,
-case folding and whitespace collapsing; images by their decoded pixels with their
+of modalities and every modality has the same content: text after Unicode NFC and
+trimming the whitespace around it (nothing that can change the meaning: no NFKC, which
+makes "10²" "102", no case folding, which makes "Polish" "polish", no collapsing of
+inner whitespace, which changes indented code); images by their decoded pixels with their
 mode and size (a lossless re-encoding shares the key, one changed pixel or a JPEG
 copy does not); audio by its samples after validation and resampling to 16 kHz
 (:func:`mmcache.inputs.audio_16k`); a video clip by its frames' pixels in order and
@@ -16,7 +18,6 @@ threshold rule.
 from __future__ import annotations
 
 import io
-import re
 import unicodedata
 from typing import Mapping, Sequence
 
@@ -26,8 +27,7 @@ from PIL import Image, UnidentifiedImageError
 
 from mmcache.errors import InvalidInputError, InvalidMediaError, MissingScopeError
 
-KEY_VERSION = "k2"
-_SPACE = re.compile(r"\s+")
+KEY_VERSION = "k3"
 
 
 def check_scope(scope: object) -> str:
@@ -37,22 +37,35 @@ def check_scope(scope: object) -> str:
                                 "got none")
     if not isinstance(scope, str):
         raise MissingScopeError(f"scope must be a string, got {type(scope).__name__}")
-    return scope
+    return check_text(scope, "scope")
+
+
+def check_text(text: object, what: str = "text") -> str:
+    """``text`` if it is a str that UTF-8 can encode (no lone surrogate), else
+    InvalidInputError naming ``what``."""
+    if not isinstance(text, str):
+        raise InvalidInputError(f"{what} must be a str, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"{what} holds a lone surrogate {text[exc.start]!r} at index {exc.start}, which no "
+            "store can encode: decode the text with errors='replace' or fix its source") from None
+    return text
 
 
 def normalise_text(text: object) -> str:
-    """NFKC, case-folded, whitespace-collapsed text; InvalidInputError if empty or not a str."""
-    if not isinstance(text, str):
-        raise InvalidInputError(f"text must be a str, got {type(text).__name__}")
-    norm = _SPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+    """NFC text without the whitespace around it; InvalidInputError if empty, not a str or
+    not encodable."""
+    norm = unicodedata.normalize("NFC", check_text(text)).strip()
     if not norm:
-        raise InvalidInputError("text is empty (after whitespace normalisation)")
+        raise InvalidInputError("text is empty (after trimming whitespace)")
     return norm
 
 
 def text_key(text: str) -> str:
     """Hash of the normalised text."""
-    return xxhash.xxh3_128_hexdigest(normalise_text(text).encode("utf-8", "surrogatepass"))
+    return xxhash.xxh3_128_hexdigest(normalise_text(text).encode("utf-8"))
 
 
 def decode_image(image: object) -> Image.Image:
@@ -111,7 +124,7 @@ def vector_key(unit_vector: np.ndarray) -> str:
 
 def exact_key(scope: str, hashes: Mapping[str, str]) -> str:
     """The exact key of a whole query: scope plus every modality's content hash."""
-    return _hash_parts(*(part.encode("utf-8", "surrogatepass") for part in (
+    return _hash_parts(*(part.encode("utf-8") for part in (
         KEY_VERSION, scope, *(f"{m}={hashes[m]}" for m in sorted(hashes)))))
 
 

@@ -225,11 +225,11 @@ def test_bypass_skips_the_cache(rng):
 def test_exact_keys_use_normalised_text_and_encoders_fill_embeddings():
     enc = HashingTestEncoder("text", DIM)
     cache = mmcache.TieredCache(encoders={"text": enc})
-    cache.put(Query(text="A red   dress", scope="s"), "x")
-    assert cache.get(Query(text="a red dress", scope="s")).tier == "l1"
+    cache.put(Query(text=" A red dress\n", scope="s"), "x")
+    assert cache.get(Query(text="A red dress", scope="s")).tier == "l1"
     assert cache.get(Query(text="a blue dress", scope="s")) is None   # stand-in: unrelated
     # the encoder's vector lets a query with only the embedding find the entry semantically
-    vec = enc.encode(["A red   dress"])[0].astype(np.float32)
+    vec = enc.encode([" A red dress\n"])[0].astype(np.float32)
     assert cache.get(Query(embeddings={"text": vec}, scope="s")).tier == "l2"
 
 

@@ -27,10 +27,33 @@ def photo(seed: int = 0) -> np.ndarray:
     return data.astronaut() if seed == 0 else data.chelsea()
 
 
-def test_text_normalisation():
-    assert keys.text_key("  A  Red\tDRESS\n") == keys.text_key("a red dress")
-    assert keys.text_key("Ｃａｆé") == keys.text_key("café")     # NFKC full-width
+def test_text_key_normalises_only_what_cannot_change_the_meaning():
+    assert keys.text_key("  a red dress\n") == keys.text_key("a red dress")
+    assert keys.text_key("cafe\u0301") == keys.text_key("caf\u00e9")   # NFC: one character
     assert keys.text_key("a red dress") != keys.text_key("a red dresses")
+
+
+@pytest.mark.parametrize("one, other", [
+    ("what is 10\u00b2", "what is 102"),                    # NFKC would merge them
+    ("Ｃａｆé", "Café"),                                       # full-width is other text
+    ("Polish history", "polish history"),                   # case folding would merge them
+    ("if x:\n    y()\nz()", "if x:\n    y()\n    z()"),     # indentation is code
+    ("a  b", "a b"),
+])
+def test_exact_keys_keep_different_questions_apart(one, other):
+    assert keys.text_key(one) != keys.text_key(other)
+    assert prepare(Query(text=one, scope="s"), {}).key != prepare(Query(text=other, scope="s"),
+                                                                  {}).key
+
+
+@pytest.mark.parametrize("query", [
+    Query(text="caf\ud800", scope="s"),
+    Query(text="ok", scope="tenant-\udfff"),
+    Query(text="ok", scope="s", context=[{"role": "user", "content": "x\ud83d"}]),
+])
+def test_lone_surrogates_are_refused_with_a_typed_error(query):
+    with pytest.raises(InvalidInputError, match="surrogate"):
+        prepare(query, {})
 
 
 def bar_chart(second_bar: int = 32, blue: int = 200) -> np.ndarray:
@@ -115,7 +138,7 @@ def test_query_key_prefers_raw_content_over_embeddings():
     rng = np.random.default_rng(1)
     v1, v2 = (rng.standard_normal(8).astype(np.float32) for _ in range(2))
     k1 = prepare(Query(text="hello", embeddings={"text": v1}, scope="s"), {}).key
-    k2 = prepare(Query(text="Hello", embeddings={"text": v2}, scope="s"), {}).key
+    k2 = prepare(Query(text=" hello ", embeddings={"text": v2}, scope="s"), {}).key
     assert k1 == k2
     e1 = prepare(Query(embeddings={"text": v1}, scope="s"), {}).key
     assert e1 == prepare(Query(embeddings={"text": v1.copy()}, scope="s"), {}).key
