@@ -25,7 +25,8 @@ modality sets that the config's ``modality_sets`` and ``route`` give it
 (:func:`mmcache.build.tier_routes`; by default every set); a query of another set neither looks
 it up there nor is stored or promoted there.
 
-Freshness (seed 001 §3.3): an entry expires ``ttl`` seconds after its put. For
+Freshness (seed 001 §3.3): an entry expires ``ttl`` seconds after its put (scaled by its
+scope's ``freshness.ttl_factors``, at most :data:`mmcache.config.MAX_LIFETIME_S`). For
 ``freshness.stale_while_revalidate`` seconds after expiry it is still served,
 marked ``Hit.freshness == "stale-while-revalidate"`` (the caller should refresh
 it); when the caller reports the origin failed (``get(q, origin_failed=True)``)
@@ -115,7 +116,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, Ty
 import numpy as np
 
 from mmcache.build import build_tiers, make_encoder, make_threshold, rule_settings, tier_routes
-from mmcache.config import CacheConfig, check_ann_factory
+from mmcache.config import MAX_LIFETIME_S, CacheConfig, check_ann_factory
 from mmcache.context import context_similarity, context_vector, turn_texts
 from mmcache.verify.image_check import image_fingerprint
 from mmcache.inputs import text_only
@@ -636,7 +637,8 @@ class TieredCache:
             raise InvalidInputError(f"no tier serves modality set {kind!r} (the tiers' "
                                     "modality_sets and route); nothing was stored")
         if lifetime is not None:
-            lifetime *= self.config.freshness.ttl_factor(prepared.scope)
+            lifetime = min(lifetime * self.config.freshness.ttl_factor(prepared.scope),
+                           MAX_LIFETIME_S)
         stored = canonical_value(value)
         encode_label(query.ground_truth)
         vectors, complete = self._vectors(prepared, dims, encode_times)
@@ -1108,8 +1110,10 @@ class TieredCache:
         if ttl is None:
             return self.config.freshness.ttl
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not (
-                math.isfinite(ttl) and ttl > 0):
-            raise InvalidInputError(f"ttl must be a positive finite number of seconds, got {ttl!r}")
+                0 < ttl <= MAX_LIFETIME_S):
+            raise InvalidInputError(f"ttl must be a positive number of seconds up to "
+                                    f"{MAX_LIFETIME_S:.0f} (ten years), got {ttl!r}; "
+                                    "ttl=None uses freshness.ttl")
         return float(ttl)
 
     def _wants_bypass(self, text: str | None) -> bool:

@@ -39,6 +39,15 @@ ORACLE_POLICIES = ("belady", "belady-bypass")
 #: ``route`` values: every tier serves what its ``modality_sets`` say, or seed 002 §3.1's
 #: video route on top (clips only in the last enabled tier).
 ROUTES = ("all", "video-to-last")
+#: The longest lifetime, and the longest stale window, in seconds (ten years): longer ones
+#: overflow what stores can expire (Redis PEXPIRE) and mean "forever" anyway (``ttl: null``).
+MAX_LIFETIME_S = 10 * 365 * 86400.0
+#: ``l3.options`` each backend takes, with a check of its value; the tier's name, capacity,
+#: policy and index come from the rest of ``l3``.
+STORE_OPTIONS = {
+    "sqlite": ("max_staleness",),
+    "redis": ("max_staleness", "prefix", "socket_timeout", "cluster", "skew_window"),
+}
 #: Embedding dimensions ``l2.ann_factory`` is tried at when ``dims`` names none.
 PROBE_DIMS = (384, 512, 768, 1024)
 
@@ -302,10 +311,11 @@ KEY_HELP: dict[type, dict[str, str]] = {
                        "process, not power loss), `FULL` or `EXTRA`.",
         "shared": "Let several caches open one SQLite file (Redis is always shared); without it "
                   "a second open of the file is refused.",
-        "options": "Passed to the backend's constructor unchanged: `max_staleness` (seconds a "
+        "options": "Backend settings, checked by name and value: `max_staleness` (seconds a "
                    "shared store's view may be old when private copies are revalidated, default "
-                   "0); Redis `prefix`; Redis `cluster: true` for a Redis Cluster and "
-                   "`skew_window`, the requests per window of its skew watch.",
+                   "0); Redis `prefix`, `socket_timeout` (seconds, at most 60), `cluster: true` "
+                   "for a Redis Cluster and `skew_window`, the requests per window of its skew "
+                   "watch. Any other key is a ConfigError.",
     },
     ThresholdConfig: {
         "rule": "The δ-neighbour rule: one of `mmcache.thresholds.RULES` (`static`, "
@@ -340,7 +350,8 @@ KEY_HELP: dict[type, dict[str, str]] = {
                          "(`mmcache.context`: the conversation's last turns).",
     },
     FreshnessConfig: {
-        "ttl": "Seconds an entry is fresh (null: never expires); a `ttl` given to `put` "
+        "ttl": "Seconds an entry is fresh (null: never expires), at most ten years "
+               "(`MAX_LIFETIME_S`, also the bound of each stale window); a `ttl` given to `put` "
                "overrides it.",
         "stale_while_revalidate": "After expiry, serve the entry this many seconds more, marked "
                                   "`stale-while-revalidate`.",
@@ -486,6 +497,7 @@ def _validate(cfg: CacheConfig) -> None:
             raise ConfigError("l3.path is required when l3.backend is 'sqlite'")
         if l3.backend == "redis" and not l3.url:
             raise ConfigError("l3.url is required when l3.backend is 'redis'")
+        _store_options(l3.options, l3.backend)
     _choice(l3.synchronous.upper(), SYNCHRONOUS, "l3.synchronous")
     th = cfg.thresholds
     _choice(th.rule, tuple(RULES), "thresholds.rule")
@@ -499,12 +511,11 @@ def _validate(cfg: CacheConfig) -> None:
     _in_range(th.delta_max, th.delta_min, 2.0, "thresholds.delta_max")
     _check_rule_settings(th)
     fr = cfg.freshness
-    if fr.ttl is not None and not fr.ttl > 0:
-        raise ConfigError(f"freshness.ttl must be a positive number of seconds or null, "
-                          f"got {fr.ttl}")
+    if fr.ttl is not None:
+        _in_range(fr.ttl, 0.0, MAX_LIFETIME_S, "freshness.ttl (seconds, or null for no expiry)",
+                  low_open=True)
     for key in ("stale_while_revalidate", "stale_if_error"):
-        if not getattr(fr, key) >= 0:
-            raise ConfigError(f"freshness.{key} must be ≥ 0 seconds, got {getattr(fr, key)}")
+        _in_range(getattr(fr, key), 0.0, MAX_LIFETIME_S, f"freshness.{key} (seconds)")
     if any(not t for t in fr.bypass_tokens):
         raise ConfigError("freshness.bypass_tokens must not contain empty strings")
     for pattern, factor in fr.ttl_factors.items():
@@ -563,6 +574,26 @@ def _in_range(value: Any, low: float, high: float, key: str, low_open: bool = Fa
     if not ok:
         raise ConfigError(f"{key} must be in {'(' if low_open else '['}{low}, {high}"
                           f"{')' if high_open else ']'}, got {value!r}")
+
+
+def _store_options(options: dict[str, Any], backend: str) -> None:
+    """``l3.options`` hold only what ``backend`` takes, each of the right kind."""
+    known = STORE_OPTIONS[backend]
+    for key, value in options.items():
+        if key not in known:
+            raise ConfigError(f"unknown config key 'l3.options.{key}' for backend {backend!r}; "
+                              f"known keys here: {list(known)}")
+        where = f"l3.options.{key}"
+        if key == "max_staleness":
+            _in_range(value, 0.0, MAX_LIFETIME_S, f"{where} (seconds)")
+        elif key == "socket_timeout":
+            _in_range(value, 0.0, 60.0, f"{where} (seconds)", low_open=True)
+        elif key == "skew_window":
+            _positive(value, where)
+        elif key == "cluster" and not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        elif key == "prefix" and not (isinstance(value, str) and value.strip()):
+            raise ConfigError(f"{where} must be a non-empty string, got {value!r}")
 
 
 def _choice(value: Any, choices: tuple[str, ...], key: str) -> None:

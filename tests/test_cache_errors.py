@@ -88,8 +88,15 @@ def test_bad_query_on_put_and_get_changes_nothing(cache, case):
     assert snapshot(cache) == before
 
 
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize("value", [object(), {"a": {1, 2}}, float("nan"), [1, float("inf")],
-                                   {"f": lambda: 0}])
+                                   {"f": lambda: 0}, nested(100_000)])
 def test_unserialisable_values_are_rejected(cache, value):
     before = snapshot(cache)
     with pytest.raises(SerializationError):
@@ -101,7 +108,9 @@ def test_unserialisable_ground_truth_and_bad_ttl_are_rejected(cache):
     before = snapshot(cache)
     with pytest.raises(SerializationError):
         cache.put(Query(text="new", scope="s", ground_truth=object()), "x")
-    for ttl in (0, -5, float("nan"), float("inf"), "10"):
+    with pytest.raises(SerializationError):
+        cache.put(Query(text="new", scope="s", ground_truth=nested(100_000)), "x")
+    for ttl in (0, -5, float("nan"), float("inf"), "10", 1e17):
         with pytest.raises(InvalidInputError):
             cache.put(Query(text="new", scope="s"), "x", ttl=ttl)
     assert snapshot(cache) == before

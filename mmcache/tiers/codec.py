@@ -15,6 +15,7 @@ import numpy as np
 
 from mmcache.errors import SerializationError, StorageError
 
+
 def encode_value(value: Any) -> tuple[str, bytes]:
     """``(tag, payload)`` for a storable value; SerializationError otherwise."""
     if isinstance(value, str):
@@ -23,7 +24,7 @@ def encode_value(value: Any) -> tuple[str, bytes]:
         return "bytes", bytes(value)
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(
             f"value of type {type(value).__name__} cannot be stored: use str, bytes or "
             f"JSON-able data ({exc})") from None
@@ -80,7 +81,7 @@ def encode_label(label: Any) -> str | None:
         return None
     try:
         return json.dumps(label, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"ground_truth must be JSON-able ({exc})") from None
 
 

@@ -67,8 +67,13 @@ from mmcache.tiers.vectors import IndexSpec
 VECTOR_FIELD = "vec:"
 
 # KEYS: seq, log, entry key; ARGV: milliseconds to keep it (0: no expiry), then the
-# field/value pairs of the entry hash. Returns the entry's version.
+# field/value pairs of the entry hash. Returns the entry's version. Its arguments are checked
+# before the first write: a script that fails part-way leaves what it already wrote.
 _PUT_SCRIPT = """
+local keep = tonumber(ARGV[1])
+if keep == nil or keep < 0 or keep > 1e15 or keep ~= math.floor(keep) or #ARGV % 2 ~= 1 then
+  return redis.error_reply('ERR mmcache put: bad expiry or fields')
+end
 local seq = redis.call('INCR', KEYS[1])
 redis.call('DEL', KEYS[3])
 redis.call('HSET', KEYS[3], 'version', seq, unpack(ARGV, 2))

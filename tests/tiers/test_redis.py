@@ -179,6 +179,20 @@ def test_failed_write_restores_the_budget(redis_url: str, prefix: str,
         tier.close()
 
 
+def test_a_put_the_server_refuses_writes_nothing(tier: RedisTier, redis_url: str) -> None:
+    tier.put(entry("e1", value="old"))
+    client = redis.Redis.from_url(redis_url)
+    before = (client.get(f"{tier.prefix}:seq"), client.zrange(f"{tier.prefix}:log", 0, -1,
+                                                               withscores=True))
+    args = tier.store.encode(entry("e1", value="new"), keep_for=1e17)   # past any expiry
+    with pytest.raises(StorageError, match="write .* failed"):
+        tier.store.write([(entry("e1", value="new"), args)], [])
+    assert client.hget(tier.key("tenant-a", "e1"), "value") == b"old"
+    assert client.ttl(tier.key("tenant-a", "e1")) == -1
+    assert (client.get(f"{tier.prefix}:seq"), client.zrange(f"{tier.prefix}:log", 0, -1,
+                                                             withscores=True)) == before
+
+
 def test_malformed_stored_entry_is_a_storage_error(tier: RedisTier, redis_url: str) -> None:
     tier.put(entry("e1"))
     redis.Redis.from_url(redis_url).hset(tier.key("tenant-a", "e1"), "value_type", "pickle")
