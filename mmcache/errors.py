@@ -55,6 +55,11 @@ class StorageError(MMCacheError, RuntimeError):
     """A persistent or remote tier failed (I/O error, integrity failure, lost server)."""
 
 
+class StoreFullError(StorageError):
+    """A store has no room left (a full disk, SQLite's ``max_page_count``, Redis's
+    ``maxmemory``); nothing of the failed write was kept."""
+
+
 class TraceFormatError(InvalidInputError):
     """A cache trace file that does not match its declared record format."""
 

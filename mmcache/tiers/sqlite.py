@@ -22,7 +22,15 @@ Without it the file is private: a second cache opening it while the first is ope
 to share it. Opening waits for another process that is opening the file at the same
 time (``database is locked`` is retried up to ``OPEN_TIMEOUT_S``).
 
-Durability: each put, and each ``put_many`` batch, is one transaction.
+Reads: each read, fetch and scan is one read transaction, so an entry never comes back with
+one write's value and another's vectors. A row that cannot be read back (malformed JSON,
+an unknown value tag, a broken vector) is moved to table ``quarantine`` with the reason,
+its removal is logged like a delete, and it is served as absent, with a warning: one bad row
+never stops a store from opening (:meth:`SQLiteStore.quarantined` lists them).
+
+Durability: each put, and each ``put_many`` batch, is one transaction, rolled back whole
+when it fails (a failed COMMIT included); a full disk is a
+:class:`~mmcache.errors.StoreFullError`. The file must be in WAL mode (checked on open).
 ``synchronous="NORMAL"`` (default) in WAL mode survives a killed process;
 ``"FULL"`` also survives power loss.
 """
@@ -30,6 +38,7 @@ Durability: each put, and each ``put_many`` batch, is one transaction.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import sqlite3
 import time
@@ -39,7 +48,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from mmcache.errors import ConfigError, StorageError
+from mmcache.errors import ConfigError, StorageError, StoreFullError
 from mmcache.policies import EvictionPolicy
 from mmcache.types import Entry
 from mmcache.tiers.base import Capacity
@@ -55,6 +64,7 @@ SCHEMA_VERSION = "5"
 OPEN_TIMEOUT_S = 30.0
 #: Entries read per query when a tier replays many changes (on open).
 FETCH_CHUNK = 500
+_LOG = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -69,6 +79,11 @@ CREATE TABLE IF NOT EXISTS embeddings (
     PRIMARY KEY (entry_id, modality));
 CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY AUTOINCREMENT,
                                 entry_id TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS quarantine (
+    entry_id TEXT, scope TEXT, exact_key TEXT, value_type TEXT, value BLOB, size INTEGER,
+    created_at REAL, expires_at REAL, ground_truth TEXT, hints TEXT, question TEXT,
+    context TEXT, context_vector BLOB, image_fingerprint BLOB, version INTEGER,
+    reason TEXT NOT NULL, quarantined_at REAL NOT NULL);
 """
 _ENTRY_COLS = "entry_id, scope, exact_key, value_type, value, size, created_at, " \
               "expires_at, ground_truth, hints, question, context, context_vector, image_fingerprint, " \
@@ -123,10 +138,13 @@ class SQLiteStore(Store):
         return versions
 
     def read(self, scope: str, entry_id: str) -> Entry | None:
-        with self._failing_as("read"):
+        with self._failing_as("read"), _Snapshot(self._db):
             row = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries WHERE entry_id = ? "
                                    "AND scope = ?", (entry_id, scope)).fetchone()
-            return None if row is None else self._entry(row, self._vectors(entry_id))
+            vectors = [] if row is None else self._db.execute(
+                "SELECT entry_id, modality, dim, vector FROM embeddings WHERE entry_id = ?",
+                (entry_id,)).fetchall()
+        return None if row is None else self._decoded([row], vectors)[0]
 
     def delete(self, removed: Sequence[Removal]) -> list[str]:
         with self._failing_as("delete"), self._transaction():
@@ -149,19 +167,16 @@ class SQLiteStore(Store):
         return [Change(seq, entry_id, entry_id) for seq, entry_id in rows]
 
     def fetch(self, refs: Sequence[str]) -> list[Entry | None]:
-        found: dict[str, Entry] = {}
-        with self._failing_as("read"):
+        rows, vectors = [], []
+        with self._failing_as("read"), _Snapshot(self._db):
             for start in range(0, len(refs), FETCH_CHUNK):
                 chunk = list(refs[start:start + FETCH_CHUNK])
                 marks = ",".join("?" * len(chunk))
-                vectors: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
-                for entry_id, modality, dim, blob in self._db.execute(
-                        "SELECT entry_id, modality, dim, vector FROM embeddings "
-                        f"WHERE entry_id IN ({marks})", chunk):
-                    vectors[entry_id][modality] = vector_from_bytes(blob, dim)
-                for row in self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries "
-                                            f"WHERE entry_id IN ({marks})", chunk):
-                    found[row[0]] = self._entry(row, vectors[row[0]])
+                vectors += self._db.execute("SELECT entry_id, modality, dim, vector FROM "
+                                            f"embeddings WHERE entry_id IN ({marks})", chunk)
+                rows += self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries "
+                                         f"WHERE entry_id IN ({marks})", chunk)
+        found = {e.entry_id: e for e in self._decoded(rows, vectors) if e is not None}
         return [found.get(ref) for ref in refs]
 
     def record_capacity(self, capacity: Capacity, replace: bool = False) -> Capacity:
@@ -179,11 +194,19 @@ class SQLiteStore(Store):
             return int(self._db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
 
     def scan(self) -> Iterator[Entry]:
-        with self._failing_as("read"):
+        with self._failing_as("read"), _Snapshot(self._db):
             rows = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries ORDER BY version"
                                     ).fetchall()
-            entries = [self._entry(row, self._vectors(row[0])) for row in rows]
-        return iter(entries)
+            vectors = self._db.execute("SELECT entry_id, modality, dim, vector FROM embeddings"
+                                       ).fetchall()
+        return iter([e for e in self._decoded(rows, vectors) if e is not None])
+
+    def quarantined(self) -> list[tuple[str, str]]:
+        """``(entry_id, reason)`` of every stored entry that could not be read back, oldest
+        first: each was moved to table ``quarantine`` and is absent from the store."""
+        with self._failing_as("read"):
+            return self._db.execute("SELECT entry_id, reason FROM quarantine "
+                                    "ORDER BY quarantined_at").fetchall()
 
     def close(self) -> None:
         try:
@@ -221,7 +244,7 @@ class SQLiteStore(Store):
             db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0,
                                  check_same_thread=False)
             db.execute("PRAGMA busy_timeout=30000")
-            db.execute("PRAGMA journal_mode=WAL")
+            mode = str(db.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
             db.execute(f"PRAGMA synchronous={self.synchronous}")
             db.execute("PRAGMA foreign_keys=ON")
             version = _upgrade(db)
@@ -235,6 +258,12 @@ class SQLiteStore(Store):
             if db is not None:
                 db.close()
             raise StorageError(f"cannot open L3 store {self.path}: {exc}") from exc
+        if mode != "wal":
+            db.close()
+            raise StorageError(f"cannot open L3 store {self.path}: SQLite keeps it in journal "
+                               f"mode {mode!r}, not WAL, so readers could block writers and "
+                               "see torn writes: put it on a local file system that supports "
+                               "shared memory (not NFS, not ':memory:')")
         if version != SCHEMA_VERSION:
             db.close()
             raise StorageError(f"{self.path} has schema {version}, expected {SCHEMA_VERSION}")
@@ -258,17 +287,43 @@ class SQLiteStore(Store):
                 deleted.append(entry_id)
         return deleted
 
-    def _vectors(self, entry_id: str) -> dict[str, np.ndarray]:
-        rows = self._db.execute("SELECT modality, dim, vector FROM embeddings WHERE entry_id = ?",
-                                (entry_id,)).fetchall()
-        return {m: vector_from_bytes(blob, dim) for m, dim, blob in rows}
+    def _decoded(self, rows: Sequence[tuple], vectors: Sequence[tuple]) -> list[Entry | None]:
+        """The entries of ``rows`` (read in one snapshot with their ``vectors`` rows); a row
+        that does not decode is quarantined and comes back as None."""
+        blobs: dict[str, list[tuple]] = defaultdict(list)
+        for entry_id, *vector in vectors:
+            blobs[entry_id].append(vector)
+        entries: list[Entry | None] = []
+        for row in rows:
+            try:
+                embeddings = {m: vector_from_bytes(blob, dim) for m, dim, blob in blobs[row[0]]}
+                entries.append(self._entry(row, embeddings))
+            except (StorageError, ValueError, TypeError, RecursionError) as exc:
+                self._quarantine(row[0], row[-1], str(exc))
+                entries.append(None)
+        return entries
+
+    def _quarantine(self, entry_id: str, version: int | None, reason: str) -> None:
+        """Move the unreadable entry ``entry_id`` (at ``version``) to table ``quarantine``
+        and log its removal, so every client drops it; a warning names it."""
+        try:
+            with _Transaction(self._db):
+                self._db.execute(f"INSERT INTO quarantine SELECT {_ENTRY_COLS}, ?, ? FROM entries "
+                                 "WHERE entry_id = ? AND version IS ?",
+                                 (reason, time.time(), entry_id, version))
+                self._delete_in_transaction([Removal("", entry_id, version)])
+        except sqlite3.Error as exc:
+            reason += f" (and it could not be moved to the quarantine table: {exc})"
+        _LOG.warning("L3 store %s: entry %r cannot be read (%s); it is served as absent and "
+                     "kept in table 'quarantine' for inspection", self.path, entry_id, reason)
 
     def _entry(self, row: tuple, embeddings: dict[str, np.ndarray]) -> Entry:
         entry_id, scope, exact_key, tag, payload, size, created, expires, label, hints, \
             question, turns, turns_vector, fingerprint, version = row
         return Entry(entry_id=entry_id, scope=scope, exact_key=exact_key,
                      value=decode_value(tag, payload), embeddings=embeddings,
-                     size=size, created_at=created, expires_at=expires,
+                     size=int(size), created_at=float(created),
+                     expires_at=None if expires is None else float(expires),
                      ground_truth=decode_label(label), hints=_decode_hints(hints, self.path),
                      version=version, question=question, context=_decode_turns(turns, self.path),
                      context_vector=None if turns_vector is None
@@ -395,21 +450,46 @@ class _Failing:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc_type is not None and issubclass(exc_type, sqlite3.Error):
+            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+                raise StoreFullError(f"{self._message}: {exc}; nothing of it was kept: free disk "
+                                     "space or lower the tier's max_bytes") from exc
             raise StorageError(f"{self._message}: {exc}") from exc
         return False
 
 
 class _Transaction:
-    """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any exception."""
+    """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any exception, a failed COMMIT
+    included; the error that ended it is the one raised."""
+
+    begin = "BEGIN IMMEDIATE"
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
 
     def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
+        self._db.execute(self.begin)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
-            self._db.execute("COMMIT")
+            try:
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._roll_back()
+                raise
         else:
-            self._db.execute("ROLLBACK")
+            self._roll_back()
+
+    def _roll_back(self) -> None:
+        """ROLLBACK unless SQLite already rolled the transaction back (as it does on a full
+        disk), keeping the original error."""
+        if self._db.in_transaction:
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the error being raised says what went wrong; SQLite rolls back on close
+
+
+class _Snapshot(_Transaction):
+    """A read transaction: every SELECT inside it sees the same committed state."""
+
+    begin = "BEGIN DEFERRED"

@@ -7,7 +7,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from mmcache.errors import StorageError
+from mmcache.errors import StorageError, StoreFullError
 from mmcache.lab.testing import near, unit
 from mmcache.tiers import Capacity, SQLiteTier
 from mmcache.tiers.sqlite import SCHEMA_VERSION
@@ -59,8 +59,11 @@ def test_values_are_tagged_json_or_bytes_never_pickle(tmp_path):
     db.execute("UPDATE entries SET value_type = 'pickle'")
     db.commit()
     db.close()
-    with pytest.raises(StorageError, match="unknown type tag"):
-        SQLiteTier(tmp_path / "l3.db").get("s", "s-1")
+    reopened = SQLiteTier(tmp_path / "l3.db")
+    assert reopened.get("s", "s-1") is None
+    assert [reason for _, reason in reopened.store.quarantined()] == [
+        f"stored value has unknown type tag 'pickle'"]
+    reopened.close()
 
 
 def test_capacity_evicts_in_the_file_and_on_reopen(tmp_path):
@@ -247,10 +250,95 @@ def test_a_schema_4_file_gains_the_image_fingerprint_column(tmp_path):
     reopened.close()
 
 
-def test_malformed_stored_hints_are_a_storage_error(tmp_path):
-    tier = SQLiteTier(tmp_path / "l3.db")
-    tier.put(entry(1, np.random.default_rng(10)))
-    tier.store._db.execute("UPDATE entries SET hints = '[1, 2]'")
-    with pytest.raises(StorageError, match="malformed policy hints"):
-        tier.get("s", "s-1")
+@pytest.mark.parametrize("column, corrupt", [
+    ("hints", "'[1, 2]'"), ("context", "'{not json'"), ("ground_truth", "'[1,'"),
+    ("value", "CAST('{\"a\":' AS BLOB)"), ("created_at", "'yesterday'"),
+])
+def test_a_corrupt_row_is_quarantined_and_the_store_still_opens(tmp_path, caplog, column,
+                                                                 corrupt):
+    rng = np.random.default_rng(10)
+    path = tmp_path / "l3.db"
+    tier = SQLiteTier(path, shared=True)
+    other = SQLiteTier(path, shared=True)
+    tier.put_many([entry(i, rng, value={"i": i}) for i in range(3)])
+    tier.store._db.execute(f"UPDATE entries SET value_type = 'json', {column} = {corrupt} "
+                           "WHERE entry_id = 's-1'")
+    assert tier.get("s", "s-1") is None                     # a miss, not an error
+    assert "'s-1' cannot be read" in caplog.text
     tier.close()
+    reopened = SQLiteTier(path, shared=True)                # opens, without the bad row
+    assert len(reopened) == 2 and sorted(reopened.ids()) == ["s-0", "s-2"]
+    assert [e for e, _ in reopened.store.quarantined()] == ["s-1"]
+    assert "s-1" not in other                               # the removal reached the others
+    for t in (reopened, other):
+        t.close()
+
+
+class _Rows(list):
+    """Rows already fetched, read like a cursor."""
+
+    def fetchone(self):
+        return self[0] if self else None
+
+    def fetchall(self):
+        return list(self)
+
+
+class _WriteBetweenSelects:
+    """A connection that lets another connection commit after the first SELECT of a read."""
+
+    def __init__(self, db: sqlite3.Connection, write) -> None:
+        self._db, self._write = db, write
+
+    def execute(self, sql: str, *args):
+        cursor = self._db.execute(sql, *args)
+        if sql.lstrip().startswith("SELECT") and self._write is not None:
+            rows, write, self._write = _Rows(cursor.fetchall()), self._write, None
+            write()
+            return rows
+        return cursor
+
+    def __getattr__(self, name: str):
+        return getattr(self._db, name)
+
+
+@pytest.mark.parametrize("how", ["read", "fetch", "scan"])
+def test_a_read_sees_one_write_not_parts_of_two(tmp_path, how):
+    rng = np.random.default_rng(12)
+    path = tmp_path / "l3.db"
+    reader = SQLiteTier(path, shared=True)
+    writer = SQLiteTier(path, shared=True)
+    first = entry(1, rng, value="first")
+    writer.put(first)
+    second = entry(1, rng, value="second")   # the same id, new vectors
+    reader.store._db = _WriteBetweenSelects(reader.store._db, lambda: writer.put(second))
+    got = {"read": lambda: reader.store.read("s", "s-1"),
+           "fetch": lambda: reader.store.fetch(["s-1"])[0],
+           "scan": lambda: next(reader.store.scan())}[how]()
+    expected = first if got.value == "first" else second
+    assert all(np.array_equal(got.embeddings[m], expected.embeddings[m]) for m in CLOSE)
+    reader.store._db = reader.store._db._db
+    for t in (reader, writer):
+        t.close()
+
+
+def test_a_full_disk_is_a_store_full_error_and_keeps_nothing(tmp_path):
+    rng = np.random.default_rng(13)
+    tier = SQLiteTier(tmp_path / "l3.db")
+    tier.put(entry(0, rng))
+    pages = tier.store._db.execute("PRAGMA page_count").fetchone()[0]
+    tier.store._db.execute(f"PRAGMA max_page_count = {pages + 2}")
+    with pytest.raises(StoreFullError, match="full.*free disk space"):
+        tier.put(entry(1, rng, value="x" * 1_000_000))
+    assert sorted(tier.ids()) == ["s-0"] and len(tier) == 1 and tier.usage() == (1, 100)
+    assert tier.integrity_check() == "ok"
+    tier.store._db.execute("PRAGMA max_page_count = 1073741823")
+    tier.put(entry(2, rng, value="x" * 1_000_000))          # room again: the store works
+    assert tier.get("s", "s-2").value == "x" * 1_000_000
+    tier.close()
+
+
+def test_a_store_sqlite_cannot_keep_in_wal_mode_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StorageError, match="not WAL"):
+        SQLiteTier(":memory:")
