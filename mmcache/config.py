@@ -21,6 +21,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -100,7 +101,7 @@ class StoreTierConfig:
 
     backend: str | None = None
     path: str | None = None
-    url: str | None = None
+    url: str | None = field(default=None, repr=False)  # its password must not reach a display
     max_entries: int | None = None
     max_bytes: int | None = None
     policy: str = "lru"
@@ -252,8 +253,27 @@ class CacheConfig:
         return cls.from_dict(data or {})
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain nested dicts (for provenance in metrics and figures)."""
-        return dataclasses.asdict(self)
+        """Plain nested dicts (for provenance in metrics and figures), the store URL's
+        password redacted."""
+        data = dataclasses.asdict(self)
+        if data["l3"]["url"] is not None:
+            data["l3"]["url"] = redacted_url(data["l3"]["url"])
+        return data
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***`` (for displays and logs)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host
+        port = f":{parts.port}" if parts.port is not None else ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+    except ValueError:  # not a URL that urlsplit reads: show nothing of it
+        return "<url>"
 
 
 # -- what each key means ------------------------------------------------------------------

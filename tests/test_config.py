@@ -117,3 +117,10 @@ def test_unknown_policy_is_a_config_error():
 def test_not_a_config():
     with pytest.raises(ConfigError, match="CacheConfig, dict or YAML path"):
         CacheConfig.load(42)
+
+
+def test_the_store_password_reaches_neither_provenance_nor_display():
+    cfg = CacheConfig.load({"l3": {"backend": "redis", "url": "redis://u:s3cret@10.0.0.1:6379/0"}})
+    assert cfg.l3.url == "redis://u:s3cret@10.0.0.1:6379/0"          # still connects with it
+    assert cfg.to_dict()["l3"]["url"] == "redis://u:***@10.0.0.1:6379/0"
+    assert "s3cret" not in repr(cfg) and "s3cret" not in str(cfg.to_dict())

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from urllib.parse import urlsplit, urlunsplit
 from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 import redis
@@ -53,6 +52,7 @@ import xxhash
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
+from mmcache.config import redacted_url
 from mmcache.errors import ConfigError, StorageError
 from mmcache.policies import EvictionPolicy
 from mmcache.types import Entry
@@ -111,7 +111,9 @@ class RedisStore(Store):
             raise ConfigError(f"the Redis tier prefix {prefix!r} holds a brace, which would "
                               "change the hash slot of its keys on a cluster: use a prefix "
                               "without '{' and '}'")
-        self.url = self.location = url
+        self.url = url
+        #: The URL without its password, for every message.
+        self.location = redacted_url(url)
         self.prefix = prefix
         self.cluster = cluster
         self._capacity_key = f"{prefix}:capacity"
@@ -123,7 +125,7 @@ class RedisStore(Store):
         try:
             self._put_script = self._script(_PUT_SCRIPT)
             self._delete_script = self._script(_DELETE_SCRIPT)
-            self.skew = SkewWatch(self._shards(), window=skew_window, where=url)
+            self.skew = SkewWatch(self._shards(), window=skew_window, where=self.location)
         except BaseException:
             self._db.close()
             raise
@@ -154,9 +156,9 @@ class RedisStore(Store):
         raw = self._call("read", self._db.hgetall, self._counted(key))
         if not raw:
             return None
-        entry = _decode_entry(raw, self.url)
+        entry = _decode_entry(raw, self.location)
         if entry.scope != scope or entry.entry_id != entry_id:
-            raise StorageError(f"Redis tier {self.url}: key {key!r} "
+            raise StorageError(f"Redis tier {self.location}: key {key!r} "
                                f"holds entry {entry.entry_id!r} of another scope")
         return entry
 
@@ -192,7 +194,7 @@ class RedisStore(Store):
                 for name, changes in zip(names, logged) for key, seq in changes]
 
     def fetch(self, refs: Sequence[str]) -> list[Entry | None]:
-        return [_decode_entry(raw, self.url) if raw else None
+        return [_decode_entry(raw, self.location) if raw else None
                 for raw in self._pipelined("read", "hgetall", [(r,) for r in refs])]
 
     def record_capacity(self, capacity: Capacity, replace: bool = False) -> Capacity:
@@ -304,7 +306,8 @@ class RedisStore(Store):
         try:
             shard = self.shard_of(key)
         except REDIS_ERRORS as exc:
-            raise StorageError(f"Redis tier {self.url} has no shard for {key!r}: {exc}") from exc
+            raise StorageError(f"Redis tier {self.location} has no shard for {key!r}: "
+                               f"{exc}") from exc
         if self.metrics is not None:
             self.metrics.count("shard_requests", shard)
         for skewed in self.skew.record(shard):
@@ -322,7 +325,7 @@ class RedisStore(Store):
         try:
             return fn(*args, **kwargs)
         except REDIS_ERRORS as exc:
-            raise StorageError(f"Redis tier {what} at {self.url} failed: {exc}") from exc
+            raise StorageError(f"Redis tier {what} at {self.location} failed: {exc}") from exc
 
 
 def _connect(url: str, socket_timeout: float, cluster: bool) -> Any:
@@ -332,16 +335,16 @@ def _connect(url: str, socket_timeout: float, cluster: bool) -> Any:
         client = RedisCluster.from_url(url, socket_timeout=socket_timeout) if cluster else \
             redis.Redis.from_url(url, socket_timeout=socket_timeout)
     except (*REDIS_ERRORS, ValueError) as exc:
-        raise StorageError(f"cannot reach the Redis tier at {url}: {exc}") from exc
+        raise StorageError(f"cannot reach the Redis tier at {redacted_url(url)}: {exc}") from exc
     try:
         client.ping()
         a_cluster_node = not cluster and client.info("cluster").get("cluster_enabled")
     except REDIS_ERRORS as exc:
         client.close()
-        raise StorageError(f"cannot reach the Redis tier at {url}: {exc}") from exc
+        raise StorageError(f"cannot reach the Redis tier at {redacted_url(url)}: {exc}") from exc
     if a_cluster_node:
         client.close()
-        raise StorageError(f"the Redis server at {url} is a cluster node: set "
+        raise StorageError(f"the Redis server at {redacted_url(url)} is a cluster node: set "
                            "l3.options.cluster: true to use the cluster")
     return client
 
@@ -369,7 +372,7 @@ class RedisTier(StoreTier):
         return self.store.url
 
     def backend(self) -> str:
-        return f"redis{' cluster' if self.store.cluster else ''} {redacted_url(self.url)} " \
+        return f"redis{' cluster' if self.store.cluster else ''} {self.store.location} " \
             f"prefix {self.prefix!r} (shared)"
 
     @property
@@ -405,7 +408,7 @@ def _entry_fields(entry: Entry) -> list[Any]:
     return [x for pair in fields.items() for x in pair]
 
 
-def _decode_entry(raw: Mapping[bytes, bytes], url: str) -> Entry:
+def _decode_entry(raw: Mapping[bytes, bytes], where: str) -> Entry:
     """The Entry stored in one Redis hash; StorageError when it is malformed."""
     try:
         text = {k.decode(): v for k, v in raw.items()}
@@ -428,19 +431,4 @@ def _decode_entry(raw: Mapping[bytes, bytes], url: str) -> Entry:
                      if text.get("context_vector") else None,
                      image_fingerprint=text.get("image_fingerprint") or None)
     except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as exc:
-        raise StorageError(f"Redis tier {url} holds a malformed entry: {exc!r}") from None
-
-
-def redacted_url(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***`` (for displays and logs)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        host = f"[{host}]" if ":" in host else host
-        port = f":{parts.port}" if parts.port is not None else ""
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
-    except ValueError:  # not a URL that urlsplit reads: show nothing of it
-        return "<url>"
+        raise StorageError(f"Redis tier {where} holds a malformed entry: {exc!r}") from None

@@ -65,6 +65,8 @@ OPEN_TIMEOUT_S = 30.0
 #: Entries read per query when a tier replays many changes (on open).
 FETCH_CHUNK = 500
 _LOG = logging.getLogger(__name__)
+#: Mode of the files a store creates: cached answers are for the user who stored them.
+PRIVATE_FILE_MODE = 0o600
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -366,7 +368,9 @@ def _hold_open_lock(path: Path, shared: bool) -> int:
     stores, exclusive for a private one; StorageError when another cache holds it."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE))  # SQLite's WAL
+        # and shared-memory files take the database file's mode
     except OSError as exc:
         raise StorageError(f"cannot open L3 store {path}: {exc}") from exc
     try:
@@ -427,7 +431,8 @@ def _decode_turns(text: str | None, path: Path) -> tuple[tuple[str, str], ...]:
     try:
         return decode_turns(text)
     except (ValueError, TypeError) as exc:
-        raise StorageError(f"{path} holds a malformed conversation context {text!r}: "
+        raise StorageError(f"{path} holds a malformed conversation context "
+                           f"({len(text or '')} characters, not shown): "
                            f"{exc}") from None
 
 

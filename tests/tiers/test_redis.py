@@ -11,7 +11,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mmcache.errors import SerializationError, StorageError
+from mmcache.errors import ConfigError, SerializationError, StorageError
 from mmcache.tiers.base import Capacity
 from mmcache.tiers.redis import RedisTier, scope_tag
 from mmcache.types import Entry
@@ -191,6 +191,30 @@ def test_a_put_the_server_refuses_writes_nothing(tier: RedisTier, redis_url: str
     assert client.ttl(tier.key("tenant-a", "e1")) == -1
     assert (client.get(f"{tier.prefix}:seq"), client.zrange(f"{tier.prefix}:log", 0, -1,
                                                              withscores=True)) == before
+
+
+def test_the_password_in_the_url_reaches_no_message(redis_url: str, prefix: str) -> None:
+    admin = redis.Redis.from_url(redis_url)
+    admin.execute_command("ACL", "SETUSER", "tester", "on", ">s3cret-pw", "~*", "&*", "+@all")
+    url = redis_url.replace("redis://", "redis://tester:s3cret-pw@")
+    messages = []
+    tier = RedisTier(url, capacity=Capacity(max_entries=5), prefix=prefix)
+    try:
+        tier.put(entry("e1"))
+        admin.hdel(tier.key("tenant-a", "e1"), "size")
+        with pytest.raises(StorageError) as malformed:
+            tier.get("tenant-a", "e1")
+        messages += [str(malformed.value), tier.backend(), tier.store.skew.where]
+        with pytest.raises(ConfigError) as other_capacity:
+            RedisTier(url, capacity=Capacity(max_entries=6), prefix=prefix)
+        messages.append(str(other_capacity.value))
+    finally:
+        tier.close()
+    with pytest.raises(StorageError) as unreachable:
+        RedisTier("redis://tester:s3cret-pw@127.0.0.1:1/0", socket_timeout=0.5)
+    messages.append(str(unreachable.value))
+    assert all("tester:***@127.0.0.1" in m for m in messages), messages
+    assert not any("s3cret" in m for m in messages)
 
 
 def test_malformed_stored_entry_is_a_storage_error(tier: RedisTier, redis_url: str) -> None:

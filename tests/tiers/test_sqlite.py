@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 import numpy as np
@@ -342,3 +343,26 @@ def test_a_store_sqlite_cannot_keep_in_wal_mode_is_refused(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StorageError, match="not WAL"):
         SQLiteTier(":memory:")
+
+
+def test_store_files_are_readable_by_their_owner_only(tmp_path):
+    old = os.umask(0o022)
+    try:
+        tier = SQLiteTier(tmp_path / "l3.db", shared=True)
+        tier.put(entry(1, np.random.default_rng(14)))
+        made = sorted(p.name for p in tmp_path.iterdir())
+        assert made == ["l3.db", "l3.db-shm", "l3.db-wal", "l3.db.lock"]
+        assert {p.name: oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()} == \
+            {name: "0o600" for name in made}
+        tier.close()
+    finally:
+        os.umask(old)
+
+
+def test_a_malformed_context_is_not_printed(tmp_path):
+    tier = SQLiteTier(tmp_path / "l3.db")
+    tier.put(entry(1, np.random.default_rng(15)))
+    tier.store._db.execute("UPDATE entries SET context = '[[\"user\", \"my password is hunter2\"'")
+    assert tier.get("s", "s-1") is None
+    assert "hunter2" not in str(tier.store.quarantined())
+    tier.close()
