@@ -86,6 +86,9 @@ either finished before it or raises MMCacheError ("closed") having changed nothi
 One cache across processes: a shared L3 (SQLite with ``l3.shared: true``, or Redis) is
 one store every process sees (:mod:`mmcache.tiers.store`). Every write and delete there
 takes the next number of the store's one sequence, stored as the entry's ``version``.
+If the store loses or rolls back its data (its epoch changes, or its sequence goes back:
+:class:`~mmcache.tiers.store.Head`), its tier resyncs and every private copy is dropped, since
+version numbers may be reused from then on.
 Before a copy in this process's L1 or L2 is served it is revalidated: the L3 tier
 replays the store's changes (one ``PRAGMA data_version`` when nothing changed, one
 Redis ``GET`` of the sequence) and a copy of another version is dropped and looked up
@@ -256,6 +259,8 @@ class TieredCache:
         #: in the tiers above it are revalidated against it before they are served.
         self._shared_store = next((t for t in self.tiers if isinstance(t, StoreTier)
                                    and t.shared), None)
+        #: The shared store's resync count when the copies above it were last known good.
+        self._store_resyncs = 0 if self._shared_store is None else self._shared_store.resyncs
         try:
             self._adopt_stored_entries()
         except BaseException:
@@ -987,10 +992,20 @@ class TieredCache:
         (as of its ``max_staleness``); a stale private copy is dropped from the tiers above
         the store."""
         store = self._shared_store
-        if store is None or self.tiers.index(store) <= level or \
-                store.current_version(entry.entry_id) == entry.version:
+        if store is None or self.tiers.index(store) <= level:
             return True
-        for tier in self.tiers[:self.tiers.index(store)]:
+        version = store.current_version(entry.entry_id)
+        above = self.tiers[:self.tiers.index(store)]
+        if store.resyncs != self._store_resyncs:  # versions from before may be reused now
+            self._store_resyncs = store.resyncs
+            for tier in above:
+                for entry_id in list(tier.ids()):
+                    tier.delete(entry_id)
+                self._uncover_below(tier)
+            return False
+        if version == entry.version:
+            return True
+        for tier in above:
             tier.delete(entry.entry_id)
         return False
 

@@ -1,5 +1,5 @@
-"""Helpers for tests and experiments: a hand-driven clock, vectors at a chosen cosine, and a
-throwaway local Redis Cluster."""
+"""Helpers for tests and experiments: a hand-driven clock, vectors at a chosen cosine, a
+private redis-server that faults can be injected into, and a throwaway local Redis Cluster."""
 
 from __future__ import annotations
 
@@ -46,6 +46,53 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         """Move the clock forward."""
         self.now += seconds
+
+
+class LocalRedis:
+    """A private redis-server on a free loopback port, its files under ``folder``, that a
+    test can restart, kill and flush: ``args`` are extra server options (default: no
+    persistence). Use it as a context manager; it is stopped by its PID on exit."""
+
+    def __init__(self, folder: str | Path, *args: str, timeout_s: float = 10.0) -> None:
+        self.binary = shutil.which("redis-server")
+        if self.binary is None:
+            raise StorageError("a local Redis needs redis-server (Debian package redis-server)")
+        self.folder, self.args, self.timeout_s = Path(folder), args, timeout_s
+        self.port = _cluster_ports(1)[0]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "LocalRedis":
+        """Start the server (again, on the same port and files) and wait for its PING."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir",
+             str(self.folder), *(self.args or ("--save", "", "--appendonly", "no"))],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _wait_until(lambda: _node_answers(self.port, self.proc), self.timeout_s,
+                    f"redis-server on port {self.port} did not answer PING")
+        return self
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop the server: SIGTERM (it saves if told to persist), or ``kill -9``."""
+        if self.proc is not None:
+            if kill:
+                self.proc.kill()
+                self.proc.wait()
+            else:
+                stop_process(self.proc)
+            self.proc = None
+
+    def restart(self, kill: bool = False) -> None:
+        """Stop the server (``kill``: without a chance to save) and start it again."""
+        self.stop(kill)
+        self.start()
+
+    def __enter__(self) -> "LocalRedis":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop(kill=True)
 
 
 @contextlib.contextmanager

@@ -25,14 +25,21 @@ Layout under ``prefix`` (default ``"mmcache"``) on one server, no pickle anywher
   keys scored by the number of their latest change. Writes and compare-and-deletes are
   Lua scripts that take the next number atomically with the change, so a client loads
   exactly the writes, replaces and deletes made after the last number it has seen.
+* ``{prefix}:epoch`` — the identity of the data the sequence numbers: a random token the
+  first client (or write) records when there is none. A store that loses its data (a
+  restart without persistence, FLUSHALL, maxmemory evicting the control keys) loses it
+  too, so the next client records another; a store rolled back (an older snapshot, a lagging replica
+  promoted) shows a sequence below what clients have seen. Either way every client
+  resyncs from what the store holds and drops the private copies it took before
+  (:class:`~mmcache.tiers.store.Head`).
 * ``{prefix}:capacity`` — the capacity recorded by the first client (JSON).
 
 On a Redis Cluster (``cluster=True``; config ``l3.options.cluster: true``, with the URL
 of any node) a script and a MULTI/EXEC may only touch keys of one hash slot, so each
 scope keeps its own sequence and change log next to its entries, in the slot of a hash
 tag (Redis hashes only the part in braces, which are literal here; ``H`` is the scope
-hash): ``mmcache:{H}:<entry_id>``, ``mmcache:seq:{H}`` and ``mmcache:log:{H}``, with
-``mmcache:scopes`` the set of scope hashes that have a log (and no brace in the prefix).
+hash): ``mmcache:{H}:<entry_id>``, ``mmcache:seq:{H}``, ``mmcache:log:{H}`` and
+``mmcache:epoch:{H}``, with ``mmcache:scopes`` the set of scope hashes that have a log (and no brace in the prefix).
 Scopes spread over the shards while a write stays one atomic step in one slot; a batch
 over several scopes is one transaction per scope, in order, so a failure part-way keeps
 the scopes written before it (every client replays them). One scope never spans shards:
@@ -44,6 +51,7 @@ every request is counted on the shard of its key, in the cache's
 from __future__ import annotations
 
 import json
+import uuid
 from collections import defaultdict
 from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
@@ -61,32 +69,48 @@ from mmcache.tiers.codec import (decode_hints, decode_label, decode_turns, decod
                     encode_label, encode_turns, encode_value, vector_from_bytes,
                     vector_to_bytes)
 from mmcache.tiers.skew import SKEW_WINDOW, SkewWatch
-from mmcache.tiers.store import Change, Removal, Store, StoreTier
+from mmcache.tiers.store import Change, Head, Removal, Store, StoreTier
 from mmcache.tiers.vectors import IndexSpec
 
 VECTOR_FIELD = "vec:"
 
-# KEYS: seq, log, entry key; ARGV: milliseconds to keep it (0: no expiry), then the
-# field/value pairs of the entry hash. Returns the entry's version. Its arguments are checked
-# before the first write: a script that fails part-way leaves what it already wrote.
+# The next number of the sequence (KEYS[1]), above every number its log (KEYS[2]) holds even
+# when the counter was lost and its log kept, with the epoch (KEYS[4]) recorded if the store
+# has none (ARGV[2]).
+_NEXT_SEQ = """
+redis.call('SET', KEYS[4], ARGV[2], 'NX')
+local seq = redis.call('INCR', KEYS[1])
+local top = redis.call('ZREVRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2]
+if top and tonumber(top) >= seq then
+  seq = tonumber(top) + 1
+  redis.call('SET', KEYS[1], seq)
+end
+"""
+
+# KEYS: seq, log, entry key, epoch; ARGV: milliseconds to keep it (0: no expiry), a new
+# epoch, then the field/value pairs of the entry hash. Returns the entry's version. The
+# arguments are checked before the first write: a script that fails part-way keeps what it
+# already wrote.
 _PUT_SCRIPT = """
 local keep = tonumber(ARGV[1])
-if keep == nil or keep < 0 or keep > 1e15 or keep ~= math.floor(keep) or #ARGV % 2 ~= 1 then
+if keep == nil or keep < 0 or keep > 1e15 or keep ~= math.floor(keep) or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR mmcache put: bad expiry or fields')
 end
-local seq = redis.call('INCR', KEYS[1])
+""" + _NEXT_SEQ + """
 redis.call('DEL', KEYS[3])
-redis.call('HSET', KEYS[3], 'version', seq, unpack(ARGV, 2))
-if tonumber(ARGV[1]) > 0 then redis.call('PEXPIRE', KEYS[3], ARGV[1]) end
+redis.call('HSET', KEYS[3], 'version', seq, unpack(ARGV, 3))
+if keep > 0 then redis.call('PEXPIRE', KEYS[3], ARGV[1]) end
 redis.call('ZADD', KEYS[2], seq, KEYS[3])
 return seq
 """
 
-# KEYS: seq, log, entry key; ARGV: the version to delete ('' for any). Returns 1 if deleted.
+# KEYS: seq, log, entry key, epoch; ARGV: the version to delete ('' for any), a new epoch.
+# Returns 1 if deleted.
 _DELETE_SCRIPT = """
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[3], 'version') ~= ARGV[1] then return 0 end
 if redis.call('DEL', KEYS[3]) == 0 then return 0 end
-redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[1]), KEYS[3])
+""" + _NEXT_SEQ + """
+redis.call('ZADD', KEYS[2], seq, KEYS[3])
 return 1
 """
 
@@ -145,8 +169,9 @@ class RedisStore(Store):
 
     # -- Store protocol ------------------------------------------------------------------
     def encode(self, entry: Entry, keep_for: float | None) -> list[Any]:
-        """``[milliseconds to keep, field, value, ...]`` (SerializationError first)."""
-        return [0 if keep_for is None else max(1, int(keep_for * 1000)), *_entry_fields(entry)]
+        """``[milliseconds to keep, epoch, field, value, ...]`` (SerializationError first)."""
+        return [0 if keep_for is None else max(1, int(keep_for * 1000)), _new_epoch(),
+                *_entry_fields(entry)]
 
     def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal]) -> list[int]:
         return self._call("write", self._transactions, batch, removed)[0]
@@ -170,7 +195,7 @@ class RedisStore(Store):
 
     def latest(self, log: str = "") -> int:
         """The last number of sequence ``log`` (one server: ``""``, the only one)."""
-        return self.heads([log])[log]
+        return self.heads([log])[log].seq
 
     def changes(self, since: int, log: str = "") -> list[Change]:
         """The changes after ``since`` in sequence ``log`` (one server: ``""``)."""
@@ -180,10 +205,22 @@ class RedisStore(Store):
         """``""`` on one server; on a cluster, the scope's hash (its own sequence)."""
         return scope_tag(scope) if self.cluster else ""
 
-    def heads(self, logs: Collection[str] | None = None) -> dict[str, int]:
+    def heads(self, logs: Collection[str] | None = None) -> dict[str, Head]:
         names = sorted(self._logs() if logs is None else logs)
-        last = self._pipelined("read", "get", [(self._seq_key(n),) for n in names])
-        return {name: int(n or 0) for name, n in zip(names, last)}
+        read = self._pipelined("read", "get", [(key(n),) for n in names
+                                               for key in (self._seq_key, self._epoch_key)])
+        epochs = dict(zip(names, read[1::2]))
+        lost = [name for name, epoch in epochs.items() if epoch is None]
+        if lost:  # new, or lost with the data: the first client to ask records a new epoch
+            self._registered -= set(lost)  # the list of scopes went too: register again
+            fresh = [_new_epoch() for _ in lost]
+            before = self._pipelined("write", "set", [(self._epoch_key(name), token)
+                                                      for name, token in zip(lost, fresh)],
+                                     nx=True, get=True)
+            epochs.update((name, old or token.encode())
+                          for name, old, token in zip(lost, before, fresh))
+        return {name: Head(int(seq or 0), epochs[name].decode())
+                for name, seq in zip(names, read[::2])}
 
     def changes_after(self, since: Mapping[str, int]) -> list[Change]:
         names = sorted(since)
@@ -223,9 +260,13 @@ class RedisStore(Store):
     def _log_key(self, log: str) -> str:
         return f"{self.prefix}:log:{{{log}}}" if log else f"{self.prefix}:log"
 
+    def _epoch_key(self, log: str) -> str:
+        return f"{self.prefix}:epoch:{{{log}}}" if log else f"{self.prefix}:epoch"
+
     def _script_keys(self, scope: str, entry_id: str) -> list[str]:
         log = self.log_of(scope)
-        return [self._seq_key(log), self._log_key(log), self.key(scope, entry_id)]
+        return [self._seq_key(log), self._log_key(log), self.key(scope, entry_id),
+                self._epoch_key(log)]
 
     def _logs(self) -> list[str]:
         """Every sequence's name (a cluster's scopes that have one)."""
@@ -270,8 +311,8 @@ class RedisStore(Store):
     def _queue_deletes(self, pipe: Any, removed: Sequence[Removal]) -> None:
         for scope, entry_id, version in removed:
             keys = self._script_keys(scope, entry_id)
-            self._delete_script(keys=keys, args=["" if version is None else version],
-                                client=pipe)
+            self._delete_script(keys=keys, args=["" if version is None else version,
+                                                 _new_epoch()], client=pipe)
             self._counted(keys[2])
 
     def _register(self, logs: Iterable[str]) -> None:
@@ -326,6 +367,12 @@ class RedisStore(Store):
             return fn(*args, **kwargs)
         except REDIS_ERRORS as exc:
             raise StorageError(f"Redis tier {what} at {self.location} failed: {exc}") from exc
+
+
+def _new_epoch() -> str:
+    """A fresh epoch: a write records it when the store has none, so every loss of the data
+    gives the store a new one."""
+    return uuid.uuid4().hex
 
 
 def _connect(url: str, socket_timeout: float, cluster: bool) -> Any:

@@ -28,6 +28,7 @@ no client ever evicts other tenants' entries to meet a budget of its own.
 
 from __future__ import annotations
 
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -44,6 +45,8 @@ from mmcache.tiers.vectors import IndexSpec, SemanticIndex
 if TYPE_CHECKING:
     from mmcache.metrics import CacheMetrics
 
+_LOG = logging.getLogger(__name__)
+
 
 class Change(NamedTuple):
     """One entry of a store's change feed: the entry's id changed at ``seq``.
@@ -58,6 +61,16 @@ class Change(NamedTuple):
     entry_id: str
     ref: str
     log: str = ""
+
+
+class Head(NamedTuple):
+    """Where one sequence of a store stands: its last number, and the identity of the data
+    it numbers (``epoch``: a store that loses its data gets a new one). A sequence whose
+    epoch changes, or whose head goes below a number already seen, was rolled back or lost:
+    a tier that sees it resyncs that sequence from scratch."""
+
+    seq: int
+    epoch: str = ""
 
 
 class Removal(NamedTuple):
@@ -108,9 +121,9 @@ class Store(ABC):
         """The name of the sequence that numbers ``scope``'s writes (``""``: the only one)."""
         return ""
 
-    def heads(self, logs: Collection[str] | None = None) -> dict[str, int]:
-        """The last number of each of ``logs`` (None: of every sequence), by name."""
-        return {"": self.latest()}
+    def heads(self, logs: Collection[str] | None = None) -> dict[str, Head]:
+        """The :class:`Head` of each of ``logs`` (None: of every sequence), by name."""
+        return {"": Head(self.latest())}
 
     def changes_after(self, since: Mapping[str, int]) -> list[Change]:
         """The changes after ``since[log]`` of each sequence named in ``since``, each
@@ -190,6 +203,11 @@ class StoreTier(BudgetedTier):
         self._seen: dict[str, int] = {}
         #: Sequence name -> when (monotonic) it was last replayed; None: every sequence.
         self._synced_at: dict[str | None, float] = {}
+        #: Sequence name -> the epoch of the data this tier's view of it comes from.
+        self._epochs: dict[str, str] = {}
+        #: How many times this tier found a sequence rolled back or lost and resynced it;
+        #: copies taken from it before then may carry reused versions.
+        self.resyncs = 0
         self._catch_up(store.heads())
         self._synced_at[None] = time.monotonic()
         while not self.shared and self.capacity.exceeded(*self.usage()):
@@ -311,16 +329,37 @@ class StoreTier(BudgetedTier):
             return
         now = time.monotonic()
         logs = None if scopes is None else {self.store.log_of(s) for s in scopes}
-        self._catch_up(self.store.heads(logs))
+        heads = self.store.heads(logs)
+        if logs is None:  # a sequence the store no longer lists was lost with its data
+            heads.update(self.store.heads([log for log in self._epochs if log not in heads]))
+        self._catch_up(heads)
         for log in [None] if logs is None else logs:
             self._synced_at[log] = now
 
-    def _catch_up(self, heads: Mapping[str, int]) -> None:
-        """Replay the changes of each sequence in ``heads`` past the number last replayed."""
-        behind = {log: self._seen.get(log, 0) for log, last in heads.items()
-                  if last > self._seen.get(log, 0)}
+    def _catch_up(self, heads: Mapping[str, Head]) -> None:
+        """Replay the changes of each sequence in ``heads`` past the number last replayed,
+        after resyncing those that were rolled back or lost."""
+        lost = {log for log, head in heads.items() if head.seq < self._seen.get(log, 0) or (
+            log in self._epochs and head.epoch != self._epochs[log])}
+        if lost:
+            self._resync(lost)
+        self._epochs.update((log, head.epoch) for log, head in heads.items())
+        behind = {log: self._seen.get(log, 0) for log, head in heads.items()
+                  if head.seq > self._seen.get(log, 0)}
         if behind:
             self._replay(self.store.changes_after(behind))
+
+    def _resync(self, logs: Collection[str]) -> None:
+        """Forget everything known of the sequences ``logs`` so they replay from the start."""
+        for entry_id, known in list(self._known.items()):
+            if self.store.log_of(known.scope) in logs:
+                self._forget(entry_id)
+        for log in logs:
+            self._seen.pop(log, None)
+        self.resyncs += 1
+        _LOG.warning("L3 store %s lost or rolled back its data (its epoch changed or its "
+                     "sequence went back): this client resyncs from what it holds now and "
+                     "drops the copies it took before", self.store.location)
 
     def _replay(self, changes: list[Change]) -> None:
         """Adopt the entries ``changes`` wrote and forget those they deleted."""

@@ -1,0 +1,85 @@
+"""The Redis L3 under faults, against private redis-servers: after data loss or a rollback no
+client serves a copy older than the store's latest write or invalidation."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pytest
+import redis
+
+import mmcache
+from mmcache.lab.testing import LocalRedis
+
+PREFIX = "faults"
+NO_PERSISTENCE = ("--save", "", "--appendonly", "no")
+
+
+def query(text: str = "what is the capital of France?") -> mmcache.Query:
+    vec = np.random.default_rng(len(text)).standard_normal(32).astype(np.float32)
+    return mmcache.Query(text=text, embeddings={"text": vec}, scope="tenant")
+
+
+def caches(url: str) -> tuple[mmcache.TieredCache, mmcache.TieredCache]:
+    config = {"l3": {"backend": "redis", "url": url, "options": {"prefix": PREFIX}}}
+    return mmcache.TieredCache(config), mmcache.TieredCache(config)
+
+
+def value_of(cache: mmcache.TieredCache, q: mmcache.Query) -> object:
+    hit = cache.get(q)
+    return None if hit is None else hit.value
+
+
+def flush(server: LocalRedis, client: redis.Redis) -> None:
+    client.flushall()
+
+
+def restart_empty(server: LocalRedis, client: redis.Redis) -> None:
+    server.restart(kill=True)
+
+
+def evict_control_keys(server: LocalRedis, client: redis.Redis) -> None:
+    """What maxmemory with an allkeys policy may do: the sequence and epoch keys go."""
+    client.delete(f"{PREFIX}:seq", f"{PREFIX}:epoch")
+
+
+@pytest.mark.parametrize("fault, entries_lost", [(flush, True), (restart_empty, True),
+                                                 (evict_control_keys, False)])
+def test_after_data_loss_no_client_serves_its_old_copy(tmp_path, fault: Callable,
+                                                      entries_lost: bool) -> None:
+    with LocalRedis(tmp_path, *NO_PERSISTENCE) as server:
+        a, b = caches(server.url)
+        q, other = query(), query("who wrote Hamlet?")
+        try:
+            a.put(q, "old")
+            a.put(other, "kept in b's L1 only")
+            assert value_of(b, q) == "old" and value_of(b, other) == "kept in b's L1 only"
+            fault(server, redis.Redis.from_url(server.url))
+            a.put(q, "new")                 # its version number may be the old copy's
+            assert value_of(b, q) == "new"
+            assert value_of(b, other) == (None if entries_lost else "kept in b's L1 only")
+            a.invalidate(q)
+            assert value_of(b, q) is None
+        finally:
+            a.close()
+            b.close()
+
+
+def test_after_a_rollback_to_an_older_snapshot_no_client_serves_a_lost_write(tmp_path) -> None:
+    with LocalRedis(tmp_path, "--save", "", "--appendonly", "no") as server:
+        client = redis.Redis.from_url(server.url)
+        a, b = caches(server.url)
+        q = query()
+        try:
+            a.put(q, "v1")
+            client.save()                   # the snapshot holds v1
+            a.put(q, "v2")
+            assert value_of(b, q) == "v2"   # b's L1 now holds v2, at version 2
+            server.restart(kill=True)       # kill -9: the server comes back with v1
+            assert value_of(b, q) == "v1"   # what the store holds now
+            a.put(q, "v3")                  # takes version 2 again
+            assert value_of(b, q) == "v3"
+        finally:
+            a.close()
+            b.close()
