@@ -1,4 +1,5 @@
-"""The encoder protocol the cache and the notebooks use, and a named test stand-in.
+"""The encoder protocol the cache and the notebooks use, a named test stand-in, and the fixed
+torch state that training and feature computation run under.
 
 An encoder turns raw inputs of one modality into L2-normalised float32 vectors.
 ``encoder_id`` names the weights exactly (architecture + weights + hash), so every
@@ -8,7 +9,8 @@ result and every stored embedding can say which weights produced it.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Protocol, Sequence, runtime_checkable
+from contextlib import contextmanager
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -45,3 +47,38 @@ class HashingTestEncoder:
         seed = int.from_bytes(hashlib.sha256(raw).digest()[:8], "little")
         v = np.random.default_rng(seed).standard_normal(self.dim)
         return v / np.linalg.norm(v)
+
+
+@contextmanager
+def fixed_torch_state(threads: int = 1, flush_denormal: bool = False) -> Iterator[None]:
+    """Run the block with ``threads`` torch threads, CPU flush-to-zero of subnormal floats set
+    to ``flush_denormal`` and ``torch.use_deterministic_algorithms(True, warn_only=True)``,
+    whatever the process set before; the previous state comes back on exit.
+
+    Thread count and flush-to-zero change float results in their last bits (a reduction split
+    over two threads sums in another order), so without this a run's weights depend on what
+    ran before it in the process.
+    """
+    # deferred: model libraries load only where a model runs
+    import torch
+
+    before = (torch.get_num_threads(), _flushes_denormals(),
+              torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.set_num_threads(threads)
+    torch.set_flush_denormal(flush_denormal)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before[0])
+        torch.set_flush_denormal(before[1])
+        torch.use_deterministic_algorithms(before[2], warn_only=before[3])
+
+
+def _flushes_denormals() -> bool:
+    """Whether CPU float ops flush subnormal results to zero now (torch has no getter)."""
+    # deferred: model libraries load only where a model runs
+    import torch
+
+    return torch.tensor([1e-30]).mul(1e-10).item() == 0.0

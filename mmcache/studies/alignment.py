@@ -16,6 +16,8 @@ temperature 0) and caches transcripts on disk by audio content and weights.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -222,6 +224,7 @@ def transcribe(model: Any, audios: Sequence[np.ndarray], batch_size: int = 8,
 
 def _write_json(path: Path, data: dict[str, str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=0, sort_keys=True))
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:  # a file of this process's own: concurrent saves do not collide
+        fh.write(json.dumps(data, indent=0, sort_keys=True))
+    os.replace(tmp, path)

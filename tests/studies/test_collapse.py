@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -232,6 +235,41 @@ def test_flushing_subnormals_leaves_a_collapsing_run_unchanged():
     assert fast.final_loss == pytest.approx(slow.final_loss, rel=1e-4)
     assert fast.final_acc == pytest.approx(slow.final_acc, abs=0.02)
     assert torch.tensor(1e-40).item() != 0.0  # flushing ends with the run
+
+
+#: Trains a small matcher in a subprocess and prints the SHA-256 of its final weights; with
+#: ``disturbed`` it first leaves torch in another state: one thread more than the process's
+#: default (the default is 2 on a 2-core machine, so setting 2 would change nothing there),
+#: flush-to-zero on, and other torch work done.
+TRAIN_AND_HASH = """
+import hashlib, sys
+import torch
+if sys.argv[1] == "disturbed":
+    torch.set_num_threads(torch.get_num_threads() + 1)
+    torch.set_flush_denormal(True)
+    torch.randn(256, 256) @ torch.randn(256, 256)
+from mmcache.studies.collapse import experiment
+built = []
+build = experiment.build_model
+experiment.build_model = lambda *args: built.append(build(*args)) or built[-1]
+experiment.train_run("baseline", experiment.Remedy(), experiment.TrainConfig(
+    lr=3e-3, steps=10, batch=8, train_images_per_scene=1, eval_images_per_scene=1,
+    flush_subnormals=False))
+digest = hashlib.sha256()
+for name, tensor in sorted(built[0].state_dict().items()):
+    digest.update(name.encode() + tensor.numpy().tobytes())
+print(digest.hexdigest())
+"""
+
+
+def test_trained_weights_do_not_depend_on_the_process_torch_state():
+    """The same run in a fresh process and in one whose thread count, flush-to-zero and past
+    work differ ends with bit-identical weights (one vs two threads differ in the last bits)."""
+    root = Path(__file__).resolve().parents[2]
+    digests = [subprocess.run([sys.executable, "-c", TRAIN_AND_HASH, state], cwd=root,
+                              capture_output=True, text=True, timeout=300, check=True
+                              ).stdout.strip() for state in ("fresh", "disturbed")]
+    assert len(digests[0]) == 64 and digests[0] == digests[1], digests
 
 
 # -- model switches ------------------------------------------------------------------------

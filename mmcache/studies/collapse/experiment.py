@@ -12,15 +12,15 @@ import math
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 from scipy.stats import fisher_exact
 
+from mmcache.encoders.base import fixed_torch_state
 from mmcache.errors import ConfigError
 from mmcache.studies.collapse import data
 from mmcache.studies.collapse.features import FROZEN, LEARNED, FrozenFeatures, load_features
@@ -80,7 +80,7 @@ class TrainConfig:
     train_images_per_scene: int = 14  # x 150 scenes, seeded by the run's seed
     eval_images_per_scene: int = 2   # x 150 scenes, one fixed held-out rendering seed
     frozen_features: str | None = None  # a features.frozen_features .npz; None: learned words
-    flush_subnormals: bool = True  # CPU flush-to-zero during the run (see flush_subnormals)
+    flush_subnormals: bool = True  # CPU flush-to-zero during the run (see train_run)
 
     @property
     def features(self) -> str:
@@ -183,32 +183,23 @@ class ModelInputs:
         return self.patches[idx], self.text[rows], self.audio[rows]
 
 
-@contextmanager
-def flush_subnormals(enabled: bool = True) -> Iterator[None]:
-    """Inside the block, CPU float ops flush subnormal results and inputs to zero (FTZ/DAZ).
-
-    Near-collapsed attention fills softmax and its backward with subnormal floats
-    (|x| < 1.2e-38 in float32), which x86 CPUs compute many times slower; flushed, a
-    collapsing run takes a half to a third of the time. A subnormal term is normally lost
-    in the rounding of the normal-sized terms it is added to: in nine of ten full-length runs
-    checked training stayed bit-for-bit the same (an instrument value that was itself
-    subnormal read 0), and in notebook 03's full run one final loss moved by 2e-6 relative
-    (xavier at 32x) while every collapse, vanishing and divergence verdict stayed the same.
-    ``TrainConfig(flush_subnormals=False)`` keeps IEEE subnormals.
-    """
-    if enabled:
-        torch.set_flush_denormal(True)
-    try:
-        yield
-    finally:
-        if enabled:
-            torch.set_flush_denormal(False)
-
-
 def train_run(arm: str, remedy: Remedy, cfg: TrainConfig,
               crit: CollapseCriterion = CollapseCriterion()) -> RunResult:
-    """Train one matcher with Adam (constant lr after any warmup), instruments on."""
-    with flush_subnormals(cfg.flush_subnormals):
+    """Train one matcher with Adam (constant lr after any warmup), instruments on, on one torch
+    thread with deterministic algorithms, whatever the process set before (see
+    :func:`~mmcache.encoders.base.fixed_torch_state`).
+
+    ``cfg.flush_subnormals`` (the default) makes CPU float ops flush subnormal results and
+    inputs to zero (FTZ/DAZ) during the run. Near-collapsed attention fills softmax and its
+    backward with subnormal floats (|x| < 1.2e-38 in float32), which x86 CPUs compute many
+    times slower; flushed, a collapsing run takes a half to a third of the time. A subnormal
+    term is normally lost in the rounding of the normal-sized terms it is added to: in nine of
+    ten full-length runs checked training stayed bit-for-bit the same (an instrument value that
+    was itself subnormal read 0), and in notebook 03's full run one final loss moved by 2e-6
+    relative (xavier at 32x) while every collapse, vanishing and divergence verdict stayed the
+    same. ``TrainConfig(flush_subnormals=False)`` keeps IEEE subnormals.
+    """
+    with fixed_torch_state(threads=1, flush_denormal=cfg.flush_subnormals):
         return _train_run(arm, remedy, cfg, crit)
 
 
@@ -279,11 +270,9 @@ def sweep(arms: Mapping[str, Remedy], lrs: Sequence[float], seeds: Iterable[int]
     tasks = [(arm, remedy, replace(base, lr=lr, seed=seed), crit)
              for arm, remedy in arms.items() for lr in lrs for seed in seeds]
     if n_jobs <= 1:
-        torch.set_num_threads(1)
         return [train_run(*task) for task in tasks]
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(n_jobs, mp_context=ctx, initializer=torch.set_num_threads,
-                             initargs=(1,)) as pool:
+    with ProcessPoolExecutor(n_jobs, mp_context=ctx) as pool:
         return list(pool.map(_train_task, tasks))
 
 

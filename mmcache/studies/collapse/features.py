@@ -26,6 +26,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from mmcache.datasets.speech import synthesize
+from mmcache.encoders.base import fixed_torch_state
 from mmcache.encoders.store import save_npz
 from mmcache.encoders.text import MiniLMEncoder, file_sha256, minilm_path
 from mmcache.encoders.whisper import (
@@ -140,15 +141,18 @@ def frozen_features(captions: Sequence[str],
                     root: str | Path = DEFAULT_ROOT) -> FrozenFeatures:
     """Frozen text tokens and audio frames of ``captions``, encoded once and cached on disk.
 
-    ``encoders()`` is called (and the encoders loaded) only when the cache file is missing.
+    ``encoders()`` is called (and the encoders loaded) only when the cache file is missing; the
+    encoding runs under :func:`~mmcache.encoders.base.fixed_torch_state` (one thread, no
+    flush-to-zero), so the features do not depend on what the process ran before.
     """
     captions = tuple(dict.fromkeys(captions))
     if not captions:
         raise InvalidInputError("frozen_features needs at least one caption")
     path = Path(root) / f"{_cache_key(captions)}.npz"
     if not path.is_file():
-        text_encoder, frame_encoder = encoders()
-        text, audio = _encode(captions, text_encoder, frame_encoder)
+        with fixed_torch_state():
+            text_encoder, frame_encoder = encoders()
+            text, audio = _encode(captions, text_encoder, frame_encoder)
         _write(path, captions, text, audio, text_encoder.encoder_id, frame_encoder.encoder_id)
     return load_features(str(path))
 
