@@ -20,12 +20,12 @@ the contrastive loss rather than as negatives.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
+from mmcache.encoders.base import fixed_torch_state
 from mmcache.errors import ConfigError, InvalidEmbeddingError, NotFittedError
 
 
@@ -179,7 +179,7 @@ class InfoNCEHead:
         opt = torch.optim.AdamW(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         self.losses = []
         net.train()
-        with _one_thread():
+        with fixed_torch_state():
             for batch in _batches(len(xs), self.batch_size, self.steps, gen):
                 loss = _symmetric_infonce(net, xs[batch], ys[batch], lab[batch])
                 opt.zero_grad()
@@ -196,7 +196,7 @@ class InfoNCEHead:
         x = check_matrix(x, "x")
         if self._net is None:
             raise NotFittedError("InfoNCEHead used before fit()")
-        with torch.inference_mode(), _one_thread():
+        with torch.inference_mode(), fixed_torch_state():
             out = self._net(torch.as_tensor(self._std(x), dtype=torch.float32))
         return normalise(out.numpy())
 
@@ -213,19 +213,6 @@ def _batches(n: int, size: int, steps: int, gen: Any) -> Iterator[Any]:
             if len(batch) >= 2:
                 done += 1
                 yield batch
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    # deferred: model libraries load only where a model runs
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _build_net(d_in: int, d_out: int, hidden: int | None, dropout: float, temperature: float,
