@@ -86,6 +86,11 @@ either finished before it or raises MMCacheError ("closed") having changed nothi
 One cache across processes: a shared L3 (SQLite with ``l3.shared: true``, or Redis) is
 one store every process sees (:mod:`mmcache.tiers.store`). Every write and delete there
 takes the next number of the store's one sequence, stored as the entry's ``version``.
+A store that fails (unreachable, timing out after ``l3.options.socket_timeout``, full)
+degrades the cache by default (``l3.on_error: degrade``): the ``get`` or ``put`` that met the
+failure is a miss or stores nothing, changes nothing, and is counted in ``metrics.errors``;
+the first failure of an outage is logged, and so is the first call that succeeds after it.
+``l3.on_error: raise`` raises the StorageError instead; ``invalidate`` always raises.
 If the store loses or rolls back its data (its epoch changes, or its sequence goes back:
 :class:`~mmcache.tiers.store.Head`), its tier resyncs and every private copy is dropped, since
 version numbers may be reused from then on.
@@ -106,6 +111,7 @@ import asyncio
 import contextvars
 import dataclasses
 import itertools
+import logging
 import math
 import numbers
 import os
@@ -126,7 +132,7 @@ from mmcache.inputs import text_only
 from mmcache.encoders.base import Encoder
 from mmcache.encoders.keyframes import KeyframeMeanEncoder
 from mmcache.errors import (ConfigError, InvalidEmbeddingError, InvalidInputError, MMCacheError,
-                     UnknownHitError)
+                            StorageError, UnknownHitError)
 from mmcache.guard import ExactKeyFilter
 from mmcache.inputs import PreparedQuery, prepare, unit_vector
 from mmcache.metrics import CacheMetrics, html_sections
@@ -157,6 +163,7 @@ DISPLAY_LOCK_WAIT = 0.05
 #: A display counts entries per scope only in tiers holding at most this many (bounded hold).
 DISPLAY_SCAN_LIMIT = 100_000
 _T = TypeVar("_T")
+_LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,12 +275,15 @@ class TieredCache:
                 tier.close()
             raise
         self._closed = False
+        #: Whether the last call that reached the store saw it fail (for logging once).
+        self._store_failing = False
 
     # -- public API ----------------------------------------------------------------------
     def put(self, query: Query, value: Any, *, ttl: float | None = None,
             hints: Mapping[str, float] | None = None) -> str | None:
         """Store ``value`` (str, bytes or JSON-able) for ``query``; return the entry id, or
-        None when no tier admitted the entry.
+        None when no tier admitted the entry, or when the store failed (``l3.on_error``:
+        ``degrade``, the default; nothing is stored then, in any tier).
 
         ``ttl`` (seconds) overrides ``config.freshness.ttl`` (either is scaled by the scope's
         ``freshness.ttl_factors``). The entry goes to every
@@ -295,7 +305,7 @@ class TieredCache:
             self._check_open()
             self._check_dims([entry.embeddings])
             self._record_encodes(encode_times)
-            return self._write([entry], kinds)[0]
+            return self._unless_the_store_fails(lambda: self._write([entry], kinds)[0], None)
 
     def put_many(self, queries: Sequence[Query], values: Sequence[Any], *,
                  ttl: float | None = None,
@@ -330,7 +340,8 @@ class TieredCache:
             self._check_open()
             self._check_dims([e.embeddings for e in entries])
             self._record_encodes(encode_times)
-            ids = self._write(entries, kinds)
+            ids = self._unless_the_store_fails(lambda: self._write(entries, kinds),
+                                               [None] * len(entries))
             self._build_searched_indexes()
             return ids
 
@@ -347,7 +358,8 @@ class TieredCache:
                 raise ConfigError(f"get(degrade=...) takes 'full-modal' or 'text-fallback' "
                                   f"(keyword-proxy is replay-only), got {degrade!r}")
             query = text_only(query)
-        hit, refresh = self._lookup(query, bypass, origin_failed)
+        hit, refresh = self._unless_the_store_fails(
+            lambda: self._lookup(query, bypass, origin_failed), (None, False))
         if self.after_get is not None:
             with self._lock:
                 self.after_get(hit)
@@ -1160,6 +1172,27 @@ class TieredCache:
     def _check_open(self) -> None:
         if self._closed:
             raise MMCacheError("this TieredCache is closed")
+
+    def _unless_the_store_fails(self, call: Callable[[], _T], failed: _T) -> _T:
+        """``call()``; when a store tier fails inside it and ``l3.on_error`` is ``degrade``,
+        ``failed`` instead, counted in ``metrics.errors`` and logged once per outage (a
+        failing call changes nothing stored, so the cache stays as before)."""
+        try:
+            result = call()
+        except StorageError as exc:
+            if self.config.l3.on_error == "raise":
+                raise
+            self._metrics.count("errors", "l3")
+            if not self._store_failing:
+                self._store_failing = True
+                _LOG.warning("the cache's store fails (%s): gets are misses and puts store "
+                             "nothing until it answers again (l3.on_error: raise raises "
+                             "instead)", exc)
+            return failed
+        if self._store_failing:
+            self._store_failing = False
+            _LOG.warning("the cache's store answers again")
+        return result
 
 
 def _policy_name(tier: Tier) -> str:

@@ -43,6 +43,8 @@ ROUTES = ("all", "video-to-last")
 #: The longest lifetime, and the longest stale window, in seconds (ten years): longer ones
 #: overflow what stores can expire (Redis PEXPIRE) and mean "forever" anyway (``ttl: null``).
 MAX_LIFETIME_S = 10 * 365 * 86400.0
+#: ``l3.on_error`` values: a failing store degrades the cache, or its error is raised.
+STORE_ERROR_MODES = ("degrade", "raise")
 #: ``l3.options`` each backend takes, with a check of its value; the tier's name, capacity,
 #: policy and index come from the rest of ``l3``.
 STORE_OPTIONS = {
@@ -109,6 +111,7 @@ class StoreTierConfig:
     modality_sets: list[str] | None = None
     synchronous: str = "NORMAL"
     shared: bool = False
+    on_error: str = "degrade"
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -331,11 +334,16 @@ KEY_HELP: dict[type, dict[str, str]] = {
                        "process, not power loss), `FULL` or `EXTRA`.",
         "shared": "Let several caches open one SQLite file (Redis is always shared); without it "
                   "a second open of the file is refused.",
+        "on_error": "What a store failure (unreachable, timed out, full) does: `degrade` (a "
+                    "`get` is a miss, a `put` stores nothing and returns None, each counted in "
+                    "`metrics.errors` and logged once per outage; the cache recovers by itself "
+                    "when the store answers again) or `raise` (a StorageError). `invalidate` "
+                    "always raises, since an invalidation the store missed would go unseen.",
         "options": "Backend settings, checked by name and value: `max_staleness` (seconds a "
                    "shared store's view may be old when private copies are revalidated, default "
-                   "0); Redis `prefix`, `socket_timeout` (seconds, at most 60), `cluster: true` "
-                   "for a Redis Cluster and `skew_window`, the requests per window of its skew "
-                   "watch. Any other key is a ConfigError.",
+                   "0); Redis `prefix`, `socket_timeout` (seconds a request may wait, default 1, "
+                   "at most 60), `cluster: true` for a Redis Cluster and `skew_window`, the "
+                   "requests per window of its skew watch. Any other key is a ConfigError.",
     },
     ThresholdConfig: {
         "rule": "The δ-neighbour rule: one of `mmcache.thresholds.RULES` (`static`, "
@@ -519,6 +527,7 @@ def _validate(cfg: CacheConfig) -> None:
             raise ConfigError("l3.url is required when l3.backend is 'redis'")
         _store_options(l3.options, l3.backend)
     _choice(l3.synchronous.upper(), SYNCHRONOUS, "l3.synchronous")
+    _choice(l3.on_error, STORE_ERROR_MODES, "l3.on_error")
     th = cfg.thresholds
     _choice(th.rule, tuple(RULES), "thresholds.rule")
     for modality, delta in th.delta.items():

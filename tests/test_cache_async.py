@@ -386,6 +386,8 @@ def test_a_failing_store_raises_its_own_error_object_and_leaves_the_tiers_unchan
 
     before = snapshot(filled)
     monkeypatch.setattr(filled.tier("l3"), "put_many", broken)
+    assert run(filled.aput(key_query(5), "x")) is None       # degraded by default
+    filled.config.l3.on_error = "raise"
     with pytest.raises(StorageError) as raised:
         run(filled.aput(key_query(5), "x"))
     assert raised.value is failure

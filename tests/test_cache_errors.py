@@ -116,15 +116,21 @@ def test_unserialisable_ground_truth_and_bad_ttl_are_rejected(cache):
     assert snapshot(cache) == before
 
 
-def test_failing_store_leaves_memory_tiers_unchanged(cache, monkeypatch):
+def test_failing_store_leaves_memory_tiers_unchanged(cache, monkeypatch, caplog):
     before = snapshot(cache)
 
     def broken(entries):
         raise StorageError("disk full (simulated)")
 
     monkeypatch.setattr(cache.tier("l3"), "put_many", broken)
+    new = Query(text="new", embeddings={"text": unit(RNG, DIM)}, scope="s")
+    assert cache.put(new, "x") is None                   # degraded: not stored, counted
+    assert cache.put_many([new, new], ["x", "y"]) == [None, None]
+    assert cache.metrics.errors == {"l3": 2}
+    assert caplog.text.count("store fails") == 1          # once per outage
+    cache.config.l3.on_error = "raise"
     with pytest.raises(StorageError):
-        cache.put(Query(text="new", embeddings={"text": unit(RNG, DIM)}, scope="s"), "x")
+        cache.put(new, "x")
     monkeypatch.undo()
     assert snapshot(cache) == before
 
@@ -147,8 +153,8 @@ def test_failing_store_transaction_leaves_every_tier_and_its_policy_order_unchan
             return False
 
     monkeypatch.setattr(cache.tier("l3").store, "_transaction", Broken)
-    with pytest.raises(StorageError):
-        cache.put(Query(text="new", embeddings={"text": unit(RNG, DIM)}, scope="s"), "x")
+    assert cache.put(Query(text="new", embeddings={"text": unit(RNG, DIM)}, scope="s"),
+                     "x") is None
     monkeypatch.undo()
     assert snapshot(cache) == before
     cache.close()

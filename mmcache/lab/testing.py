@@ -8,6 +8,7 @@ import random
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -93,6 +94,58 @@ class LocalRedis:
 
     def __exit__(self, *exc: object) -> None:
         self.stop(kill=True)
+
+
+class FaultProxy:
+    """A TCP proxy on a free loopback port in front of ``upstream`` (``host``, ``port``) that
+    a test can make misbehave: ``mode`` ``"pass"`` forwards every byte, ``"blackhole"``
+    swallows them (the peer waits for answers that never come), ``"delay"`` forwards each
+    chunk after ``delay_s`` seconds. Use it as a context manager."""
+
+    def __init__(self, upstream: tuple[str, int], delay_s: float = 0.0) -> None:
+        self.upstream, self.delay_s, self.mode = upstream, delay_s, "pass"
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        self._closed = False
+
+    def url(self, db: int = 0) -> str:
+        """A Redis URL that reaches ``upstream`` through this proxy."""
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def __enter__(self) -> "FaultProxy":
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closed = True
+        for sock in [self._listener, *self._sockets]:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+                server = socket.create_connection(self.upstream)
+            except OSError:
+                return
+            self._sockets += [client, server]
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        while not self._closed:
+            try:
+                chunk = source.recv(65536)
+                if not chunk:
+                    return
+                if self.mode == "delay":
+                    time.sleep(self.delay_s)
+                if self.mode != "blackhole":
+                    sink.sendall(chunk)
+            except OSError:
+                return
 
 
 @contextlib.contextmanager

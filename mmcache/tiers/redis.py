@@ -57,6 +57,8 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Seque
 
 import redis
 import xxhash
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
@@ -73,6 +75,8 @@ from mmcache.tiers.store import Change, Head, Removal, Store, StoreTier
 from mmcache.tiers.vectors import IndexSpec
 
 VECTOR_FIELD = "vec:"
+#: Seconds a request waits to connect or read before the store counts as failing.
+SOCKET_TIMEOUT_S = 1.0
 
 # The next number of the sequence (KEYS[1]), above every number its log (KEYS[2]) holds even
 # when the counter was lost and its log kept, with the epoch (KEYS[4]) recorded if the store
@@ -129,7 +133,7 @@ class RedisStore(Store):
     shared = True
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", prefix: str = "mmcache",
-                 socket_timeout: float = 5.0, cluster: bool = False,
+                 socket_timeout: float = SOCKET_TIMEOUT_S, cluster: bool = False,
                  skew_window: int = SKEW_WINDOW) -> None:
         if cluster and ("{" in prefix or "}" in prefix):
             raise ConfigError(f"the Redis tier prefix {prefix!r} holds a brace, which would "
@@ -377,10 +381,13 @@ def _new_epoch() -> str:
 
 def _connect(url: str, socket_timeout: float, cluster: bool) -> Any:
     """A client of the server (or cluster) at ``url``; StorageError naming the fix when it is
-    unreachable or of the other kind."""
+    unreachable or of the other kind. Each request waits at most ``socket_timeout`` seconds
+    to connect and to read; a lost connection is retried once at once (a restarted server),
+    a timeout is not (a black-holed one)."""
+    timeouts = {"socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout}
     try:
-        client = RedisCluster.from_url(url, socket_timeout=socket_timeout) if cluster else \
-            redis.Redis.from_url(url, socket_timeout=socket_timeout)
+        client = RedisCluster.from_url(url, **timeouts) if cluster else redis.Redis.from_url(
+            url, **timeouts, retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)))
     except (*REDIS_ERRORS, ValueError) as exc:
         raise StorageError(f"cannot reach the Redis tier at {redacted_url(url)}: {exc}") from exc
     try:
@@ -408,7 +415,7 @@ class RedisTier(StoreTier):
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", capacity: Capacity | None = None,
                  policy: EvictionPolicy | str = "lru", spec: IndexSpec = IndexSpec(),
                  precheck: bool = True, prefix: str = "mmcache", name: str = "l3",
-                 socket_timeout: float = 5.0, max_staleness: float = 0.0,
+                 socket_timeout: float = SOCKET_TIMEOUT_S, max_staleness: float = 0.0,
                  cluster: bool = False, skew_window: int = SKEW_WINDOW) -> None:
         super().__init__(RedisStore(url, prefix, socket_timeout, cluster, skew_window), capacity,
                          policy, spec, precheck, name, max_staleness)

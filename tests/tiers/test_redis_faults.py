@@ -1,8 +1,10 @@
 """The Redis L3 under faults, against private redis-servers: after data loss or a rollback no
-client serves a copy older than the store's latest write or invalidation."""
+client serves a copy older than the store's latest write or invalidation; a store that stops
+answering makes gets misses and puts not stored, within a bounded time, until it is back."""
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import numpy as np
@@ -10,7 +12,8 @@ import pytest
 import redis
 
 import mmcache
-from mmcache.lab.testing import LocalRedis
+from mmcache.lab.testing import FaultProxy, LocalRedis
+from mmcache.tiers.redis import SOCKET_TIMEOUT_S
 
 PREFIX = "faults"
 NO_PERSISTENCE = ("--save", "", "--appendonly", "no")
@@ -80,6 +83,50 @@ def test_after_a_rollback_to_an_older_snapshot_no_client_serves_a_lost_write(tmp
             assert value_of(b, q) == "v1"   # what the store holds now
             a.put(q, "v3")                  # takes version 2 again
             assert value_of(b, q) == "v3"
+        finally:
+            a.close()
+            b.close()
+
+
+def test_a_store_that_stops_answering_degrades_the_cache_and_it_recovers(tmp_path,
+                                                                         caplog) -> None:
+    with LocalRedis(tmp_path, *NO_PERSISTENCE) as server, \
+            FaultProxy(("127.0.0.1", server.port)) as proxy:
+        a, b = caches(proxy.url())
+        q, new = query(), query("who wrote Hamlet?")
+        try:
+            a.put(q, "kept")
+            assert value_of(b, q) == "kept"
+            proxy.mode = "blackhole"
+            started = time.monotonic()
+            assert b.get(q) is None                # a miss, not an error, and soon
+            assert b.put(new, "lost") is None      # not stored
+            took = time.monotonic() - started
+            assert took < 2 * 2 * SOCKET_TIMEOUT_S + 1.0, took
+            assert b.metrics.errors == {"l3": 2}
+            assert caplog.text.count("store fails") == 1
+            proxy.mode = "pass"
+            assert b.put(new, "stored") is not None    # the same object recovers
+            assert value_of(a, new) == "stored" and value_of(b, q) == "kept"
+            assert "answers again" in caplog.text
+        finally:
+            a.close()
+            b.close()
+
+
+def test_a_store_that_went_down_and_came_back_empty_is_used_again(tmp_path) -> None:
+    with LocalRedis(tmp_path, *NO_PERSISTENCE) as server:
+        a, b = caches(server.url)
+        q = query()
+        try:
+            a.put(q, "before")
+            assert value_of(b, q) == "before"
+            server.stop(kill=True)
+            assert b.get(q) is None and a.put(q, "during") is None
+            server.start()
+            assert value_of(b, q) is None          # the store lost it: so does b
+            a.put(q, "after")
+            assert value_of(b, q) == "after"
         finally:
             a.close()
             b.close()

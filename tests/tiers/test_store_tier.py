@@ -251,8 +251,10 @@ def test_opening_waits_while_another_connection_holds_the_file(tmp_path) -> None
 
 # -- failure injection: a failed call changes nothing ----------------------------------------
 def _three_tier(l3_section: dict) -> mmcache.TieredCache:
+    """Three tiers whose store failures raise (``l3.on_error: raise``)."""
     return mmcache.TieredCache({"l1": {"max_entries": 2}, "l2": {"max_entries": 3},
-                                "l3": {**l3_section, "max_entries": 4}}, clock=FakeClock())
+                                "l3": {**l3_section, "max_entries": 4, "on_error": "raise"}},
+                               clock=FakeClock())
 
 
 def test_a_disk_error_during_a_put_changes_nothing(tmp_path, monkeypatch) -> None:
@@ -296,6 +298,8 @@ def test_a_redis_connection_dropped_mid_pipeline_changes_nothing(cluster, reques
             data = b"".join(command) if isinstance(command, list) else command
             if b"EXEC" not in data:
                 return send(self, command, check_health)
+            if self._sock is None:  # the client's retry reconnects: it drops again
+                self.connect()
             self._sock.sendall(data[:len(data) // 2])  # MULTI and part of the batch arrive
             self.disconnect()
             raise redis.ConnectionError("connection dropped mid-pipeline (simulated)")
