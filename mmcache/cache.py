@@ -132,7 +132,7 @@ from mmcache.inputs import text_only
 from mmcache.encoders.base import Encoder
 from mmcache.encoders.keyframes import KeyframeMeanEncoder
 from mmcache.errors import (ConfigError, InvalidEmbeddingError, InvalidInputError, MMCacheError,
-                            StorageError, UnknownHitError)
+                            SerializationError, StorageError, UnknownHitError)
 from mmcache.guard import ExactKeyFilter
 from mmcache.inputs import PreparedQuery, prepare, unit_vector
 from mmcache.metrics import CacheMetrics, html_sections
@@ -395,7 +395,7 @@ class TieredCache:
         """Remove the entry stored under ``query``'s exact key from every tier."""
         with self._lock:
             self._check_open()
-            prepared = prepare(query, self._dims)
+            prepared = prepare(query, self._dims, self.config.limits)
             return self._purge(prepared.key)
 
     def evict(self, tier: str) -> str | None:
@@ -647,7 +647,7 @@ class TieredCache:
         """The entry ``put`` would store, checked against ``dims`` (which then records its
         vectors' dims, so later items of a batch are checked against them too); its query's
         modality set is appended to ``kinds``."""
-        prepared = prepare(query, dims)
+        prepared = prepare(query, dims, self.config.limits)
         kind = modality_set_name(prepared.modalities)
         serving = [t for t, served in zip(self.tiers, self._routes) if kind in served]
         if not serving:
@@ -657,14 +657,19 @@ class TieredCache:
             lifetime = min(lifetime * self.config.freshness.ttl_factor(prepared.scope),
                            MAX_LIFETIME_S)
         stored = canonical_value(value)
+        value_bytes = value_size(stored)
+        if value_bytes > self.config.limits.value_bytes:
+            raise SerializationError(f"value is {value_bytes:,} bytes encoded; limits.value_bytes "
+                                     f"allows {self.config.limits.value_bytes:,}")
         encode_label(query.ground_truth)
         vectors, complete = self._vectors(prepared, dims, encode_times)
         if not complete:  # indexed under fewer modalities, it would answer other queries
             vectors = {}
         turns_vector = self._context_vector(prepared, encode_times)
-        fingerprint = None if query.image is None else image_fingerprint(query.image)
+        fingerprint = None if query.image is None else \
+            image_fingerprint(query.image, self.config.limits.image_pixels)
         now = self._clock()
-        size = value_size(stored) + sum(4 * len(v) for v in vectors.values()) + \
+        size = value_bytes + sum(4 * len(v) for v in vectors.values()) + \
             _asked_size(query.text, prepared.context, turns_vector) + len(fingerprint or b"")
         if not any(t.capacity.admits(size) for t in serving):
             raise InvalidInputError(f"entry of {size} bytes is larger than every tier's "
@@ -745,7 +750,7 @@ class TieredCache:
         self._check_open()
         start = time.perf_counter()
         dims = self._dims_now()
-        prepared = prepare(query, dims)
+        prepared = prepare(query, dims, self.config.limits)
         unencoded = [m for m in prepared.modalities if m not in prepared.vectors]
         encodable = all(self._can_encode(m) for m in unencoded)
         context_pending = bool(prepared.context) and self._has_text_encoder()

@@ -29,7 +29,7 @@ from mmcache.encoders import ENCODERS
 from mmcache.errors import ConfigError
 from mmcache.policies import POLICIES, make_policy
 from mmcache.thresholds import RULES
-from mmcache.types import CHANNELS, MODALITIES, modality_set_channels
+from mmcache.types import CHANNELS, MODALITIES, Limits, modality_set_channels
 from mmcache.verify import VERIFIERS
 
 STORE_BACKENDS = ("sqlite", "redis")
@@ -219,6 +219,7 @@ class CacheConfig:
     thresholds: ThresholdConfig = field(default_factory=ThresholdConfig)
     freshness: FreshnessConfig = field(default_factory=FreshnessConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
+    limits: Limits = field(default_factory=Limits)
     dims: dict[str, int] = field(default_factory=dict)
     encoders: dict[str, str] = field(default_factory=dict)
     route: str = "all"
@@ -396,6 +397,16 @@ KEY_HELP: dict[type, dict[str, str]] = {
         "expected_items": "Keys the Bloom filter is sized for.",
         "error_rate": "The Bloom filter's false-positive rate at `expected_items`.",
     },
+    Limits: {
+        "text_chars": "Longest query text, in characters.",
+        "image_pixels": "Most pixels of one image or keyframe (width × height), checked from "
+                        "the header before an encoded image is decoded.",
+        "audio_seconds": "Longest audio (a query's, or a clip's track), in seconds.",
+        "audio_rate": "Highest declared `audio_rate`, in Hz (resampling costs grow with it).",
+        "video_frames": "Most keyframes of one clip.",
+        "context_chars": "Most characters over a query's conversation turns.",
+        "value_bytes": "Largest stored value, encoded, in bytes.",
+    },
     CacheConfig: {
         "l1": "L1: exact matches in process memory.",
         "l2": "L2: semantic matches, FAISS indexes in process memory.",
@@ -403,6 +414,7 @@ KEY_HELP: dict[type, dict[str, str]] = {
         "thresholds": "When a semantic candidate is a hit.",
         "freshness": "How long answers live.",
         "guard": "The penetration guard.",
+        "limits": "The largest inputs and values a cache accepts (larger: InvalidInputError).",
         "dims": "Expected embedding dimension per modality (else fixed by the encoder or the "
                 "first vector).",
         "encoders": "Encoder name per modality (`minilm`, `clip`, `whisper`, `asr-minilm`, ...), "
@@ -552,6 +564,13 @@ def _validate(cfg: CacheConfig) -> None:
             raise ConfigError("freshness.ttl_factors: a scope pattern must not be empty")
         _in_range(factor, 0.0, math.inf, f"freshness.ttl_factors[{pattern!r}]", low_open=True,
                   high_open=True)
+    for f in dataclasses.fields(Limits):
+        limit = getattr(cfg.limits, f.name)
+        if f.name == "audio_seconds":
+            _in_range(limit, 0.0, math.inf, "limits.audio_seconds", low_open=True,
+                      high_open=True)
+        else:
+            _positive(limit, f"limits.{f.name}")
     _positive(cfg.guard.expected_items, "guard.expected_items")
     _in_range(cfg.guard.error_rate, 0.0, 1.0, "guard.error_rate", low_open=True, high_open=True)
     for modality, dim in cfg.dims.items():

@@ -31,7 +31,7 @@ from mmcache.errors import (
     InvalidMediaError,
     UnknownModalityError,
 )
-from mmcache.types import AUDIO_SAMPLE_RATE, CHANNELS, VIDEO, Query, VideoClip
+from mmcache.types import AUDIO_SAMPLE_RATE, CHANNELS, VIDEO, Limits, Query, VideoClip
 
 #: Vectors with a smaller L2 norm count as zero.
 MIN_NORM = 1e-6
@@ -50,8 +50,9 @@ class PreparedQuery:
     context: Turns = ()
 
 
-def prepare(query: Query, dims: Mapping[str, int]) -> PreparedQuery:
-    """Validate ``query`` and compute its exact key; vectors hold only given embeddings."""
+def prepare(query: Query, dims: Mapping[str, int], limits: Limits = Limits()) -> PreparedQuery:
+    """Validate ``query`` (within ``limits``) and compute its exact key; vectors hold only
+    given embeddings."""
     if not isinstance(query, Query):
         raise InvalidInputError(f"expected an mmcache.Query, got {type(query).__name__}")
     scope = keys.check_scope(query.scope)
@@ -64,17 +65,21 @@ def prepare(query: Query, dims: Mapping[str, int]) -> PreparedQuery:
     raw: dict[str, Any] = {}
     hashes: dict[str, str] = {}
     if query.text is not None:
+        if isinstance(query.text, str) and len(query.text) > limits.text_chars:
+            raise InvalidInputError(f"text has {len(query.text):,} characters; "
+                                    f"limits.text_chars allows {limits.text_chars:,}")
         hashes["text"] = keys.text_key(query.text)
         raw["text"] = query.text
     if query.image is not None:
-        hashes["image"] = keys.image_key(query.image)
+        hashes["image"] = keys.image_key(query.image, limits.image_pixels)
         raw["image"] = query.image
     if query.audio is not None:
-        raw["audio"] = audio_16k(query.audio, query.audio_rate)
+        raw["audio"] = audio_16k(query.audio, query.audio_rate, limits)
         hashes["audio"] = keys.audio_key(raw["audio"])
     if query.video is not None:
-        raw[VIDEO], raw["audio"] = clip_16k(query.video, query.audio_rate)
-        hashes[VIDEO], hashes["audio"] = keys.video_key(raw[VIDEO]), keys.audio_key(raw["audio"])
+        raw[VIDEO], raw["audio"] = clip_16k(query.video, query.audio_rate, limits)
+        hashes[VIDEO] = keys.video_key(raw[VIDEO], limits.image_pixels)
+        hashes["audio"] = keys.audio_key(raw["audio"])
     for m, vec in vectors.items():
         hashes.setdefault(m, "emb:" + keys.vector_key(vec))
     if not hashes:
@@ -83,13 +88,17 @@ def prepare(query: Query, dims: Mapping[str, int]) -> PreparedQuery:
         check_clip_query(query, hashes)
     modalities = tuple(m for m in CHANNELS if m in hashes)
     turns = check_context(query.context)
+    if sum(len(content) for _, content in turns) > limits.context_chars:
+        raise InvalidInputError(f"the conversation context has over {limits.context_chars:,} "
+                                "characters (limits.context_chars)")
     if turns:
         hashes["context"] = context_key(turns)
     return PreparedQuery(scope, keys.exact_key(scope, hashes), modalities, raw, vectors,
                          query.text, turns)
 
 
-def clip_16k(clip: Any, rate: int = AUDIO_SAMPLE_RATE) -> tuple[tuple[Any, ...], np.ndarray]:
+def clip_16k(clip: Any, rate: int = AUDIO_SAMPLE_RATE,
+             limits: Limits = Limits()) -> tuple[tuple[Any, ...], np.ndarray]:
     """A clip's keyframes (decoded when they are hashed, :func:`mmcache.keys.video_key`) and its
     track as :func:`audio_16k` returns it; InvalidMediaError naming the problem otherwise."""
     if not isinstance(clip, VideoClip):
@@ -102,8 +111,11 @@ def clip_16k(clip: Any, rate: int = AUDIO_SAMPLE_RATE) -> tuple[tuple[Any, ...],
                                 f"uint8 array, got {type(frames).__name__}")
     if not frames:
         raise InvalidMediaError("video clip has no frames")
+    if len(frames) > limits.video_frames:
+        raise InvalidMediaError(f"video clip has {len(frames)} keyframes; limits.video_frames "
+                                f"allows {limits.video_frames}")
     try:
-        track = audio_16k(clip.audio, rate)
+        track = audio_16k(clip.audio, rate, limits)
     except InvalidMediaError as exc:
         raise InvalidMediaError(f"video track: {exc}") from None
     return tuple(frames), track
@@ -144,10 +156,12 @@ def unit_vector(vector: Any, modality: str, dim: int | None) -> np.ndarray:
     return (vector / np.float32(norm)).astype(np.float32)
 
 
-def audio_16k(audio: Any, rate: int = AUDIO_SAMPLE_RATE) -> np.ndarray:
-    """A finite, non-empty 1-D float32 signal at 16 kHz, from an array or WAV bytes."""
-    if not isinstance(rate, int) or isinstance(rate, bool) or rate <= 0:
-        raise InvalidMediaError(f"audio_rate must be a positive integer (Hz), got {rate!r}")
+def audio_16k(audio: Any, rate: int = AUDIO_SAMPLE_RATE, limits: Limits = Limits()) -> np.ndarray:
+    """A finite, non-empty 1-D float32 signal at 16 kHz, from an array or WAV bytes, within
+    ``limits`` (rate and duration)."""
+    if not isinstance(rate, int) or isinstance(rate, bool) or not 0 < rate <= limits.audio_rate:
+        raise InvalidMediaError(f"audio_rate must be a positive integer (Hz) up to "
+                                f"limits.audio_rate={limits.audio_rate}, got {rate!r}")
     if isinstance(audio, (bytes, bytearray, memoryview)):
         samples, header_rate = _read_wav(bytes(audio))
         if header_rate != AUDIO_SAMPLE_RATE and rate != header_rate:
@@ -164,6 +178,9 @@ def audio_16k(audio: Any, rate: int = AUDIO_SAMPLE_RATE) -> np.ndarray:
         raise InvalidMediaError(f"audio must be a 1-D mono signal, got shape {audio.shape}")
     if audio.size == 0:
         raise InvalidMediaError("audio is empty")
+    if audio.size > limits.audio_seconds * rate:
+        raise InvalidMediaError(f"audio lasts {audio.size / rate:.1f} s; limits.audio_seconds "
+                                f"allows {limits.audio_seconds:g}")
     if not np.isfinite(audio).all():
         raise InvalidMediaError("audio contains NaN or infinite samples")
     signal = audio.astype(np.float32)

@@ -26,8 +26,12 @@ import xxhash
 from PIL import Image, UnidentifiedImageError
 
 from mmcache.errors import InvalidInputError, InvalidMediaError, MissingScopeError
+from mmcache.types import Limits
 
 KEY_VERSION = "k3"
+#: The encoded image formats a query may carry (PIL reads some 40 more, EPS among them,
+#: which no query needs).
+IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
 
 
 def check_scope(scope: object) -> str:
@@ -68,17 +72,20 @@ def text_key(text: str) -> str:
     return xxhash.xxh3_128_hexdigest(normalise_text(text).encode("utf-8"))
 
 
-def decode_image(image: object) -> Image.Image:
-    """A PIL image from encoded bytes or an ``H×W[×C]`` uint8 array; InvalidMediaError otherwise."""
+def decode_image(image: object, max_pixels: int = Limits.image_pixels) -> Image.Image:
+    """A PIL image from encoded bytes (one of :data:`IMAGE_FORMATS`) or an ``H×W[×C]`` uint8
+    array of at most ``max_pixels`` pixels; InvalidMediaError otherwise."""
     if isinstance(image, (bytes, bytearray, memoryview)):
         if not len(image):
             raise InvalidMediaError("image bytes are empty")
         try:
-            img = Image.open(io.BytesIO(bytes(image)))
+            img = Image.open(io.BytesIO(bytes(image)), formats=IMAGE_FORMATS)
+            _check_pixels(img.size, max_pixels)  # from the header, before decoding
             img.load()
         except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError,
                 ValueError) as exc:
-            raise InvalidMediaError(f"image bytes cannot be decoded: {exc}") from None
+            raise InvalidMediaError(f"image bytes cannot be decoded as one of {IMAGE_FORMATS}: "
+                                    f"{exc}") from None
         return img
     if isinstance(image, np.ndarray):
         if image.dtype != np.uint8:
@@ -86,26 +93,34 @@ def decode_image(image: object) -> Image.Image:
         if image.ndim not in (2, 3) or image.size == 0 or (
                 image.ndim == 3 and image.shape[2] not in (1, 3, 4)):
             raise InvalidMediaError(f"image array must be H×W or H×W×{{1,3,4}}, got {image.shape}")
+        _check_pixels(image.shape[1::-1], max_pixels)
         return Image.fromarray(image[..., 0] if image.ndim == 3 and image.shape[2] == 1 else image)
     raise InvalidMediaError(f"image must be encoded bytes or a uint8 array, got "
                             f"{type(image).__name__}")
 
 
-def image_key(image: object) -> str:
+def _check_pixels(size: Sequence[int], max_pixels: int) -> None:
+    width, height = size
+    if width * height > max_pixels:
+        raise InvalidMediaError(f"image is {width}×{height} = {width * height:,} pixels; "
+                                f"limits.image_pixels allows {max_pixels:,}: downscale it")
+
+
+def image_key(image: object, max_pixels: int = Limits.image_pixels) -> str:
     """Hash of the decoded pixels with their mode and size (palette images as RGB/RGBA)."""
-    img = decode_image(image)
+    img = decode_image(image, max_pixels)
     if img.mode == "P":  # palette indices are not pixels: the same picture may use another palette
         img = img.convert("RGBA" if "transparency" in img.info else "RGB")
     return _hash_parts(img.mode.encode(), np.asarray(img.size, "<u8").tobytes(), img.tobytes())
 
 
-def video_key(frames: Sequence[object]) -> str:
+def video_key(frames: Sequence[object], max_pixels: int = Limits.image_pixels) -> str:
     """Hash of a clip's keyframes in order, each as :func:`image_key` hashes it;
     InvalidMediaError naming the first frame that does not decode."""
     parts = []
     for i, frame in enumerate(frames):
         try:
-            parts.append(image_key(frame).encode())
+            parts.append(image_key(frame, max_pixels).encode())
         except InvalidMediaError as exc:
             raise InvalidMediaError(f"video frame {i}: {exc}") from None
     return _hash_parts(*parts)

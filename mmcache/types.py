@@ -32,6 +32,20 @@ CHANNELS: tuple[str, ...] = MODALITIES + (VIDEO,)
 AUDIO_SAMPLE_RATE = 16_000
 
 
+@dataclass
+class Limits:
+    """The largest query parts and values a cache accepts (config section ``limits``): a
+    larger one is an InvalidInputError before anything is decoded, encoded or stored."""
+
+    text_chars: int = 100_000
+    image_pixels: int = 40_000_000
+    audio_seconds: float = 600.0
+    audio_rate: int = 384_000
+    video_frames: int = 256
+    context_chars: int = 100_000
+    value_bytes: int = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class VideoClip:
     """A video clip: its keyframes in order (``frames``: a list or tuple of images as

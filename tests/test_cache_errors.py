@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import io
 import sqlite3
+import struct
 import wave
+import zlib
 
 import numpy as np
 import pytest
+from PIL import Image
 
 import mmcache
 from mmcache.errors import (ConfigError, InvalidEmbeddingError, InvalidInputError,
                             InvalidMediaError, MissingScopeError, SerializationError,
                             StorageError, UnknownModalityError)
 from mmcache.lab.testing import unit
-from mmcache.types import Query
+from mmcache.types import Query, VideoClip
 
 from cache_helpers import snapshot
 
@@ -39,6 +42,18 @@ def cache(tmp_path):
     c.put(Query(embeddings={"image": unit(RNG, DIM)}, scope="t"), "img")
     yield c
     c.close()
+
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A PNG whose header (with a valid checksum) claims ``width``×``height`` pixels."""
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((1, 1), np.uint8)).save(buf, format="PNG")
+    data = bytearray(buf.getvalue())
+    ihdr = bytearray(data[12:29])              # b"IHDR" and its 13 bytes
+    ihdr[4:12] = struct.pack(">II", width, height)
+    data[12:29] = ihdr
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(ihdr)))
+    return bytes(data)
 
 
 BAD_QUERIES = {
@@ -74,6 +89,23 @@ BAD_QUERIES = {
     "missing scope": (Query(text="hello"), MissingScopeError),
     "empty scope": (Query(text="hello", scope=""), MissingScopeError),
     "nothing at all": (Query(scope="s"), InvalidInputError),
+    "lone surrogate": (Query(text="caf\udce9", scope="s"), InvalidInputError),
+    "text over the limit": (Query(text="x" * 100_001, scope="s"), InvalidInputError),
+    "image array over the limit": (Query(image=np.zeros((7000, 7000), np.uint8), scope="s"),
+                                   InvalidMediaError),
+    "PNG header over the limit": (Query(image=png_claiming(20_000, 20_000), scope="s"),
+                                  InvalidMediaError),
+    "EPS image": (Query(image=b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\n", scope="s"),
+                  InvalidMediaError),
+    "audio rate near 1e9 Hz": (Query(audio=np.ones(100, np.float32), audio_rate=999_999_937,
+                                     scope="s"), InvalidMediaError),
+    "audio over the limit": (Query(audio=np.zeros(600 * 16_000 + 1, np.float32), scope="s"),
+                             InvalidMediaError),
+    "context over the limit": (Query(text="hi", scope="s", context=[
+        {"role": "user", "content": "x" * 100_001}]), InvalidInputError),
+    "clip of too many frames": (Query(video=VideoClip(frames=[np.zeros((4, 4, 3), np.uint8)] * 257,
+                                                      audio=np.ones(100, np.float32)), scope="s"),
+                                InvalidMediaError),
 }
 
 
@@ -207,3 +239,14 @@ def test_errors_are_value_errors_and_name_the_problem(cache):
         cache.get(Query(embeddings={"text": unit(RNG, DIM + 1)}, scope="s"))
     with pytest.raises(ValueError, match="dtype float64"):
         cache.get(Query(embeddings={"text": GOOD.astype(np.float64)}, scope="s"))
+
+
+def test_a_value_over_the_limit_is_refused_and_the_limit_is_a_config_key(tmp_path):
+    cache = mmcache.TieredCache({"limits": {"value_bytes": 100}})
+    q = Query(text="big", embeddings={"text": unit(RNG, DIM)}, scope="s")
+    with pytest.raises(SerializationError, match="limits.value_bytes"):
+        cache.put(q, "x" * 101)
+    assert cache.put(q, "x" * 100) is not None
+    with pytest.raises(ConfigError, match="limits.text_chars"):
+        mmcache.TieredCache({"limits": {"text_chars": 0}})
+    cache.close()

@@ -23,6 +23,7 @@ from PIL import Image
 
 from mmcache.errors import InvalidMediaError
 from mmcache.keys import decode_image
+from mmcache.types import Limits
 
 #: Side of the grey thumbnail a fingerprint keeps (``SIDE²`` bytes).
 SIDE = 32
@@ -34,10 +35,10 @@ CROPS = (1.0, 0.95, 0.9, 0.85, 0.8)
 MAX_BLOCK_DIFFERENCE = 0.5
 
 
-def image_fingerprint(image: object) -> bytes:
+def image_fingerprint(image: object, max_pixels: int = Limits.image_pixels) -> bytes:
     """The :data:`SIDE`×:data:`SIDE` grey thumbnail of ``image`` (bytes or uint8 array)
     as ``SIDE²`` bytes; InvalidMediaError for what :func:`mmcache.keys.decode_image` refuses."""
-    grey = decode_image(image).convert("L").resize((SIDE, SIDE), Image.Resampling.BOX)
+    grey = decode_image(image, max_pixels).convert("L").resize((SIDE, SIDE), Image.Resampling.BOX)
     return np.asarray(grey, np.uint8).tobytes()
 
 
