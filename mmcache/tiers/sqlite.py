@@ -10,7 +10,12 @@ Versions: table ``log`` holds the latest change of each entry id under an
 transaction, so numbers commit in order); a write stores its number as the entry's
 ``version``, a delete takes a new number with no entry behind it. A tier replays the
 log after the last number it has seen, so no process misses another's write, replace
-or delete. ``PRAGMA data_version`` tells cheaply whether anyone else committed.
+or delete. ``PRAGMA data_version`` tells cheaply whether anyone else committed. The
+log is compacted as it grows: each time its head passes a multiple of
+:data:`COMPACT_EVERY`, the records of deleted entries more than :data:`COMPACT_LAG`
+numbers below the head (in a private store: all of them) go, and ``meta`` records the
+bound, below which a client that has not replayed resyncs; so the log holds about one row
+per live entry, and opening costs O(live entries), not O(history).
 Older files (schema 1 and 2) gain ``hints``, ``version`` and the log on open; schema 1–3
 files gain ``question``, ``context`` (the entry's conversation turns, JSON) and
 ``context_vector`` (raw float32), and schema 1–4 files ``image_fingerprint`` (the
@@ -44,7 +49,7 @@ import sqlite3
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Collection, Iterator, Sequence
 
 import numpy as np
 
@@ -55,7 +60,7 @@ from mmcache.tiers.base import Capacity
 from mmcache.tiers.codec import (decode_hints, decode_label, decode_turns, decode_value, encode_hints,
                     encode_label, encode_turns, encode_value, vector_from_bytes,
                     vector_to_bytes)
-from mmcache.tiers.store import Change, Removal, Store, StoreTier
+from mmcache.tiers.store import Change, Head, Removal, Store, StoreTier
 from mmcache.tiers.vectors import IndexSpec
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -64,6 +69,11 @@ SCHEMA_VERSION = "5"
 OPEN_TIMEOUT_S = 30.0
 #: Entries read per query when a tier replays many changes (on open).
 FETCH_CHUNK = 500
+#: The log is compacted each time its head passes a multiple of this many numbers.
+COMPACT_EVERY = 1000
+#: Delete records this many numbers below the head survive a compaction of a shared store:
+#: a client further behind resyncs (:class:`~mmcache.tiers.store.Head`'s ``floor``).
+COMPACT_LAG = 10_000
 _LOG = logging.getLogger(__name__)
 #: Mode of the files a store creates: cached answers are for the user who stored them.
 PRIVATE_FILE_MODE = 0o600
@@ -111,6 +121,7 @@ class SQLiteStore(Store):
             raise
         self._data_version = -1
         self._latest = 0
+        self._floor = 0
 
     # -- Store protocol ------------------------------------------------------------------
     def encode(self, entry: Entry, keep_for: float | None) -> tuple[tuple, list[tuple]]:
@@ -137,6 +148,7 @@ class SQLiteStore(Store):
             self._db.executemany(_INSERT, [(*row, v) for v, (_, (row, _)) in zip(versions, batch)])
             self._db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)",
                                  [r for _, (_, vecs) in batch for r in vecs])
+            self._compact_if_due(first - 1 - len(removed), first + len(batch) - 1)
         return versions
 
     def read(self, scope: str, entry_id: str) -> Entry | None:
@@ -150,7 +162,10 @@ class SQLiteStore(Store):
 
     def delete(self, removed: Sequence[Removal]) -> list[str]:
         with self._failing_as("delete"), self._transaction():
-            return self._delete_in_transaction(removed)
+            before = self._next_seq() - 1
+            deleted = self._delete_in_transaction(removed)
+            self._compact_if_due(before, self._next_seq() - 1)
+            return deleted
 
     def latest(self) -> int:
         with self._failing_as("read"):
@@ -160,7 +175,14 @@ class SQLiteStore(Store):
                 row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'log'"
                                        ).fetchone()
                 self._latest = 0 if row is None else int(row[0])
+                floor = self._db.execute("SELECT value FROM meta WHERE key = 'compacted_through'"
+                                         ).fetchone()
+                self._floor = 0 if floor is None else int(floor[0])
         return self._latest
+
+    def heads(self, logs: Collection[str] | None = None) -> dict[str, Head]:
+        latest = self.latest()
+        return {"": Head(latest, floor=self._floor)}
 
     def changes(self, since: int) -> list[Change]:
         with self._failing_as("read"):
@@ -270,6 +292,20 @@ class SQLiteStore(Store):
             db.close()
             raise StorageError(f"{self.path} has schema {version}, expected {SCHEMA_VERSION}")
         return db
+
+    def _compact_if_due(self, before: int, head: int) -> None:
+        """Inside a write transaction that took the numbers after ``before`` up to ``head``:
+        each time the head passes a multiple of :data:`COMPACT_EVERY`, drop the delete
+        records more than :data:`COMPACT_LAG` numbers below it (all of them in a private
+        store) and record that bound as ``compacted_through``."""
+        if head // COMPACT_EVERY == before // COMPACT_EVERY:
+            return
+        bound = head - (COMPACT_LAG if self.shared else 0)
+        self._db.execute("DELETE FROM log WHERE seq <= ? AND entry_id NOT IN "
+                         "(SELECT entry_id FROM entries)", (bound,))
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('compacted_through', ?)",
+                         (str(bound),))
+        self._floor = max(self._floor, bound)
 
     def _next_seq(self) -> int:
         row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'log'").fetchone()

@@ -67,10 +67,12 @@ class Head(NamedTuple):
     """Where one sequence of a store stands: its last number, and the identity of the data
     it numbers (``epoch``: a store that loses its data gets a new one). A sequence whose
     epoch changes, or whose head goes below a number already seen, was rolled back or lost:
-    a tier that sees it resyncs that sequence from scratch."""
+    a tier that sees it resyncs that sequence from scratch. So does a tier that last replayed
+    below ``floor``: the store has compacted away the delete records up to it."""
 
     seq: int
     epoch: str = ""
+    floor: int = 0
 
 
 class Removal(NamedTuple):
@@ -338,11 +340,20 @@ class StoreTier(BudgetedTier):
 
     def _catch_up(self, heads: Mapping[str, Head]) -> None:
         """Replay the changes of each sequence in ``heads`` past the number last replayed,
-        after resyncing those that were rolled back or lost."""
+        after resyncing those that were rolled back or lost, or compacted past it."""
         lost = {log for log, head in heads.items() if head.seq < self._seen.get(log, 0) or (
             log in self._epochs and head.epoch != self._epochs[log])}
         if lost:
-            self._resync(lost)
+            _LOG.warning("L3 store %s lost or rolled back its data (its epoch changed or its "
+                         "sequence went back): this client resyncs from what it holds now and "
+                         "drops the copies it took before", self.store.location)
+        compacted = {log for log, head in heads.items()
+                     if 0 < self._seen.get(log, 0) < head.floor}
+        if compacted - lost:
+            _LOG.info("L3 store %s compacted changes this client had not replayed: it "
+                      "resyncs", self.store.location)
+        if lost | compacted:
+            self._resync(lost | compacted)
         self._epochs.update((log, head.epoch) for log, head in heads.items())
         behind = {log: self._seen.get(log, 0) for log, head in heads.items()
                   if head.seq > self._seen.get(log, 0)}
@@ -357,9 +368,6 @@ class StoreTier(BudgetedTier):
         for log in logs:
             self._seen.pop(log, None)
         self.resyncs += 1
-        _LOG.warning("L3 store %s lost or rolled back its data (its epoch changed or its "
-                     "sequence went back): this client resyncs from what it holds now and "
-                     "drops the copies it took before", self.store.location)
 
     def _replay(self, changes: list[Change]) -> None:
         """Adopt the entries ``changes`` wrote and forget those they deleted."""

@@ -366,3 +366,32 @@ def test_a_malformed_context_is_not_printed(tmp_path):
     assert tier.get("s", "s-1") is None
     assert "hunter2" not in str(tier.store.quarantined())
     tier.close()
+
+
+def test_the_log_is_compacted_and_a_reader_behind_it_resyncs(tmp_path, monkeypatch):
+    from mmcache.tiers import sqlite
+
+    monkeypatch.setattr(sqlite, "COMPACT_EVERY", 10)
+    monkeypatch.setattr(sqlite, "COMPACT_LAG", 5)
+    rng = np.random.default_rng(16)
+    path = tmp_path / "l3.db"
+    writer, reader = SQLiteTier(path, shared=True), SQLiteTier(path, shared=True)
+    gone = entry(0, rng)
+    writer.put(gone)
+    assert [c.entry_id for c in reader.search("s", gone.embeddings, CLOSE)] == ["s-0"]
+    writer.delete("s-0")                      # its delete record is what the reader needs
+    for i in range(1, 51):                    # 50 puts and invalidations of other entries
+        writer.put(entry(i, rng))
+        writer.delete(f"s-{i}")
+    rows = writer.store._db.execute("SELECT COUNT(*) FROM log").fetchone()[0]
+    assert len(writer) == 0 and rows <= 10 + 5    # not one row per id ever written
+    assert reader.search("s", gone.embeddings, CLOSE) == []   # resynced, no ghost
+    assert sorted(reader.ids()) == [] and reader.usage() == (0, 0)
+    for t in (writer, reader):
+        t.close()
+    private = SQLiteTier(tmp_path / "private.db")
+    for i in range(30):
+        private.put(entry(i, rng))
+        private.delete(f"s-{i}")
+    assert private.store._db.execute("SELECT COUNT(*) FROM log").fetchone()[0] <= 10
+    private.close()
