@@ -102,6 +102,10 @@ class CacheModel(RuleBasedStateMachine):
         self.cache.close()
         self.cache = mmcache.TieredCache(self.config, clock=self.clock)
         l3 = self.cache.tier("l3")
+        now = self.clock()
+        for key, stored in list(self.model.items()):   # L3 sweeps what is past every window
+            if stored.expires_at is not None and now - stored.expires_at >= max(SWR, SIE):
+                del self.model[key]
         for (scope, base), stored in self.model.items():
             got = l3.get(scope, stored.entry_id)
             if stored.durable:

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from mmcache.metrics import CacheMetrics
 
 _LOG = logging.getLogger(__name__)
+#: Seconds between two sweeps of expired entries by one tier.
+SWEEP_EVERY_S = 60.0
 
 
 class Change(NamedTuple):
@@ -162,6 +164,7 @@ class _Known(NamedTuple):
     size: int
     hints: dict[str, float]
     version: int | None
+    expires_at: float | None = None
 
 
 class StoreTier(BudgetedTier):
@@ -210,6 +213,8 @@ class StoreTier(BudgetedTier):
         #: How many times this tier found a sequence rolled back or lost and resynced it;
         #: copies taken from it before then may carry reused versions.
         self.resyncs = 0
+        #: When (monotonic) expired entries were last swept out of the store.
+        self._swept_at = -float("inf")
         self._catch_up(store.heads())
         self._synced_at[None] = time.monotonic()
         while not self.shared and self.capacity.exceeded(*self.usage()):
@@ -223,6 +228,7 @@ class StoreTier(BudgetedTier):
         encoded = {e.entry_id: self.store.encode(e, self._keep_for(e, now)) for e in entries}
         # a budget that may evict must see what others wrote first
         self._sync({e.scope for e in entries} if self.capacity == Capacity() else None)
+        self._sweep_expired()
         victims, kept = admit_all(self._budget, entries, now)
         gone = gone_ids(victims, entries)
         stored = {e.entry_id for e in kept}
@@ -257,6 +263,7 @@ class StoreTier(BudgetedTier):
     def search(self, scope: str, vectors: Mapping[str, np.ndarray],
                floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
         self._sync({scope})
+        self._sweep_expired()
         return self.index.search(scope, vectors, floors, k)
 
     def delete(self, entry_id: str, version: int | None = None) -> bool:
@@ -409,15 +416,31 @@ class StoreTier(BudgetedTier):
             self._unindex(entry_id)
 
     def _keep_for(self, entry: Entry, now: float) -> float | None:
-        """Seconds the store must keep ``entry`` (None: no expiry)."""
+        """Seconds the store must keep ``entry`` (None: no expiry): past its last stale window,
+        plus a sweep's period, so that a live client sweeps it out, and records the delete,
+        before the store drops it unseen."""
         if entry.expires_at is None:
             return None
-        return max(entry.expires_at + self.expiry_grace - now, 0.001)
+        return max(entry.expires_at + self.expiry_grace - now, 0.0) + SWEEP_EVERY_S
+
+    def _sweep_expired(self) -> None:
+        """At most every :data:`SWEEP_EVERY_S` seconds, delete the entries past their last
+        stale window from the store (compare-and-delete: a newer write of one stays), so
+        they leave every client's index and budget, and the store's files."""
+        if time.monotonic() - self._swept_at < SWEEP_EVERY_S:
+            return
+        self._swept_at = time.monotonic()
+        now = self.clock()
+        expired = [Removal(k.scope, e, k.version) for e, k in list(self._known.items())
+                   if k.expires_at is not None and k.expires_at + self.expiry_grace <= now]
+        if expired:
+            for entry_id in self.store.delete(expired):
+                self._forget(entry_id)
 
     def _index(self, entries: Sequence[Entry]) -> None:
         """Remember and index stored ``entries``."""
         self._known.update((e.entry_id, _Known(e.scope, tuple(e.embeddings), e.size, e.hints,
-                                               e.version)) for e in entries)
+                                               e.version, e.expires_at)) for e in entries)
         self.index.add_many((e.scope, e.entry_id, e.embeddings) for e in entries)
 
     def _unindex(self, entry_id: str) -> None:

@@ -21,7 +21,7 @@ CLOSE = {"text": 0.99, "image": 0.99}
 
 def entry(i: int, rng: np.random.Generator, scope: str = "s", value=None) -> Entry:
     return Entry(f"{scope}-{i}", scope, f"{scope}-{i}", {"i": i} if value is None else value,
-                 {"text": unit(rng, DIM), "image": unit(rng, DIM)}, 100, 5.0 + i, 50.0 + i,
+                 {"text": unit(rng, DIM), "image": unit(rng, DIM)}, 100, 5.0 + i, 5e9 + i,
                  ground_truth=["label", i])
 
 

@@ -18,6 +18,7 @@ import redis
 
 import mmcache
 from mmcache.errors import ConfigError, StorageError
+from mmcache.tiers.store import SWEEP_EVERY_S
 from mmcache.lab.testing import FakeClock, unit
 from mmcache.tiers import Capacity, SQLiteTier
 from mmcache.tiers.redis import RedisTier
@@ -208,7 +209,9 @@ def test_redis_entries_with_a_ttl_carry_an_expire(redis_url) -> None:
         cache.put(lasting, "stays")
         eid = cache.put(brief, "goes", ttl=20)
         server = redis.Redis.from_url(redis_url)
-        assert server.pttl(cache.tier("l3").key(brief.scope, eid)) in range(20_000, 25_001)
+        kept_ms = int(1000 * (20 + 5 + SWEEP_EVERY_S))   # ttl, stale window, one sweep
+        assert server.pttl(cache.tier("l3").key(brief.scope, eid)) in range(kept_ms - 5000,
+                                                                             kept_ms + 1)
         assert server.pttl(cache.tier("l3").key(lasting.scope, cache.put(lasting, "s"))) == -1
         server.close()
 
@@ -318,3 +321,31 @@ def test_a_redis_connection_dropped_mid_pipeline_changes_nothing(cluster, reques
         assert cache.get(query("kept 3")).value == 3
     finally:
         cache.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_expired_entries_are_swept_from_the_store_and_every_client(backend, tmp_path, request,
+                                                                   monkeypatch) -> None:
+    from mmcache.tiers import store
+
+    monkeypatch.setattr(store, "SWEEP_EVERY_S", 0.0)
+    l3 = {"backend": "sqlite", "path": str(tmp_path / "l3.db"), "shared": True} \
+        if backend == "sqlite" else {"backend": "redis", "url": request.getfixturevalue(
+            "redis_url"), "options": {"prefix": f"sweep{next(_prefixes)}-{time.monotonic_ns()}"}}
+    clock = FakeClock()
+    config = {"l3": l3, "freshness": {"stale_while_revalidate": 5.0}}
+    writer = mmcache.TieredCache(config, clock=clock)
+    reader = mmcache.TieredCache(config, clock=clock)
+    try:
+        for i in range(5):
+            writer.put(query(f"brief {i}"), i, ttl=10)
+        writer.put(query("lasting"), "stays")
+        assert reader.tier("l3").usage()[0] == 0 and reader.get(query("brief 0")).value == 0
+        clock.advance(10 + 5)                 # past the ttl and the stale window
+        writer.put(query("new"), "x")         # a put sweeps
+        assert len(writer.tier("l3")) == 2
+        reader.get(query("lasting"))
+        assert reader.tier("l3").usage()[0] == 2   # gone from the other client's budget too
+    finally:
+        writer.close()
+        reader.close()
