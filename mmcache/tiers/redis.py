@@ -32,6 +32,10 @@ Layout under ``prefix`` (default ``"mmcache"``) on one server, no pickle anywher
   promoted) shows a sequence below what clients have seen. Either way every client
   resyncs from what the store holds and drops the private copies it took before
   (:class:`~mmcache.tiers.store.Head`).
+* ``{prefix}:floor`` — the number up to which the log was compacted: each client, every
+  :data:`COMPACT_EVERY` changes it makes, drops the members more than :data:`COMPACT_LAG`
+  below the head whose key is gone (deleted, or expired by Redis); a client that has not
+  replayed up to the floor resyncs.
 * ``{prefix}:capacity`` — the capacity recorded by the first client (JSON).
 
 On a Redis Cluster (``cluster=True``; config ``l3.options.cluster: true``, with the URL
@@ -52,7 +56,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 import redis
@@ -77,6 +81,10 @@ from mmcache.tiers.vectors import IndexSpec
 VECTOR_FIELD = "vec:"
 #: Seconds a request waits to connect or read before the store counts as failing.
 SOCKET_TIMEOUT_S = 1.0
+#: A sequence's log is compacted each time its head passes a multiple of this many numbers.
+COMPACT_EVERY = 1000
+#: Records of gone entries this many numbers below the head survive a compaction.
+COMPACT_LAG = 10_000
 
 # The next number of the sequence (KEYS[1]), above every number its log (KEYS[2]) holds even
 # when the counter was lost and its log kept, with the epoch (KEYS[4]) recorded if the store
@@ -118,6 +126,25 @@ redis.call('ZADD', KEYS[2], seq, KEYS[3])
 return 1
 """
 
+# KEYS: seq, log, floor; ARGV: how many numbers below the head delete records survive.
+# Removes the log's members numbered between the last floor and the new one whose key is
+# gone (deleted, or expired by Redis), and raises the floor; returns how many went.
+_COMPACT_SCRIPT = """
+local head = tonumber(redis.call('GET', KEYS[1]) or '0')
+local floor = tonumber(redis.call('GET', KEYS[3]) or '0')
+local bound = head - tonumber(ARGV[1])
+if bound <= floor then return 0 end
+local gone = 0
+for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. floor, bound)) do
+  if redis.call('EXISTS', member) == 0 then
+    redis.call('ZREM', KEYS[2], member)
+    gone = gone + 1
+  end
+end
+redis.call('SET', KEYS[3], bound)
+return gone
+"""
+
 #: What redis-py raises for a failed request (its cluster client's own errors are no RedisError).
 REDIS_ERRORS = (redis.RedisError, RedisClusterException)
 
@@ -149,10 +176,13 @@ class RedisStore(Store):
         self._id_offset = len(self.key("", ""))
         #: Scope logs this client has registered in ``{prefix}:scopes``.
         self._registered: set[str] = set()
+        #: Changes this client made per sequence since it last compacted that sequence.
+        self._changes: Counter[str] = Counter()
         self._db = _connect(url, socket_timeout, cluster)
         try:
             self._put_script = self._script(_PUT_SCRIPT)
             self._delete_script = self._script(_DELETE_SCRIPT)
+            self._compact_script = self._script(_COMPACT_SCRIPT)
             self.skew = SkewWatch(self._shards(), window=skew_window, where=self.location)
         except BaseException:
             self._db.close()
@@ -178,7 +208,9 @@ class RedisStore(Store):
                 *_entry_fields(entry)]
 
     def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal]) -> list[int]:
-        return self._call("write", self._transactions, batch, removed)[0]
+        versions = self._call("write", self._transactions, batch, removed)[0]
+        self._count_changes([e.scope for e, _ in batch] + [r.scope for r in removed])
+        return versions
 
     def read(self, scope: str, entry_id: str) -> Entry | None:
         key = self.key(scope, entry_id)
@@ -195,6 +227,7 @@ class RedisStore(Store):
         if not removed:
             return []
         done = self._call("delete", self._transactions, [], removed)[1]
+        self._count_changes([r.scope for r in removed])
         return [r.entry_id for r, ok in zip(removed, done) if int(ok)]
 
     def latest(self, log: str = "") -> int:
@@ -211,9 +244,9 @@ class RedisStore(Store):
 
     def heads(self, logs: Collection[str] | None = None) -> dict[str, Head]:
         names = sorted(self._logs() if logs is None else logs)
-        read = self._pipelined("read", "get", [(key(n),) for n in names
-                                               for key in (self._seq_key, self._epoch_key)])
-        epochs = dict(zip(names, read[1::2]))
+        keys = (self._seq_key, self._epoch_key, self._floor_key)
+        read = self._pipelined("read", "get", [(key(n),) for n in names for key in keys])
+        epochs = dict(zip(names, read[1::3]))
         lost = [name for name, epoch in epochs.items() if epoch is None]
         if lost:  # new, or lost with the data: the first client to ask records a new epoch
             self._registered -= set(lost)  # the list of scopes went too: register again
@@ -223,8 +256,8 @@ class RedisStore(Store):
                                      nx=True, get=True)
             epochs.update((name, old or token.encode())
                           for name, old, token in zip(lost, before, fresh))
-        return {name: Head(int(seq or 0), epochs[name].decode())
-                for name, seq in zip(names, read[::2])}
+        return {name: Head(int(seq or 0), epochs[name].decode(), int(floor or 0))
+                for name, seq, floor in zip(names, read[::3], read[2::3])}
 
     def changes_after(self, since: Mapping[str, int]) -> list[Change]:
         names = sorted(since)
@@ -263,6 +296,25 @@ class RedisStore(Store):
 
     def _log_key(self, log: str) -> str:
         return f"{self.prefix}:log:{{{log}}}" if log else f"{self.prefix}:log"
+
+    def _floor_key(self, log: str) -> str:
+        return f"{self.prefix}:floor:{{{log}}}" if log else f"{self.prefix}:floor"
+
+    def _count_changes(self, scopes: Sequence[str]) -> None:
+        """Count this client's changes per sequence; compact each one it has changed
+        :data:`COMPACT_EVERY` times since it last did."""
+        for scope in scopes:
+            self._changes[self.log_of(scope)] += 1
+        for log in [log for log, n in self._changes.items() if n >= COMPACT_EVERY]:
+            del self._changes[log]
+            self._compact(log)
+
+    def _compact(self, log: str) -> None:
+        """Drop the records of gone entries more than :data:`COMPACT_LAG` numbers below the
+        head of sequence ``log`` and raise its floor (clients behind it resync)."""
+        keys = [self._seq_key(log), self._log_key(log), self._floor_key(log)]
+        self._call("write", self._compact_script, keys=keys, args=[COMPACT_LAG],
+                   client=self._db)
 
     def _epoch_key(self, log: str) -> str:
         return f"{self.prefix}:epoch:{{{log}}}" if log else f"{self.prefix}:epoch"

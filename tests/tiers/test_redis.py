@@ -422,3 +422,27 @@ def test_a_reopened_redis_l3_ranks_by_the_stored_hints(redis_url: str, prefix: s
     with mmcache.TieredCache(config, clock=FakeClock()) as cache:
         c = cache.put(queries[2], "C")
         assert sorted(cache.tier("l3").ids()) == sorted([a, c]) and b not in cache.tier("l3")
+
+
+def test_the_log_is_compacted_and_a_reader_behind_it_resyncs(redis_url: str, prefix: str,
+                                                             monkeypatch) -> None:
+    from mmcache.tiers import redis as redis_tier
+
+    monkeypatch.setattr(redis_tier, "COMPACT_EVERY", 10)
+    monkeypatch.setattr(redis_tier, "COMPACT_LAG", 5)
+    writer, reader = RedisTier(redis_url, prefix=prefix), RedisTier(redis_url, prefix=prefix)
+    try:
+        writer.put(entry("gone", seed=0))
+        assert [c.entry_id for c in reader.search("tenant-a", {"text": unit(0)},
+                                                  {"text": 0.99})] == ["gone"]
+        writer.delete("gone")
+        for i in range(50):
+            writer.put(entry(f"e{i}", seed=i + 1))
+            writer.delete(f"e{i}")
+        logged = redis.Redis.from_url(redis_url).zcard(f"{prefix}:log")
+        assert len(writer) == 0 and logged <= 10 + 5
+        assert reader.search("tenant-a", {"text": unit(0)}, {"text": 0.99}) == []
+        assert reader.usage() == (0, 0)
+    finally:
+        writer.close()
+        reader.close()
