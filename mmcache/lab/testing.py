@@ -113,6 +113,15 @@ class FaultProxy:
         """A Redis URL that reaches ``upstream`` through this proxy."""
         return f"redis://127.0.0.1:{self.port}/{db}"
 
+    def retarget(self, upstream: tuple[str, int]) -> None:
+        """Send new connections to ``upstream`` and cut the open ones (a failover)."""
+        self.upstream = upstream
+        sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
     def __enter__(self) -> "FaultProxy":
         threading.Thread(target=self._accept, daemon=True).start()
         return self
@@ -127,25 +136,34 @@ class FaultProxy:
         while not self._closed:
             try:
                 client, _ = self._listener.accept()
-                server = socket.create_connection(self.upstream)
             except OSError:
                 return
+            try:
+                server = socket.create_connection(self.upstream)
+            except OSError:  # the upstream is down: refuse, as it would
+                client.close()
+                continue
             self._sockets += [client, server]
             for source, sink in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        while not self._closed:
-            try:
+        """Forward ``source`` to ``sink`` until either closes; then close both, as a peer
+        that went away would."""
+        try:
+            while not self._closed:
                 chunk = source.recv(65536)
                 if not chunk:
-                    return
+                    break
                 if self.mode == "delay":
                     time.sleep(self.delay_s)
                 if self.mode != "blackhole":
                     sink.sendall(chunk)
-            except OSError:
-                return
+        except OSError:
+            pass
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 @contextlib.contextmanager
