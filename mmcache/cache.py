@@ -269,6 +269,9 @@ class TieredCache:
         #: The shared store's resync count when the copies above it were last known good.
         self._store_resyncs = 0 if self._shared_store is None else self._shared_store.resyncs
         try:
+            for tier in self.tiers:
+                if isinstance(tier, StoreTier):
+                    tier.require_facts(self._encoder_facts())
             self._adopt_stored_entries()
         except BaseException:
             for tier in self.tiers:
@@ -1152,6 +1155,14 @@ class TieredCache:
         return text is not None and any(t in text for t in self.config.freshness.bypass_tokens)
 
     # -- housekeeping --------------------------------------------------------------------
+    def _encoder_facts(self) -> dict[str, str]:
+        """``encoder:<modality>`` -> what makes that modality's vectors: the encoder's
+        ``encoder_id``, or its registry name when the config names it."""
+        facts = {f"encoder:{m}": f"registry:{name}" for m, name in self.config.encoders.items()}
+        facts.update((f"encoder:{m}", e.encoder_id) for m, e in self._encoders.items()
+                     if m != VIDEO and isinstance(getattr(e, "encoder_id", None), str))
+        return facts
+
     def _adopt_stored_entries(self) -> None:
         """Learn dims and exact keys of entries already in persistent tiers; an empty
         private tier below a semantic one starts covered by it."""

@@ -36,7 +36,9 @@ Layout under ``prefix`` (default ``"mmcache"``) on one server, no pickle anywher
   :data:`COMPACT_EVERY` changes it makes, drops the members more than :data:`COMPACT_LAG`
   below the head whose key is gone (deleted, or expired by Redis); a client that has not
   replayed up to the floor resyncs.
-* ``{prefix}:capacity`` — the capacity recorded by the first client (JSON).
+* ``{prefix}:capacity`` — the capacity recorded by the first client (JSON);
+  ``{prefix}:fact:{name}`` — what every client must agree on, recorded by the first one: the
+  key layout (``layout``) and the encoder of each modality (``encoder:<modality>``).
 
 On a Redis Cluster (``cluster=True``; config ``l3.options.cluster: true``, with the URL
 of any node) a script and a MULTI/EXEC may only touch keys of one hash slot, so each
@@ -79,6 +81,8 @@ from mmcache.tiers.store import Change, Head, Removal, Store, StoreTier
 from mmcache.tiers.vectors import IndexSpec
 
 VECTOR_FIELD = "vec:"
+#: The version of the key layout below; a store of another one is refused.
+LAYOUT = "3"
 #: Seconds a request waits to connect or read before the store counts as failing.
 SOCKET_TIMEOUT_S = 1.0
 #: A sequence's log is compacted each time its head passes a multiple of this many numbers.
@@ -184,6 +188,11 @@ class RedisStore(Store):
             self._delete_script = self._script(_DELETE_SCRIPT)
             self._compact_script = self._script(_COMPACT_SCRIPT)
             self.skew = SkewWatch(self._shards(), window=skew_window, where=self.location)
+            layout = self.record_fact("layout", LAYOUT)
+            if layout != LAYOUT:
+                raise StorageError(f"the Redis store at {self.location} prefix {prefix!r} has "
+                                   f"key layout {layout!r}, this mmcache writes {LAYOUT!r}: "
+                                   "use another prefix")
         except BaseException:
             self._db.close()
             raise
@@ -280,6 +289,11 @@ class RedisStore(Store):
             self._call("write", self._db.set, self._counted(key), text, nx=True)
         max_entries, max_bytes = json.loads(self._call("read", self._db.get, self._counted(key)))
         return Capacity(max_entries, max_bytes)
+
+    def record_fact(self, name: str, value: str) -> str:
+        key = self._counted(f"{self.prefix}:fact:{name}")
+        before = self._call("write", self._db.set, key, value, nx=True, get=True)
+        return value if before is None else before.decode()
 
     def count(self) -> int:
         return sum(self._pipelined("read", "exists", [(k,) for k in self._logged_keys()]))

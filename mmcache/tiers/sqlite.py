@@ -190,6 +190,12 @@ class SQLiteStore(Store):
                                     (since,)).fetchall()
         return [Change(seq, entry_id, entry_id) for seq, entry_id in rows]
 
+    def record_fact(self, name: str, value: str) -> str:
+        with self._failing_as("write"), _Transaction(self._db):
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (f"fact:{name}", value))
+            return self._db.execute("SELECT value FROM meta WHERE key = ?",
+                                    (f"fact:{name}",)).fetchone()[0]
+
     def fetch(self, refs: Sequence[str]) -> list[Entry | None]:
         rows, vectors = [], []
         with self._failing_as("read"), _Snapshot(self._db):

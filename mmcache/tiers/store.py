@@ -144,6 +144,12 @@ class Store(ABC):
         recorded now."""
 
     @abstractmethod
+    def record_fact(self, name: str, value: str) -> str:
+        """Record ``value`` under ``name`` unless the store has one already; return the one
+        recorded now (facts every client of the store must agree on, such as the encoder
+        that made its vectors)."""
+
+    @abstractmethod
     def count(self) -> int:
         """How many entries the store holds."""
 
@@ -325,6 +331,18 @@ class StoreTier(BudgetedTier):
             self._sync(scopes)
         known = self._known.get(entry_id)
         return None if known is None else known.version
+
+    def require_facts(self, facts: Mapping[str, str]) -> None:
+        """Record ``facts`` in a store that has none of them yet; ConfigError naming the
+        first one the store records otherwise (its vectors would be compared with vectors
+        from another space)."""
+        for name, value in sorted(facts.items()):
+            recorded = self.store.record_fact(name, value)
+            if recorded != value:
+                raise ConfigError(f"the store {self.store.location} records {name} = "
+                                  f"{recorded!r}, but this cache has {value!r}: its vectors "
+                                  "would not be comparable; use another store (path, prefix) "
+                                  "or the same encoder")
 
     def refresh(self) -> None:
         """Apply the changes other processes made since the last sync, now."""

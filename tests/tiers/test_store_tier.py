@@ -19,6 +19,7 @@ import redis
 import mmcache
 from mmcache.errors import ConfigError, StorageError
 from mmcache.tiers.store import SWEEP_EVERY_S
+from mmcache.encoders.base import HashingTestEncoder
 from mmcache.lab.testing import FakeClock, unit
 from mmcache.tiers import Capacity, SQLiteTier
 from mmcache.tiers.redis import RedisTier
@@ -349,3 +350,35 @@ def test_expired_entries_are_swept_from_the_store_and_every_client(backend, tmp_
     finally:
         writer.close()
         reader.close()
+
+
+class _OtherSpace(HashingTestEncoder):
+    """A stand-in encoder of the same dimension whose vectors live in another space."""
+
+    def __init__(self, modality: str, dim: int) -> None:
+        super().__init__(modality, dim)
+        self.encoder_id = f"stand-in:other-space/{modality}/{dim}"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_a_store_refuses_a_cache_whose_encoder_made_other_vectors(backend, tmp_path,
+                                                                  request) -> None:
+    l3 = {"backend": "sqlite", "path": str(tmp_path / "l3.db"), "shared": True} \
+        if backend == "sqlite" else {"backend": "redis", "url": request.getfixturevalue(
+            "redis_url"), "options": {"prefix": f"facts{next(_prefixes)}-{time.monotonic_ns()}"}}
+    first = mmcache.TieredCache({"l3": l3}, encoders={"text": HashingTestEncoder("text", 16)})
+    try:
+        same = mmcache.TieredCache({"l3": l3}, encoders={"text": HashingTestEncoder("text", 16)})
+        same.close()
+        with pytest.raises(ConfigError, match="encoder:text.*other-space"):
+            mmcache.TieredCache({"l3": l3}, encoders={"text": _OtherSpace("text", 16)})
+    finally:
+        first.close()
+
+
+def test_a_redis_store_of_another_key_layout_is_refused(redis_url) -> None:
+    prefix = f"layout{next(_prefixes)}-{time.monotonic_ns()}"
+    redis.Redis.from_url(redis_url).set(f"{prefix}:fact:layout", "1")
+    with pytest.raises(StorageError, match="key layout '1'"):
+        mmcache.TieredCache({"l3": {"backend": "redis", "url": redis_url,
+                                    "options": {"prefix": prefix}}})
