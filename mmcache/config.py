@@ -252,7 +252,7 @@ class CacheConfig:
         """Build from a YAML file."""
         try:
             data = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as exc:
+        except (OSError, ValueError, yaml.YAMLError) as exc:  # ValueError: a NUL in the path
             raise ConfigError(f"cannot read config {path}: {exc}") from None
         return cls.from_dict(data or {})
 

@@ -32,6 +32,8 @@ def test_unreadable_yaml_is_a_config_error(tmp_path):
         CacheConfig.load(path)
     with pytest.raises(ConfigError, match="cannot read config"):
         CacheConfig.load(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="cannot read config"):
+        CacheConfig.load("bad\x00path.yaml")          # found by tests/test_fuzz.py
 
 
 @pytest.mark.parametrize("data, key", [
