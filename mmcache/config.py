@@ -21,7 +21,6 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
-from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -29,7 +28,7 @@ from mmcache.encoders import ENCODERS
 from mmcache.errors import ConfigError
 from mmcache.policies import POLICIES, make_policy
 from mmcache.thresholds import RULES
-from mmcache.types import CHANNELS, MODALITIES, Limits, modality_set_channels
+from mmcache.types import CHANNELS, MODALITIES, Limits, modality_set_channels, redacted_url
 from mmcache.verify import VERIFIERS
 
 STORE_BACKENDS = ("sqlite", "redis")
@@ -263,21 +262,6 @@ class CacheConfig:
         if data["l3"]["url"] is not None:
             data["l3"]["url"] = redacted_url(data["l3"]["url"])
         return data
-
-
-def redacted_url(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***`` (for displays and logs)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        host = f"[{host}]" if ":" in host else host
-        port = f":{parts.port}" if parts.port is not None else ""
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
-    except ValueError:  # not a URL that urlsplit reads: show nothing of it
-        return "<url>"
 
 
 # -- what each key means ------------------------------------------------------------------

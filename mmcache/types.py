@@ -4,8 +4,10 @@ and the names of the vector channels and modality sets a cache keeps apart.
 It also holds the renderings every object's notebook display shares (the bottom of the
 package, so the cache, the simulator, the scheduler and the lab use one): :func:`html_table`,
 :func:`html_fields` and :func:`html_card` build small HTML tables with every value escaped,
-:func:`fmt`, :func:`fmt_bytes`, :func:`fmt_seconds` and :func:`preview` format cells, and
-:func:`safe_display` keeps a ``__repr__`` or ``_repr_html_`` from ever raising.
+:func:`fmt`, :func:`fmt_bytes`, :func:`fmt_seconds` and :func:`preview` format cells,
+:func:`redacted_url` hides a store URL's password, and :func:`safe_display` keeps a
+``__repr__`` or ``_repr_html_`` from ever raising. :class:`Limits` is the largest query a
+cache accepts.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
@@ -338,3 +341,18 @@ def safe_display(render: Callable[[], str], obj: Any, *, as_html: bool = False) 
     except Exception as exc:  # noqa: BLE001 - a repr must never raise
         text = f"{type(obj).__name__}(<display failed: {type(exc).__name__}>)"
         return f"<pre>{html.escape(text)}</pre>" if as_html else text
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***`` (for displays and logs)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host
+        port = f":{parts.port}" if parts.port is not None else ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+    except ValueError:  # not a URL that urlsplit reads: show nothing of it
+        return "<url>"

@@ -158,7 +158,7 @@ def test_context_is_in_the_exact_key_and_gates_semantic_hits_without_an_encoder(
     cache.put(q("yes, cancel it", BASE, context=netflix), "cancelled Netflix")
     assert cache.get(q("yes, cancel it", BASE, context=spotify)) is None
     assert cache.get(q("yes, cancel it", BASE)) is None
-    assert cache.get(q("Yes,  cancel it", BASE, context=netflix)).tier == "l1"
+    assert cache.get(q(" yes, cancel it\n", BASE, context=netflix)).tier == "l1"
     assert cache.get(q("yes please cancel it", NEAR, context=netflix)) is not None
 
 

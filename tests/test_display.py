@@ -189,7 +189,7 @@ def test_an_escaped_scope_and_value_show_as_text():
 
 
 def test_a_redis_url_shows_without_its_password():
-    from mmcache.config import redacted_url
+    from mmcache.types import redacted_url
 
     assert redacted_url("redis://:secret@10.0.0.1:6379/0") == "redis://:***@10.0.0.1:6379/0"
     assert redacted_url("redis://u:p@[::1]:7000") == "redis://u:***@[::1]:7000"

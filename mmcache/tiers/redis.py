@@ -68,10 +68,9 @@ from redis.retry import Retry
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
-from mmcache.config import redacted_url
 from mmcache.errors import ConfigError, StorageError
 from mmcache.policies import EvictionPolicy
-from mmcache.types import Entry
+from mmcache.types import Entry, redacted_url
 from mmcache.tiers.base import Capacity
 from mmcache.tiers.codec import (decode_hints, decode_label, decode_turns, decode_value, encode_hints,
                     encode_label, encode_turns, encode_value, vector_from_bytes,
