@@ -21,6 +21,14 @@ revalidation of a private copy (:meth:`StoreTier.current_version`); ``max_stalen
 revalidation and a put under an unlimited capacity replay only the sequences of the
 scopes they touch; the rest replay every sequence.
 
+A store that loses or rolls back its data is noticed from its :class:`Head` (a new epoch, a
+head below what was seen), and so is a tier left behind by the store's compaction of its log
+(a floor above what it replayed): the tier resyncs those sequences from scratch and counts it
+in ``resyncs``, so a cache drops the private copies it took before. Expired entries are swept
+out of the store every :data:`SWEEP_EVERY_S` seconds by the tiers that use it. What every
+client must agree on (the encoder of each modality) is recorded in the store on first use
+(:meth:`StoreTier.require_facts`).
+
 Capacity belongs to the store: the first tier that opens a store records its capacity,
 later tiers adopt it (``capacity=None``) or must ask for the same one (ConfigError), so
 no client ever evicts other tenants' entries to meet a budget of its own.
