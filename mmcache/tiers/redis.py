@@ -57,6 +57,7 @@ every request is counted on the shard of its key, in the cache's
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections import Counter, defaultdict
 from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -79,6 +80,7 @@ from mmcache.tiers.skew import SKEW_WINDOW, SkewWatch
 from mmcache.tiers.store import Change, Head, Removal, Store, StoreTier
 from mmcache.tiers.vectors import IndexSpec
 
+_LOG = logging.getLogger(__name__)
 VECTOR_FIELD = "vec:"
 #: The version of the key layout below; a store of another one is refused.
 LAYOUT = "3"
@@ -465,7 +467,21 @@ def _connect(url: str, socket_timeout: float, cluster: bool) -> Any:
         client.close()
         raise StorageError(f"the Redis server at {redacted_url(url)} is a cluster node: set "
                            "l3.options.cluster: true to use the cluster")
+    _warn_if_entries_may_be_evicted(client, url)
     return client
+
+
+def _warn_if_entries_may_be_evicted(client: Any, url: str) -> None:
+    """Warn when the server may evict any key under memory pressure (``allkeys-*``): an entry
+    evicted so leaves no record, and other clients go on serving their copies of it."""
+    try:
+        policies = set(client.config_get("maxmemory-policy").values())
+    except REDIS_ERRORS:  # CONFIG is often disabled on managed servers: nothing to say then
+        return
+    if any(str(p).startswith("allkeys") for p in policies):
+        _LOG.warning("the Redis server at %s has maxmemory-policy %s: an entry it evicts "
+                     "leaves no record, so other clients may serve their copies of it; use "
+                     "noeviction or a volatile-* policy", redacted_url(url), sorted(policies))
 
 
 class RedisTier(StoreTier):

@@ -130,3 +130,10 @@ def test_a_store_that_went_down_and_came_back_empty_is_used_again(tmp_path) -> N
         finally:
             a.close()
             b.close()
+
+
+def test_a_server_that_may_evict_any_key_is_warned_about(tmp_path, caplog) -> None:
+    with LocalRedis(tmp_path, *NO_PERSISTENCE, "--maxmemory-policy", "allkeys-lru") as server:
+        for cache in caches(server.url):
+            cache.close()
+        assert "maxmemory-policy ['allkeys-lru']" in caplog.text and "noeviction" in caplog.text
