@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 _LOG = logging.getLogger(__name__)
 #: Seconds between two sweeps of expired entries by one tier.
 SWEEP_EVERY_S = 60.0
+#: Entries read from the store at a time while a tier replays its changes.
+REPLAY_CHUNK = 1000
 
 
 class Change(NamedTuple):
@@ -403,16 +405,20 @@ class StoreTier(BudgetedTier):
         self.resyncs += 1
 
     def _replay(self, changes: list[Change]) -> None:
-        """Adopt the entries ``changes`` wrote and forget those they deleted."""
+        """Adopt the entries ``changes`` wrote and forget those they deleted, reading
+        :data:`REPLAY_CHUNK` entries at a time (opening a large store never holds every
+        value at once)."""
         todo = [c for c in changes if not self._holds(c)]
-        written = []
-        for change, entry in zip(todo, self.store.fetch([c.ref for c in todo])):
-            if entry is None:
-                if change.entry_id in self._known:
-                    self._forget(change.entry_id)
-            elif self._known.get(entry.entry_id, _NOWHERE).version != entry.version:
-                written.append(entry)
-        self._adopt(written)
+        for start in range(0, len(todo), REPLAY_CHUNK):
+            chunk = todo[start:start + REPLAY_CHUNK]
+            written = []
+            for change, entry in zip(chunk, self.store.fetch([c.ref for c in chunk])):
+                if entry is None:
+                    if change.entry_id in self._known:
+                        self._forget(change.entry_id)
+                elif self._known.get(entry.entry_id, _NOWHERE).version != entry.version:
+                    written.append(entry)
+            self._adopt(written)
         for change in changes:
             self._seen[change.log] = max(self._seen.get(change.log, 0), change.seq)
 

@@ -11,6 +11,7 @@ import pytest
 from mmcache.errors import StorageError, StoreFullError
 from mmcache.lab.testing import near, unit
 from mmcache.tiers import Capacity, SQLiteTier
+from mmcache.tiers import sqlite
 from mmcache.tiers.sqlite import SCHEMA_VERSION
 from mmcache.types import Entry
 
@@ -369,8 +370,6 @@ def test_a_malformed_context_is_not_printed(tmp_path):
 
 
 def test_the_log_is_compacted_and_a_reader_behind_it_resyncs(tmp_path, monkeypatch):
-    from mmcache.tiers import sqlite
-
     monkeypatch.setattr(sqlite, "COMPACT_EVERY", 10)
     monkeypatch.setattr(sqlite, "COMPACT_LAG", 5)
     rng = np.random.default_rng(16)
@@ -395,3 +394,20 @@ def test_the_log_is_compacted_and_a_reader_behind_it_resyncs(tmp_path, monkeypat
         private.delete(f"s-{i}")
     assert private.store._db.execute("SELECT COUNT(*) FROM log").fetchone()[0] <= 10
     private.close()
+
+
+def test_opening_reads_the_stored_entries_a_chunk_at_a_time(tmp_path, monkeypatch):
+    from mmcache.tiers import store
+
+    rng = np.random.default_rng(17)
+    tier = SQLiteTier(tmp_path / "l3.db")
+    tier.put_many([entry(i, rng) for i in range(5)])
+    tier.close()
+    monkeypatch.setattr(store, "REPLAY_CHUNK", 2)
+    fetched = []
+    fetch = sqlite.SQLiteStore.fetch
+    monkeypatch.setattr(sqlite.SQLiteStore, "fetch",
+                        lambda self, refs: fetched.append(len(refs)) or fetch(self, refs))
+    reopened = SQLiteTier(tmp_path / "l3.db")
+    assert fetched == [2, 2, 1] and sorted(reopened.ids()) == [f"s-{i}" for i in range(5)]
+    reopened.close()
