@@ -28,9 +28,9 @@ Layout under ``prefix`` (default ``"mmcache"``) on one server, no pickle anywher
 * ``{prefix}:epoch`` — the identity of the data the sequence numbers: a random token the
   first client (or write) records when there is none. A store that loses its data (a
   restart without persistence, FLUSHALL, maxmemory evicting the control keys) loses it
-  too, so the next client records another; a store rolled back (an older snapshot, a lagging replica
-  promoted) shows a sequence below what clients have seen. Either way every client
-  resyncs from what the store holds and drops the private copies it took before
+  too, so the next client records another; a store rolled back (an older snapshot, a
+  lagging replica promoted) shows a sequence below what clients have seen. Either way every
+  client resyncs from what the store holds and drops the private copies it took before
   (:class:`~mmcache.tiers.store.Head`).
 * ``{prefix}:floor`` — the number up to which the log was compacted: each client, every
   :data:`COMPACT_EVERY` changes it makes, drops the members more than :data:`COMPACT_LAG`
@@ -45,7 +45,8 @@ of any node) a script and a MULTI/EXEC may only touch keys of one hash slot, so 
 scope keeps its own sequence and change log next to its entries, in the slot of a hash
 tag (Redis hashes only the part in braces, which are literal here; ``H`` is the scope
 hash): ``mmcache:{H}:<entry_id>``, ``mmcache:seq:{H}``, ``mmcache:log:{H}`` and
-``mmcache:epoch:{H}``, with ``mmcache:scopes`` the set of scope hashes that have a log (and no brace in the prefix).
+``mmcache:epoch:{H}``, with ``mmcache:scopes`` the set of scope hashes that have a log (and
+no brace in the prefix).
 Scopes spread over the shards while a write stays one atomic step in one slot; a batch
 over several scopes is one transaction per scope, in order, so a failure part-way keeps
 the scopes written before it (every client replays them). One scope never spans shards:
@@ -453,8 +454,9 @@ def _connect(url: str, socket_timeout: float, cluster: bool) -> Any:
     a timeout is not (a black-holed one)."""
     timeouts = {"socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout}
     try:
-        client = RedisCluster.from_url(url, **timeouts) if cluster else redis.Redis.from_url(
-            url, **timeouts, retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)))
+        once = Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
+        client = RedisCluster.from_url(url, **timeouts) if cluster else \
+            redis.Redis.from_url(url, **timeouts, retry=once)
     except (*REDIS_ERRORS, ValueError) as exc:
         raise StorageError(f"cannot reach the Redis tier at {redacted_url(url)}: {exc}") from exc
     try:

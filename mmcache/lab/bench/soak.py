@@ -3,15 +3,14 @@ how memory, file size, log rows, open time and sync cost follow the live entries
 
 ``python -m mmcache.lab.bench.soak [--ops 1000000] [--keys 2000] [--samples 10]`` drives one
 ``TieredCache`` (L1 of 200 entries, flat L2 of 500, a shared SQLite L3 of ``2 × keys``
-entries, a clock that moves
-10 ms per operation) with a random mix over a window of ``keys`` questions that moves on by one every
-:data:`SLIDE` operations (so questions keep coming and going): 50% gets, 35% puts (a third
-each with no TTL, 5 s and 60 s), 15% invalidations; a second tier on the same file syncs
-after each chunk. After each of ``samples`` chunks it prints one row: operations so far, live
-entries, log rows, file bytes (database + WAL), this process's resident memory, the seconds
-to open the store afresh, and the seconds the second tier took to sync. Each must stay within
-a small multiple of the live entries, however long the run: ``tests/lab/bench/test_soak_bench.py``
-runs it short in ``make test``.
+entries, a clock that moves 10 ms per operation) with a random mix over a window of ``keys``
+questions that moves on by one every :data:`SLIDE` operations (so questions keep coming and
+going): 50% gets, 35% puts (a third each with no TTL, 5 s and 60 s), 15% invalidations; a
+second tier on the same file syncs after each chunk. After each of ``samples`` chunks it
+prints one row: operations so far, live entries, log rows, file bytes (database + WAL), this
+process's resident memory, the seconds to open the store afresh, and the seconds the second
+tier took to sync. Each must stay within a small multiple of the live entries, however long
+the run: ``tests/lab/bench/test_soak_bench.py`` runs it short in ``make test``.
 """
 
 from __future__ import annotations
