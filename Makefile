@@ -18,7 +18,7 @@ comma := ,
 # core); Python compiles and caches the modules a run imports instead, so this must not be off.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup setup-bench sysdeps test smoke figures check-docs check-readme docs models priors lab pair bench bench-cache bench-cache-20k bench-async bench-replay bench-cachebench bench-guard bench-encoders bench-thresholds latency-profile clean
+.PHONY: help setup setup-bench sysdeps test smoke figures check-docs check-readme docs models priors lab pair bench bench-cache bench-cache-20k bench-async bench-replay bench-cachebench bench-guard bench-dashboard bench-encoders bench-thresholds latency-profile clean
 
 help:
 	@echo "make figures   regenerate every figure (full notebooks) into figures/, with index.html and MANIFEST.md"
@@ -112,7 +112,7 @@ pair: setup
 bench: setup-bench
 	rm -rf runs/bench
 	$(MAKE) bench-cache bench-cache-20k bench-replay bench-async bench-cachebench bench-guard \
-	        bench-encoders bench-thresholds
+	        bench-dashboard bench-encoders bench-thresholds
 	$(PY) -m mmcache.lab.bench.ledger
 
 # CacheBench-MM's measured latencies (encoders, cache tiers) on this machine; committed.
@@ -136,6 +136,10 @@ bench-cachebench: setup
 
 bench-guard: setup
 	$(PY) -m mmcache.lab.bench.guard
+
+# A get loop with cache.dashboard() listening ÷ without it (target: at most 1.05).
+bench-dashboard: setup
+	$(PY) -m mmcache.lab.bench.dashboard
 
 bench-encoders: setup
 	$(PY) -m mmcache.lab.bench.encoders

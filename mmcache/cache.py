@@ -135,7 +135,7 @@ from mmcache.errors import (ConfigError, InvalidEmbeddingError, InvalidInputErro
                             SerializationError, StorageError, UnknownHitError)
 from mmcache.guard import ExactKeyFilter
 from mmcache.inputs import PreparedQuery, prepare, unit_vector
-from mmcache.metrics import CacheMetrics, html_sections
+from mmcache.metrics import CacheMetrics, Dashboard, html_sections
 from mmcache.thresholds import ThresholdRule
 from mmcache.tiers import Candidate, Tier
 from mmcache.tiers.codec import canonical_value, detached, encode_label, value_size
@@ -524,6 +524,14 @@ class TieredCache:
         ``metrics.snapshot()`` is a consistent copy for reading several counters.
         """
         return self._metrics
+
+    def dashboard(self, *, refresh_s: float = 0.5, window_s: float = 30.0,
+                  live: bool | None = None) -> Dashboard:
+        """A live view of this cache for a notebook (:class:`mmcache.metrics.Dashboard`):
+        display it in a cell, then stream queries through the cache in the next; it updates
+        at most every ``refresh_s`` seconds over the last ``window_s``. ``.close()`` it to
+        stop."""
+        return Dashboard(self, refresh_s=refresh_s, window_s=window_s, live=live)
 
     def usage(self) -> dict[str, tuple[int, int]]:
         """``(entries, bytes)`` per tier name."""

@@ -36,14 +36,16 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from bisect import bisect_left
-from collections import Counter
+from collections import Counter, deque
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from mmcache.errors import ConfigError, InvalidInputError
-from mmcache.types import fmt, fmt_seconds, html_card, html_table, is_multimodal, safe_display
+from mmcache.types import (fmt, fmt_seconds, html_card, html_table, is_multimodal, preview,
+                           safe_display)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,6 +69,14 @@ class Histogram:
         """An independent copy."""
         other = Histogram(self.buckets)
         other.counts, other.sum, other.count = list(self.counts), self.sum, self.count
+        return other
+
+    def minus(self, earlier: "Histogram | None") -> "Histogram":
+        """The observations made after ``earlier`` (a copy of this histogram; None: all)."""
+        other = self.copy()
+        if earlier is not None:
+            other.counts = [a - b for a, b in zip(self.counts, earlier.counts)]
+            other.sum, other.count = self.sum - earlier.sum, self.count - earlier.count
         return other
 
     def observe(self, seconds: float) -> None:
@@ -111,6 +121,16 @@ class CacheMetrics:
                 setattr(copy, name, Counter(getattr(self, name)))
             copy.latency = {stage: hist.copy() for stage, hist in self.latency.items()}
         return copy
+
+    def since(self, earlier: "CacheMetrics") -> "CacheMetrics":
+        """What was counted after ``earlier`` (a snapshot of this object): every counter and
+        histogram of this one less that one's."""
+        window = CacheMetrics()
+        for name in COUNTERS:
+            setattr(window, name, getattr(self, name) - getattr(earlier, name))
+        window.latency = {stage: hist.minus(earlier.latency.get(stage))
+                          for stage, hist in self.latency.items()}
+        return window
 
     def count(self, counter: str, key: Any, n: int = 1) -> None:
         """Add ``n`` to ``key`` of the counter called ``counter`` (one of :data:`COUNTERS`)."""
@@ -282,6 +302,116 @@ def html_sections(snap: CacheMetrics, tiers: Sequence[str] | None = None) -> lis
                          for k in sorted(set(snap.shard_requests) | set(snap.skew_alerts))],
                         caption="Shards") if snap.shard_requests or snap.skew_alerts else ""
     return [summary, hit_ratio, per_tier, latency, shards]
+
+
+# -- live view ---------------------------------------------------------------------------------
+#: ``MMCACHE_DASHBOARD=static`` makes every dashboard a static table (for batch runs).
+DASHBOARD_ENV = "MMCACHE_DASHBOARD"
+
+
+class Dashboard:
+    """A live view of a cache in a notebook (:meth:`mmcache.TieredCache.dashboard`): hit ratio
+    per tier and modality set, counters and latency quantiles over the last ``window_s``
+    seconds, the threshold rule's δ per modality, and the last served hits with their tier,
+    similarity, verdict and freshness.
+
+    It listens on the cache's ``after_get`` hook (after any hook already there) and re-renders
+    at most every ``refresh_s`` seconds, so a loop streaming queries through the cache in the
+    same notebook sees it move while costing the loop little. In a Jupyter kernel with
+    ipywidgets it is an ``ipywidgets.HTML`` that updates in place; elsewhere, with
+    ``live=False`` or with ``MMCACHE_DASHBOARD=static`` (a papermill run), it is a static
+    table of the moment it is shown. :meth:`close` takes it off the hook.
+    """
+
+    def __init__(self, cache: Any, *, refresh_s: float = 0.5, window_s: float = 30.0,
+                 recent: int = 8, live: bool | None = None,
+                 clock: Any = time.monotonic) -> None:
+        if not (refresh_s >= 0 and window_s > 0 and isinstance(recent, int) and recent > 0):
+            raise InvalidInputError("dashboard needs refresh_s >= 0, window_s > 0 and a "
+                                    f"positive int recent; got {refresh_s!r}, {window_s!r}, "
+                                    f"{recent!r}")
+        self._cache, self._clock = cache, clock
+        self.refresh_s, self.window_s = float(refresh_s), float(window_s)
+        self._hits: deque[Any] = deque(maxlen=recent)
+        self._marks: deque[tuple[float, CacheMetrics]] = deque([(clock(),
+                                                                 cache.metrics.snapshot())])
+        self._rendered_at = -float("inf")
+        #: How many times the view was rendered (each costs one metrics snapshot).
+        self.renders = 0
+        self._chained = cache.after_get
+        cache.after_get = self._after_get
+        self.widget = _live_widget() if live is not False else None
+
+    def html(self) -> str:
+        """The view now, as HTML."""
+        now = self._clock()
+        snap = self._cache.metrics.snapshot()
+        self._marks.append((now, snap))
+        while len(self._marks) > 1 and self._marks[1][0] <= now - self.window_s:
+            self._marks.popleft()
+        since, earlier = self._marks[0]
+        names = [t.name for t in self._cache.tiers]
+        deltas = self._cache.thresholds.deltas()
+        rule = html_table(["modality", "δ", "hit needs cosine ≥"],
+                          [[m, d, 1.0 - d] for m, d in sorted(deltas.items())],
+                          caption="Threshold rule now")
+        hits = html_table(["tier", "similarity", "verdict", "freshness", "value"],
+                          [[h.tier, h.similarity, "—" if h.verdict is None else h.verdict,
+                            h.freshness, preview(h.value, 60)] for h in reversed(self._hits)],
+                          caption="Last served hits (newest first)")
+        window = html_sections(snap.since(earlier), names)
+        return html_card(f"Cache dashboard: the last {now - since:.1f} s", *window[:2],
+                         *window[3:4], rule, hits,
+                         note=f"refreshed every {self.refresh_s:g} s while gets run; "
+                              "cache.metrics has the totals")
+
+    def refresh(self) -> None:
+        """Render the view now (the hook does so at most every ``refresh_s`` seconds)."""
+        self._rendered_at = self._clock()
+        self.renders += 1
+        if self.widget is not None:
+            self.widget.value = self.html()
+
+    def close(self) -> None:
+        """Stop listening: the cache's ``after_get`` is what it was before."""
+        if self._cache.after_get == self._after_get:
+            self._cache.after_get = self._chained
+
+    def _after_get(self, hit: Any) -> None:
+        if self._chained is not None:
+            self._chained(hit)
+        if hit is not None:
+            self._hits.append(hit)
+        if self._clock() - self._rendered_at >= self.refresh_s:
+            self.refresh()
+
+    def _repr_html_(self) -> str:
+        return safe_display(self.html, self, as_html=True)
+
+    def _ipython_display_(self) -> None:
+        # deferred: IPython only in a notebook
+        from IPython.display import HTML, display
+
+        if self.widget is not None:
+            self.refresh()
+            display(self.widget)
+        else:
+            display(HTML(self._repr_html_()))
+
+
+def _live_widget() -> Any:
+    """An ``ipywidgets.HTML`` when this runs in a Jupyter kernel with ipywidgets and
+    ``MMCACHE_DASHBOARD`` is not ``static``; None otherwise."""
+    if os.environ.get(DASHBOARD_ENV, "").strip().lower() == "static":
+        return None
+    try:
+        # deferred: IPython and ipywidgets only in a notebook
+        from IPython import get_ipython
+        import ipywidgets
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return ipywidgets.HTML() if shell is not None and hasattr(shell, "kernel") else None
 
 
 # -- progress --------------------------------------------------------------------------------

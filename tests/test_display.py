@@ -9,8 +9,11 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from mmcache import Query, TieredCache
+from mmcache.errors import InvalidInputError
+from mmcache.lab.testing import FakeClock
 from mmcache.types import (Hit, fmt, fmt_bytes, fmt_seconds, html_card, html_fields, html_table,
                            preview, safe_display)
 
@@ -195,3 +198,40 @@ def test_a_redis_url_shows_without_its_password():
     assert redacted_url("redis://u:p@[::1]:7000") == "redis://u:***@[::1]:7000"
     assert redacted_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
 
+
+def test_the_dashboard_shows_the_window_and_the_last_hits_and_renders_at_most_each_refresh():
+    cache = TieredCache()
+    clock = FakeClock(0.0)
+    board = cache.dashboard(refresh_s=1.0, window_s=10.0, live=False)
+    board._clock = clock              # the view's own clock, apart from the cache's
+    q = Query(text="kept", embeddings={"text": unit(1)}, scope="s")
+    cache.put(q, "the answer")
+    for _ in range(5):
+        cache.get(q)
+    cache.get(Query(text="absent", embeddings={"text": unit(2)}, scope="s"))
+    assert board.renders == 1         # the first get rendered; the clock has not moved since
+    html = board._repr_html_()
+    assert "Cache dashboard" in html and "the answer" in html and "Threshold rule now" in html
+    assert ">6<" in html              # six lookups in the window
+    clock.advance(11.0)               # past the window: those lookups leave the view
+    cache.get(q)
+    assert board.renders == 2
+    assert ">1<" in board._repr_html_() and ">6<" not in board._repr_html_()
+    board.close()
+    assert cache.after_get is None
+    cache.close()
+
+
+def test_the_dashboard_keeps_the_hook_that_was_there_and_is_static_without_a_kernel():
+    cache = TieredCache()
+    seen = []
+    cache.after_get = seen.append
+    board = cache.dashboard()
+    assert board.widget is None       # not in a Jupyter kernel: a static table
+    cache.get(Query(text="x", scope="s"))
+    assert seen == [None]
+    board.close()
+    assert cache.after_get == seen.append
+    with pytest.raises(InvalidInputError):
+        cache.dashboard(window_s=0)
+    cache.close()

@@ -144,3 +144,4 @@ def test_the_bar_writes_to_stderr_unless_silenced_at_call_time(monkeypatch, caps
     with progress_bar(3, "counting things") as bar:
         bar.update(3)
     assert capsys.readouterr().err == ""
+
