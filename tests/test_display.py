@@ -235,3 +235,26 @@ def test_the_dashboard_keeps_the_hook_that_was_there_and_is_static_without_a_ker
     with pytest.raises(InvalidInputError):
         cache.dashboard(window_s=0)
     cache.close()
+
+
+def test_the_dashboard_is_a_widget_that_updates_in_a_live_kernel():
+    jupyter_client = pytest.importorskip("jupyter_client")
+    manager, client = jupyter_client.manager.start_new_kernel(kernel_name="python3")
+    printed = []
+    code = "\n".join([
+        "import mmcache, numpy as np",
+        "cache = mmcache.TieredCache()",
+        "board = cache.dashboard(refresh_s=0)",
+        "q = mmcache.Query(text='x', embeddings={'text': np.ones(8, np.float32)}, scope='s')",
+        "cache.put(q, 'the answer')",
+        "before = board.widget.value",
+        "for _ in range(3): cache.get(q)",
+        "print(type(board.widget).__name__, 'the answer' in board.widget.value,",
+        "      before != board.widget.value)"])
+    try:
+        client.execute_interactive(code, timeout=120, output_hook=lambda m: printed.append(
+            m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel()
+    assert "".join(printed).split() == ["HTML", "True", "True"]
