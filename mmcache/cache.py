@@ -407,6 +407,7 @@ class TieredCache:
             self._check_open()
             victim = self._tier(tier).evict()
             if victim is not None:
+                self._forget_rule_state(self._tier(tier), [victim])
                 self._metrics.count("evictions", tier)
                 self._uncover_below(self._tier(tier))
             return victim
@@ -709,6 +710,7 @@ class TieredCache:
             for fits, start, run in _runs([entries[i] for i in routed], tier):
                 if fits:
                     victims = tier.put_many(run)
+                    self._forget_rule_state(tier, victims)
                     for i, admitted in zip(routed[start:], tier.admitted(run)):
                         stored[i] = stored[i] or admitted
                     self._metrics.count("evictions", tier.name, len(victims))
@@ -1042,6 +1044,13 @@ class TieredCache:
         if tier.semantic:
             for lower in self.tiers[self.tiers.index(tier) + 1:]:
                 self._covered[lower.name] = False
+
+    def _forget_rule_state(self, tier: Tier, victims: Sequence[str]) -> None:
+        """Drop the threshold rule's state of entries evicted from the last tier, their most
+        durable home (copies above it then fall back to the rule's prior)."""
+        if tier is self.tiers[-1]:
+            for entry_id in victims:
+                self.thresholds.forget(entry_id)
 
     def _purge(self, entry_id: str, version: int | None = None) -> bool:
         """Delete ``entry_id`` from every tier; with ``version``, a store-backed tier deletes it

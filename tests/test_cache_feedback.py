@@ -253,3 +253,21 @@ def test_entry_size_counts_question_and_context():
     short = cache._entry(q("x", BASE), "answer", None, {}, {}, [])
     long = cache._entry(q("x" * 50, BASE, context=turns), "answer", None, {}, {}, [])
     assert long.size - short.size == 49 + len("user") + 200
+
+
+def test_the_rule_forgets_entries_evicted_from_the_last_tier(tmp_path):
+    from prior_helpers import synthetic_priors
+
+    rule = ErrorBudgetThreshold(0.5, synthetic_priors(tmp_path), {"text": "test"}, credit=50)
+    cache = mmcache.TieredCache({"l1": {"max_entries": 2}, "l2": {"max_entries": 2}},
+                                threshold=rule)
+    for i in range(6):
+        vec = unit(RNG.normal(size=DIM))
+        cache.put(q(f"stored {i}", vec), i)
+        hit = cache.get(q(f"asked another way {i}", unit(vec + 0.05 * unit(
+            RNG.normal(size=DIM)))))
+        assert hit is not None and hit.tier == "l2"
+        cache.feedback(hit, correct=True)          # per-entry state for entry i
+    assert len(rule._entries) == 2                 # the evicted entries' state is gone
+    assert set(rule._entries) == set(cache.tier("l2").ids())
+    cache.close()
