@@ -336,7 +336,8 @@ class Dashboard:
         self._marks: deque[tuple[float, CacheMetrics]] = deque([(clock(),
                                                                  cache.metrics.snapshot())])
         self._rendered_at = -float("inf")
-        #: How many times the view was rendered (each costs one metrics snapshot).
+        #: How many times the hook refreshed the view (a live one renders it each time, at
+        #: the cost of one metrics snapshot; a static one renders only when displayed).
         self.renders = 0
         self._chained = cache.after_get
         cache.after_get = self._after_get

@@ -70,8 +70,12 @@ class LocalRedis:
             [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir",
              str(self.folder), *(self.args or ("--save", "", "--appendonly", "no"))],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _wait_until(lambda: _node_answers(self.port, self.proc), self.timeout_s,
-                    f"redis-server on port {self.port} did not answer PING")
+        try:
+            _wait_until(lambda: _node_answers(self.port, self.proc), self.timeout_s,
+                        f"redis-server on port {self.port} did not answer PING")
+        except BaseException:
+            self.stop(kill=True)
+            raise
         return self
 
     def stop(self, kill: bool = False) -> None:
@@ -99,11 +103,11 @@ class LocalRedis:
 class FaultProxy:
     """A TCP proxy on a free loopback port in front of ``upstream`` (``host``, ``port``) that
     a test can make misbehave: ``mode`` ``"pass"`` forwards every byte, ``"blackhole"``
-    swallows them (the peer waits for answers that never come), ``"delay"`` forwards each
-    chunk after ``delay_s`` seconds. Use it as a context manager."""
+    swallows them (the peer waits for answers that never come). Use it as a context
+    manager."""
 
-    def __init__(self, upstream: tuple[str, int], delay_s: float = 0.0) -> None:
-        self.upstream, self.delay_s, self.mode = upstream, delay_s, "pass"
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream, self.mode = upstream, "pass"
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._sockets: list[socket.socket] = []
@@ -155,8 +159,6 @@ class FaultProxy:
                 chunk = source.recv(65536)
                 if not chunk:
                     break
-                if self.mode == "delay":
-                    time.sleep(self.delay_s)
                 if self.mode != "blackhole":
                     sink.sendall(chunk)
         except OSError:

@@ -100,6 +100,7 @@ CREATE TABLE IF NOT EXISTS quarantine (
 _ENTRY_COLS = "entry_id, scope, exact_key, value_type, value, size, created_at, " \
               "expires_at, ground_truth, hints, question, context, context_vector, image_fingerprint, " \
               "version"
+_VECTORS = "SELECT entry_id, modality, dim, vector FROM embeddings"
 _INSERT = f"INSERT INTO entries ({_ENTRY_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
 
@@ -138,6 +139,7 @@ class SQLiteStore(Store):
 
     def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal]) -> list[int]:
         with self._failing_as("write"), self._transaction():
+            before = self._next_seq() - 1
             self._delete_in_transaction(removed)
             first = self._next_seq()
             versions = list(range(first, first + len(batch)))
@@ -148,7 +150,7 @@ class SQLiteStore(Store):
             self._db.executemany(_INSERT, [(*row, v) for v, (_, (row, _)) in zip(versions, batch)])
             self._db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)",
                                  [r for _, (_, vecs) in batch for r in vecs])
-            self._compact_if_due(first - 1 - len(removed), first + len(batch) - 1)
+            self._compact_if_due(before, first + len(batch) - 1)
         return versions
 
     def read(self, scope: str, entry_id: str) -> Entry | None:
@@ -156,8 +158,7 @@ class SQLiteStore(Store):
             row = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries WHERE entry_id = ? "
                                    "AND scope = ?", (entry_id, scope)).fetchone()
             vectors = [] if row is None else self._db.execute(
-                "SELECT entry_id, modality, dim, vector FROM embeddings WHERE entry_id = ?",
-                (entry_id,)).fetchall()
+                f"{_VECTORS} WHERE entry_id = ?", (entry_id,)).fetchall()
         return None if row is None else self._decoded([row], vectors)[0]
 
     def delete(self, removed: Sequence[Removal]) -> list[str]:
@@ -202,8 +203,7 @@ class SQLiteStore(Store):
             for start in range(0, len(refs), FETCH_CHUNK):
                 chunk = list(refs[start:start + FETCH_CHUNK])
                 marks = ",".join("?" * len(chunk))
-                vectors += self._db.execute("SELECT entry_id, modality, dim, vector FROM "
-                                            f"embeddings WHERE entry_id IN ({marks})", chunk)
+                vectors += self._db.execute(f"{_VECTORS} WHERE entry_id IN ({marks})", chunk)
                 rows += self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries "
                                          f"WHERE entry_id IN ({marks})", chunk)
         found = {e.entry_id: e for e in self._decoded(rows, vectors) if e is not None}
@@ -227,8 +227,7 @@ class SQLiteStore(Store):
         with self._failing_as("read"), _Snapshot(self._db):
             rows = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries ORDER BY version"
                                     ).fetchall()
-            vectors = self._db.execute("SELECT entry_id, modality, dim, vector FROM embeddings"
-                                       ).fetchall()
+            vectors = self._db.execute(_VECTORS).fetchall()
         return iter([e for e in self._decoded(rows, vectors) if e is not None])
 
     def quarantined(self) -> list[tuple[str, str]]:

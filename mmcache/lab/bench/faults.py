@@ -19,7 +19,7 @@ private redis-server on loopback behind a TCP proxy the run controls, and three
   with the store.
 
 The store itself loses data in some faults (that is the fault); what is measured is whether
-the caches notice. ``tests/lab/bench/test_faults.py`` runs the matrix small in ``make test``.
+the caches notice. ``tests/lab/bench/test_faults_bench.py`` runs the matrix small in ``make test``.
 """
 
 from __future__ import annotations
