@@ -175,8 +175,26 @@ table["as expected"] = [
     for e, g in zip(table.expected, table.got)]
 table
 
+# %% [markdown]
+# ## The cache shows itself
+# Evaluating the cache, its metrics or a hit in a cell shows a table (``to_dataframe()`` gives
+# the numbers as data); ``cache.dashboard()`` is a live view that updates while gets run.
+
 # %%
-cache.metrics.to_dataframe()
+cache
+
+# %%
+cache.metrics
+
+# %%
+dashboard = cache.dashboard()
+dashboard
+
+# %%
+for _ in range(3):
+    for q in ("How can I reset my password", "What is the capital of France?"):
+        cache.get(Q(text=q, scope="tenant-a"))
+dashboard.refresh()
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.2))
