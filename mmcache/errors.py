@@ -64,6 +64,11 @@ class TraceFormatError(InvalidInputError):
     """A cache trace file that does not match its declared record format."""
 
 
+class PairsFileError(InvalidInputError):
+    """A labelled-pairs file (:mod:`mmcache.datasets.pairs_file`) with a line that breaks its
+    format; the message names the line."""
+
+
 class NotFittedError(MMCacheError, RuntimeError):
     """A learned component (projection head, calibrator) used before it was fitted."""
 

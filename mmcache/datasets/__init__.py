@@ -5,7 +5,8 @@ captions) and :func:`make_scenes` (rendered shape × colour × position scenes
 with paraphrased captions). Speech: :mod:`mmcache.datasets.speech` (espeak-ng
 renderings, labelled synthetic; Asterisk prompts and LibriVox clips, real).
 Splits: :func:`split_of` / :func:`assign_splits` (fixed, seeded, per key). Labelled
-hit / no-hit query pairs for threshold studies: :mod:`mmcache.datasets.pairs`.
+hit / no-hit query pairs for threshold studies: :mod:`mmcache.datasets.pairs` (ours) and
+:mod:`mmcache.datasets.pairs_file` (yours, from a JSONL file).
 """
 
 from __future__ import annotations

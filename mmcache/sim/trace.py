@@ -1,4 +1,5 @@
-"""The request-trace type and its readers and writers (libCacheSim ``oracleGeneral``).
+"""The request-trace type and its readers and writers (libCacheSim ``oracleGeneral``; a CSV
+of your own requests).
 
 A :class:`Trace` holds plain per-request arrays (object id, size, time, next-access
 index); replay kernels take those arrays, not the object.
@@ -124,6 +125,34 @@ def read_oracle_general(path: str | os.PathLike) -> Trace:
             f"{os.fspath(path)!r}: next_access_vtime does not match the object ids "
             "(not an oracleGeneral trace, or a corrupt one)")
     return trace
+
+
+def read_csv_trace(path: str | os.PathLike, *, obj_id: str = "obj_id",
+                   obj_size: str | None = "obj_size", time: str | None = None,
+                   default_size: int = 1) -> Trace:
+    """A :class:`Trace` from a CSV file with a header: one request per row, in order.
+
+    ``obj_id`` names the key column (integers are kept; any other keys, such as URLs or
+    prompt hashes, are numbered in order of first request); ``obj_size`` the size column
+    (None: every object ``default_size`` bytes); ``time`` an optional integer clock column.
+    Raises :class:`TraceFormatError` for a missing file or column, or bad values.
+    """
+    import pandas as pd  # deferred: only CSV traces need it
+
+    wanted = [c for c in (obj_id, obj_size, time) if c is not None]
+    try:
+        table = pd.read_csv(path, usecols=lambda c: c in wanted)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise TraceFormatError(f"cannot read CSV trace {os.fspath(path)!r}: {exc}") from None
+    missing = [c for c in wanted if c not in table.columns]
+    if missing:
+        raise TraceFormatError(f"{os.fspath(path)!r} has no column {missing}; name the columns "
+                               "with obj_id=, obj_size= and time=")
+    ids = table[obj_id]
+    if ids.dtype.kind not in "iu":
+        ids = pd.factorize(ids.astype(str))[0]
+    sizes = default_size if obj_size is None else table[obj_size].to_numpy()
+    return make_trace(np.asarray(ids), sizes, None if time is None else table[time].to_numpy())
 
 
 def write_oracle_general(trace: Trace, path: str | os.PathLike) -> None:

@@ -1,5 +1,5 @@
-"""mmcache.sim.trace: make_trace, dense ids and the oracleGeneral reader and writer (format checks,
-errors)."""
+"""mmcache.sim.trace: make_trace, dense ids, the oracleGeneral reader and writer and the CSV
+reader (format checks, errors)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 from mmcache.errors import TraceFormatError
 from mmcache.paths import DATA_DIR
-from mmcache.sim.trace import (ORACLE_GENERAL_DTYPE, make_trace, read_oracle_general,
-                               write_oracle_general)
+from mmcache.sim.trace import (ORACLE_GENERAL_DTYPE, make_trace, read_csv_trace,
+                               read_oracle_general, write_oracle_general)
 
 
 def _write(path, ids, sizes, vtime=None):
@@ -72,3 +72,37 @@ def test_dense_ids_number_objects_in_first_request_order_across_table_growth():
     rank[np.argsort(first)] = np.arange(uniq.shape[0])
     assert ids.dtype == np.int32 and n_obj == uniq.shape[0]
     assert np.array_equal(ids, rank[inverse.reshape(-1)])
+
+
+def test_csv_reader_keeps_integer_ids_and_numbers_other_keys_in_first_request_order(tmp_path):
+    numeric = tmp_path / "numeric.csv"
+    numeric.write_text("obj_id,obj_size,time\n7,100,1\n9,50,2\n7,100,3\n")
+    trace = read_csv_trace(numeric, time="time")
+    assert trace.obj_id.tolist() == [7, 9, 7] and trace.obj_size.tolist() == [100, 50, 100]
+    assert trace.time.tolist() == [1, 2, 3] and trace.next_access.tolist() == [2, -1, -1]
+    keyed = tmp_path / "keyed.csv"
+    keyed.write_text("prompt,bytes\nhow are you,10\nhi,4\nhow are you,10\n42,3\n")
+    trace = read_csv_trace(keyed, obj_id="prompt", obj_size="bytes")
+    assert trace.obj_id.tolist() == [0, 1, 0, 2] and trace.n_obj == 3
+
+
+def test_csv_reader_gives_unit_sizes_without_a_size_column(tmp_path):
+    path = tmp_path / "ids.csv"
+    path.write_text("obj_id\n1\n2\n1\n")
+    assert read_csv_trace(path, obj_size=None).obj_size.tolist() == [1, 1, 1]
+
+
+@pytest.mark.parametrize("text, kwargs", [
+    ("key,obj_size\n1,2\n", {}),                       # no obj_id column
+    ("obj_id,obj_size\n1,0\n", {}),                    # size below one byte
+    ("obj_id,obj_size\n1,big\n", {}),                  # size not an integer
+    ("obj_id,obj_size\n", {}),                         # no request
+    ("obj_id,obj_size\n1,2\n", {"time": "t"}),         # no such time column
+])
+def test_csv_reader_rejects_bad_traces_with_a_typed_error(tmp_path, text, kwargs):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(TraceFormatError):
+        read_csv_trace(path, **kwargs)
+    with pytest.raises(TraceFormatError, match="cannot read"):
+        read_csv_trace(tmp_path / "absent.csv")
