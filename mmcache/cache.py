@@ -527,12 +527,12 @@ class TieredCache:
         return self._metrics
 
     def dashboard(self, *, refresh_s: float = 0.5, window_s: float = 30.0,
-                  live: bool | None = None) -> Dashboard:
+                  live: bool | None = None, scope: str | None = None) -> Dashboard:
         """A live view of this cache for a notebook (:class:`mmcache.metrics.Dashboard`):
         display it in a cell, then stream queries through the cache in the next; it updates
-        at most every ``refresh_s`` seconds over the last ``window_s``. ``.close()`` it to
-        stop."""
-        return Dashboard(self, refresh_s=refresh_s, window_s=window_s, live=live)
+        at most every ``refresh_s`` seconds over the last ``window_s``, with the threshold
+        state of ``scope`` when one is named. ``.close()`` it to stop."""
+        return Dashboard(self, refresh_s=refresh_s, window_s=window_s, live=live, scope=scope)
 
     def usage(self) -> dict[str, tuple[int, int]]:
         """``(entries, bytes)`` per tier name."""

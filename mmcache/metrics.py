@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from mmcache.errors import ConfigError, InvalidInputError
-from mmcache.types import (fmt, fmt_seconds, html_card, html_table, is_multimodal, preview,
-                           safe_display)
+from mmcache.types import (fmt, fmt_seconds, html_card, html_table, is_multimodal,
+                           modality_set_channels, preview, safe_display)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -312,8 +312,9 @@ DASHBOARD_ENV = "MMCACHE_DASHBOARD"
 class Dashboard:
     """A live view of a cache in a notebook (:meth:`mmcache.TieredCache.dashboard`): hit ratio
     per tier and modality set, counters and latency quantiles over the last ``window_s``
-    seconds, the threshold rule's δ per modality, and the last served hits with their tier,
-    similarity, verdict and freshness.
+    seconds, the threshold rule's δ per modality, what the rule holds for ``scope`` (when one
+    is named: its threshold per modality; an error-budget rule's ledger), and the last served
+    hits with their tier, similarity, verdict and freshness.
 
     It listens on the cache's ``after_get`` hook (after any hook already there) and re-renders
     at most every ``refresh_s`` seconds, so a loop streaming queries through the cache in the
@@ -324,13 +325,13 @@ class Dashboard:
     """
 
     def __init__(self, cache: Any, *, refresh_s: float = 0.5, window_s: float = 30.0,
-                 recent: int = 8, live: bool | None = None,
+                 recent: int = 8, live: bool | None = None, scope: str | None = None,
                  clock: Any = time.monotonic) -> None:
         if not (refresh_s >= 0 and window_s > 0 and isinstance(recent, int) and recent > 0):
             raise InvalidInputError("dashboard needs refresh_s >= 0, window_s > 0 and a "
                                     f"positive int recent; got {refresh_s!r}, {window_s!r}, "
                                     f"{recent!r}")
-        self._cache, self._clock = cache, clock
+        self._cache, self._clock, self.scope = cache, clock, scope
         self.refresh_s, self.window_s = float(refresh_s), float(window_s)
         self._hits: deque[Any] = deque(maxlen=recent)
         self._marks: deque[tuple[float, CacheMetrics]] = deque([(clock(),
@@ -362,9 +363,19 @@ class Dashboard:
                           caption="Last served hits (newest first)")
         window = html_sections(snap.since(earlier), names)
         return html_card(f"Cache dashboard: the last {now - since:.1f} s", *window[:2],
-                         *window[3:4], rule, hits,
+                         *window[3:4], rule, self._scope_html(snap), hits,
                          note=f"refreshed every {self.refresh_s:g} s while gets run; "
                               "cache.metrics has the totals")
+
+    def _scope_html(self, snap: "CacheMetrics") -> str:
+        """The rule's state for :attr:`scope` on the channels looked up so far ("" without one)."""
+        if self.scope is None:
+            return ""
+        channels = {c for kind in set(snap.misses) | {m for _, m in snap.hits}
+                    for c in modality_set_channels(kind)}
+        state = self._cache.thresholds.scope_state(self.scope, sorted(channels))
+        return html_table(["", "value"], [[k, v] for k, v in state.items()],
+                          caption=f"Threshold state of scope {self.scope!r}")
 
     def refresh(self) -> None:
         """Render the view now (the hook does so at most every ``refresh_s`` seconds)."""

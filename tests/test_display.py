@@ -258,3 +258,27 @@ def test_the_dashboard_is_a_widget_that_updates_in_a_live_kernel():
         client.stop_channels()
         manager.shutdown_kernel()
     assert "".join(printed).split() == ["HTML", "True", "True"]
+
+
+def test_the_dashboard_shows_a_named_scopes_threshold_state_and_an_error_budget_ledger():
+    cache = TieredCache({"thresholds": {"rule": "error-budget", "budget": 0.05}})
+    board = cache.dashboard(live=False, scope="tenant-a")
+    cache.put(Query(text="kept", embeddings={"text": unit(1)}, scope="tenant-a"), "the answer")
+    for k in range(3):
+        cache.get(Query(text=f"other {k}", embeddings={"text": unit(2 + k)}, scope="tenant-a"))
+    html = board._repr_html_()
+    assert "Threshold state of scope &#x27;tenant-a&#x27;" in html
+    assert "text: a new entry needs cosine ≥" in html and "allowed now" in html
+    rule = cache.thresholds
+    assert rule.scope_state("tenant-a", ["text"])["lookups"] == 3
+    assert rule.scope_state("tenant-b", ["text"])["lookups"] == 0
+    assert "Threshold state" not in cache.dashboard(live=False)._repr_html_()
+    cache.close()
+
+
+def test_a_static_rules_scope_state_is_its_threshold_per_modality():
+    from mmcache.thresholds.static import StaticThreshold
+
+    state = StaticThreshold({"text": 0.2, "image": 0.1}).scope_state("s", ["text", "image"])
+    assert state == pytest.approx({"text: a new entry needs cosine ≥": 0.8,
+                                   "image: a new entry needs cosine ≥": 0.9})

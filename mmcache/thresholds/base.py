@@ -73,3 +73,9 @@ class ThresholdRule(ABC):
     def deltas(self) -> dict[str, float]:
         """Current δ per modality (for metrics)."""
         return {}
+
+    def scope_state(self, scope: str, modalities: Sequence[str]) -> dict[str, float]:
+        """What the rule holds for ``scope`` now, by name (for the dashboard): the least
+        similarity a candidate of a new entry needs on each of ``modalities``."""
+        return {f"{m}: a new entry needs cosine ≥": self.threshold(m, None, scope)
+                for m in modalities}

@@ -132,6 +132,14 @@ class ErrorBudgetThreshold(ThresholdRule):
     def forget(self, entry_id: str) -> None:
         self._entries.pop(entry_id, None)
 
+    def scope_state(self, scope: str, modalities: Sequence[str]) -> dict[str, float]:
+        """The scope's ledger (lookups, expected-or-observed wrong answers served, what its
+        budget allows) beside the least similarity per modality it would serve now."""
+        lookups, spent = self.realised(scope)
+        return {"lookups": lookups, "wrong answers served (expected or observed)": spent,
+                "allowed now": self.allowance(lookups + 1),
+                **super().scope_state(scope, modalities)}
+
     def realised(self, scope: str) -> tuple[int, float]:
         """(lookups seen, expected-or-observed wrong answers served) in ``scope``."""
         lookups, spent = self._ledger.get(scope, (0.0, 0.0))
