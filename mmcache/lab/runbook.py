@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import yaml
 
 from mmcache.errors import InvalidInputError
-from mmcache.metrics import progress_bar
+from mmcache.metrics import DASHBOARD_ENV, progress_bar
 from mmcache.offline import enforce_offline
 from mmcache.paths import PROJECT_ROOT, RUNS_DIR
 from mmcache.lab.plotting import FIGURE_DIR_ENV
@@ -89,7 +89,8 @@ def execute(source: Path | str, smoke: bool, parameters: Mapping[str, Any] | Non
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
     jupytext.write(nb, built)
-    env = {RUN_DIR_ENV: str(out), "MPLBACKEND": "Agg"}
+    # a batch run keeps its output readable without a widget manager: static dashboards
+    env = {RUN_DIR_ENV: str(out), "MPLBACKEND": "Agg", DASHBOARD_ENV: "static"}
     if smoke:
         env[FIGURE_DIR_ENV] = str(out / "figures")
     saved = {k: os.environ.get(k) for k in env}
