@@ -1,0 +1,138 @@
+"""Threshold rules measured on the path users run: ``TieredCache.get`` over a stream of lookups
+drawn from equivalence classes (vCache's benchmark protocol).
+
+:func:`class_stream` orders the lookups: every wording once, popular classes (Zipf) early. A
+cold cache meets them in order (:func:`run_stream`): a lookup it answers is served, and is
+right when the answer is the lookup's class; a miss stores the lookup with its class as the
+answer (the backend's answer), so the cache grows on misses and every lookup searches every
+entry of the scope. No label is fed back. :meth:`StreamRun.summary` counts as vCache does
+(hit rate and error per lookup) with a Clopper–Pearson interval on the error;
+:func:`compare_configs` runs several configurations over several stream orders and
+:func:`choose_static` picks a static δ on one split's runs, to be measured on another's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from scipy.stats import binomtest
+
+from mmcache.cache import TieredCache
+from mmcache.errors import InvalidInputError
+from mmcache.metrics import progress_bar
+from mmcache.types import Query
+
+SCOPE = "stream"
+
+
+@dataclass(frozen=True, eq=False)
+class StreamRun:
+    """Per lookup, in stream order: was it served, was the answer right, had its class been
+    stored before it (a lookup that should hit), and the tier that answered ("" = miss)."""
+
+    label: str
+    served: np.ndarray
+    correct: np.ndarray
+    seen: np.ndarray
+    tier: np.ndarray
+
+    def summary(self) -> dict[str, Any]:
+        """Hit rate and error (wrong answers ÷ lookups) with the error's 95 % Clopper–Pearson
+        interval, the share of should-hit lookups served right, and the counts behind them."""
+        n, wrong = len(self.served), int((self.served & ~self.correct).sum())
+        interval = binomtest(wrong, n).proportion_ci(0.95, method="exact") if n else None
+        should = int(self.seen.sum())
+        return {"rule": self.label, "lookups": n, "served": int(self.served.sum()),
+                "wrong": wrong, "hit_rate": float(self.served.mean()) if n else float("nan"),
+                "error": wrong / n if n else float("nan"),
+                "error_low": interval.low if interval else float("nan"),
+                "error_high": interval.high if interval else float("nan"),
+                "should_hit": should,
+                "true_hits_served": int((self.served & self.correct).sum()) / should
+                if should else float("nan"),
+                "exact_hits": int((self.tier == "l1").sum())}
+
+
+def class_stream(classes: Sequence[Sequence[str]], seed: int = 0, zipf: float = 1.0,
+                 n: int | None = None) -> tuple[list[str], np.ndarray]:
+    """Lookups ``(texts, class indices)``: every wording of every class once (the first ``n``
+    when given), in a ``seed``-ed order weighted by class popularity ∝ 1/rank^zipf (ranks a
+    seeded permutation of the classes), so popular classes come early and often and no
+    lookup repeats an earlier one word for word."""
+    if not classes or any(len(c) == 0 for c in classes) or (n is not None and n < 1):
+        raise InvalidInputError("class_stream needs classes with wordings each and n >= 1")
+    rng = np.random.default_rng(seed)
+    weight = np.empty(len(classes))
+    weight[rng.permutation(len(classes))] = 1.0 / np.arange(1, len(classes) + 1) ** zipf
+    cls = np.repeat(np.arange(len(classes)), [len(c) for c in classes])
+    texts = [w for c in classes for w in c]
+    # a weighted permutation (Efraimidis–Spirakis): each wording's key u^(1/w) sorted down
+    order = np.argsort(-np.log(rng.random(len(cls))) / weight[cls], kind="stable")[:n]
+    return [texts[i] for i in order], cls[order]
+
+
+def run_stream(texts: Sequence[str], labels: Sequence[int], config: Mapping[str, Any] | None,
+               *, encoders: Mapping[str, Any] | None = None,
+               vectors: np.ndarray | None = None, label: str = "",
+               progress: bool | None = None) -> StreamRun:
+    """Stream the lookups through a cold ``TieredCache(config)``; ``vectors`` (one per text)
+    are handed over as the query's text embedding instead of encoding the text again."""
+    if len(texts) != len(labels) or (vectors is not None and len(vectors) != len(texts)):
+        raise InvalidInputError("texts, labels and vectors must have one row per lookup")
+    n = len(texts)
+    served, correct, seen = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
+    tier = np.full(n, "", dtype=object)
+    stored: set[int] = set()
+    with TieredCache(dict(config or {}), encoders=encoders) as cache, \
+            progress_bar(n, f"stream {label}".strip(), unit="lookup", progress=progress) as bar:
+        for i, (text, cls) in enumerate(zip(texts, labels)):
+            query = Query(text=text, scope=SCOPE, embeddings={} if vectors is None
+                          else {"text": vectors[i]})
+            seen[i] = int(cls) in stored
+            hit = cache.get(query)
+            if hit is None:
+                cache.put(query, int(cls))
+                stored.add(int(cls))
+            else:
+                served[i], correct[i], tier[i] = True, hit.value == int(cls), hit.tier
+            bar.update()
+    return StreamRun(label, served, correct, seen, tier.astype(str))
+
+
+def static_config(delta: float) -> dict[str, Any]:
+    """The config of a static text threshold δ (hit when cosine ≥ 1 − δ), all else default."""
+    return {"thresholds": {"rule": "static", "delta": {"text": float(delta)}}}
+
+
+def compare_configs(classes: Sequence[Sequence[str]], vectors: Mapping[str, np.ndarray],
+                    configs: Mapping[str, Mapping[str, Any]], seeds: Sequence[int],
+                    zipf: float = 1.0, progress: bool | None = None) -> list[dict[str, Any]]:
+    """:meth:`StreamRun.summary` of every config (by name) on every seed's stream order;
+    ``vectors`` maps each wording to its text embedding (encoded once for all runs)."""
+    rows = []
+    with progress_bar(len(seeds) * len(configs), "stream runs", unit="run",
+                      progress=progress) as bar:
+        for seed in seeds:
+            texts, labels = class_stream(classes, seed, zipf)
+            stacked = np.stack([vectors[t] for t in texts])
+            for name, config in configs.items():
+                run = run_stream(texts, labels, config, vectors=stacked, label=name,
+                                 progress=False)
+                rows.append({**run.summary(), "seed": seed})
+                bar.update()
+    return rows
+
+
+def choose_static(rows: Sequence[Mapping[str, Any]], budget: float) -> str | None:
+    """The name of the ``static δ=...`` config with the highest mean hit rate whose mean error
+    is within ``budget`` (None when none is)."""
+    by_rule: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if str(row["rule"]).startswith("static"):
+            by_rule.setdefault(str(row["rule"]), []).append(row)
+    means = {name: (np.mean([r["hit_rate"] for r in rs]), np.mean([r["error"] for r in rs]))
+             for name, rs in by_rule.items()}
+    ok = [name for name, (_, error) in means.items() if error <= budget]
+    return max(ok, key=lambda name: means[name][0]) if ok else None
