@@ -78,6 +78,11 @@ def load_policy_questions() -> tuple[PolicyQuestion, ...]:
                          for q in merged.values() if q["rewordings"]), key=lambda q: q.id))
 
 
+def question_split(question: PolicyQuestion, seed: int = 0) -> str:
+    """The split of ``question`` under ``seed``: "train" (70 %) or "test" (30 %)."""
+    return "train" if split_of(question.id, seed, (0.7, 0.0, 0.3)) == "train" else "test"
+
+
 def policy_pairs(seed: int = 0) -> list[Pair]:
     """Each rewording against its own original (``same``, kind ``rewording``) and against the
     original of another question of its domain drawn with ``seed`` (not ``same``, kind
@@ -91,7 +96,7 @@ def policy_pairs(seed: int = 0) -> list[Pair]:
     pairs = []
     for q in questions:
         others = [o for o in by_domain[q.domain] if o.id != q.id]
-        split = "train" if split_of(q.id, seed, (0.7, 0.0, 0.3)) == "train" else "test"
+        split = question_split(q, seed)
         for rewording in q.rewordings:
             query = Query(text=rewording, scope=SCOPE)
             pairs.append(Pair(query, Query(text=q.original, scope=SCOPE), True, "rewording",

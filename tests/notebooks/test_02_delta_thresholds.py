@@ -83,3 +83,21 @@ def test_quality_bars_are_reported_and_data_is_named(metrics):
     weights = metrics["provenance"]["weights"]
     assert weights["text"].startswith("minilm:") and "whisper" in weights["audio"]
     assert "ShareGPT" in metrics["provenance"]["data"]
+
+
+def test_external_questions_go_through_the_cache_with_every_rule_and_seed(metrics):
+    ext = metrics["external"]["contradish"]
+    assert ext["questions"] == 60 and ext["wordings"] > 60 and "MIT" in ext["data"]
+    rules = ext["rules"]
+    assert {"contract config", "contract + edits verifier (band 0.05)",
+            "contract + edits verifier (every candidate)", "static δ=0.1", "static δ=0.3"} \
+        == set(rules)
+    assert len(ext["runs"]) == len(rules) * len(ext["seeds"])
+    for row in ext["runs"]:
+        assert 0.0 <= row["error_low"] <= row["error"] <= row["error_high"] <= 1.0
+        assert row["wrong"] <= row["served"] <= row["lookups"]
+        assert row["exact_hits"] == 0  # every wording is looked up once
+    # a wider static threshold serves at least as many lookups, on the same streams
+    assert rules["static δ=0.3"]["hit_rate"] >= rules["static δ=0.1"]["hit_rate"]
+    for key in ("static_chosen_on_train", "static_oracle_on_test"):
+        assert ext[key] is None or ext[key] in rules
