@@ -89,9 +89,7 @@ def execute(source: Path | str, smoke: bool, parameters: Mapping[str, Any] | Non
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
     jupytext.write(nb, built)
-    env = {RUN_DIR_ENV: str(out), "MPLBACKEND": "Agg"}
-    if smoke:
-        env[FIGURE_DIR_ENV] = str(out / "figures")
+    env = {**run_env(out, smoke), "MPLBACKEND": "Agg"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -107,6 +105,15 @@ def execute(source: Path | str, smoke: bool, parameters: Mapping[str, Any] | Non
                 os.environ[k] = v
         built.unlink(missing_ok=True)
     return out
+
+
+def run_env(out: Path, smoke: bool) -> dict[str, str]:
+    """The environment variables that send a notebook's metrics to ``out`` and, in smoke mode,
+    its figures to ``out/figures``."""
+    env = {RUN_DIR_ENV: str(out)}
+    if smoke:
+        env[FIGURE_DIR_ENV] = str(out / "figures")
+    return env
 
 
 def _batch_dir(name: str, smoke: bool) -> Path:
