@@ -64,7 +64,9 @@ KERNEL_IDLE = FIND_PANEL + """
 const kernel = panel && panel.sessionContext.session && panel.sessionContext.session.kernel;
 return !!kernel && kernel.status === 'idle';
 """
-CODE_CELLS = FIND_PANEL + "const cells = panel.content.widgets.filter(c => c.model.type === 'code');"
+CODE_CELLS = FIND_PANEL + """
+const cells = panel.content.widgets.filter(c => c.model.type === 'code');
+"""
 PROGRESS = CODE_CELLS + """
 return {cells: cells.length, executed: cells.filter(c => c.model.executionCount !== null).length,
         errors: cells.some(c => c.model.outputs.toJSON().some(o => o.output_type === 'error'))};
@@ -221,7 +223,7 @@ def _save_full_screenshot(driver: Chrome, path: str, to: Path) -> None:
 
 @pytest.mark.timeout(600)
 def test_notebook_00_runs_in_jupyterlab_with_its_widget_and_tables(
-        lab_server: LabServer, chromium: Chrome, tmp_path: Path) -> None:
+        chromium: Chrome, lab_server: LabServer, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
     path = f"{NOTEBOOK}.ipynb"
