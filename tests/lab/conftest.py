@@ -7,6 +7,7 @@ missing browser fails it.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -28,9 +29,7 @@ def _missing_browser_parts() -> list[str]:
     missing = [what for what, program in (("chromium", "chromium"),
                                           ("chromedriver (Debian chromium-driver)", "chromedriver"))
                if shutil.which(program) is None]
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("selenium") is None:
         missing.append("selenium (the test extra of pyproject.toml)")
     return missing
 
@@ -46,6 +45,7 @@ def chromium(tmp_path: Path) -> Iterator[Chrome]:
         if IN_CI:
             pytest.fail(f"CI=true, so a missing browser fails: {reason}")
         pytest.skip(reason)
+    # deferred: selenium is imported only once it is known to be installed
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

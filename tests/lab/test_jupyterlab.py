@@ -86,11 +86,10 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 @dataclass(frozen=True)
 class LabServer:
-    """A running JupyterLab: its address, login token and notebook folder (its root)."""
+    """A running JupyterLab: its address and login token."""
 
     url: str
     token: str
-    root: Path
 
 
 def _free_port() -> int:
@@ -169,7 +168,7 @@ def lab_server(tmp_path: Path) -> Iterator[LabServer]:
     port, token, root = _free_port(), secrets.token_hex(16), tmp_path / "lab"
     _smoke_copy(root)
     _write_settings(tmp_path / "jupyter-config")
-    server = LabServer(f"http://127.0.0.1:{port}", token, root)
+    server = LabServer(f"http://127.0.0.1:{port}", token)
     log = tmp_path / "jupyterlab.log"
     command = lab_command(root, "--no-browser", "--ip=127.0.0.1", f"--port={port}",
                           "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
@@ -224,7 +223,7 @@ def _save_full_screenshot(driver: Chrome, path: str, to: Path) -> None:
 @pytest.mark.timeout(600)
 def test_notebook_00_runs_in_jupyterlab_with_its_widget_and_tables(
         chromium: Chrome, lab_server: LabServer, tmp_path: Path) -> None:
-    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.by import By  # deferred: the fixture checked selenium
 
     path = f"{NOTEBOOK}.ipynb"
     _set_viewport(chromium, 1000)
