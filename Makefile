@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # Pinned in every pip call: an unpinned open_clip_torch resolves to other torch builds.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
-# chromium + chromium-driver: tests/lab/test_figures_report.py opens figures/index.html in a browser.
+# chromium + chromium-driver: the browser in which tests/lab/test_figures_report.py opens
+# figures/index.html and tests/lab/test_jupyterlab.py runs notebook 00 in JupyterLab.
 APT_PACKAGES := espeak-ng dataset-fashion-mnist asterisk-core-sounds-en-wav \
                 asterisk-core-sounds-en pocketsphinx-testdata redis-server sox wordnet-base \
                 chromium chromium-driver
@@ -30,7 +31,7 @@ help:
 	@echo "make priors    refit mmcache/resources/threshold_priors.json (error-budget prior, calibration)"
 	@echo "make bench     performance benchmarks (ratios against baselines run side by side), then one table of them all"
 	@echo "make latency-profile  re-measure mmcache/resources/latency_profile.json (CacheBench-MM's latencies)"
-	@echo "make lab       open JupyterLab on notebooks/"
+	@echo "make lab       open JupyterLab on notebooks/ (the venv's kernel, offline)"
 	@echo "make pair      regenerate notebooks/*.ipynb (no outputs) from their .py sources"
 
 # The venv and the Debian packages install side by side.
@@ -100,8 +101,10 @@ docs: setup
 priors: setup
 	$(PY) -m mmcache.studies.priors
 
+# JupyterLab on notebooks/ as tests/lab/test_jupyterlab.py starts it (mmcache/lab/jupyterlab.py):
+# offline and quiet, its python3 kernel the venv's interpreter.
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+	$(PY) -m mmcache.lab.jupyterlab
 
 # The .py sources are what we review; the paired .ipynb carry no outputs (nbstripout's form).
 pair: setup

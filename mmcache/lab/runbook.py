@@ -90,9 +90,7 @@ def execute(source: Path | str, smoke: bool, parameters: Mapping[str, Any] | Non
     nb.metadata["language_info"] = {"name": "python"}
     jupytext.write(nb, built)
     # a batch run keeps its output readable without a widget manager: static dashboards
-    env = {RUN_DIR_ENV: str(out), "MPLBACKEND": "Agg", DASHBOARD_ENV: "static"}
-    if smoke:
-        env[FIGURE_DIR_ENV] = str(out / "figures")
+    env = {**run_env(out, smoke), "MPLBACKEND": "Agg", DASHBOARD_ENV: "static"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -108,6 +106,15 @@ def execute(source: Path | str, smoke: bool, parameters: Mapping[str, Any] | Non
                 os.environ[k] = v
         built.unlink(missing_ok=True)
     return out
+
+
+def run_env(out: Path, smoke: bool) -> dict[str, str]:
+    """The environment variables that send a notebook's metrics to ``out`` and, in smoke mode,
+    its figures to ``out/figures``."""
+    env = {RUN_DIR_ENV: str(out)}
+    if smoke:
+        env[FIGURE_DIR_ENV] = str(out / "figures")
+    return env
 
 
 def _batch_dir(name: str, smoke: bool) -> Path:

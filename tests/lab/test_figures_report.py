@@ -4,15 +4,14 @@ Fast (no notebook runs): a sweep folder is fabricated with figures that
 :func:`mmcache.lab.plotting.save_figure` writes for real (PNG, PDF, JSON sidecar), published with
 :func:`mmcache.lab.figures.publish` and reported with :func:`mmcache.lab.figures.write_report`, as
 ``make figures`` does. index.html is then opened from disk in Debian's chromium (package
-``chromium`` + ``chromium-driver``) through selenium. Without chromium this skips, except in CI
-(``CI=true``), where a missing browser fails the test.
+``chromium`` + ``chromium-driver``) through selenium (the ``chromium`` fixture of
+``tests/lab/conftest.py``). Without chromium this skips, except in CI (``CI=true``), where a
+missing browser fails the test.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -124,41 +123,7 @@ def test_source_and_weight_names_in_one_line() -> None:
 
 # --- index.html in a real browser ---------------------------------------------------------
 
-IN_CI = os.environ.get("CI", "").strip().lower() in ("true", "1")
-CHROMIUM_ARGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage")
 WAIT_S = 20
-
-
-@pytest.fixture
-def chromium(tmp_path):
-    """A headless chromium session (selenium, Debian's chromedriver); skipped when the browser
-    is absent, except in CI, where that fails."""
-    browser, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    missing = [what for what, found in (("chromium", browser),
-                                        ("chromedriver (Debian chromium-driver)", driver_path))
-               if found is None]
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        missing.append("selenium (the test extra of pyproject.toml)")
-    if missing:
-        reason = (f"not installed: {', '.join(missing)}; `make setup` installs chromium and "
-                  "chromium-driver (apt, as root) and selenium (pip)")
-        if IN_CI:
-            pytest.fail(f"CI=true, so a missing browser fails: {reason}")
-        pytest.skip(reason)
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser
-    for arg in (*CHROMIUM_ARGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    try:
-        driver.set_page_load_timeout(WAIT_S)
-        driver.set_script_timeout(WAIT_S)
-        yield driver
-    finally:
-        driver.quit()
 
 
 def _load(driver, url: str) -> list[dict]:
