@@ -46,7 +46,7 @@ DRIFT_WINDOW = 100  # lookups in the rolling error of the re-track measurement
 # external questions through TieredCache.get (contradish): static δ grid and the contract config
 EXTERNAL_DELTAS = [0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35]
 EXTERNAL_BUDGET = 0.02
-EXTERNAL_QUESTIONS = 0  # 0 = every contradish question; fewer for a quick look
+EXTERNAL_QUESTIONS = 0  # how many contradish questions; zero: all of them
 
 # %%
 import warnings
