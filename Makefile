@@ -19,7 +19,7 @@ comma := ,
 # core); Python compiles and caches the modules a run imports instead, so this must not be off.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup setup-bench sysdeps test smoke figures check-docs check-readme docs models priors lab pair bench bench-cache bench-cache-20k bench-async bench-replay bench-cachebench bench-guard bench-dashboard bench-encoders bench-thresholds latency-profile clean
+.PHONY: help setup setup-bench sysdeps test smoke figures check-docs check-readme docs models priors verifier lab pair bench bench-cache bench-cache-20k bench-async bench-replay bench-cachebench bench-guard bench-dashboard bench-encoders bench-thresholds latency-profile clean
 
 help:
 	@echo "make figures   regenerate every figure (full notebooks) into figures/, with index.html and MANIFEST.md"
@@ -29,6 +29,7 @@ help:
 	@echo "make smoke     run every notebook with SMOKE=True into runs/<name>-smoke/"
 	@echo "make models    train/cache the offline CLIP (data/models/)"
 	@echo "make priors    refit mmcache/resources/threshold_priors.json (error-budget prior, calibration)"
+	@echo "make verifier  refit mmcache/resources/pair_verifier.json (the learned pair verifier) and report it"
 	@echo "make bench     performance benchmarks (ratios against baselines run side by side), then one table of them all"
 	@echo "make latency-profile  re-measure mmcache/resources/latency_profile.json (CacheBench-MM's latencies)"
 	@echo "make lab       open JupyterLab on notebooks/ (the venv's kernel, offline)"
@@ -100,6 +101,11 @@ docs: setup
 # The shipped threshold priors / calibration curves, fitted on labelled pairs (training split).
 priors: setup
 	$(PY) -m mmcache.studies.priors
+
+# The learned pair verifier (thresholds.verifier: pairs), fitted on every source's training split;
+# prints its leave-one-source-out report.
+verifier: setup
+	$(PY) -m mmcache.studies.pair_verifier
 
 # JupyterLab on notebooks/ as tests/lab/test_jupyterlab.py starts it (mmcache/lab/jupyterlab.py):
 # offline and quiet, its python3 kernel the venv's interpreter.

@@ -87,7 +87,7 @@ def test_every_extension_point_is_a_registry_in_its_order():
         assert isinstance(reg, Registry)
     assert list(POLICIES)[:3] == ["lru", "fifo", "clock"]
     assert RULES.names() == ("static", "percentile", "calibrated", "error-budget", "vcache-paper")
-    assert VERIFIERS.names() == ("none", "edits") and VERIFIERS["none"] is None
+    assert VERIFIERS.names() == ("none", "edits", "pairs") and VERIFIERS["none"] is None
     assert ENCODERS.names() == ("minilm", "text", "clip", "whisper", "audio", "asr-minilm",
                                 "hashing-test")
     assert mmcache.encoders.ENCODER_NAMES == ENCODERS.names()

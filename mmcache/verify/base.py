@@ -20,6 +20,7 @@ import math
 from typing import Callable, Protocol
 
 from mmcache.verify.edits import EditVerifier
+from mmcache.verify.pair_model import PairVerifier
 from mmcache.errors import ConfigError, InvalidInputError
 from mmcache.registry import Registry
 from mmcache.types import Entry, Query
@@ -35,6 +36,7 @@ class Verifier(Protocol):
 VERIFIERS: Registry[Callable[[], Verifier] | None] = Registry("verifier", {
     "none": None,
     "edits": EditVerifier,  # built-in, offline: negation / number / date / name / history edits
+    "pairs": PairVerifier,  # learned on labelled pairs over MiniLM (make verifier), offline
 }, error=ConfigError, allow_none=True)
 
 
