@@ -9,10 +9,14 @@ entry of the scope. No label is fed back. :meth:`StreamRun.summary` counts as vC
 (hit rate and error per lookup) with a Clopper–Pearson interval on the error;
 :func:`compare_configs` runs several configurations over several stream orders and
 :func:`choose_static` picks a static δ on one split's runs, to be measured on another's.
+
+Labelled pairs (a pairs file, :mod:`mmcache.datasets.pairs_file`) run in the many-tenant form
+(:func:`run_pairs`): each pair in its own scope, so every lookup is the first its scope makes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -20,6 +24,7 @@ import numpy as np
 from scipy.stats import binomtest
 
 from mmcache.cache import TieredCache
+from mmcache.datasets.pairs import Pair
 from mmcache.errors import InvalidInputError
 from mmcache.metrics import progress_bar
 from mmcache.types import Query
@@ -99,6 +104,38 @@ def run_stream(texts: Sequence[str], labels: Sequence[int], config: Mapping[str,
                 served[i], correct[i], tier[i] = True, hit.value == int(cls), hit.tier
             bar.update()
     return StreamRun(label, served, correct, seen, tier.astype(str))
+
+
+def run_pairs(pairs: Sequence[Pair], config: Mapping[str, Any] | None, *,
+              encoders: Mapping[str, Any] | None = None,
+              vectors: Mapping[str, np.ndarray] | None = None, label: str = "",
+              progress: bool | None = None) -> StreamRun:
+    """Each pair in its own scope of one cold ``TieredCache(config)``: its cached query is
+    stored, then its new query looked up; a served lookup is right when the pair says the cached
+    answer is (``seen``: the pair is labelled same). ``vectors`` maps texts to text embeddings
+    handed over instead of encoding them again."""
+    n = len(pairs)
+    served, correct = np.zeros(n, bool), np.zeros(n, bool)
+    tier = np.full(n, "", dtype=object)
+    with TieredCache(dict(config or {}), encoders=encoders) as cache, \
+            progress_bar(n, f"pairs {label}".strip(), unit="pair", progress=progress) as bar:
+        for i, pair in enumerate(pairs):
+            scope = f"pair-{i}"
+            cache.put(_in_scope(pair.cached, scope, vectors), i)
+            hit = cache.get(_in_scope(pair.query, scope, vectors))
+            if hit is not None:
+                served[i], correct[i], tier[i] = True, pair.same, hit.tier
+            bar.update()
+    return StreamRun(label, served, correct, np.array([p.same for p in pairs], bool),
+                     tier.astype(str))
+
+
+def _in_scope(query: Query, scope: str, vectors: Mapping[str, np.ndarray] | None) -> Query:
+    """``query`` in ``scope``, with its text's vector from ``vectors`` when there is one."""
+    embeddings = dict(query.embeddings)
+    if vectors is not None and query.text in vectors:
+        embeddings["text"] = vectors[query.text]
+    return dataclasses.replace(query, scope=scope, embeddings=embeddings)
 
 
 def static_config(delta: float) -> dict[str, Any]:

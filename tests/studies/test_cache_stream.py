@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mmcache.datasets.pairs import Pair
 from mmcache.errors import InvalidInputError
 from mmcache.studies.cache_stream import (choose_static, class_stream, compare_configs,
-                                          run_stream, static_config)
+                                          run_pairs, run_stream, static_config)
+from mmcache.types import Query
 
 CLASSES = [["alpha one", "alpha two", "alpha three"], ["beta one", "beta two"], ["gamma"]]
 
@@ -84,3 +86,21 @@ def test_vectors_handed_over_decide_as_the_encoder_would():
     given = run_stream(texts, labels, config, vectors=encoder.encode(texts), progress=False)
     encoded = run_stream(texts, labels, config, encoders={"text": encoder}, progress=False)
     assert given.served.tolist() == encoded.served.tolist()
+
+
+def _pair(cached: str, query: str, same: bool) -> Pair:
+    return Pair(Query(text=query, scope="x"), Query(text=cached, scope="x"), same,
+                "same" if same else "different", "text", cached, "test")
+
+
+def test_each_pair_is_looked_up_in_its_own_scope_and_judged_by_its_label():
+    vectors = _vectors()
+    pairs = [_pair("alpha one", "alpha two", True), _pair("alpha one", "beta one", False),
+             _pair("beta one", "beta two", False), _pair("gamma", "alpha three", True)]
+    run = run_pairs(pairs, static_config(0.2), vectors=vectors, progress=False)
+    assert run.served.tolist() == [True, False, True, False]   # near pairs only; no other scope
+    assert run.correct.tolist() == [True, False, False, False]
+    summary = run.summary()
+    assert (summary["wrong"], summary["should_hit"], summary["true_hits_served"]) == (1, 2, 0.5)
+    wide = run_pairs(pairs, static_config(2.0), vectors=vectors, progress=False)
+    assert wide.served.all() and wide.summary()["wrong"] == 2
