@@ -1,2 +1,3 @@
 """Simulation: traces and their replay through eviction policies, bounds on optimal misses,
-miss-ratio curves, the compiled kernels, workload generators and CacheBench-MM."""
+miss-ratio curves, the compiled kernels, workload generators, CacheBench-MM, and a model of
+KV-cache pre-allocation over multi-turn conversations (:mod:`mmcache.sim.kv_allocation`)."""
