@@ -41,9 +41,9 @@ skip the vector search.
 
 Hit decisions (:mod:`mmcache.thresholds`): every lookup, hit or miss, is shown to the
 threshold rule with its nearest candidate's similarities; a candidate the rule accepts
-within ``thresholds.verifier_band`` of its threshold goes to the verifier (the one named
-by ``thresholds.verifier`` or ``TieredCache(verifier=...)``; :mod:`mmcache.verify`),
-which may veto it. ``feedback(hit, correct)`` labels a served semantic hit and the rule
+goes to the verifier (the one named by ``thresholds.verifier`` or
+``TieredCache(verifier=...)``; :mod:`mmcache.verify`), which may veto it;
+``thresholds.verifier_band`` below 2 spares it the candidates that far above the threshold. ``feedback(hit, correct)`` labels a served semantic hit and the rule
 learns from it. A query's conversation ``context`` is part of its exact key and, on the
 semantic side, a context channel with its own threshold (:mod:`mmcache.context`).
 

@@ -153,7 +153,7 @@ class ThresholdConfig:
     min_observations: int = 6
     z: float = 1.645
     verifier: str = "none"
-    verifier_band: float = 0.05
+    verifier_band: float = 2.0
     verifier_min: float = 0.5
     context_delta: float = 0.15
 
@@ -357,7 +357,7 @@ KEY_HELP: dict[type, dict[str, str]] = {
         "z": "`vcache-paper`: the z-score of its confidence bound.",
         "verifier": "One of `mmcache.verify.VERIFIERS` (`none`: no verifier stage).",
         "verifier_band": "The verifier is called on accepted candidates less than this (cosine) "
-                         "above the rule's threshold.",
+                         "above the rule's threshold; 2 (the default): on every one.",
         "verifier_min": "Below this verifier score the hit is vetoed.",
         "context_delta": "A candidate needs context-vector cosine ≥ 1 − `context_delta` "
                          "(`mmcache.context`: the conversation's last turns).",

@@ -47,6 +47,9 @@ DRIFT_WINDOW = 100  # lookups in the rolling error of the re-track measurement
 EXTERNAL_DELTAS = [0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35]
 EXTERNAL_BUDGET = 0.02
 EXTERNAL_QUESTIONS = 0  # how many contradish questions; zero: all of them
+# labelled pairs (JSONL, mmcache.datasets.pairs_file) through TieredCache.get, one scope each;
+# relative to the project root; empty: the hand-written probe set
+PAIRS_FILE = ""
 
 # %%
 import warnings
@@ -60,10 +63,12 @@ from IPython.display import Markdown, display
 from mmcache.studies import alignment, threshold_study as ts
 from mmcache.datasets.images import load_fashion_mnist
 from mmcache.datasets.pairs import PAIRS_PROVENANCE, SMOKE_SIZES, PairSizes, load_pairs
+from mmcache.datasets.pairs_file import read_pairs
 from mmcache.encoders import EmbeddingStore, get_encoder
 from mmcache.errors import MMCacheError
 from mmcache.lab.plotting import save_figure, set_theme
 from mmcache.lab.runbook import run_dir, write_metrics
+from mmcache.paths import DATA_DIR, PROJECT_ROOT
 from mmcache.thresholds import RULES
 from mmcache.studies.priors import PRIOR_SEED
 from mmcache.thresholds.prior import PRIORS_PATH, channel, load_priors
@@ -74,6 +79,7 @@ if SMOKE:  # tiny: checks the whole pipeline in well under a minute
     SWEEP_IMAGES, DRIFT_WINDOW = 40, 20
     EXTERNAL_DELTAS, EXTERNAL_QUESTIONS = [0.1, 0.3], 60
 SIZES = SMOKE_SIZES if SMOKE else PairSizes()
+PAIRS_EVERY = 6 if SMOKE else 1  # every n-th pair of the file (files group pairs by kind)
 
 # %% [markdown]
 # ## The held-out pairs and their encoders
@@ -420,7 +426,8 @@ display(widgets.VBox([widgets.HBox([delta_w, budget_w, modality_w, verifier_w]),
 # question's id as its answer) and searches every entry of its one scope; a hit is right when
 # it answers the lookup's question. **No label is fed back.** Rules: the contract config
 # (`error-budget` at 2 % with MiniLM, every other setting at its default), the same with the
-# `edits` verifier at its default band and judging every candidate (band 2), and static δ:
+# `edits` verifier asked only near the threshold (band 0.05) and judging every candidate (band 2,
+# the default), and static δ:
 # chosen on the training questions' streams at the budget, then measured on the test
 # questions', beside the best δ in hindsight on the test streams (an oracle).
 
@@ -439,18 +446,28 @@ contract = {"thresholds": {"rule": "error-budget", "budget": EXTERNAL_BUDGET},
 external_configs = {
     "contract config": contract,
     "contract + edits verifier (band 0.05)": {**contract, "thresholds": {
-        **contract["thresholds"], "verifier": "edits"}},
+        **contract["thresholds"], "verifier": "edits", "verifier_band": 0.05}},
     "contract + edits verifier (every candidate)": {**contract, "thresholds": {
         **contract["thresholds"], "verifier": "edits", "verifier_band": 2.0}},
     **{f"static δ={d:g}": cache_stream.static_config(d) for d in EXTERNAL_DELTAS}}
-external_rows = {}
-for split in ("train", "test"):
-    classes = [q.wordings() for q in questions if question_split(q, PAIR_SEED) == split]
-    configs = external_configs if split == "test" else {
-        k: v for k, v in external_configs.items() if k.startswith("static")}
-    external_rows[split] = cache_stream.compare_configs(classes, external_vectors, configs, SEEDS)
-external_test = pd.DataFrame(external_rows["test"])
+external_classes = {split: [q.wordings() for q in questions
+                             if question_split(q, PAIR_SEED) == split] for split in ("train", "test")}
+external_rows = {"train": cache_stream.compare_configs(
+    external_classes["train"], external_vectors,
+    {k: v for k, v in external_configs.items() if k.startswith("static")}, SEEDS)}
 chosen = cache_stream.choose_static(external_rows["train"], EXTERNAL_BUDGET)
+# the verifiers beside the static δ chosen on the training questions (the smallest of the grid
+# when none kept the budget), and alone (δ = 2: every candidate goes to the verifier)
+verifier_delta = dict(zip((f"static δ={d:g}" for d in EXTERNAL_DELTAS), EXTERNAL_DELTAS)).get(
+    chosen, min(EXTERNAL_DELTAS))
+for v in ("edits", "pairs"):
+    for d, name in ((verifier_delta, f"static δ={verifier_delta:g} + {v} verifier"),
+                    (2.0, f"{v} verifier alone")):
+        external_configs[name] = {"thresholds": {
+            **cache_stream.static_config(d)["thresholds"], "verifier": v}}
+external_rows["test"] = cache_stream.compare_configs(external_classes["test"], external_vectors,
+                                                     external_configs, SEEDS)
+external_test = pd.DataFrame(external_rows["test"])
 oracle = cache_stream.choose_static(external_rows["test"], EXTERNAL_BUDGET)
 external = (external_test.groupby("rule", sort=False)
             .agg(lookups=("lookups", "first"), hit_rate=("hit_rate", "mean"),
@@ -482,6 +499,56 @@ save_figure(fig, "02_external_contradish", provenance={
     "weights": {"text": encoders["text"].encoder_id}, "data": CONTRADISH_PROVENANCE,
     "protocol": "every wording once, Zipf(1) question popularity, cold cache growing on "
                 "misses, one scope, no feedback", "seeds": SEEDS, "smoke": SMOKE})
+
+# %% [markdown]
+# ## Labelled pairs, each in its own scope
+#
+# The many-tenant form: every pair of `PAIRS_FILE` (by default the hand-written near misses of
+# `data/probes/`, written before any verifier here was fitted and never tuned on) gets its own
+# scope in one cold `TieredCache`; the cached query is stored, then the new query looked up, so
+# every lookup is the first its scope makes and a per-scope ledger starts empty. A served lookup
+# is right when the pair is labelled same. No label is fed back. Verifiers judge every candidate
+# (band 2): `edits` (written against our generator) and `pairs` (learned, `make verifier`); the
+# error-budget rule has a prior conditioned on `edits` only, so `pairs` runs with the static δ
+# chosen on contradish's training questions above.
+
+# %%
+pairs_path = PROJECT_ROOT / PAIRS_FILE if PAIRS_FILE else DATA_DIR / "probes" / "near_misses.jsonl"
+own_pairs = read_pairs(pairs_path)[::PAIRS_EVERY]
+own_texts = sorted({q.text for p in own_pairs for q in (p.query, p.cached) if q.text})
+own_vectors = dict(zip(own_texts, store.encode(encoders["text"], own_texts)))
+pair_configs = {
+    "contract config": contract,
+    "contract + edits verifier": {**contract, "thresholds": {
+        **contract["thresholds"], "verifier": "edits", "verifier_band": 2.0}},
+    **{f"static δ={d:g}": cache_stream.static_config(d) for d in EXTERNAL_DELTAS},
+    **{name: config for name, config in external_configs.items()
+       if name.endswith((" + edits verifier", " + pairs verifier", " verifier alone"))}}
+pair_runs = pd.DataFrame([cache_stream.run_pairs(own_pairs, config, vectors=own_vectors,
+                                                 label=name, progress=False).summary()
+                          for name, config in pair_configs.items()]).set_index("rule")
+pair_kinds = pd.Series([p.kind for p in own_pairs]).value_counts()
+print(f"{pairs_path.name}: {len(own_pairs)} pairs ({int(sum(p.same for p in own_pairs))} same); "
+      f"kinds: {pair_kinds.to_dict()}")
+pair_runs[["served", "wrong", "hit_rate", "error", "error_high", "true_hits_served"]]
+
+# %%
+fig, ax = plt.subplots(figsize=(6.5, 4))
+pair_statics = pair_runs[pair_runs.index.str.startswith("static δ=") &
+                         ~pair_runs.index.str.contains("verifier", regex=False)]
+ax.plot(pair_statics.error, pair_statics.true_hits_served, marker="o", color="tab:gray",
+        label="static δ")
+for (name, row), marker in zip(pair_runs.drop(pair_statics.index).iterrows(),
+                               ("*", "^", "s", "v")):
+    ax.plot(row.error, row.true_hits_served, marker, markersize=10, label=name)
+ax.set_xlabel("error (wrong answers ÷ lookups)")
+ax.set_ylabel("same-answer pairs served")
+ax.set_title(f"{pairs_path.name}, each pair in its own scope (no feedback)")
+ax.legend(fontsize=7)
+save_figure(fig, "02_pairs_file", provenance={
+    "weights": {"text": encoders["text"].encoder_id}, "data": str(pairs_path.name),
+    "protocol": "each pair in its own scope of one cold cache: put cached, get query; "
+                "no feedback", "smoke": SMOKE})
 
 # %% [markdown]
 # ## Quality bars and metrics
@@ -560,7 +627,11 @@ metrics = {
         "budget": EXTERNAL_BUDGET, "static_chosen_on_train": chosen,
         "static_oracle_on_test": oracle, "seeds": SEEDS,
         "rules": external.drop(columns="role").to_dict("index"),
-        "runs": external_rows["test"]}},
+        "runs": external_rows["test"]},
+        "pairs_file": {"file": pairs_path.name, "pairs": len(own_pairs),
+                       "same": int(sum(p.same for p in own_pairs)),
+                       "kinds": {k: int(v) for k, v in pair_kinds.items()},
+                       "rules": pair_runs.to_dict("index")}},
 }
 write_metrics(metrics, NOTEBOOK, SMOKE)
 display(Markdown("\n".join(f"* {k}: **{'holds' if v else 'does not hold'}**" for k, v in bars.items())))

@@ -1,9 +1,9 @@
-"""Verifiers: a second opinion on a semantic candidate near the threshold.
+"""Verifiers: a second opinion on a semantic candidate the threshold rule would serve.
 
 A verifier is any callable ``verifier(query, entry) -> float`` returning P(the entry's
 answer is right for the query), in [0, 1] (:class:`Verifier`). The cache calls it on
-candidates its threshold rule accepts within ``thresholds.verifier_band`` (cosine) of
-the rule's threshold; a candidate it gives less than ``thresholds.verifier_min`` is not
+every candidate its threshold rule accepts (with ``thresholds.verifier_band`` below 2, only
+on those within that cosine of the rule's threshold); a candidate it gives less than ``thresholds.verifier_min`` is not
 served, and rules that use probabilities (calibrated, error-budget) also multiply it
 into P(correct). ``entry.question`` and ``entry.context`` say what the entry was asked.
 

@@ -89,9 +89,11 @@ def test_external_questions_go_through_the_cache_with_every_rule_and_seed(metric
     ext = metrics["external"]["contradish"]
     assert ext["questions"] == 60 and ext["wordings"] > 60 and "MIT" in ext["data"]
     rules = ext["rules"]
+    verified = {r for r in rules if r.startswith("static δ=") and r.endswith(" verifier")}
     assert {"contract config", "contract + edits verifier (band 0.05)",
-            "contract + edits verifier (every candidate)", "static δ=0.1", "static δ=0.3"} \
-        == set(rules)
+            "contract + edits verifier (every candidate)", "static δ=0.1", "static δ=0.3",
+            "edits verifier alone", "pairs verifier alone"} | verified == set(rules)
+    assert {r.split(" + ")[1] for r in verified} == {"edits verifier", "pairs verifier"}
     assert len(ext["runs"]) == len(rules) * len(ext["seeds"])
     for row in ext["runs"]:
         assert 0.0 <= row["error_low"] <= row["error"] <= row["error_high"] <= 1.0
@@ -101,3 +103,21 @@ def test_external_questions_go_through_the_cache_with_every_rule_and_seed(metric
     assert rules["static δ=0.3"]["hit_rate"] >= rules["static δ=0.1"]["hit_rate"]
     for key in ("static_chosen_on_train", "static_oracle_on_test"):
         assert ext[key] is None or ext[key] in rules
+
+
+def test_the_probe_pairs_go_through_the_cache_one_scope_each(metrics):
+    own = metrics["external"]["pairs_file"]
+    assert own["file"] == "near_misses.jsonl" and own["pairs"] == 41  # every 6th of 242
+    assert 0 < own["same"] < own["pairs"] and sum(own["kinds"].values()) == own["pairs"]
+    rules = own["rules"]
+    assert {"contract config", "contract + edits verifier", "static δ=0.1",
+            "static δ=0.3"} <= set(rules)
+    verified = [r for r in rules if r.endswith("pairs verifier")]
+    assert len(verified) == 1
+    for row in rules.values():
+        assert row["lookups"] == own["pairs"] and row["should_hit"] == own["same"]
+        assert 0.0 <= row["error_low"] <= row["error"] <= row["error_high"] <= 1.0
+    # a verifier only takes hits away from the same static threshold
+    delta = verified[0].removesuffix(" + pairs verifier")
+    assert rules[verified[0]]["served"] <= rules[delta]["served"]
+    assert rules["static δ=0.3"]["served"] >= rules["static δ=0.1"]["served"]
