@@ -9,9 +9,12 @@ into P(correct). ``entry.question`` and ``entry.context`` say what the entry was
 
 :data:`VERIFIERS` (a :class:`mmcache.registry.Registry`) names the ones ``thresholds.verifier``
 in a config may name: each value is a zero-argument factory of a Verifier, or None for
-``"none"``, which skips the stage (no verifier is called; no probability is made up). Users
-pass their own (e.g. an LLM judge) as ``TieredCache(verifier=...)``, or register a factory
-(``VERIFIERS.register("judge", make_judge)``) and name it in the config.
+``"none"``, which skips the stage (no verifier is called; no probability is made up).
+Built in: ``"edits"`` (:mod:`mmcache.verify.edits`, offline) and the opt-in ``"judge"``
+(:mod:`mmcache.verify.judge`: an OpenAI-compatible chat server named by the
+``MMCACHE_JUDGE_URL`` / ``MMCACHE_JUDGE_MODEL`` / ``MMCACHE_JUDGE_API_KEY`` environment
+variables). Users pass their own as ``TieredCache(verifier=...)``, or register a factory
+(``VERIFIERS.register("my-judge", make_judge)``) and name it in the config.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import math
 from typing import Callable, Protocol
 
 from mmcache.verify.edits import EditVerifier
+from mmcache.verify.judge import judge_from_env
 from mmcache.errors import ConfigError, InvalidInputError
 from mmcache.registry import Registry
 from mmcache.types import Entry, Query
@@ -35,6 +39,7 @@ class Verifier(Protocol):
 VERIFIERS: Registry[Callable[[], Verifier] | None] = Registry("verifier", {
     "none": None,
     "edits": EditVerifier,  # built-in, offline: negation / number / date / name / history edits
+    "judge": judge_from_env,  # opt-in: an LLM judge on a chat server named by MMCACHE_JUDGE_*
 }, error=ConfigError, allow_none=True)
 
 
