@@ -57,8 +57,9 @@ class JudgeVerifier:
     """A verifier (:class:`mmcache.verify.Verifier`) that asks the chat model ``model`` served
     at ``base_url`` (e.g. ``http://localhost:8000/v1``) whether the entry's answer is right for
     the query; ``api_key`` is sent as a bearer token. ``logprobs=False`` stops asking for
-    logprobs, for servers that refuse them. ``cache_size`` verdicts are kept. With no text on
-    either side there is nothing to ask: 1.0. See the module doc."""
+    logprobs, for servers that refuse them. ``timeout_s`` bounds each wait on the server
+    (connecting, then each read), not the whole call. ``cache_size`` verdicts are kept. With no
+    text on either side there is nothing to ask: 1.0. See the module doc."""
 
     name = "judge"
 
