@@ -55,6 +55,11 @@ class StorageError(MMCacheError, RuntimeError):
     """A persistent or remote tier failed (I/O error, integrity failure, lost server)."""
 
 
+class VerifierError(MMCacheError, RuntimeError):
+    """A verifier could not judge a candidate (its judge server failed, timed out, could not
+    be reached or gave an answer that is not a verdict); the message says what to check."""
+
+
 class StoreFullError(StorageError):
     """A store has no room left (a full disk, SQLite's ``max_page_count``, Redis's
     ``maxmemory``); nothing of the failed write was kept."""

@@ -87,7 +87,7 @@ def test_every_extension_point_is_a_registry_in_its_order():
         assert isinstance(reg, Registry)
     assert list(POLICIES)[:3] == ["lru", "fifo", "clock"]
     assert RULES.names() == ("static", "percentile", "calibrated", "error-budget", "vcache-paper")
-    assert VERIFIERS.names() == ("none", "edits", "pairs") and VERIFIERS["none"] is None
+    assert VERIFIERS.names() == ("none", "edits", "pairs", "judge") and VERIFIERS["none"] is None
     assert ENCODERS.names() == ("minilm", "text", "clip", "whisper", "audio", "asr-minilm",
                                 "hashing-test")
     assert mmcache.encoders.ENCODER_NAMES == ENCODERS.names()
@@ -145,12 +145,12 @@ def test_registered_names_are_usable_from_a_cache_config(scratch):
 
     POLICIES.register("counting-lru", CountingLRU)
     RULES.register("half", HalfRule)
-    VERIFIERS.register("judge", make_judge)
+    VERIFIERS.register("my-judge", make_judge)
     ENCODERS.register("small-text", SmallTextEncoder)
     CountingLRU.made = 0
     cache = mmcache.TieredCache({
         "l1": {"policy": "counting-lru"}, "l2": {"policy": "counting-lru", "index": "flat"},
-        "thresholds": {"rule": "half", "verifier": "judge", "verifier_band": 2.0},
+        "thresholds": {"rule": "half", "verifier": "my-judge", "verifier_band": 2.0},
         "encoders": {"text": "small-text"}})
     try:
         assert CountingLRU.made >= len(cache.tiers) == 2  # validation builds one too
@@ -170,14 +170,14 @@ def test_registered_names_are_usable_from_a_cache_config(scratch):
 @pytest.mark.parametrize("section, key", [
     ({"l1": {"policy": "counting-lru"}}, "l1.policy"),
     ({"thresholds": {"rule": "half"}}, "thresholds.rule"),
-    ({"thresholds": {"verifier": "judge"}}, "thresholds.verifier"),
+    ({"thresholds": {"verifier": "my-judge"}}, "thresholds.verifier"),
     ({"encoders": {"text": "small-text"}}, "encoders.text")])
 def test_a_name_is_valid_only_once_registered(scratch, section, key):
     with pytest.raises(ConfigError, match=key):
         mmcache.CacheConfig.from_dict(section)
     POLICIES.register("counting-lru", CountingLRU)
     RULES.register("half", HalfRule)
-    VERIFIERS.register("judge", lambda: (lambda query, entry: 1.0))
+    VERIFIERS.register("my-judge", lambda: (lambda query, entry: 1.0))
     ENCODERS.register("small-text", SmallTextEncoder)
     mmcache.CacheConfig.from_dict(section)
 
