@@ -185,7 +185,7 @@ def test_semantic_search_sees_only_entries_with_the_query_modality_set(seed, ent
 
 # -- the backlog: vectors not yet in the ANN index, searched exactly, drained on overflow ----
 # (inserting on the caller's thread, so the state after each call is exact; the background
-# builder has its own tests in test_vector_builder.py)
+# builder has its own tests in test_vectors_builder.py)
 HNSW = IndexSpec(ann_min_size=50, ann_factory="HNSW16", max_backlog=64, background=False)
 
 
