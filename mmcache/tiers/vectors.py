@@ -36,6 +36,7 @@ text + image entry, nor the reverse, and a video clip (``video`` + ``audio``) ne
 
 from __future__ import annotations
 
+import atexit
 import math
 import threading
 import weakref
@@ -270,6 +271,7 @@ class VectorIndex:
                                              args=(weakref.ref(self), self._wake),
                                              name=f"mmcache-index-builder-{id(self):x}")
             self._builder.start()
+            _building.add(self)
 
     def _live_vectors(self) -> np.ndarray:
         return self._vecs[[self._slot[i] for i in self._slot]] if self._slot else \
@@ -368,6 +370,22 @@ def _build_loop(ref: weakref.ref[VectorIndex], wake: threading.Condition) -> Non
     finally:
         if (index := ref()) is not None:
             index._builder_stopped()
+
+
+#: The indexes whose builder threads may be inside faiss, stopped and joined at exit.
+_building: weakref.WeakSet[VectorIndex] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_builders() -> None:
+    """Stop every builder thread and wait for it: one still inside faiss when the process
+    exits aborts it."""
+    indexes = list(_building)
+    for index in indexes:
+        index.close()
+    for index in indexes:
+        if (thread := index._builder) is not None:
+            thread.join()
 
 
 def _nearest(search: Callable[[int], tuple[np.ndarray, np.ndarray]], size: int,
