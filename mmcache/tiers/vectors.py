@@ -65,7 +65,7 @@ class IndexSpec:
     #: Compact when tombstones exceed this fraction of slots (ANN rebuilds are costly: 0.5).
     compact_fraction: float = 0.25
     #: Most vectors kept out of the ANN index, searched exactly beside it (a scan of
-    #: 1024 x 512 floats is ~0.1 ms); adds past it insert the oldest into the ANN index.
+    #: 1024 x 512 floats is ~0.1 ms); a backlog past it is inserted into the ANN index.
     max_backlog: int = 1024
     #: Insert into the ANN index on a background thread (else on the caller's, as it adds).
     background: bool = True
