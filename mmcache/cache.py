@@ -320,8 +320,8 @@ class TieredCache:
 
         Every item is checked first: a bad one raises its typed error naming its index,
         and nothing is stored. The ANN indexes that lookups search are built before it
-        returns (single puts leave up to ``max_backlog`` vectors per index outside them,
-        searched exactly; see :mod:`mmcache.tiers.vectors`).
+        returns (after single puts, a background builder keeps a backlog per index outside
+        them, searched exactly; see :mod:`mmcache.tiers.vectors`).
         """
         queries, values = list(queries), list(values)
         if len(queries) != len(values):

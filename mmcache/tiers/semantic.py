@@ -45,6 +45,7 @@ class SemanticTier(MemoryTier):
 
     def close(self) -> None:
         super().close()
+        self.index.close()
         self.index = SemanticIndex(self.index.spec, self.index.precheck)
 
     def _store(self, entries: list[Entry]) -> None:

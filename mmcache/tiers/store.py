@@ -320,6 +320,7 @@ class StoreTier(BudgetedTier):
         return known is not None and self.store.read(known.scope, entry_id) is not None
 
     def close(self) -> None:
+        self.index.close()
         self.store.close()
 
     def backend(self) -> str:

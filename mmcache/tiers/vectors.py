@@ -10,15 +10,19 @@ contiguous array (slots; deleted slots are tombstones until compaction).
   (``ann_factory``, HNSW by default; any factory string works) and searched with
   ``ef_search``. Every ANN candidate is re-scored exactly against the stored vector.
 
-Inserts into the ANN index are batched behind a bounded backlog: a vector is stored (and
-counted, and covered by the spherical cap) at once, and slots not yet in the ANN index are
-searched exactly beside it (``faiss.knn`` over that contiguous tail of the array), so a
-search never builds the ANN structure and costs one ANN search plus a scan of at most
-``max_backlog`` vectors. An add (or compacting remove) that takes the backlog past
-``max_backlog`` inserts its oldest vectors beyond that bound (one per add once the
-backlog is full, so puts stay smooth; the switch to ANN and a rebuild after compaction
-insert all but ``max_backlog`` at once, paid by that call); ``flush()`` inserts all of it.
-Removing or replacing a vector not yet in the ANN index drops it from that backlog.
+Inserts into the ANN index are batched behind a backlog: a vector is stored (and counted,
+and covered by the spherical cap) at once, and slots not yet in the ANN index are searched
+exactly beside it (``faiss.knn`` over that contiguous tail of the array), so a search never
+builds the ANN structure and costs one ANN search plus a scan of the backlog. With
+``background`` (the default) a daemon thread per ANN index inserts the whole backlog once it
+exceeds ``max_backlog``: it adds a batch to a copy of the ANN index and swaps the copy in, so
+no search or add waits for a build (the backlog may then outgrow ``max_backlog`` while a
+batch builds); ``close()`` stops it. Without it, an add (or compacting remove) that takes
+the backlog past ``max_backlog`` inserts its oldest vectors beyond that bound on the
+caller's thread (one per add once the backlog is full; the switch to ANN and a rebuild after
+compaction insert all but ``max_backlog`` at once). ``flush()`` returns once all of it is
+inserted. Removing or replacing a vector not yet in the ANN index drops it from that
+backlog (one in a batch being built becomes a tombstone instead).
 The flat array is searched directly, so exact search has no backlog at all.
 
 Single-query search runs on one faiss/OpenMP thread (restored afterwards).
@@ -32,8 +36,11 @@ text + image entry, nor the reverse, and a video clip (``video`` + ``audio``) ne
 
 from __future__ import annotations
 
+import atexit
 import math
-from contextlib import contextmanager
+import threading
+import weakref
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -58,8 +65,19 @@ class IndexSpec:
     #: Compact when tombstones exceed this fraction of slots (ANN rebuilds are costly: 0.5).
     compact_fraction: float = 0.25
     #: Most vectors kept out of the ANN index, searched exactly beside it (a scan of
-    #: 1024 x 512 floats is ~0.1 ms); adds past it insert the oldest into the ANN index.
+    #: 1024 x 512 floats is ~0.1 ms); a backlog past it is inserted into the ANN index.
     max_backlog: int = 1024
+    #: Insert into the ANN index on a background thread (else on the caller's, as it adds).
+    background: bool = True
+
+
+#: Seconds an idle builder thread sleeps before it checks whether its index was collected.
+BUILDER_RECHECK_S = 1.0
+
+
+def on_batch_built(count: int) -> None:
+    """Called on a builder thread once a batch of ``count`` vectors is built, before it is
+    swapped in (nothing by default; tests make builds slow with it)."""
 
 
 @contextmanager
@@ -76,7 +94,8 @@ def one_faiss_thread() -> Iterator[None]:
 
 
 class VectorIndex:
-    """The vectors of one modality in one scope, searchable by cosine similarity."""
+    """The vectors of one modality in one scope, searchable by cosine similarity. Callers
+    serialise their own calls (as the tiers do); a builder thread, if any, runs beside them."""
 
     def __init__(self, dim: int, spec: IndexSpec) -> None:
         self.dim = dim
@@ -87,6 +106,16 @@ class VectorIndex:
         #: The ANN index once the index has switched to it; holds slots ``[0, _indexed)``.
         self._ann: faiss.Index | None = None
         self._indexed = 0
+        #: Slots below it keep their place: in the ANN index or in the batch being built.
+        self._fixed = 0
+        #: Bumped when a compaction renumbers the slots (a batch built before is discarded).
+        self._generation = 0
+        #: Guards the slots and the ANN index against the builder thread; held only briefly.
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._builder: threading.Thread | None = None
+        self._flushing = 0
+        self._closed = False
         self.cap = SphericalCap()
         self._refit_at = 64
 
@@ -123,14 +152,15 @@ class VectorIndex:
         start, count = len(self._ids), len(entry_ids)
         if not count:
             return
-        self._reserve(start + count)
-        rows = self._vecs[start:start + count]
-        rows[:] = vectors
-        self._ids.extend(entry_ids)
-        self._slot.update(zip(entry_ids, range(start, start + count)))
+        with self._lock:
+            self._reserve(start + count)
+            rows = self._vecs[start:start + count]
+            rows[:] = vectors
+            self._ids.extend(entry_ids)
+            self._slot.update(zip(entry_ids, range(start, start + count)))
         self._include(rows)
         if self._ann is None and self._wants_ann():
-            self._ann = self._new_ann()
+            self._switch_to_ann()
         if len(self._slot) >= self._refit_at:
             while len(self._slot) >= self._refit_at:
                 self._refit_at *= 2
@@ -139,18 +169,21 @@ class VectorIndex:
 
     def remove(self, entry_id: str) -> bool:
         """Forget ``entry_id``'s vector; False when it had none."""
-        slot = self._slot.pop(entry_id, None)
-        if slot is None:
-            return False
-        if self._ann is not None and slot >= self._indexed:
-            self._drop_pending(slot)
-        else:
-            self._ids[slot] = None
-            self._vecs[slot] = 0.0
-        dead = len(self._ids) - len(self._slot)
-        fraction = 0.5 if self._ann is not None else self.spec.compact_fraction
-        if dead > 64 and dead > fraction * len(self._ids):
-            self._compact()
+        with self._lock:
+            slot = self._slot.pop(entry_id, None)
+            if slot is None:
+                return False
+            if self._ann is not None and slot >= self._fixed:
+                self._drop_pending(slot)
+            else:
+                self._ids[slot] = None
+                self._vecs[slot] = 0.0
+            dead = len(self._ids) - len(self._slot)
+            fraction = 0.5 if self._ann is not None else self.spec.compact_fraction
+            compact = dead > 64 and dead > fraction * len(self._ids)
+            if compact:
+                self._compact()
+        if compact:
             self._drain_overflow()
         return True
 
@@ -161,10 +194,12 @@ class VectorIndex:
         and, exactly, the backlog beside it are searched; neither is changed)."""
         if not self._slot:
             return [], True
-        n, start = len(self._ids), self._indexed
+        with self._lock:
+            ann, start = self._ann, self._indexed
+        n = len(self._ids)
         row = query[None, :]
         with one_faiss_thread():
-            indexed, indexed_bound = _nearest(lambda kk: self._ann.search(row, kk), start, k)
+            indexed, indexed_bound = _nearest(lambda kk: ann.search(row, kk), start, k)
             backlog = self._vecs[start:n]
             tail, tail_bound = _nearest(
                 lambda kk: faiss.knn(row, backlog, kk, metric=faiss.METRIC_INNER_PRODUCT),
@@ -179,6 +214,25 @@ class VectorIndex:
         found.sort(key=lambda pair: -pair[1])
         complete = max(indexed_bound, tail_bound) < floor and len(found) <= k
         return found[:k], complete
+
+    def flush(self) -> None:
+        """Return once every pending slot is in the ANN index."""
+        with self._wake:
+            self._flushing += 1
+            self._wake.notify_all()
+            try:
+                while self.pending and self._builder is not None:
+                    self._wake.wait()
+            finally:
+                self._flushing -= 1
+        self._insert(keep=0)  # what a stopped builder left
+
+    def close(self) -> None:
+        """Stop the builder thread (after the batch it is building, without waiting for it);
+        the index stays usable and inserts on the caller's thread from then on."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify_all()
 
     def _drop_pending(self, slot: int) -> None:
         """Free ``slot``, not yet in the ANN index, by moving the last slot into it."""
@@ -206,6 +260,19 @@ class VectorIndex:
     def _wants_ann(self) -> bool:
         return self.spec.index == "auto" and len(self._slot) >= self.spec.ann_min_size
 
+    def _switch_to_ann(self) -> None:
+        """Search through a new, empty ANN index (every slot pending, tombstones dropped),
+        built by a builder thread if ``spec.background``."""
+        if len(self._ids) != len(self._slot):
+            self._compact()
+        self._ann = self._new_ann()
+        if self.spec.background and not self._closed:
+            self._builder = threading.Thread(target=_build_loop, daemon=True,
+                                             args=(weakref.ref(self), self._wake),
+                                             name=f"mmcache-index-builder-{id(self):x}")
+            self._builder.start()
+            _building.add(self)
+
     def _live_vectors(self) -> np.ndarray:
         return self._vecs[[self._slot[i] for i in self._slot]] if self._slot else \
             np.zeros((0, self.dim), np.float32)
@@ -218,8 +285,9 @@ class VectorIndex:
         self._ids = list(order)
         self._slot = {eid: s for s, eid in enumerate(order)}
         self.cap.refit(vecs)
-        if self._ann is not None:
-            self._ann, self._indexed = self._new_ann(), 0  # rebuilt when the backlog overflows
+        self._generation += 1
+        if self._ann is not None:  # rebuilt when the backlog overflows
+            self._ann, self._indexed, self._fixed = self._new_ann(), 0, 0
 
     def _new_ann(self) -> faiss.Index:
         """An empty ANN index made from ``ann_factory`` (a bad string is a ConfigError)."""
@@ -232,29 +300,92 @@ class VectorIndex:
         return index
 
     def _drain_overflow(self) -> None:
-        """Insert the oldest pending slots beyond ``max_backlog`` into the ANN index."""
-        self._insert(keep=self.spec.max_backlog)
-
-    def flush(self) -> None:
-        """Insert every pending slot into the ANN index now."""
-        self._insert(keep=0)
+        """Have the pending slots beyond ``max_backlog`` inserted: all of them by the builder
+        thread, else the oldest on this thread."""
+        if self._builder is None:
+            self._insert(keep=self.spec.max_backlog)
+        elif self.pending > self.spec.max_backlog:
+            with self._wake:
+                self._wake.notify_all()
 
     def _insert(self, keep: int) -> None:
-        """Insert the pending slots, oldest first, into the ANN index, leaving the newest
-        ``keep`` pending (training the index first if it needs training); an index built
-        from scratch leaves the tombstones out."""
+        """Insert the pending slots, oldest first, into the ANN index on this thread, leaving
+        the newest ``keep`` pending (training the index first if it needs training)."""
         if self._ann is None or self.pending <= keep:
             return
-        if self._indexed == 0 and len(self._ids) != len(self._slot):
-            self._compact()
         end = len(self._ids) - keep
-        if end <= self._indexed:
-            return
         rows = self._vecs[self._indexed:end]
         if not self._ann.is_trained:
             self._ann.train(rows)
         self._ann.add(rows)
-        self._indexed = end
+        self._indexed = self._fixed = end
+
+    def _batch_due(self) -> bool:
+        """Whether the builder thread should stop (closed) or build: the backlog is past
+        ``max_backlog``, or past 0 while a flush waits."""
+        return self._closed or self.pending > (0 if self._flushing else self.spec.max_backlog)
+
+    def _take_batch(self) -> tuple[faiss.Index, np.ndarray, int, int, bool]:
+        """The ANN index, a copy of the backlog's rows, where they end, the generation and
+        whether a flush waits; the rows keep their slots until the batch is swapped in."""
+        end = len(self._ids)
+        self._fixed = end
+        return self._ann, self._vecs[self._indexed:end].copy(), end, self._generation, \
+            self._flushing > 0
+
+    def _build(self, ann: faiss.Index, rows: np.ndarray, end: int, generation: int,
+               urgent: bool) -> None:
+        """Add ``rows`` to a copy of ``ann`` and swap it in, unless a compaction came first."""
+        with nullcontext() if urgent else one_faiss_thread():  # a flush waits: every thread
+            built = faiss.clone_index(ann)
+            if not built.is_trained:
+                built.train(rows)
+            built.add(rows)
+        on_batch_built(len(rows))
+        with self._wake:
+            if generation == self._generation:
+                self._ann, self._indexed = built, end
+            self._wake.notify_all()
+
+    def _builder_stopped(self) -> None:
+        with self._wake:
+            self._builder = None
+            self._wake.notify_all()
+
+
+def _build_loop(ref: weakref.ref[VectorIndex], wake: threading.Condition) -> None:
+    """A builder thread: insert the backlog of the index ``ref`` names into its ANN index,
+    batch by batch, until that index is closed or collected (it is held only while building)."""
+    try:
+        while True:
+            with wake:
+                while (index := ref()) is not None and not index._batch_due():
+                    index = None
+                    wake.wait(BUILDER_RECHECK_S)
+                if index is None or index._closed:
+                    return
+                batch = index._take_batch()
+            index._build(*batch)
+            del index, batch  # idle, hold neither the index nor the replaced ANN index
+    finally:
+        if (index := ref()) is not None:
+            index._builder_stopped()
+
+
+#: The indexes whose builder threads may be inside faiss, stopped and joined at exit.
+_building: weakref.WeakSet[VectorIndex] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_builders() -> None:
+    """Stop every builder thread and wait for it: one still inside faiss when the process
+    exits aborts it."""
+    indexes = list(_building)
+    for index in indexes:
+        index.close()
+    for index in indexes:
+        if (thread := index._builder) is not None:
+            thread.join()
 
 
 def _nearest(search: Callable[[int], tuple[np.ndarray, np.ndarray]], size: int,
@@ -341,11 +472,17 @@ class SemanticIndex:
                 idx.remove(entry_id)
                 if not len(idx):
                     del self._indexes[key]
+                    idx.close()
 
     def flush(self) -> None:
-        """Insert every pending vector into its ANN index now (else each waits in its backlog)."""
+        """Return once every pending vector is in its ANN index."""
         for idx in self._indexes.values():
             idx.flush()
+
+    def close(self) -> None:
+        """Stop the builder threads of every index (see :meth:`VectorIndex.close`)."""
+        for idx in self._indexes.values():
+            idx.close()
 
     def search(self, scope: str, vectors: Mapping[str, np.ndarray],
                floors: Mapping[str, float], k: int = 1) -> list[Candidate]:

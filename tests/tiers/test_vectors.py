@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import faiss
 import numpy as np
 import pytest
@@ -182,7 +184,9 @@ def test_semantic_search_sees_only_entries_with_the_query_modality_set(seed, ent
 
 
 # -- the backlog: vectors not yet in the ANN index, searched exactly, drained on overflow ----
-HNSW = IndexSpec(ann_min_size=50, ann_factory="HNSW16", max_backlog=64)
+# (inserting on the caller's thread, so the state after each call is exact; the background
+# builder has its own tests in test_vectors_builder.py)
+HNSW = IndexSpec(ann_min_size=50, ann_factory="HNSW16", max_backlog=64, background=False)
 
 
 def found_ids(idx: VectorIndex, query: np.ndarray, floor: float = 0.999, k: int = 3) -> list[str]:
@@ -200,12 +204,12 @@ def test_switch_to_ann_keeps_a_small_backlog_exact_and_searches_never_build_it()
     idx.remove("e3")                                      # a tombstone from the flat days
     idx.add("e3", data[3])
     idx.add("e49", data[0])
-    assert idx.uses_ann and ann_state(idx) == (0, 51) and len(idx) == 50
+    assert idx.uses_ann and ann_state(idx) == (0, 50) and len(idx) == 50  # tombstone dropped
     assert "e49" in idx and np.array_equal(idx.vector("e49"), data[0])
     assert found_ids(idx, data[5]) == ["e5"]
     assert sorted(found_ids(idx, data[0])) == ["e0", "e49"]   # the same vector twice
     assert all(found_ids(idx, data[i]) == [f"e{i}"] for i in range(1, 49))
-    assert ann_state(idx) == (0, 51)                      # searching built nothing
+    assert ann_state(idx) == (0, 50)                      # searching built nothing
 
 
 def test_adds_past_the_bound_insert_the_oldest_pending_vectors():
@@ -225,7 +229,7 @@ def test_adds_past_the_bound_insert_the_oldest_pending_vectors():
 
 
 def test_switching_to_ann_past_the_bound_inserts_all_but_the_bound_at_once():
-    idx, data = filled(49, IndexSpec(ann_min_size=50, ann_factory="HNSW16", max_backlog=20))
+    idx, data = filled(49, replace(HNSW, max_backlog=20))
     assert ann_state(idx) == (0, 0)
     idx.add("e49", data[0])
     assert ann_state(idx) == (30, 20)
@@ -234,7 +238,7 @@ def test_switching_to_ann_past_the_bound_inserts_all_but_the_bound_at_once():
 
 
 def test_many_single_adds_never_leave_a_search_to_insert_anything():
-    spec = IndexSpec(ann_min_size=40, ann_factory="HNSW16", max_backlog=25)
+    spec = replace(HNSW, ann_min_size=40, max_backlog=25)
     idx = VectorIndex(DIM, spec)
     rng = np.random.default_rng(10)
     data = [unit(rng, DIM) for _ in range(400)]
@@ -324,7 +328,7 @@ def test_ann_with_a_backlog_answers_like_an_eager_flat_index(seed, max_backlog, 
     the ANN index holds."""
     rng = np.random.default_rng(seed)
     lazy = SemanticIndex(IndexSpec(index="auto", ann_factory="Flat", ann_min_size=4,
-                                   max_backlog=max_backlog))
+                                   max_backlog=max_backlog, background=False))
     eager = SemanticIndex(IndexSpec(index="flat"))
     for op in ops:
         if op[0] == "add":
