@@ -42,6 +42,7 @@ policy's simulated cost and its exact regret against the oracle, per phase.
 
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
@@ -287,8 +288,6 @@ def compare_policies(phases: Sequence[Phase], duration_s: float,
     is the oracle's) and ``policy`` (the policy in force for most of the phase's requests).
     Returns the table and the runs."""
     # deferred: pandas only for this table
-    import collections
-
     import pandas as pd
 
     names = list(phase_names) if phase_names is not None else [f"phase {k}" for k in
