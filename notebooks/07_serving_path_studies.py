@@ -159,7 +159,7 @@ for ax, (name, by_w) in zip(axes, sweep.items()):
     ax.set(title=f"{name} ({KEY_CLASSES[name]['rate_per_s']:g} req/s)",
            xlabel=f"simulated time (s); load shift at {SHIFT_S:g} s", yscale="symlog")
 axes[0].set_ylabel("regret vs oracle (ms/request, exact)")
-axes[-1].legend(fontsize=8)
+axes[-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 fig.suptitle("Estimated-MDP policy: regret against the oracle (a model with stated parameters)")
 save_figure(fig, "07_mdp_regret", mdp_provenance)
 
@@ -169,6 +169,8 @@ for ax, (name, t) in zip(axes, tables.items()):
     sns.barplot(t, x="policy_name", y="cost_ms", hue="phase", ax=ax)
     ax.set(title=name, xlabel="", yscale="log")
 axes[0].set_ylabel("simulated cost (ms/request)")
+for ax in axes[1:]:
+    ax.get_legend().remove()
 fig.suptitle("Cost per policy before and after the load shift (model, stated parameters)")
 save_figure(fig, "07_mdp_cost", mdp_provenance)
 
@@ -202,7 +204,7 @@ sns.lineplot(turns, x="turn", y="fragmentation", hue="strategy", marker=".", ax=
 ax1.set(xlabel="turn (0 = first message)", ylabel="fragmentation (unused / reserved)",
         title="Fragmentation after each turn")
 sns.barplot(kv, x="strategy", y="wasted_mib_mean", ax=ax2)
-ax2.set(xlabel="", ylabel="wasted MiB per conversation (mean over turns)",
+ax2.set(xlabel="", ylabel="wasted MiB (mean over turns)",
         title=f"Waste at {DEFAULT_BYTES_PER_TOKEN // 1024} KiB/token (assumed)")
 fig.suptitle(f"KV-cache allocation over {len(conversations)} ShareGPT conversations (a model)")
 save_figure(fig, "07_kv_allocation", kv_provenance)
