@@ -242,6 +242,42 @@ def compare(conversations: Sequence[Sequence[int]],
     return pd.DataFrame(rows)
 
 
+def per_turn(conversations: Sequence[Sequence[int]],
+             strategies: Sequence[AllocationSpec] = DEFAULT_STRATEGIES,
+             bytes_per_token: int = DEFAULT_BYTES_PER_TOKEN, max_turns: int | None = None
+             ) -> pd.DataFrame:
+    """Per strategy and turn index (0-based, up to ``max_turns``): ``conversations`` that
+    reach that turn, their mean ``fragmentation`` and mean ``wasted_mib`` (unused slots ×
+    ``bytes_per_token`` / 2**20) after it, and ``reallocations`` and ``copied_tokens`` per
+    conversation in it."""
+    # deferred: pandas only for this table
+    import pandas as pd
+
+    if not conversations:
+        raise InvalidInputError("per_turn needs at least one conversation")
+    if not (isinstance(bytes_per_token, (int, np.integer)) and bytes_per_token > 0):
+        raise ConfigError(f"bytes_per_token must be a positive integer, got {bytes_per_token!r}")
+    frames = []
+    for spec in strategies:
+        runs = [simulate_conversation(c, spec) for c in conversations]
+        frames.append(pd.DataFrame({
+            "strategy": spec.name,
+            "turn": np.concatenate([np.arange(r.used.size) for r in runs]),
+            "fragmentation": np.concatenate([r.fragmentation for r in runs]),
+            "wasted_mib": np.concatenate([r.reserved - r.used for r in runs])
+            * bytes_per_token / 2 ** 20,
+            "reallocations": np.concatenate([r.reallocations for r in runs]),
+            "copied_tokens": np.concatenate([r.copied for r in runs])}))
+    rows = pd.concat(frames, ignore_index=True)
+    if max_turns is not None:
+        rows = rows[rows.turn < max_turns]
+    out = rows.groupby(["strategy", "turn"], sort=False).agg(
+        conversations=("fragmentation", "size"), fragmentation=("fragmentation", "mean"),
+        wasted_mib=("wasted_mib", "mean"), reallocations=("reallocations", "mean"),
+        copied_tokens=("copied_tokens", "mean"))
+    return out.reset_index()
+
+
 def _word_tokens(texts: Sequence[str]) -> list[int]:
     """Approximate token counts: whitespace words × 1.3, rounded up."""
     return [math.ceil(len(t.split()) * 1.3) for t in texts]

@@ -16,7 +16,7 @@ from mmcache.datasets.prompts import iter_sharegpt_conversations
 from mmcache.errors import ConfigError, InvalidInputError
 from mmcache.sim.kv_allocation import (DEFAULT_BYTES_PER_TOKEN, DEFAULT_STRATEGIES, AllocationSpec,
                                        aligned, compare, fixed_blocks, geometric,
-                                       kv_bytes_per_token, paged, run_sharegpt,
+                                       kv_bytes_per_token, paged, per_turn, run_sharegpt,
                                        sharegpt_turn_tokens, simulate_conversation, summarize)
 
 TINY = [100, 300]  # used: 100 then 400 tokens
@@ -174,3 +174,25 @@ def test_words_approximation_counts_words_times_1_3():
     raw = [t for _, t in islice(((i, t) for i, t in iter_sharegpt_conversations() if t), 3)]
     by_hand = [[math.ceil(len(m["content"].split()) * 1.3) for m in conv] for conv in raw]
     assert sharegpt_turn_tokens(3, tokenizer="words") == by_hand
+
+
+def test_per_turn_by_hand_and_against_summarize():
+    """Two conversations: [100, 300] (used 100, 400) and [50]; fixed-256 reserves 256, 512 and
+    256; turn 1 is reached by one conversation only."""
+    convs = [TINY, [50]]
+    table = per_turn(convs, [fixed_blocks(256)], bytes_per_token=2 ** 20).set_index("turn")
+    assert table.conversations.tolist() == [2, 1]
+    np.testing.assert_allclose(table.fragmentation, [(156 / 256 + 206 / 256) / 2, 112 / 512])
+    np.testing.assert_allclose(table.wasted_mib, [(156 + 206) / 2, 112])  # 1 MiB per token
+    assert table.reallocations.tolist() == [0, 0] and table.copied_tokens.tolist() == [0, 0]
+    for spec in DEFAULT_STRATEGIES:
+        rows = per_turn(convs, [spec])
+        pooled = (rows.fragmentation * rows.conversations).sum() / rows.conversations.sum()
+        assert pooled == pytest.approx(summarize(spec, [simulate_conversation(c, spec)
+                                                        for c in convs]).fragmentation_mean)
+    assert per_turn(convs, [aligned(64)]).copied_tokens.tolist() == [0, 100]  # conv 0 grows
+    assert per_turn(convs, max_turns=1).turn.max() == 0
+    with pytest.raises(InvalidInputError):
+        per_turn([])
+    with pytest.raises(ConfigError):
+        per_turn(convs, bytes_per_token=0)

