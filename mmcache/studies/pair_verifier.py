@@ -39,8 +39,10 @@ SEED = 0
 IDF_PROMPTS = 12_000
 #: Inverse L2 regularisation strength of the logistic regression (as in scikit-learn's C).
 C = 1.0
-#: Hand-written pairs files no source shares, measured with the model fitted on every source.
-HELD_OUT_FILES = (DATA_DIR / "examples" / "pairs.jsonl",)
+#: Hand-written pairs files no source shares (the examples, the near-miss probe set), measured
+#: with the model fitted on every source.
+HELD_OUT_FILES = (DATA_DIR / "examples" / "pairs.jsonl",
+                  DATA_DIR / "probes" / "near_misses.jsonl")
 #: Bins of the reliability curve.
 RELIABILITY_BINS = 10
 
@@ -161,10 +163,10 @@ def leave_one_source_out(data: Mapping[str, Featurised], idf: np.ndarray,
 
 def format_report(results: Mapping[str, Mapping[str, object]]) -> str:
     """:func:`leave_one_source_out`'s results as a table, one line per measured set."""
-    lines = [f"{'measured on':<16} {'fitted on':<22} {'n':>6} {'AUC':>6} {'pass same':>10} "
+    lines = [f"{'measured on':<20} {'fitted on':<22} {'n':>6} {'AUC':>6} {'pass same':>10} "
              f"{'pass diff':>10} {'Brier':>6} {'ECE':>6}"]
     for name, r in results.items():
-        lines.append(f"{name:<16} {'+'.join(r['fitted_on']):<22} {r['n']:>6} {r['auc']:>6.3f} "
+        lines.append(f"{name:<20} {'+'.join(r['fitted_on']):<22} {r['n']:>6} {r['auc']:>6.3f} "
                      f"{r['passes_same']:>10.1%} {r['passes_different']:>10.1%} "
                      f"{r['brier']:>6.3f} {r['ece']:>6.3f}")
     return "\n".join(lines)
