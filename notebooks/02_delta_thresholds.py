@@ -504,8 +504,8 @@ save_figure(fig, "02_external_contradish", provenance={
 # ## Labelled pairs, each in its own scope
 #
 # The many-tenant form: every pair of `PAIRS_FILE` (by default the hand-written near misses of
-# `data/probes/`, written before any verifier here was fitted and never tuned on) gets its own
-# scope in one cold `TieredCache`; the cached query is stored, then the new query looked up, so
+# `data/probes/`, from which no verifier here was written and on which none was fitted) gets its
+# own scope in one cold `TieredCache`; the cached query is stored, then the new query looked up, so
 # every lookup is the first its scope makes and a per-scope ledger starts empty. A served lookup
 # is right when the pair is labelled same. No label is fed back. Verifiers judge every candidate
 # (band 2): `edits` (written against our generator) and `pairs` (learned, `make verifier`); the
