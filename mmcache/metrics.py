@@ -12,9 +12,10 @@ in which a shard took over 1.8x (by default) the mean: the skew watch of seed 00
 :mod:`mmcache.tiers.skew`; both are keyed by the shard's ``host:port``. Export with
 :meth:`CacheMetrics.to_dataframe` (tidy pandas) or :meth:`CacheMetrics.to_prometheus`
 (text exposition format). ``failure_events`` counts the failure events the cache emitted, by
-``(code, tier)`` (see *Failure events* below). ``cross_modal_hits`` counts hits of multimodal queries (seed 001
-§4.4's CrossModalHitRate is it over their lookups); :func:`register_serving` exports that rate
-and CacheWarmupLatencyP99 labelled ``model_type`` and ``modality_set``, as the seed names them.
+``(code, tier)`` (see *Failure events* below). ``cross_modal_hits`` counts hits of multimodal
+queries (seed 001 §4.4's CrossModalHitRate is it over their lookups); :func:`register_serving`
+exports that rate and CacheWarmupLatencyP99 labelled ``model_type`` and ``modality_set``, as the
+seed names them.
 
 In a notebook a :class:`CacheMetrics` shows itself as a compact table (``_repr_html_``: hit
 ratio per tier and per modality set, the counters, latency quantiles per stage); its plain
@@ -342,8 +343,9 @@ class EventLog:
         if self.metrics is not None:
             self.metrics.count("failure_events", (event.code, event.tier))
         if self.log:
-            _EVENT_LOG.log(logging.WARNING if first else logging.DEBUG, "%s in tier %s: %s; fix: %s",
-                           event.code, event.tier or "?", event.detail, event.fix)
+            _EVENT_LOG.log(logging.WARNING if first else logging.DEBUG,
+                           "%s in tier %s: %s; fix: %s", event.code, event.tier or "?",
+                           event.detail, event.fix)
         if self.listener is not None:
             try:
                 self.listener(event)
@@ -407,7 +409,8 @@ def html_sections(snap: CacheMetrics, tiers: Sequence[str] | None = None) -> lis
     """The tables of a metrics display: counters, hit ratio per tier and per modality set
     (each cell: the share of that set's lookups the tier answered), per-tier counters,
     latency quantiles per stage (upper bounds of histogram buckets), shards when a
-    sharded store counted any, and failure events when the cache emitted any. ``tiers``: the tiers to show, in order."""
+    sharded store counted any, and failure events when the cache emitted any. ``tiers``: the
+    tiers to show, in order."""
     names = _tier_names(snap, tiers)
     hits_by = Counter()
     for (tier, _), n in snap.hits.items():

@@ -273,13 +273,13 @@ write_metrics({"smoke": SMOKE, "mdp": mdp_metrics, "kv_allocation": kv_metrics},
 import json
 
 from mmcache.lab.runbook import run_dir
-from mmcache.metrics import failure_table
+from mmcache.metrics import FAILURE_CODES, failure_table
 from mmcache.studies.failure_codes import FAULTS, SKEW_S, events_frame, inject, mine, summary
 
 fault_sides = inject(list(FAULTS))
 fault_events = events_frame(fault_sides)
 mined = mine(fault_sides)
-display(fault_events[["fault", "process", "code", "tier", "detail"]])
+display(fault_events[["fault", "process", "open", "code", "tier", "detail"]])
 display(mined[["count", "faults", "processes", "cause"]])
 display(failure_table())
 
@@ -290,9 +290,13 @@ failure_provenance = {"model": "mmcache.studies.failure_codes: faults injected a
                       "faults": {f: code for f, (code, _) in FAULTS.items()}, "skew_s": SKEW_S,
                       "smoke": SMOKE}
 fig, ax = plt.subplots(figsize=(8, 3.2))
-sns.barplot(x=mined["count"].values, y=list(mined.index), ax=ax, color="tab:red")
-ax.set(xlabel="failure events (one injected fault each)", ylabel="",
-       title="Failure events by code: each fault injected once across two processes")
+detected = fault_events.assign(where="process " + fault_events.process + fault_events.open.map(
+    {"opened": ", cache opened", "refused": ", open refused"}))
+sns.countplot(detected, y="code", hue="where", order=list(FAILURE_CODES), ax=ax)
+ax.xaxis.get_major_locator().set_params(integer=True)
+ax.set(xlabel="failure events (each fault injected once; clean run: none)", ylabel="",
+       title="Failure events by code, and where they were detected (two processes)")
+ax.legend(title="detected in", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 save_figure(fig, "07_failure_codes", failure_provenance)
 
 # %%

@@ -117,13 +117,16 @@ def inject(faults: Sequence[str] = tuple(FAULTS), workdir: str | Path | None = N
 
 
 def events_frame(sides: Sequence[Side]) -> "pd.DataFrame":
-    """One row per failure event: fault, process, code, cause, tier, detail."""
+    """One row per failure event: fault, process, code, cause, tier, detail, and ``open``:
+    whether the detecting process's open was ``"refused"`` or ``"opened"``."""
     # deferred: pandas only for the study's tables
     import pandas as pd
 
     rows = [{"fault": s.fault, "process": s.process, **{k: e[k] for k in (
-        "code", "cause", "tier", "detail")}} for s in sides for e in s.events]
-    return pd.DataFrame(rows, columns=["fault", "process", "code", "cause", "tier", "detail"])
+        "code", "cause", "tier", "detail")}, "open": "refused" if s.refused else "opened"}
+        for s in sides for e in s.events]
+    return pd.DataFrame(rows, columns=["fault", "process", "code", "cause", "tier", "detail",
+                                       "open"])
 
 
 def mine(sides: Sequence[Side]) -> "pd.DataFrame":
