@@ -103,6 +103,16 @@ is never served after another process's write or invalidation has returned; with
 entry is a compare-and-delete on its version, so it never deletes another process's
 newer write of the key, and entries promoted from the shared store enter the Bloom
 guard, so they are looked up in L1 again.
+
+Failure codes (issue 30 item 5): the mismatches a cache can detect between processes sharing a
+store are failure events with stable codes (:data:`mmcache.metrics.FAILURE_CODES`: cause and fix
+of each): ``MM-KEY-VERSION`` (the store records another exact-key version; the cache opens
+anyway), ``MM-ENCODER-IDENTITY`` and ``MM-SCHEMA-VERSION`` (the open is refused as before, the
+error carrying the code), ``MM-ENTRY-UNREADABLE`` (an entry quarantined) and ``MM-CLOCK-SKEW``
+(entries put ahead of this cache's clock). ``cache.events()`` returns the recent ones,
+``metrics.failure_events`` counts them by code and tier (exported to Prometheus as
+``mmcache_failure_events_total``), and ``TieredCache(on_event=...)`` is called with each, those
+of a refused open included. Detecting changes nothing else the cache does.
 """
 
 from __future__ import annotations
@@ -135,7 +145,8 @@ from mmcache.errors import (ConfigError, InvalidEmbeddingError, InvalidInputErro
                             SerializationError, StorageError, UnknownHitError)
 from mmcache.guard import ExactKeyFilter
 from mmcache.inputs import PreparedQuery, prepare, unit_vector
-from mmcache.metrics import CacheMetrics, Dashboard, html_sections
+from mmcache import keys as _keys
+from mmcache.metrics import CacheMetrics, Dashboard, EventLog, FailureEvent, html_sections
 from mmcache.thresholds import ThresholdRule
 from mmcache.tiers import Candidate, Tier
 from mmcache.tiers.codec import canonical_value, detached, encode_label, value_size
@@ -195,7 +206,9 @@ class TieredCache:
     cache's lock, so a slow judge delays only its own lookup; a candidate that was
     rewritten or removed while it was being judged is not served). ``async_workers`` bounds
     the threads that run the asyncio twins (``aget``, ``aput``, ...; default
-    ``ASYNC_WORKERS``).
+    ``ASYNC_WORKERS``). ``on_event(event)`` is called with every failure event
+    (:class:`~mmcache.metrics.FailureEvent`) where it is detected, possibly under the cache's
+    lock, so keep it quick; it sees those of an open that is refused too.
     """
 
     def __init__(self, config: CacheConfig | Mapping[str, Any] | str | Path | None = None,
@@ -204,7 +217,8 @@ class TieredCache:
                  threshold: ThresholdRule | None = None,
                  on_stale: Callable[[Query, Hit], None] | None = None,
                  verifier: Verifier | None = None,
-                 async_workers: int = ASYNC_WORKERS) -> None:
+                 async_workers: int = ASYNC_WORKERS,
+                 on_event: Callable[[FailureEvent], None] | None = None) -> None:
         if isinstance(async_workers, bool) or not isinstance(async_workers, int) or \
                 async_workers < 1:
             raise ConfigError(f"async_workers must be an int >= 1, got {async_workers!r}")
@@ -245,7 +259,14 @@ class TieredCache:
             OrderedDict()
         self._serial = itertools.count(1)
         self._metrics = CacheMetrics()
-        self.tiers: list[Tier] = build_tiers(self.config)
+        #: The failure events this cache emitted (:meth:`events`), counted in its metrics.
+        self._events = EventLog("l3", clock=clock, metrics=self._metrics, listener=on_event)
+        try:
+            self.tiers: list[Tier] = build_tiers(self.config)
+        except MMCacheError as exc:  # a coded refusal (another store schema) is an event
+            if exc.code is not None:
+                self._events.report(exc.code, str(exc))
+            raise
         if not self.tiers:
             raise ConfigError("every tier is disabled: enable l1, l2 or configure l3")
         #: Per tier, the names of the modality sets it serves (:func:`~mmcache.build.tier_routes`).
@@ -271,9 +292,13 @@ class TieredCache:
         try:
             for tier in self.tiers:
                 if isinstance(tier, StoreTier):
+                    self._events.adopt(tier.events)
                     tier.require_facts(self._encoder_facts())
+                    tier.check_fact("key_version", _keys.KEY_VERSION, "MM-KEY-VERSION")
             self._adopt_stored_entries()
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, MMCacheError) and exc.code is not None:
+                self._events.report(exc.code, str(exc))  # another encoder
             for tier in self.tiers:
                 tier.close()
             raise
@@ -525,6 +550,13 @@ class TieredCache:
         ``metrics.snapshot()`` is a consistent copy for reading several counters.
         """
         return self._metrics
+
+    def events(self, code: str | None = None) -> list[FailureEvent]:
+        """The failure events this cache emitted, oldest first: the last
+        :data:`~mmcache.metrics.EVENTS_KEPT` (``metrics.failure_events`` counts every one); only
+        those of ``code`` when given. The codes, causes and fixes:
+        :data:`mmcache.metrics.FAILURE_CODES`."""
+        return self._events.events(code)
 
     def dashboard(self, *, refresh_s: float = 0.5, window_s: float = 30.0,
                   live: bool | None = None, scope: str | None = None) -> Dashboard:

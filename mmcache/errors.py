@@ -3,13 +3,25 @@
 Errors caused by bad input also derive from :class:`ValueError`, so callers that
 already catch ``ValueError`` keep working. A call that raises leaves the cache,
 its files and its runs exactly as they were.
+
+An error raised because the cache detected a mismatch between processes sharing a store
+(another encoder, another store schema) carries that failure's ``code``, one of
+:data:`mmcache.metrics.FAILURE_CODES`; the cache reports it as a failure event before raising.
 """
 
 from __future__ import annotations
 
 
 class MMCacheError(Exception):
-    """Base class of every mmcache error."""
+    """Base class of every mmcache error; ``code``: the failure code of a detected mismatch
+    (:data:`mmcache.metrics.FAILURE_CODES`), None for every other error."""
+
+    code: str | None = None
+
+    def __init__(self, *args: object, code: str | None = None) -> None:
+        super().__init__(*args)
+        if code is not None:
+            self.code = code
 
 
 class InvalidInputError(MMCacheError, ValueError):

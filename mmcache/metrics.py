@@ -11,9 +11,11 @@ counts its requests per shard in ``shard_requests`` and, in ``skew_alerts``, the
 in which a shard took over 1.8x (by default) the mean: the skew watch of seed 000 §2.4,
 :mod:`mmcache.tiers.skew`; both are keyed by the shard's ``host:port``. Export with
 :meth:`CacheMetrics.to_dataframe` (tidy pandas) or :meth:`CacheMetrics.to_prometheus`
-(text exposition format). ``cross_modal_hits`` counts hits of multimodal queries (seed 001
-§4.4's CrossModalHitRate is it over their lookups); :func:`register_serving` exports that rate
-and CacheWarmupLatencyP99 labelled ``model_type`` and ``modality_set``, as the seed names them.
+(text exposition format). ``failure_events`` counts the failure events the cache emitted, by
+``(code, tier)`` (see *Failure events* below). ``cross_modal_hits`` counts hits of multimodal
+queries (seed 001 §4.4's CrossModalHitRate is it over their lookups); :func:`register_serving`
+exports that rate and CacheWarmupLatencyP99 labelled ``model_type`` and ``modality_set``, as the
+seed names them.
 
 In a notebook a :class:`CacheMetrics` shows itself as a compact table (``_repr_html_``: hit
 ratio per tier and per modality set, the counters, latency quantiles per stage); its plain
@@ -26,6 +28,16 @@ its bar, and ``MMCACHE_PROGRESS=0`` in the environment silences every bar (read 
 so a papermill run or a notebook cell can set it); a bar appears only once its call has run
 ``PROGRESS_DELAY_S`` seconds.
 
+Failure events (issue 30 item 5): when the cache detects that processes sharing a store
+disagree (another key version, another encoder, another store schema, an entry its codec cannot
+read, a writer's clock ahead of its own), it emits a :class:`FailureEvent` with a stable code
+from :data:`FAILURE_CODES`, which holds each code's cause and fix. An :class:`EventLog` keeps
+the last :data:`EVENTS_KEPT` events, counts each in ``failure_events``, logs the first of each
+code as a warning on the ``mmcache.events`` logger and calls its listener
+(``TieredCache(on_event=...)``). Detecting changes nothing the cache does: a mismatch that
+refused to open still refuses (the error carries the code), an entry that was not served is
+still not served.
+
 Threads: a :class:`CacheMetrics` has its own lock. Its methods (counting, ``reset``,
 ``snapshot``, the exports, ``hit_ratio``) hold it, so a thread may export or reset the
 metrics of a cache other threads are using; to read several counters consistently
@@ -34,12 +46,14 @@ from such a thread, read them from :meth:`CacheMetrics.snapshot`.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from bisect import bisect_left
 from collections import Counter, deque
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -98,7 +112,8 @@ class Histogram:
 #: The counters of a CacheMetrics, by attribute name.
 COUNTERS: tuple[str, ...] = ("hits", "false_hits", "judged_hits", "stale_hits", "misses",
                              "bypasses", "puts", "not_stored", "evictions", "guard_skips",
-                             "errors", "shard_requests", "skew_alerts", "cross_modal_hits")
+                             "errors", "shard_requests", "skew_alerts", "cross_modal_hits",
+                             "failure_events")
 
 
 class CacheMetrics:
@@ -153,6 +168,7 @@ class CacheMetrics:
         self.shard_requests: Counter[str] = Counter()
         self.skew_alerts: Counter[str] = Counter()
         self.cross_modal_hits: Counter[tuple[str, str]] = Counter()
+        self.failure_events: Counter[tuple[str, str]] = Counter()
         self.latency: dict[str, Histogram] = {}
 
     def hit(self, tier: str, modalities: str, freshness: str, correct: bool | None) -> None:
@@ -215,6 +231,152 @@ class CacheMetrics:
         return generate_latest(registry).decode()
 
 
+# -- failure events --------------------------------------------------------------------------
+class FailureCode(NamedTuple):
+    """What a failure code means: why it is emitted, and what to do about it."""
+
+    cause: str
+    fix: str
+
+
+#: Every failure code the cache emits, with its cause and its fix (the docs list this table).
+FAILURE_CODES: dict[str, FailureCode] = {
+    "MM-KEY-VERSION": FailureCode(
+        cause="the store records another exact-key version (mmcache.keys.KEY_VERSION) than "
+              "this process's: the exact keys it holds were hashed another way, so its entries "
+              "are never exact hits here (only semantic ones) and a put of the same query "
+              "stores a second entry beside the first; the cache opens all the same",
+        fix="run one mmcache version in every process sharing the store; after an upgrade "
+            "that changed the key version, move to a new store (another path or prefix) or "
+            "clear the old one"),
+    "MM-ENCODER-IDENTITY": FailureCode(
+        cause="the store records another encoder for a modality (its encoder_id, or the "
+              "registry name the config gives) than this cache's: the stored vectors are in "
+              "another space, so the cache refuses to open over the store (ConfigError)",
+        fix="configure the same encoder in every cache sharing the store, or give this cache "
+            "a store of its own (another path or prefix)"),
+    "MM-SCHEMA-VERSION": FailureCode(
+        cause="the store was laid out by another mmcache version (a SQLite file of another "
+              "schema version, a Redis prefix of another key layout), so the store refuses to "
+              "open (StorageError)",
+        fix="open the store with the mmcache version that wrote it, or use another path or "
+            "prefix"),
+    "MM-ENTRY-UNREADABLE": FailureCode(
+        cause="a stored entry does not decode here (a value type tag another serializer "
+              "version wrote, malformed JSON, a broken vector): the store quarantines it and "
+              "serves it as absent",
+        fix="run one mmcache (serializer) version in every process sharing the store; "
+            "inspect SQLiteStore.quarantined() and put the entry again"),
+    "MM-CLOCK-SKEW": FailureCode(
+        cause="another process wrote entries stamped more than MAX_CLOCK_SKEW_S seconds "
+              "after this process's clock reads: one of the clocks is off, so those entries' "
+              "ages and expiry times are off by as much here (they are still adopted)",
+        fix="synchronise the hosts' clocks (NTP, chrony), and give every cache sharing a "
+            "store the same kind of clock (no fake clock beside a real one)"),
+}
+#: Failure events an :class:`EventLog` keeps (older ones are dropped; the counters keep all).
+EVENTS_KEPT = 1000
+_EVENT_LOG = logging.getLogger("mmcache.events")
+
+
+@dataclass(frozen=True)
+class FailureEvent:
+    """One detected failure: its ``code`` (a key of :data:`FAILURE_CODES`) and that code's
+    ``cause``, the ``tier`` that detected it, what exactly was seen (``detail``) and when
+    (``time``, the detecting cache's clock)."""
+
+    code: str
+    cause: str
+    tier: str
+    detail: str
+    time: float
+
+    @property
+    def fix(self) -> str:
+        """What to do about it (:data:`FAILURE_CODES`)."""
+        return FAILURE_CODES[self.code].fix
+
+    def as_dict(self) -> dict[str, Any]:
+        """The event as plain data (with its fix), e.g. to send from another process."""
+        return {"code": self.code, "cause": self.cause, "fix": self.fix, "tier": self.tier,
+                "detail": self.detail, "time": self.time}
+
+
+def failure_event(code: str, tier: str, detail: str, when: float | None = None) -> FailureEvent:
+    """The event of ``code`` (its cause from :data:`FAILURE_CODES`; KeyError for an unknown
+    code), detected by ``tier``, at ``when`` (None: now, by ``time.time``)."""
+    return FailureEvent(code, FAILURE_CODES[code].cause, tier, detail,
+                        time.time() if when is None else float(when))
+
+
+class EventLog:
+    """The last ``keep`` failure events (thread-safe), each counted in ``metrics`` (when given)
+    and handed to ``listener``; with ``log``, the first of each code is logged as a warning on
+    the ``mmcache.events`` logger, later ones at debug level (a cache's log does; a tier's own
+    log, which the cache adopts, does not, so no event is logged twice). ``tier``: the tier that
+    reports into this log by :meth:`report`; ``clock`` stamps those events."""
+
+    def __init__(self, tier: str = "", *, keep: int = EVENTS_KEPT,
+                 clock: Callable[[], float] = time.time, metrics: CacheMetrics | None = None,
+                 listener: Callable[[FailureEvent], None] | None = None,
+                 log: bool = True) -> None:
+        self.tier, self.clock, self.metrics, self.listener = tier, clock, metrics, listener
+        self.log = log
+        self._events: deque[FailureEvent] = deque(maxlen=keep)
+        self._logged: set[str] = set()
+        self._lock = threading.Lock()
+
+    def report(self, code: str, detail: str, tier: str | None = None) -> FailureEvent:
+        """Emit the event of ``code`` seen by ``tier`` (None: this log's) now, by this log's
+        clock; return it."""
+        event = failure_event(code, self.tier if tier is None else tier, detail, self.clock())
+        self.emit(event)
+        return event
+
+    def emit(self, event: FailureEvent) -> None:
+        """Keep, count, log and hand on ``event``. A listener that raises is logged, never
+        raised: a hook must not break the call that detected the failure."""
+        with self._lock:
+            self._events.append(event)
+            first = event.code not in self._logged
+            self._logged.add(event.code)
+        if self.metrics is not None:
+            self.metrics.count("failure_events", (event.code, event.tier))
+        if self.log:
+            _EVENT_LOG.log(logging.WARNING if first else logging.DEBUG,
+                           "%s in tier %s: %s; fix: %s", event.code, event.tier or "?",
+                           event.detail, event.fix)
+        if self.listener is not None:
+            try:
+                self.listener(event)
+            except Exception:  # a failing hook is reported, the cache carries on
+                _EVENT_LOG.exception("the failure-event listener raised on %s", event.code)
+
+    def adopt(self, other: "EventLog") -> None:
+        """Emit here every event ``other`` holds, and every event it gets from now on."""
+        for event in other.events():
+            self.emit(event)
+        other.listener = self.emit
+
+    def events(self, code: str | None = None) -> list[FailureEvent]:
+        """The events kept, oldest first (only those of ``code`` when given)."""
+        with self._lock:
+            return [e for e in self._events if code is None or e.code == code]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._events)
+
+
+def failure_table() -> "pd.DataFrame":
+    """:data:`FAILURE_CODES` as a table: one row per code, its cause and its fix."""
+    # deferred: pandas only for this export
+    import pandas as pd
+
+    return pd.DataFrame([{"code": c, "cause": f.cause, "fix": f.fix}
+                         for c, f in FAILURE_CODES.items()]).set_index("code")
+
+
 # -- display ---------------------------------------------------------------------------------
 #: Latency quantiles a display shows per stage.
 DISPLAY_QUANTILES: tuple[float, ...] = (0.5, 0.95, 0.99)
@@ -246,8 +408,9 @@ def plain_summary(snap: CacheMetrics) -> str:
 def html_sections(snap: CacheMetrics, tiers: Sequence[str] | None = None) -> list[str]:
     """The tables of a metrics display: counters, hit ratio per tier and per modality set
     (each cell: the share of that set's lookups the tier answered), per-tier counters,
-    latency quantiles per stage (upper bounds of histogram buckets), and shards when a
-    sharded store counted any. ``tiers``: the tiers to show, in order."""
+    latency quantiles per stage (upper bounds of histogram buckets), shards when a
+    sharded store counted any, and failure events when the cache emitted any. ``tiers``: the
+    tiers to show, in order."""
     names = _tier_names(snap, tiers)
     hits_by = Counter()
     for (tier, _), n in snap.hits.items():
@@ -301,7 +464,11 @@ def html_sections(snap: CacheMetrics, tiers: Sequence[str] | None = None) -> lis
                         [[k, snap.shard_requests[k], snap.skew_alerts[k]]
                          for k in sorted(set(snap.shard_requests) | set(snap.skew_alerts))],
                         caption="Shards") if snap.shard_requests or snap.skew_alerts else ""
-    return [summary, hit_ratio, per_tier, latency, shards]
+    failures = html_table(["code", "tier", "events", "fix"],
+                          [[c, t, n, FAILURE_CODES[c].fix if c in FAILURE_CODES else ""]
+                           for (c, t), n in sorted(snap.failure_events.items())],
+                          caption="Failure events") if snap.failure_events else ""
+    return [summary, hit_ratio, per_tier, latency, shards, failures]
 
 
 # -- live view ---------------------------------------------------------------------------------
@@ -557,13 +724,15 @@ def _frame(snap: CacheMetrics) -> "pd.DataFrame":
     for metric, counter in (("shard_requests", snap.shard_requests),
                             ("skew_alerts", snap.skew_alerts)):
         rows += [{"metric": metric, "shard": k, "value": v} for k, v in sorted(counter.items())]
+    rows += [{"metric": "failure_events", "tier": t, "code": c, "value": v}
+             for (c, t), v in sorted(snap.failure_events.items())]
     for stage, hist in sorted(snap.latency.items()):
         rows += [{"metric": "latency_count", "tier": stage, "value": hist.count},
                  {"metric": "latency_mean_s", "tier": stage,
                   "value": hist.sum / hist.count if hist.count else float("nan")},
                  {"metric": "latency_p50_s", "tier": stage, "value": hist.quantile(0.5)},
                  {"metric": "latency_p99_s", "tier": stage, "value": hist.quantile(0.99)}]
-    return pd.DataFrame(rows, columns=["metric", "tier", "modalities", "shard", "value"])
+    return pd.DataFrame(rows, columns=["metric", "tier", "modalities", "shard", "code", "value"])
 
 
 class _Collector:
@@ -593,7 +762,9 @@ class _Collector:
                 ("cross_modal_hits", "Hits of multimodal queries (every modality matched)",
                  m.cross_modal_hits, ["tier", "modality_set"]),
                 ("skew_alerts", "Windows in which a shard took over the skew factor times the "
-                 "mean of requests", m.skew_alerts, ["shard"])):
+                 "mean of requests", m.skew_alerts, ["shard"]),
+                ("failure_events", "Failure events the cache emitted, by failure code and the "
+                 "tier that detected it", m.failure_events, ["code", "tier"])):
             family = CounterMetricFamily(f"{p}_{name}", doc, labels=labels)
             for key, value in sorted(counter.items()):
                 family.add_metric(list(key) if isinstance(key, tuple) else [key], value)

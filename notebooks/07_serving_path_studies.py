@@ -251,3 +251,57 @@ kv_metrics = {
         "first_turn_reserved")} for r in kv.to_dict("records")},
 }
 write_metrics({"smoke": SMOKE, "mdp": mdp_metrics, "kv_allocation": kv_metrics}, NOTEBOOK, SMOKE)
+
+# %% [markdown]
+# ## `failure_codes`: mismatches between processes sharing a store, as failure events
+#
+# Unlike the two models above, this section runs live caches. The cache emits a failure event
+# with a stable code for each mismatch it can detect between
+# processes sharing one store (`mmcache.metrics.FAILURE_CODES` holds each code's cause and fix;
+# seed 001 §2.5 mines warm-up failure logs by such codes). Each fault is injected across **two
+# real processes**: process A is this kernel, process B one worker started with `spawn`, both
+# over one fresh shared SQLite store per fault (`mmcache.studies.failure_codes`). B plays
+# another deployment by patching, for its step only, what another mmcache version or host would
+# differ in: another exact-key version, another text encoder, a newer SQLite schema, a value type
+# tag A's serializer does not know, a clock `SKEW_S` seconds ahead. The `clean` run injects
+# nothing and must raise no event. A refused open (another encoder, another schema) leaves no
+# cache behind, so its event is seen through `on_event` and the error's `code`, not in counters.
+# The counts are those of this controlled injection (one fault per run), not rates of a
+# deployment.
+
+# %%
+import json
+
+from mmcache.lab.runbook import run_dir
+from mmcache.metrics import FAILURE_CODES, failure_table
+from mmcache.studies.failure_codes import FAULTS, SKEW_S, events_frame, inject, mine, summary
+
+fault_sides = inject(list(FAULTS))
+fault_events = events_frame(fault_sides)
+mined = mine(fault_sides)
+display(fault_events[["fault", "process", "open", "code", "tier", "detail"]])
+display(mined[["count", "faults", "processes", "cause"]])
+display(failure_table())
+
+# %%
+failure_provenance = {"model": "mmcache.studies.failure_codes: faults injected across two "
+                               "processes (this kernel and one spawned worker), one shared "
+                               "SQLite store per fault",
+                      "faults": {f: code for f, (code, _) in FAULTS.items()}, "skew_s": SKEW_S,
+                      "smoke": SMOKE}
+fig, ax = plt.subplots(figsize=(8, 3.2))
+detected = fault_events.assign(where="process " + fault_events.process + fault_events.open.map(
+    {"opened": ", cache opened", "refused": ", open refused"}))
+sns.countplot(detected, y="code", hue="where", order=list(FAILURE_CODES), ax=ax)
+ax.xaxis.get_major_locator().set_params(integer=True)
+ax.set(xlabel="failure events (each fault injected once; clean run: none)", ylabel="",
+       title="Failure events by code, and where they were detected (two processes)")
+ax.legend(title="detected in", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+save_figure(fig, "07_failure_codes", failure_provenance)
+
+# %%
+failure_metrics = {"how": failure_provenance["model"], "skew_s": SKEW_S, **summary(fault_sides)}
+# the sections above wrote metrics.json; this one adds its key to it
+metrics_file = run_dir(NOTEBOOK, SMOKE) / "metrics.json"
+write_metrics({**json.loads(metrics_file.read_text()), "failure_codes": failure_metrics},
+              NOTEBOOK, SMOKE)

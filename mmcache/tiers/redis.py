@@ -194,7 +194,7 @@ class RedisStore(Store):
             if layout != LAYOUT:
                 raise StorageError(f"the Redis store at {self.location} prefix {prefix!r} has "
                                    f"key layout {layout!r}, this mmcache writes {LAYOUT!r}: "
-                                   "use another prefix")
+                                   "use another prefix", code="MM-SCHEMA-VERSION")
         except BaseException:
             self._db.close()
             raise

@@ -30,8 +30,10 @@ time (``database is locked`` is retried up to ``OPEN_TIMEOUT_S``).
 Reads: each read, fetch and scan is one read transaction, so an entry never comes back with
 one write's value and another's vectors. A row that cannot be read back (malformed JSON,
 an unknown value tag, a broken vector) is moved to table ``quarantine`` with the reason,
-its removal is logged like a delete, and it is served as absent, with a warning: one bad row
-never stops a store from opening (:meth:`SQLiteStore.quarantined` lists them).
+its removal is logged like a delete, and it is served as absent, with a warning and a failure
+event ``MM-ENTRY-UNREADABLE`` (:mod:`mmcache.metrics`): one bad row never stops a store from
+opening (:meth:`SQLiteStore.quarantined` lists them). A file of a schema this version does not
+know is refused with a StorageError of ``code`` ``MM-SCHEMA-VERSION``.
 
 Durability: each put, and each ``put_many`` batch, is one transaction, rolled back whole
 when it fails (a failed COMMIT included); a full disk is a
@@ -295,7 +297,8 @@ class SQLiteStore(Store):
                                "shared memory (not NFS, not ':memory:')")
         if version != SCHEMA_VERSION:
             db.close()
-            raise StorageError(f"{self.path} has schema {version}, expected {SCHEMA_VERSION}")
+            raise StorageError(f"{self.path} has schema {version}, expected {SCHEMA_VERSION}",
+                               code="MM-SCHEMA-VERSION")
         return db
 
     def _compact_if_due(self, before: int, head: int) -> None:
@@ -359,6 +362,9 @@ class SQLiteStore(Store):
             reason += f" (and it could not be moved to the quarantine table: {exc})"
         _LOG.warning("L3 store %s: entry %r cannot be read (%s); it is served as absent and "
                      "kept in table 'quarantine' for inspection", self.path, entry_id, reason)
+        if self.events is not None:
+            self.events.report("MM-ENTRY-UNREADABLE", f"entry {entry_id!r} of {self.path} "
+                                                      f"was quarantined: {reason}")
 
     def _entry(self, row: tuple, embeddings: dict[str, np.ndarray]) -> Entry:
         entry_id, scope, exact_key, tag, payload, size, created, expires, label, hints, \

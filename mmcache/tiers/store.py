@@ -27,7 +27,18 @@ head below what was seen), and so is a tier left behind by the store's compactio
 in ``resyncs``, so a cache drops the private copies it took before. Expired entries are swept
 out of the store every :data:`SWEEP_EVERY_S` seconds by the tiers that use it. What every
 client must agree on (the encoder of each modality) is recorded in the store on first use
-(:meth:`StoreTier.require_facts`).
+(:meth:`StoreTier.require_facts`); what they should agree on but may disagree on without
+harm to the vectors (the exact-key version) is compared without refusing
+(:meth:`StoreTier.check_fact`).
+
+Failure events: a tier reports the mismatches it detects into its :attr:`StoreTier.events`
+(:class:`~mmcache.metrics.EventLog`; a cache adopts it into its own): a recorded fact that
+differs (``MM-KEY-VERSION``), entries another process stamped more than
+:data:`MAX_CLOCK_SKEW_S` seconds ahead of this tier's clock (``MM-CLOCK-SKEW``, one event per
+replayed chunk that holds such entries; a clock behind cannot be told from an old entry), and, from
+the store, an entry it had to quarantine (``MM-ENTRY-UNREADABLE``). An encoder that differs
+stays a ConfigError, now with ``code`` ``MM-ENCODER-IDENTITY``. Detecting changes nothing:
+every such entry is adopted, or not, as before.
 
 Capacity belongs to the store: the first tier that opens a store records its capacity,
 later tiers adopt it (``capacity=None``) or must ask for the same one (ConfigError), so
@@ -45,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Collection, Iterator, Mapping, NamedTuple
 import numpy as np
 
 from mmcache.errors import ConfigError
+from mmcache.metrics import EventLog
 from mmcache.policies import EvictionPolicy
 from mmcache.types import Entry
 from mmcache.tiers.base import Budget, BudgetedTier, Candidate, Capacity, admit_all, gone_ids, policy_hints
@@ -56,6 +68,9 @@ if TYPE_CHECKING:
 _LOG = logging.getLogger(__name__)
 #: Seconds between two sweeps of expired entries by one tier.
 SWEEP_EVERY_S = 60.0
+#: Seconds an adopted entry's put time may lie ahead of this tier's clock before the tier
+#: reports the writer's clock as skewed (``MM-CLOCK-SKEW``).
+MAX_CLOCK_SKEW_S = 5.0
 #: Entries read from the store at a time while a tier replays its changes.
 REPLAY_CHUNK = 1000
 
@@ -104,6 +119,8 @@ class Store(ABC):
     shared: bool
     #: Where a sharded store counts its requests per shard (set by the cache using it).
     metrics: "CacheMetrics | None" = None
+    #: Where the store reports the failures it detects (set by the tier over it).
+    events: EventLog | None = None
 
     @abstractmethod
     def encode(self, entry: Entry, keep_for: float | None) -> Any:
@@ -212,6 +229,8 @@ class StoreTier(BudgetedTier):
         self.store = store
         self.name = name
         self.shared = store.shared
+        #: The failure events this tier and its store detected (a cache adopts the log).
+        self.events = store.events = EventLog(name, clock=lambda: self.clock(), log=False)
         #: Seconds a view of a shared store may be old when a private copy is revalidated.
         self.max_staleness = float(max_staleness)
         #: Seconds an expired entry is still kept (stale-while-revalidate / stale-if-error);
@@ -353,7 +372,16 @@ class StoreTier(BudgetedTier):
                 raise ConfigError(f"the store {self.store.location} records {name} = "
                                   f"{recorded!r}, but this cache has {value!r}: its vectors "
                                   "would not be comparable; use another store (path, prefix) "
-                                  "or the same encoder")
+                                  "or the same encoder", code="MM-ENCODER-IDENTITY")
+
+    def check_fact(self, name: str, value: str, code: str) -> str:
+        """Record ``value`` under ``name`` in a store that has none yet and return the one
+        recorded; one that differs is reported as a failure event of ``code``, not refused."""
+        recorded = self.store.record_fact(name, value)
+        if recorded != value:
+            self.events.report(code, f"the store {self.store.location} records {name} = "
+                                     f"{recorded!r}, this process has {value!r}")
+        return recorded
 
     def refresh(self) -> None:
         """Apply the changes other processes made since the last sync, now."""
@@ -419,9 +447,25 @@ class StoreTier(BudgetedTier):
                         self._forget(change.entry_id)
                 elif self._known.get(entry.entry_id, _NOWHERE).version != entry.version:
                     written.append(entry)
+            self._check_clock(written)
             self._adopt(written)
         for change in changes:
             self._seen[change.log] = max(self._seen.get(change.log, 0), change.seq)
+
+    def _check_clock(self, entries: Sequence[Entry]) -> None:
+        """Report ``MM-CLOCK-SKEW`` once when any of ``entries`` (a replayed chunk about to be
+        adopted) was put more than :data:`MAX_CLOCK_SKEW_S` seconds ahead of this tier's
+        clock."""
+        if not entries:
+            return
+        now = self.clock()
+        ahead = [e for e in entries if e.created_at - now > MAX_CLOCK_SKEW_S]
+        if ahead:
+            lead = max(ahead, key=lambda e: e.created_at)
+            self.events.report("MM-CLOCK-SKEW", f"{len(ahead)} of {len(entries)} entries "
+                               f"adopted from {self.store.location} were put up to "
+                               f"{lead.created_at - now:.1f} s ahead of this clock (bound "
+                               f"{MAX_CLOCK_SKEW_S:g} s), e.g. entry {lead.entry_id!r}")
 
     def _holds(self, change: Change) -> bool:
         """Whether this tier already knows the write ``change`` names (a version is a number

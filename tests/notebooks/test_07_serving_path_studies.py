@@ -85,3 +85,31 @@ def test_paged_fragments_least_and_block_strategies_never_copy(metrics):
         assert r["wasted_mib_mean"] >= 0
     # paged wastes less than one 16-token block per conversation: 16 × 128 KiB = 2 MiB
     assert s["paged-16"]["wasted_mib_end"] < 2.0
+
+
+FAILURE_CODES = {"MM-KEY-VERSION", "MM-ENCODER-IDENTITY", "MM-SCHEMA-VERSION",
+                 "MM-ENTRY-UNREADABLE", "MM-CLOCK-SKEW"}
+
+
+def test_each_injected_fault_raises_its_code_and_the_clean_run_none(metrics):
+    failures = metrics["failure_codes"]
+    assert "two processes" in failures["how"]
+    assert set(failures["codes"]) == FAILURE_CODES
+    for code, row in failures["codes"].items():
+        assert row["count"] >= 1 and row["cause"] and row["fix"], code
+    faults = failures["faults"]
+    assert faults["clean"]["expected"] is None and faults["clean"]["seen"] == {}
+    assert all(c == {} for c in faults["clean"]["counted"].values())
+    for fault, run in faults.items():
+        if fault == "clean":
+            continue
+        code, where = run["expected"], run["detected_by"]
+        assert run["seen"] == {code: 1}, fault  # its code, once, and no other
+        assert failures["codes"][code]["faults"] == [fault]
+        if run["refused"][where] is None:  # the detecting cache opened: counted and exported
+            assert run["counted"][where] == {code: 1}, fault
+            assert run["prometheus"][where] == [
+                f'mmcache_failure_events_total{{code="{code}",tier="l3"}} 1.0'], fault
+        else:
+            assert run["refused"][where] == code, fault
+    assert failures["events"] == len(FAILURE_CODES)

@@ -370,15 +370,33 @@ def test_a_store_refuses_a_cache_whose_encoder_made_other_vectors(backend, tmp_p
     try:
         same = mmcache.TieredCache({"l3": l3}, encoders={"text": HashingTestEncoder("text", 16)})
         same.close()
-        with pytest.raises(ConfigError, match="encoder:text.*other-space"):
+        with pytest.raises(ConfigError, match="encoder:text.*other-space") as refused:
             mmcache.TieredCache({"l3": l3}, encoders={"text": _OtherSpace("text", 16)})
+        assert refused.value.code == "MM-ENCODER-IDENTITY"
     finally:
         first.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_a_store_of_another_key_version_is_an_event_not_a_refusal(backend, tmp_path, request,
+                                                                  monkeypatch) -> None:
+    l3 = {"backend": "sqlite", "path": str(tmp_path / "l3.db"), "shared": True} \
+        if backend == "sqlite" else {"backend": "redis", "url": request.getfixturevalue(
+            "redis_url"), "options": {"prefix": f"keyv{next(_prefixes)}-{time.monotonic_ns()}"}}
+    with mmcache.TieredCache({"l3": l3}) as first:
+        monkeypatch.setattr(mmcache.keys, "KEY_VERSION", "k-other")
+        with mmcache.TieredCache({"l3": l3}) as other:
+            assert [e.code for e in other.events()] == ["MM-KEY-VERSION"]
+            assert other.metrics.snapshot().failure_events == {("MM-KEY-VERSION", "l3"): 1}
+        assert first.events() == []
 
 
 def test_a_redis_store_of_another_key_layout_is_refused(redis_url) -> None:
     prefix = f"layout{next(_prefixes)}-{time.monotonic_ns()}"
     redis.Redis.from_url(redis_url).set(f"{prefix}:fact:layout", "1")
-    with pytest.raises(StorageError, match="key layout '1'"):
+    seen = []
+    with pytest.raises(StorageError, match="key layout '1'") as refused:
         mmcache.TieredCache({"l3": {"backend": "redis", "url": redis_url,
-                                    "options": {"prefix": prefix}}})
+                                    "options": {"prefix": prefix}}}, on_event=seen.append)
+    assert refused.value.code == "MM-SCHEMA-VERSION"  # a failure event, with its code
+    assert [(e.code, e.tier) for e in seen] == [("MM-SCHEMA-VERSION", "l3")]
