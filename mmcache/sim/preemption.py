@@ -12,7 +12,9 @@ channel moving ``bandwidth_gbps`` × 10⁹ bytes/s; the tier's ``lookup_us`` is 
 foreground read from it (capacity, policy and match rule are not used). A channel is a fluid
 server: at every moment it gives a rate to the oldest foreground transfer and to the oldest
 background transfer waiting on it (each class first come, first served), the two rates summing
-to at most its bandwidth; the scheduler sets the split.
+to at most its bandwidth; on the channel that carries background I/O (``source``) the scheduler
+sets the split, every other channel serves its foreground reads first come first served at its
+full bandwidth (no quota is set on a channel nothing competes for).
 
 Foreground. Lookups arrive as a Poisson process (``lookups_per_s``); each reads ``read_bytes``
 from a tier drawn from ``tier_shares`` (the hits' tier mix: misses go to model inference and
@@ -328,10 +330,11 @@ class _Transfer:
 
 
 class _Channel:
-    """A channel's two FIFO queues (foreground, background), the rates their heads get now and
-    whether its background is frozen."""
+    """A channel's two FIFO queues (foreground, background), the rates their heads get now,
+    whether it carries background I/O and whether its background is frozen."""
 
-    def __init__(self, tier: TierSpec) -> None:
+    def __init__(self, tier: TierSpec, shared: bool) -> None:
+        self.shared = shared  # carries background I/O: the scheduler splits it
         self.bytes_per_ms = _bytes_per_s(tier) / 1e3
         self.lookup_ms = tier.lookup_us / 1e3
         self.queues: tuple[deque[_Transfer], deque[_Transfer]] = (deque(), deque())
@@ -361,7 +364,8 @@ class _Channel:
         """New rates from ``scheduler``; the time of the next completion and its class."""
         fg, bg = self.queues
         fg_first = bool(fg) and (not bg or fg[0].arrival_ms <= bg[0].arrival_ms)
-        shares = scheduler.shares(bool(fg), bool(bg), fg_first, self.frozen)
+        shares = (scheduler.shares(bool(fg), bool(bg), fg_first, self.frozen) if self.shared
+                  else (1.0 if fg else 0.0, 0.0))
         self.rates = (shares[0] * self.bytes_per_ms, shares[1] * self.bytes_per_ms)
         self.version += 1
         finishes = [(self.clock + max(0.0, q[0].remaining) / r, cls)
@@ -419,7 +423,7 @@ def simulate(traffic: Traffic, scheduler: Scheduler,
     arrivals = draw_arrivals(traffic, channels) if arrivals is None else arrivals
     arrivals.check(horizon, len(channels))
     src, dst = index[traffic.source], index[traffic.target]
-    chans = [_Channel(t) for t in channels]
+    chans = [_Channel(t, k == src) for k, t in enumerate(channels)]
     n = len(arrivals.lookup_ms)
     latency, served = np.full(n, np.nan), np.full(n, -1, np.int64)
     prefetch_of = np.full(n, -1, np.int64)  # the prefetch id predicting each lookup
@@ -486,7 +490,7 @@ def simulate(traffic: Traffic, scheduler: Scheduler,
             ch.advance(now)
             ch.queues[FOREGROUND].append(_Transfer("lookup", a, now, traffic.read_bytes))
             served[a] = c
-            if scheduler.rule == "threshold":
+            if scheduler.rule == "threshold" and ch.shared:
                 push(now + max(0.0, scheduler.threshold_ms - ch.lookup_ms), _LATE, c, a)
             update(c)
         elif kind == _ISSUE:

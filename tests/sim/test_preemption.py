@@ -90,6 +90,11 @@ def test_hard_and_work_conserving_quotas():
     assert wc.preload_bytes == 3_000_000  # idle shares lent: 5e6 bytes done by 5.0 ms
     assert simulate(tiny(duration_s=0.0049), lent, CHANNELS,
                     arrivals=PRELOAD_THEN_READS).preload_bytes == 0
+    # a channel that carries no background I/O has no quota: a read on B at full bandwidth
+    on_b = Arrivals(np.array([1.0]), np.array([1]), np.array([np.nan]), np.array([]),
+                    np.array([0.0]))
+    np.testing.assert_allclose(simulate(tiny(), fixed_quotas(0.7), CHANNELS,
+                                        arrivals=on_b).latency_ms, [1e-3])
 
 
 def test_quotas_split_the_channel_as_stated():
