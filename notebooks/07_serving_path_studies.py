@@ -12,9 +12,9 @@
 # ---
 
 # %% [markdown]
-# # 07 · Serving-path studies: cache invalidation as an MDP, KV-cache allocation
+# # 07 · Serving-path studies: cache invalidation as an MDP, KV-cache allocation, tier preemption
 #
-# Two models of decisions on a serving path (issue 30). **Both are models with stated
+# Three models of decisions on a serving path (issue 30). **All are models with stated
 # parameters, not measurements**: nothing here runs a live cache or a GPU. Measuring them on a
 # live cache is a later step of the issue.
 #
@@ -40,6 +40,14 @@
 #   all-MiniLM-L6-v2's tokenizer (a stand-in for an LLM's), bytes per token **assumed**:
 #   Llama-3-8B's KV shape in fp16 (`LLAMA3_8B_SHAPE`, 128 KiB per token). No GPU allocates
 #   anything: slots are counted.
+# * **`preemption`** — foreground lookups and background I/O (preloads, prefetches) sharing the
+#   channels of CacheBench-MM's three tiers (GPU memory over HBM, CPU DRAM over PCIe, NVMe, at
+#   their nominal assumed bandwidths), a discrete-event model (`mmcache.sim.preemption`, whose
+#   docstring states it): no preemption (one FIFO per channel), seed 002 §4.2's fixed quotas
+#   (foreground 70 %, background 30 %) and its threshold preemption (background frozen while a
+#   lookup's end-to-end latency passes 8 ms, resumed below `PREEMPT_RESUME_MS`), swept over the
+#   offered load of the NVMe channel from light to past saturation. Sizes, rates, tier mix and
+#   prefetch accuracy are stated parameters, not measurements.
 
 # %% tags=["parameters"]
 NOTEBOOK = "07_serving_path_studies"  # this notebook: metrics go to runs/<NOTEBOOK>[-smoke]/
@@ -69,6 +77,20 @@ COSTS_AFTER = {"backend_ms": 400.0, "blocked_wait_ms": 150.0}  # and the backend
 KV_CONVERSATIONS = 1000
 KV_TOKENIZER = "minilm"
 KV_MAX_TURNS = 20  # the figure's turns
+# preemption: the offered work (mmcache.sim.preemption.Traffic; assumptions, not measured)
+PREEMPT_DURATION_S = 10.0  # the horizon of each run (simulated seconds)
+PREEMPT_LOADS = [0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4]  # offered load, NVMe channel
+PREEMPT_TRAFFIC = {
+    "tier_shares": {"L1-gpu": 0.3, "L2-cpu": 0.3, "L3-nvme": 0.4},  # where lookups read
+    "read_bytes": 2 * 2 ** 20,  # one lookup's value (a KV chunk / a cached answer)
+    "preload_per_s": 50.0, "preload_bytes": 8 * 2 ** 20,  # bulk warm-up from NVMe
+    "prefetch_share": 0.5,  # share of NVMe lookups a prefetch is issued for ahead of time
+    "prefetch_precision": 0.5,  # share of issued prefetches whose item is then read
+    "lead_ms": 20.0,  # mean time between a prefetch and the read it predicts
+    "source": "L3-nvme", "target": "L1-gpu"}
+PREEMPT_QUOTA = 0.7  # the seed's foreground share of the channel (background: the rest)
+PREEMPT_THRESHOLD_MS = 8.0  # the seed's end-to-end latency that freezes background I/O
+PREEMPT_RESUME_MS = 4.0  # the hysteresis: resume once the oldest waiting lookup is younger
 
 # %%
 from dataclasses import asdict, replace
@@ -81,16 +103,23 @@ from IPython.display import display
 
 from mmcache.lab.plotting import save_figure
 from mmcache.lab.runbook import write_metrics
+from mmcache.metrics import FAILURE_CODES, failure_table
 from mmcache.sim.invalidation_mdp import CostParams
 from mmcache.sim.invalidation_replay import (KeyClass, Phase, compare_policies, policy_names,
                                              replay)
 from mmcache.sim.kv_allocation import (DEFAULT_BYTES_PER_TOKEN, DEFAULT_STRATEGIES,
                                        LLAMA3_8B_SHAPE, compare, per_turn, sharegpt_turn_tokens)
+from mmcache.sim.preemption import DEFAULT_CHANNELS, Traffic, fixed_quotas, no_preemption
+from mmcache.sim.preemption import sweep as sweep_preemption
+from mmcache.sim.preemption import threshold_preemption
+from mmcache.studies.failure_codes import FAULTS, SKEW_S, events_frame, inject, mine, summary
 
 if SMOKE:
     DURATION_S, SHIFT_S = 240.0, 120.0
     WINDOWS_S = [30.0, 60.0]
     KV_CONVERSATIONS = 50
+    PREEMPT_DURATION_S = 1.0
+    PREEMPT_LOADS = [0.3, 0.8, 1.1, 1.4]
 
 PHASE_NAMES = ["before", "after"]
 REPLAY = dict(window_s=WINDOW_S, resolve_every_s=RESOLVE_EVERY_S, discount=DISCOUNT,
@@ -209,6 +238,97 @@ ax2.set(xlabel="", ylabel="wasted MiB (mean over turns)",
 fig.suptitle(f"KV-cache allocation over {len(conversations)} ShareGPT conversations (a model)")
 save_figure(fig, "07_kv_allocation", kv_provenance)
 
+# %% [markdown]
+# ## `preemption`: foreground lookups against background I/O on the tiers' channels
+#
+# Per scheduler and offered load (bytes per second offered to the NVMe channel ÷ its bandwidth,
+# counting every NVMe lookup, prefetch and preload; the lookup rate is set to reach it, the
+# preloads stay fixed): foreground p50/p99 end-to-end latency over every lookup, background
+# bytes completed inside the horizon (and their share of those offered), prefetch usefulness
+# (prefetches completed before the read they predict ÷ prefetches issued), hits gained (those
+# reads served from GPU memory instead of NVMe ÷ lookups) and the share of the horizon the NVMe
+# channel's background was frozen. Past saturation a queue grows for the whole horizon, so
+# latencies there depend on `PREEMPT_DURATION_S`. Every scheduler at a load sees the same
+# arrivals.
+
+# %%
+preempt_traffic = Traffic(**PREEMPT_TRAFFIC, duration_s=PREEMPT_DURATION_S, seed=SEED)
+schedulers = (no_preemption(), fixed_quotas(PREEMPT_QUOTA),
+              threshold_preemption(PREEMPT_THRESHOLD_MS, PREEMPT_RESUME_MS))
+preempt = pd.DataFrame(sweep_preemption(preempt_traffic, PREEMPT_LOADS, schedulers))
+preempt = preempt.assign(background_gib=preempt.background_bytes / 2 ** 30)
+display(preempt.pivot_table(index="load", columns="scheduler", values=[
+    "fg_p50_ms", "fg_p99_ms", "background_completed_share", "prefetch_usefulness",
+    "hits_gained", "frozen_share"]).round(3))
+
+# %%
+preempt_provenance = {
+    "model": "mmcache.sim.preemption: a discrete-event model, stated parameters (not measured)",
+    "traffic": {k: v for k, v in preempt_traffic.describe().items() if k != "lookups_per_s"},
+    "channels": {c.name: {"bandwidth_gbps": c.bandwidth_gbps, "lookup_us": c.lookup_us}
+                 for c in DEFAULT_CHANNELS},
+    "schedulers": [asdict(s) for s in schedulers], "loads": PREEMPT_LOADS, "smoke": SMOKE}
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+for ax, (column, label) in zip(axes, [
+        ("fg_p99_ms", "foreground p99 (ms)"),
+        ("background_completed_share", "background bytes completed / offered"),
+        ("prefetch_usefulness", "useful prefetches / issued")]):
+    sns.lineplot(preempt, x="load", y=column, hue="scheduler", marker="o", ax=ax)
+    ax.set(xlabel="offered load of the NVMe channel", ylabel=label)
+    ax.axvline(1.0, c="grey", lw=0.8, ls=":")
+axes[0].axhline(PREEMPT_THRESHOLD_MS, c="k", lw=0.8, ls="--")
+axes[0].set(yscale="log", title=f"Foreground p99 ({PREEMPT_THRESHOLD_MS:g} ms: the threshold)")
+axes[1].set(title="Background work completed")
+axes[2].set(title="Prefetch usefulness")
+for ax in axes[1:]:
+    ax.get_legend().remove()
+fig.suptitle("Tier preemption under load (a model with stated parameters, not measured)")
+save_figure(fig, "07_preemption", preempt_provenance)
+
+# %% [markdown]
+# ## `failure_codes`: mismatches between processes sharing a store, as failure events
+#
+# Unlike the models above, this section runs live caches. The cache emits a failure event
+# with a stable code for each mismatch it can detect between
+# processes sharing one store (`mmcache.metrics.FAILURE_CODES` holds each code's cause and fix;
+# seed 001 §2.5 mines warm-up failure logs by such codes). Each fault is injected across **two
+# real processes**: process A is this kernel, process B one worker started with `spawn`, both
+# over one fresh shared SQLite store per fault (`mmcache.studies.failure_codes`). B plays
+# another deployment by patching, for its step only, what another mmcache version or host would
+# differ in: another exact-key version, another text encoder, a newer SQLite schema, a value type
+# tag A's serializer does not know, a clock `SKEW_S` seconds ahead. The `clean` run injects
+# nothing and must raise no event. A refused open (another encoder, another schema) leaves no
+# cache behind, so its event is seen through `on_event` and the error's `code`, not in counters.
+# The counts are those of this controlled injection (one fault per run), not rates of a
+# deployment.
+
+# %%
+fault_sides = inject(list(FAULTS))
+fault_events = events_frame(fault_sides)
+mined = mine(fault_sides)
+display(fault_events[["fault", "process", "open", "code", "tier", "detail"]])
+display(mined[["count", "faults", "processes", "cause"]])
+display(failure_table())
+
+# %%
+failure_provenance = {"model": "mmcache.studies.failure_codes: faults injected across two "
+                               "processes (this kernel and one spawned worker), one shared "
+                               "SQLite store per fault",
+                      "faults": {f: code for f, (code, _) in FAULTS.items()}, "skew_s": SKEW_S,
+                      "smoke": SMOKE}
+fig, ax = plt.subplots(figsize=(8, 3.2))
+detected = fault_events.assign(where="process " + fault_events.process + fault_events.open.map(
+    {"opened": ", cache opened", "refused": ", open refused"}))
+sns.countplot(detected, y="code", hue="where", order=list(FAILURE_CODES), ax=ax)
+ax.xaxis.get_major_locator().set_params(integer=True)
+ax.set(xlabel="failure events (each fault injected once; clean run: none)", ylabel="",
+       title="Failure events by code, and where they were detected (two processes)")
+ax.legend(title="detected in", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+save_figure(fig, "07_failure_codes", failure_provenance)
+
+# %% [markdown]
+# ## Metrics
+
 # %%
 FIXED = ("preload", "block", "bypass")
 
@@ -250,58 +370,17 @@ kv_metrics = {
         "reallocations_per_turn", "copied_tokens_per_turn", "copied_mib_per_turn",
         "first_turn_reserved")} for r in kv.to_dict("records")},
 }
-write_metrics({"smoke": SMOKE, "mdp": mdp_metrics, "kv_allocation": kv_metrics}, NOTEBOOK, SMOKE)
-
-# %% [markdown]
-# ## `failure_codes`: mismatches between processes sharing a store, as failure events
-#
-# Unlike the two models above, this section runs live caches. The cache emits a failure event
-# with a stable code for each mismatch it can detect between
-# processes sharing one store (`mmcache.metrics.FAILURE_CODES` holds each code's cause and fix;
-# seed 001 §2.5 mines warm-up failure logs by such codes). Each fault is injected across **two
-# real processes**: process A is this kernel, process B one worker started with `spawn`, both
-# over one fresh shared SQLite store per fault (`mmcache.studies.failure_codes`). B plays
-# another deployment by patching, for its step only, what another mmcache version or host would
-# differ in: another exact-key version, another text encoder, a newer SQLite schema, a value type
-# tag A's serializer does not know, a clock `SKEW_S` seconds ahead. The `clean` run injects
-# nothing and must raise no event. A refused open (another encoder, another schema) leaves no
-# cache behind, so its event is seen through `on_event` and the error's `code`, not in counters.
-# The counts are those of this controlled injection (one fault per run), not rates of a
-# deployment.
-
-# %%
-import json
-
-from mmcache.lab.runbook import run_dir
-from mmcache.metrics import FAILURE_CODES, failure_table
-from mmcache.studies.failure_codes import FAULTS, SKEW_S, events_frame, inject, mine, summary
-
-fault_sides = inject(list(FAULTS))
-fault_events = events_frame(fault_sides)
-mined = mine(fault_sides)
-display(fault_events[["fault", "process", "open", "code", "tier", "detail"]])
-display(mined[["count", "faults", "processes", "cause"]])
-display(failure_table())
-
-# %%
-failure_provenance = {"model": "mmcache.studies.failure_codes: faults injected across two "
-                               "processes (this kernel and one spawned worker), one shared "
-                               "SQLite store per fault",
-                      "faults": {f: code for f, (code, _) in FAULTS.items()}, "skew_s": SKEW_S,
-                      "smoke": SMOKE}
-fig, ax = plt.subplots(figsize=(8, 3.2))
-detected = fault_events.assign(where="process " + fault_events.process + fault_events.open.map(
-    {"opened": ", cache opened", "refused": ", open refused"}))
-sns.countplot(detected, y="code", hue="where", order=list(FAILURE_CODES), ax=ax)
-ax.xaxis.get_major_locator().set_params(integer=True)
-ax.set(xlabel="failure events (each fault injected once; clean run: none)", ylabel="",
-       title="Failure events by code, and where they were detected (two processes)")
-ax.legend(title="detected in", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-save_figure(fig, "07_failure_codes", failure_provenance)
-
-# %%
+PREEMPT_COLUMNS = ("lookups_per_s", "fg_p50_ms", "fg_p99_ms", "fg_mean_ms", "background_bytes",
+                   "background_completed_share", "prefetch_issued", "prefetch_useful",
+                   "prefetch_usefulness", "hits_gained", "frozen_share")
+preemption_metrics = {
+    "model": "discrete-event model with stated parameters (not measured)",
+    "parameters": preempt_provenance,
+    "loads": PREEMPT_LOADS,
+    "schedulers": {name: {c: rows.sort_values("load")[c].tolist() for c in PREEMPT_COLUMNS}
+                   for name, rows in preempt.groupby("scheduler")},
+}
 failure_metrics = {"how": failure_provenance["model"], "skew_s": SKEW_S, **summary(fault_sides)}
-# the sections above wrote metrics.json; this one adds its key to it
-metrics_file = run_dir(NOTEBOOK, SMOKE) / "metrics.json"
-write_metrics({**json.loads(metrics_file.read_text()), "failure_codes": failure_metrics},
+write_metrics({"smoke": SMOKE, "mdp": mdp_metrics, "kv_allocation": kv_metrics,
+               "preemption": preemption_metrics, "failure_codes": failure_metrics},
               NOTEBOOK, SMOKE)

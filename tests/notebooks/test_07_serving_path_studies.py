@@ -1,5 +1,6 @@
 """Notebook 07 in smoke mode: the invalidation MDP's policies against the oracle (exact regret,
-before and after the load shift) and KV-cache allocation over ShareGPT conversations."""
+before and after the load shift), KV-cache allocation over ShareGPT conversations and tier
+preemption (foreground lookups against background I/O on the tiers' channels) under load."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ STATES = {"HIT", "STALE", "MISS_LOADING", "MISS_FAILED"}
 STRATEGIES = {"fixed-256", "geometric-x1.3", "aligned-64", "paged-16"}
 # value_iteration's bound: an exact regret is never below -(1 - γ)·γ·tol/2 (tol 1e-6)
 REGRET_FLOOR = -1e-9
+SCHEDULERS = {"none", "quotas", "threshold"}
+PREEMPT_KEYS = {"lookups_per_s", "fg_p50_ms", "fg_p99_ms", "fg_mean_ms", "background_bytes",
+                "background_completed_share", "prefetch_issued", "prefetch_useful",
+                "prefetch_usefulness", "hits_gained", "frozen_share"}
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +28,7 @@ def metrics(smoke_metrics):
 
 def test_keys_are_present(metrics):
     assert metrics["smoke"] is True
-    assert {"mdp", "kv_allocation"} <= set(metrics)
+    assert {"mdp", "kv_allocation", "preemption"} <= set(metrics)
     mdp = metrics["mdp"]
     assert "not measured" in mdp["model"]
     assert set(mdp["classes"]) == {"hot", "volatile"}
@@ -113,3 +118,51 @@ def test_each_injected_fault_raises_its_code_and_the_clean_run_none(metrics):
         else:
             assert run["refused"][where] == code, fault
     assert failures["events"] == len(FAILURE_CODES)
+
+
+def test_preemption_keys_and_ranges(metrics):
+    pre = metrics["preemption"]
+    assert "not measured" in pre["model"]
+    loads = pre["loads"]
+    assert loads == sorted(loads) and loads[0] < 1 < loads[-1]  # light to past saturation
+    assert set(pre["schedulers"]) == SCHEDULERS
+    params = pre["parameters"]
+    assert {s["name"]: s["rule"] for s in params["schedulers"]} == {
+        "none": "fifo", "quotas": "quotas", "threshold": "threshold"}
+    by_name = {s["name"]: s for s in params["schedulers"]}
+    assert by_name["quotas"]["foreground_share"] == 0.7  # the seed's parameters
+    assert by_name["threshold"]["threshold_ms"] == 8.0
+    for name, by_key in pre["schedulers"].items():
+        assert set(by_key) == PREEMPT_KEYS, name
+        assert all(len(v) == len(loads) for v in by_key.values()), name
+        assert by_key["lookups_per_s"] == sorted(by_key["lookups_per_s"]), name
+        for p50, p99 in zip(by_key["fg_p50_ms"], by_key["fg_p99_ms"]):
+            assert 0 < p50 <= p99, name
+        for key in ("background_completed_share", "prefetch_usefulness", "hits_gained",
+                    "frozen_share"):
+            assert all(0 <= v <= 1 for v in by_key[key]), (name, key)
+    assert set(pre["schedulers"]["none"]["frozen_share"]) == {0.0}
+    assert set(pre["schedulers"]["quotas"]["frozen_share"]) == {0.0}
+
+
+def test_load_raises_the_tail_and_threshold_preemption_protects_it(metrics):
+    s = metrics["preemption"]["schedulers"]
+    none, quotas, threshold = s["none"], s["quotas"], s["threshold"]
+    # no preemption: p99 non-decreasing in load (10 % slack for the draws at close loads), and
+    # past saturation far above the light-load tail and the 8 ms threshold
+    p99 = none["fg_p99_ms"]
+    assert all(b >= 0.9 * a for a, b in zip(p99, p99[1:])), p99
+    assert p99[-1] > 5 * p99[0] and p99[-1] > 8.0
+    # at the highest load the threshold keeps the foreground tail below no preemption's, by
+    # freezing background: it completes no more background work and is frozen part of the time
+    assert threshold["fg_p99_ms"][-1] <= none["fg_p99_ms"][-1] / 2
+    assert threshold["background_bytes"][-1] <= none["background_bytes"][-1]
+    assert threshold["frozen_share"][-1] > 0
+    # at the lightest load nothing is late: threshold behaves exactly as no preemption
+    assert threshold["frozen_share"][0] == 0.0
+    assert threshold["fg_p99_ms"][0] == none["fg_p99_ms"][0]
+    # the hard 30 % background quota completes less background work than FIFO at every load
+    # past the lightest, and its prefetches arrive late more often
+    for k in range(1, len(metrics["preemption"]["loads"])):
+        assert quotas["background_bytes"][k] <= none["background_bytes"][k], k
+    assert quotas["prefetch_usefulness"][1] < none["prefetch_usefulness"][1]
