@@ -155,10 +155,7 @@ def test_the_ab_claims_numbers_are_in_range(metrics):
     for arm, row in arms.items():
         assert all(0 < h < 1 for h in row["hit_rate"]), arm
         assert all(p > 0 for p in row["p99_ms"]), arm
-        assert all(q > 0 for q in row["qps"]), arm
-        # the doorkeeper stores fewer answers: it cannot hit more under the same policy
-    for a, b in (("A: lru", "lru + bloom"), ("lru-k(2)", "B: lru-k(2) + bloom")):
-        assert all(x >= y for x, y in zip(arms[a]["hit_rate"], arms[b]["hit_rate"])), (a, b)
+        assert row["qps"] == arms["A: lru"]["qps"], arm  # one stream per seed for every arm
     hit_a, hit_b = arms["A: lru"]["hit_rate"], arms["B: lru-k(2) + bloom"]["hit_rate"]
     assert ab["samples"] == pytest.approx([100 * (b - a) for a, b in zip(hit_a, hit_b)])
     p99_a, p99_b = arms["A: lru"]["p99_ms"], arms["B: lru-k(2) + bloom"]["p99_ms"]
