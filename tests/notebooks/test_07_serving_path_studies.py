@@ -1,9 +1,11 @@
 """Notebook 07 in smoke mode: the invalidation MDP's policies against the oracle (exact regret,
-before and after the load shift), KV-cache allocation over ShareGPT conversations and tier
-preemption (foreground lookups against background I/O on the tiers' channels) under load."""
+before and after the load shift), KV-cache allocation over ShareGPT conversations, tier
+preemption (foreground lookups against background I/O on the tiers' channels) under load,
+failure codes across two processes and the seeds' claims re-tested."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.notebook
@@ -166,3 +168,71 @@ def test_load_raises_the_tail_and_threshold_preemption_protects_it(metrics):
     for k in range(1, len(metrics["preemption"]["loads"])):
         assert quotas["background_bytes"][k] <= none["background_bytes"][k], k
     assert quotas["prefetch_usefulness"][1] < none["prefetch_usefulness"][1]
+
+
+SEED_CLAIM_VERDICTS = {"reproduced", "not reproduced", "inconclusive", "not testable here"}
+AB_ARMS = {"A: lru", "lru-k(2)", "lru + bloom", "B: lru-k(2) + bloom"}
+
+
+def test_every_seed_claim_has_a_verdict_and_an_interval(metrics):
+    claims = metrics["seed_claims"]["claims"]
+    assert {"ab_hit_rate", "ab_p99", "prefetch_gain", "scheduler_hit_rate", "scheduler_latency",
+            "kv_fixed_256", "kv_geometric", "kv_geometric_first_turn"} <= set(claims)
+    for cid, c in claims.items():
+        assert c["verdict"] in SEED_CLAIM_VERDICTS, cid
+        assert c["seed"] and c["claim"] and c["how"] and c["statement"], cid
+        if c["verdict"] == "not testable here":
+            assert c["not_testable"] and c["measured"] is None and c["interval"] is None, cid
+            continue
+        low, high = c["interval"]
+        assert low <= c["measured"] <= high and c["criterion"], cid
+        assert c["seed_value"] is not None, cid
+        assert c["statement"].startswith(c["verdict"]), cid
+    seeds = metrics["seed_claims"]["seeds"]
+    assert len(seeds) >= 3
+    for cid in ("ab_hit_rate", "ab_p99", "prefetch_gain", "scheduler_hit_rate"):
+        assert len(claims[cid]["samples"]) == len(seeds), cid  # one sample per seed
+    assert claims["scheduler_latency"]["verdict"] == "not testable here"
+    assert claims["kv_geometric_first_turn"]["verdict"] == "not testable here"
+    # a necessary condition can refute the scheduler's claim, never reproduce it
+    assert claims["scheduler_hit_rate"]["verdict"] != "reproduced"
+
+
+def test_the_ab_claims_numbers_are_in_range(metrics):
+    claims = metrics["seed_claims"]["claims"]
+    ab, p99 = claims["ab_hit_rate"], claims["ab_p99"]
+    assert ab["seed_value"] == pytest.approx(17.3) and p99["seed_value"] == pytest.approx(-41.12,
+                                                                                           abs=0.01)
+    arms = ab["details"]["arms"]
+    assert set(arms) == AB_ARMS
+    for arm, row in arms.items():
+        assert all(0 < h < 1 for h in row["hit_rate"]), arm
+        assert all(p > 0 for p in row["p99_ms"]), arm
+        assert row["qps"] == arms["A: lru"]["qps"], arm  # one stream per seed for every arm
+    hit_a, hit_b = arms["A: lru"]["hit_rate"], arms["B: lru-k(2) + bloom"]["hit_rate"]
+    assert ab["samples"] == pytest.approx([100 * (b - a) for a, b in zip(hit_a, hit_b)])
+    p99_a, p99_b = arms["A: lru"]["p99_ms"], arms["B: lru-k(2) + bloom"]["p99_ms"]
+    assert p99["samples"] == pytest.approx([100 * (b / a - 1) for a, b in zip(p99_a, p99_b)])
+    assert all(-100 < s for s in p99["samples"])
+    pf = claims["prefetch_gain"]
+    assert all(0 < h < 1 for h in pf["details"]["hit_ratio_off"])
+    assert pf["samples"] == pytest.approx([100 * (on / off - 1) for on, off in zip(
+        pf["details"]["hit_ratio_on"], pf["details"]["hit_ratio_off"])])
+    sched = claims["scheduler_hit_rate"]
+    assert all(0 < h < 100 for h in sched["samples"])
+    # loosening the threshold never lowers the hit rate of the same stream much
+    assert sched["measured"] >= np.mean(sched["details"]["base_hit_rate_pct"]) - 1
+
+
+def test_the_kv_claims_measure_what_kv_allocation_gives(metrics):
+    claims, kv = metrics["seed_claims"]["claims"], metrics["kv_allocation"]["strategies"]
+    assert metrics["seed_claims"]["kv_conversations"] == metrics["kv_allocation"]["conversations"]
+    for cid, strategy, seed_value in (("kv_fixed_256", "fixed-256", 22.0),
+                                      ("kv_geometric", "geometric-x1.3", 8.4)):
+        c = claims[cid]
+        assert c["seed_value"] == seed_value and c["details"]["strategy"] == strategy
+        assert c["measured"] == pytest.approx(100 * kv[strategy]["fragmentation_mean"]), cid
+        assert c["interval"] == [c["measured"], c["measured"]]  # deterministic: one number
+        low, high = 0.75 * seed_value, 1.25 * seed_value
+        inside = low <= c["measured"] <= high
+        assert c["verdict"] == ("reproduced" if inside else "not reproduced"), cid
