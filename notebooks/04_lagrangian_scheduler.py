@@ -35,7 +35,9 @@
 # **Workload** (`mmcache.sim.workload.generate`, synthetic vectors and timing): Zipf intents asked
 # through text / image / speech variants, a share of two-modality queries, novel queries,
 # sessions, bursts; one popularity reshuffle half-way (`drift_period` = half the stream) and a
-# load shift half-way (`shift_load`: offered load `LOAD_BEFORE` → `LOAD_AFTER`).
+# load shift half-way (`shift_load`: offered load `LOAD_BEFORE` → `LOAD_AFTER`, arrival rate ÷
+# the servers' capacity as if nothing hit; the backend load, what reaches the servers, is printed
+# for the strictest and loosest settings in the first pass).
 # **Latency model**: `LatencyModel.measured(servers=SERVERS)` — encoders and tier lookups
 # measured on this machine (`mmcache/resources/latency_profile.json`), model inference a labelled
 # **assumption** (`ASSUMED_INFERENCE`, medians 400 / 700 / 1000 ms), misses queue FCFS for a
@@ -94,7 +96,7 @@ import seaborn as sns
 from IPython.display import Markdown, display
 
 from mmcache.sim.latency import LatencyModel
-from mmcache.sim.cachebench import three_tier
+from mmcache.sim.cachebench import backend_load, three_tier
 from mmcache.lab.plotting import save_figure
 from mmcache.lab.runbook import write_metrics
 from mmcache.scheduler import replay_table
@@ -168,6 +170,15 @@ ordered = static.sort_values("hit_rate")
 LAM_MAX = round(float(2 * (ordered.error_rate.diff() / ordered.hit_rate.diff()).max() / SCALE), 1)
 print(f"hit-rate target: {TARGET}; objective_scale {SCALE:.3f}; lam_max {LAM_MAX}; mean latency "
       f"falls as the hit rate rises over the held settings: {LATENCY_FALLS_WITH_HITS}")
+# The load that reaches the inference servers (arrival rate × miss rate × the misses' mean
+# inference time ÷ servers; mmcache.sim.cachebench.backend_load) in each half, under the
+# strictest and the loosest setting held (the semantic tier's threshold moved by the offset).
+HALF = len(first) // 2
+BACKEND_LOAD = {f"{d:+g}": [backend_load(first, three_tier(
+    int(first.size.sum() * CAPACITY_SHARE), threshold=0.85 - d), latency, **part)
+    for part in ({"stop": HALF}, {"start": HALF})] for d in (OFFSETS[0], OFFSETS[-1])}
+print(f"offered load {LOAD_BEFORE} -> {LOAD_AFTER}; backend load " + "; ".join(
+    f"offset {d}: {b:.2f} -> {a:.2f}" for d, (b, a) in BACKEND_LOAD.items()))
 static[["delta_offset", "hit_rate", "error_rate", "mean_latency_ms", "p99_latency_ms",
         "window_hit_rate_sd", "judged_sd"]]
 
@@ -579,6 +590,8 @@ metrics = {
     "window_hit_rate_sd_held": float(static.window_hit_rate_sd.mean()),
     "seed_target_reachable": REACHES_92,
     "latency_falls_with_hits": LATENCY_FALLS_WITH_HITS,
+    "load": {"offered": [LOAD_BEFORE, LOAD_AFTER], "backend_by_offset": BACKEND_LOAD,
+             "seed": TUNE_SEED},
     "quality_bars": {k: bool(v) for k, v in BARS.items()},
     "provenance": provenance,
 }

@@ -91,3 +91,14 @@ def test_the_needed_lambda_is_recorded_per_seed_and_phase(metrics):
     low, high = needed["range"]
     assert 0 <= low <= high and needed["slope_range"][0] > 0
     assert {"kp", "ki"} <= set(metrics["gains"]["PI-aim"])
+
+
+def test_the_study_says_at_which_backend_load_it_runs(metrics):
+    """Only misses reach the inference servers: in each half the backend load is below the
+    offered load, rises with it at the shift, and is lower under the looser setting (more hits)."""
+    load = metrics["load"]
+    before, after = load["offered"]
+    strict, loose = (load["backend_by_offset"][k] for k in ("-0.1", "+0.1"))
+    for b, a in (strict, loose):
+        assert 0.0 < b < before and 0.0 < a < after and a > b
+    assert loose[0] < strict[0] and loose[1] < strict[1]

@@ -61,3 +61,15 @@ def test_fitted_on_the_v2_latency_model_at_two_loads(metrics):
     check = metrics["fit_at_check_load"]
     assert check["load"] > data["load"] and check["n_points"] > 4
     assert check["alpha"] >= 0 and check["beta"] >= 0 and check["gamma"] >= 0 and check["r2"] <= 1
+
+
+def test_the_sweeps_say_at_which_backend_load_they_run(metrics):
+    """Only misses reach the inference servers: every configuration's backend load is positive
+    and below the offered load; the check sweep's arrivals are faster, so its servers run hotter
+    for the same configurations (lru at the first threshold is in both)."""
+    data, check = metrics["data"], metrics["fit_at_check_load"]
+    low, high = data["backend_load_range"]
+    check_low, check_high = check["backend_load_range"]
+    assert 0.0 < low <= high < data["load"]
+    assert 0.0 < check_low <= check_high < check["load"]
+    assert check_high > high * data["load"] / check["load"]

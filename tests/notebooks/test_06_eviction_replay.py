@@ -116,21 +116,31 @@ def _by_trace_and_size(rows):
     return groups
 
 
-def test_latency_depends_on_load(metrics):
-    """load_sweep: the tail and SLA violations rise with the offered load; hits do not move."""
-    sweep = sorted(metrics["load_sweep"], key=lambda r: r["load"])
+def test_latency_depends_on_the_backend_load(metrics):
+    """load_sweep: over backend loads (the load that reaches the inference servers) from light to
+    past saturation, queueing takes the tail; hits do not move."""
+    sweep = sorted(metrics["load_sweep"], key=lambda r: r["backend_load"])
     assert len(sweep) >= 3
+    assert sweep[0]["backend_load"] <= 0.3 and sweep[-1]["backend_load"] >= 1.0
     for r in sweep:
-        assert set(r) >= {"load", "p50_ms", "p95_ms", "p99_ms", "sla_violation_rate",
-                          "miss_rate"}
+        assert set(r) >= {"backend_load", "offered_load", "arrival_per_s", "p50_ms", "p95_ms",
+                          "p99_ms", "sla_violation_rate", "miss_rate", "utilisation"}
         assert r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"]
         assert 0.0 <= r["sla_violation_rate"] <= 1.0
-    assert sweep[-1]["sla_violation_rate"] > sweep[0]["sla_violation_rate"]
-    assert sweep[-1]["p99_ms"] > 2 * sweep[0]["p99_ms"]
-    assert all(r["mean_wait_ms"] <= s["mean_wait_ms"] for r, s in zip(sweep, sweep[1:]))
+        assert r["queue_backend_load"] == pytest.approx(r["backend_load"])
+        # only misses reach the servers: the offered load is the backend load ÷ the miss share
+        assert r["offered_load"] > r["backend_load"]
+        if r["backend_load"] < 1:
+            assert r["utilisation"] == pytest.approx(r["backend_load"], rel=0.1)
+    assert sweep[-1]["sla_violation_rate"] >= sweep[0]["sla_violation_rate"]
+    assert sweep[-1]["p99_ms"] > 2 * sweep[0]["p99_ms"]  # queueing takes the tail
+    assert all(r["mean_wait_ms"] < s["mean_wait_ms"] for r, s in zip(sweep, sweep[1:]))
+    assert all(r["p99_ms"] <= s["p99_ms"] for r, s in zip(sweep, sweep[1:]))
     assert len({round(r["miss_rate"], 12) for r in sweep}) == 1
     assert any(abs(r["sla_violation_rate"] - r["miss_rate"]) > 1e-3 for r in sweep)
     assert "measured" in metrics["latency_setup"]["kind"]
+    base = metrics["latency_setup"]
+    assert 0.0 < base["base_backend_load"] < base["base_load"]  # misses are a share of requests
     # the shipped profile was measured before the module moved from mmcache.bench to mmcache.lab.bench
     assert metrics["latency_setup"]["profile_command"] in (
         "python -m mmcache.lab.bench.latency_profile", "python -m mmcache.bench.latency_profile")
@@ -139,6 +149,25 @@ def test_latency_depends_on_load(metrics):
     assert all(0.0 < v < 1.0 for v in per_set.values())
     multi = [v for k, v in per_set.items() if "+" in k]
     assert min(multi) <= metrics["cross_modal_hit_rate"] <= max(multi)
+
+
+def test_a_hierarchy_that_hits_more_runs_the_servers_lighter(metrics):
+    """load_sweep_more_bytes: the same tiers with more bytes hit more, so at the same arrival
+    rate their backend load is lower and their tail shorter."""
+    main = sorted(metrics["load_sweep"], key=lambda r: r["backend_load"])
+    more = sorted(metrics["load_sweep_more_bytes"], key=lambda r: r["backend_load"])
+    setup = metrics["load_sweep_setup"]
+    assert [r["backend_load"] for r in main] == [r["backend_load"] for r in more] \
+        == setup["backend_loads"]
+    assert more[0]["miss_rate"] < main[0]["miss_rate"]
+    # the same backend load needs a higher arrival rate when fewer requests miss
+    assert all(m["arrival_per_s"] > r["arrival_per_s"] for r, m in zip(main, more))
+    # at the arrival rate that saturates the first hierarchy, the second is below saturation
+    saturated = next(r for r in main if r["backend_load"] >= 1.0)
+    ratio = more[0]["miss_rate"] / main[0]["miss_rate"]
+    assert saturated["backend_load"] * ratio < 1.0
+    light = [m for m in more if m["arrival_per_s"] <= saturated["arrival_per_s"]]
+    assert light and max(m["p99_ms"] for m in light) < saturated["p99_ms"]
 
 
 def test_degradation_trades_latency_for_false_hits(metrics):

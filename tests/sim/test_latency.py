@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from mmcache.sim.latency import LatencyModel
-from mmcache.sim.cachebench import Replayer, at_load, load_sweep, offered_load, replay, three_tier
+from mmcache.sim.cachebench import (Replayer, TierSpec, at_backend_load, at_load, backend_load,
+                                    load_sweep, offered_load, replay, three_tier)
 from mmcache.errors import ConfigError, InvalidInputError
 from mmcache.sim.latency import (LogNormal, ServerPool, fcfs_waits, fit_histogram, fit_samples,
                                  load_profile, read_profile)
@@ -74,20 +76,73 @@ def model():
     return LatencyModel.measured(servers=2)
 
 
-def test_queueing_delay_grows_with_load_and_hits_never_queue(stream, model):
+def test_queueing_delay_grows_with_backend_load_and_hits_never_queue(stream, model):
     tiers = three_tier(int(stream.size.sum() // 10))
     rows = load_sweep(stream, tiers, model, [0.3, 0.8, 1.2])
-    assert [r["load"] for r in rows] == [0.3, 0.8, 1.2]
+    assert [r["backend_load"] for r in rows] == [0.3, 0.8, 1.2]
     waits = [r["mean_wait_ms"] for r in rows]
     assert waits[0] < waits[1] < waits[2]
-    assert rows[0]["p99_ms"] < rows[2]["p99_ms"]
-    assert rows[0]["sla_violation_rate"] <= rows[2]["sla_violation_rate"]
+    assert rows[2]["p99_ms"] > 2 * rows[0]["p99_ms"]  # queueing takes the tail
+    assert rows[0]["sla_violation_rate"] < rows[2]["sla_violation_rate"]
     assert len({r["miss_rate"] for r in rows}) == 1  # no TTL: load changes latency, not hits
     for r in rows:
         assert r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"]
-        assert r["utilisation"] == pytest.approx(r["load"] * r["miss_rate"], rel=0.15)
-    assert replay(at_load(stream, model, 1.2), tiers, model,
-                  limits=False).queue["queued_share_of_misses"] > 0.1
+        assert r["queue_backend_load"] == pytest.approx(r["backend_load"])
+        # the offered load counts every request's inference: the backend load is its miss share
+        assert r["offered_load"] > r["backend_load"]
+    for r in rows[:2]:  # a queue that keeps up is busy for the load's share of the time
+        assert r["utilisation"] == pytest.approx(r["backend_load"], rel=0.05)
+    assert rows[2]["utilisation"] < 1.0 < rows[2]["backend_load"]  # past 1 the queue grows
+    assert replay(at_backend_load(stream, tiers, model, 1.2), tiers, model,
+                  limits=False).queue["queued_share_of_misses"] > 0.5
+
+
+def test_backend_load_is_offered_load_times_miss_rate_for_equal_inference(stream):
+    """One exact tier that holds everything misses once per distinct exact key, so the miss
+    rate is known by hand; with every inference draw 10 ms on 5 servers the backend load is the
+    offered load × that miss rate, and scaling the arrivals puts it where asked."""
+    model = LatencyModel(inference_ms={m: 10.0 for m in MODALITIES}, servers=5)
+    tiers = [TierSpec("all", int(stream.size.sum()) + 1, "lru")]
+    miss_rate = np.unique(stream.exact_keys()).size / len(stream)
+    assert 0.05 < miss_rate < 0.95
+    assert backend_load(stream, tiers, model) == pytest.approx(
+        offered_load(stream, model) * miss_rate)
+    for load in (0.3, 0.9, 1.1):
+        scaled = at_backend_load(stream, tiers, model, load)
+        assert backend_load(scaled, tiers, model) == pytest.approx(load)
+        assert offered_load(scaled, model) == pytest.approx(load / miss_rate)
+        report = replay(scaled, tiers, model, limits=False)
+        assert report.hit_rate == pytest.approx(1 - miss_rate)  # arrivals move no hit
+        if load < 1:
+            assert report.queue["utilisation"] == pytest.approx(load, rel=0.05)
+
+
+def test_past_saturation_the_tail_grows_with_the_trace_length(model):
+    """Above backend load 1 work arrives faster than the servers clear it, so the wait at a
+    stream's end is about (load - 1) × its span: a twice-as-long stream at the same backend load
+    has a longer tail; below 1 the length does not matter much."""
+    short, long = (generate(n_queries=n, n_intents=300, seed=5, cycle_amplitude=0.0,
+                            burst_speedup=1.0) for n in (2_000, 8_000))
+    tiers = three_tier(int(long.size.sum() // 10))
+    (s_low, s_high), (l_low, l_high) = (load_sweep(w, tiers, model, [0.5, 1.3])
+                                        for w in (short, long))
+    assert l_high["p99_wait_ms"] > 2 * s_high["p99_wait_ms"]
+    assert l_low["p99_wait_ms"] < 2 * s_low["p99_wait_ms"] + 100.0
+    over = at_backend_load(long, tiers, model, 1.3)
+    waits = replay(over, tiers, model, limits=False).waits_ms
+    span_ms = 1e3 * float(over.time[-1] - over.time[0])
+    assert waits[np.flatnonzero(waits > 0)[-1]] == pytest.approx(0.3 * span_ms, rel=0.1)
+
+
+def test_a_load_must_be_positive_and_reach_the_servers(stream, model):
+    tiers = three_tier(int(stream.size.sum() // 10))
+    for bad in (0.0, -0.5, float("nan"), True):
+        with pytest.raises(ConfigError, match="load"):
+            at_backend_load(stream, tiers, model, bad)
+        with pytest.raises(ConfigError, match="load"):
+            load_sweep(stream, tiers, model, [0.5, bad])
+    with pytest.raises(ConfigError, match="bounded pool"):
+        backend_load(stream, tiers, LatencyModel())
 
 
 def test_a_hit_never_waits_for_an_inference_server(stream, model):
@@ -109,12 +164,14 @@ def test_offered_load_is_rate_times_service_over_servers(stream):
     assert offered_load(at_load(stream, model, 0.9), model) == pytest.approx(0.9)
     with pytest.raises(ConfigError, match="bounded pool"):
         offered_load(stream, LatencyModel())
+    assert replay(stream, three_tier(int(stream.size.sum() // 10)), model,
+                  limits=False).queue["offered_load"] == pytest.approx(offered_load(stream, model))
     with pytest.raises(ConfigError, match="load"):
         at_load(stream, model, 0.0)
 
 
 def test_sla_violations_are_not_the_miss_rate_under_load(stream, model):
-    rows = load_sweep(stream, three_tier(int(stream.size.sum() // 10)), model, [0.3, 1.5])
+    rows = load_sweep(stream, three_tier(int(stream.size.sum() // 10)), model, [0.3, 1.1])
     assert any(abs(r["sla_violation_rate"] - r["miss_rate"]) > 1e-3 for r in rows)
 
 
@@ -176,3 +233,20 @@ def test_fits_refuse_too_little_data():
         fit_samples([1.0, -2.0], "negative")
     with pytest.raises(InvalidInputError):
         fit_histogram(Histogram(), "empty")
+
+
+def test_the_backend_load_of_a_part_of_a_stream(stream, model):
+    """A stream whose second half arrives twice as fast: that half's backend load is about
+    twice the first's (the same kind of requests), and the whole run's lies between them."""
+    tiers = three_tier(int(stream.size.sum() // 10))
+    half = len(stream) // 2
+    times = stream.time.copy()
+    times[half:] = times[half] + (times[half:] - times[half]) / 2
+    shifted = dataclasses.replace(stream, time=times)
+    before = backend_load(shifted, tiers, model, stop=half)
+    after = backend_load(shifted, tiers, model, start=half)
+    whole = backend_load(shifted, tiers, model)
+    assert before < whole < after
+    assert after / before == pytest.approx(2.0, rel=0.25)
+    assert backend_load(stream, tiers, model) == pytest.approx(
+        replay(stream, tiers, model, limits=False).queue["backend_load"])

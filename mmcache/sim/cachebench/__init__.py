@@ -19,8 +19,10 @@ another; a clip's keyframes are :data:`~mmcache.datasets.variants.KEYFRAMES` ima
 one of the :class:`LatencyModel`'s ``servers`` inference servers (FCFS, at the
 request's arrival time; :class:`mmcache.sim.latency.ServerPool`) and the model-inference
 time (the slowest of the query's modalities). Each cost is drawn per request from its
-distribution, seeded. Write back is off the critical path. Load: :func:`offered_load`,
-:func:`at_load`, :func:`load_sweep`.
+distribution, seeded. Write back is off the critical path. Load: :func:`offered_load`
+and :func:`at_load` (arrivals ÷ the servers' capacity, as if nothing hit), :func:`backend_load`
+and :func:`at_backend_load` (the load that reaches the servers: arrival rate × miss rate × the
+misses' mean inference time ÷ servers), :func:`load_sweep` over the backend load.
 
 Serving features: :func:`degradation_replay` / :func:`degradation_rows` serve requests at the
 degradation levels of :mod:`mmcache.sim.cachebench.degradation` (forced, or switched by the inference queue at
@@ -57,7 +59,8 @@ from mmcache.sim.cachebench.engine import (
     KEYWORD_KEY_BASE, Replayer, loosest_floor, replay, served_summary)
 from mmcache.sim.cachebench.report import Report, build_report, report_prometheus
 from mmcache.sim.cachebench.load import (
-    at_load, degradation_replay, degradation_rows, load_reports, load_row, load_sweep, offered_load)
+    at_backend_load, at_load, backend_load, degradation_replay, degradation_rows, load_reports,
+    load_row, load_sweep, offered_load)
 from mmcache.sim.cachebench.degradation import (
     DEFAULT_QUEUE_THRESHOLDS, Degrader, LEVELS, check_level)
 from mmcache.sim.cachebench.live import drive_cache
@@ -73,8 +76,9 @@ __all__ = [
     "BANDWIDTH_GBPS", "CACHE_TIER_COSTS", "DEFAULT_QUEUE_THRESHOLDS", "Degrader", "FIRST_SLOTS",
     "HALF_PRECISION_FROM", "KERNEL_POLICIES", "KEYWORD_KEY_BASE", "LEVELS", "MATCH_RULES",
     "NeighbourTable", "PrefetchResult", "Replayer", "Report", "SPAN", "TAU_S", "TILE",
-    "TierReplay", "TierSpec", "at_load", "best_resident", "build_report", "candidate_groups",
-    "check_level", "cos_slack", "degradation_replay", "degradation_rows", "half_precision_error",
+    "TierReplay", "TierSpec", "at_backend_load", "at_load", "backend_load", "best_resident",
+    "build_report", "candidate_groups", "check_level", "cos_slack", "degradation_replay",
+    "degradation_rows", "half_precision_error",
     "half_precision_format", "load_reports", "load_row", "load_sweep", "loosest_floor",
     "measured_cache_tier_costs", "neighbour_table", "node_ids", "offered_load", "pagerank",
     "prefetch_plan", "prefetch_replay", "range_search", "reference_graph", "replay",

@@ -80,18 +80,40 @@ class _RequestCosts:
         return before_ms + wait + service
 
     def summary(self, missed: np.ndarray, workload: Workload) -> dict[str, Any]:
-        """Queueing of the misses: waits, share that waited, and the servers' utilisation (busy
-        time ÷ servers × the time from the first arrival to the last arrival or completion)."""
+        """Queueing of the misses: waits, share that waited, the servers' utilisation (busy
+        time ÷ servers × the time from the first arrival to the last arrival or completion)
+        and the loads of :mod:`mmcache.sim.cachebench.load`: ``arrival_per_s`` (requests after
+        the first ÷ the arrivals' span), ``offered_load`` (arrival rate × every request's mean
+        inference time ÷ servers, as if nothing hit) and ``backend_load`` (arrival rate × miss
+        rate × the misses' mean inference time ÷ servers: the utilisation a queue that keeps up
+        would have; above 1 the queue grows for as long as the stream lasts, and the
+        utilisation stays below it, its span running on to the last completion)."""
+        n = len(workload)
         waits = self.wait_ms[missed]
-        end = max(self.pool.last_finish_ms, float(self.arrival_ms[-1])) if len(workload) else 0
-        span_ms = max(1e-9, end - float(self.arrival_ms[0])) if len(workload) else 1e-9
+        end = max(self.pool.last_finish_ms, float(self.arrival_ms[-1])) if n else 0
+        span_ms = max(1e-9, end - float(self.arrival_ms[0])) if n else 1e-9
+        arrivals_ms = max(1e-9, float(self.arrival_ms[-1] - self.arrival_ms[0])) if n else 1e-9
         busy = float(self.service_ms[missed].sum())
         servers = self.pool.servers
         return {"servers": servers,
                 "mean_wait_ms": float(waits.mean()) if waits.size else 0.0,
                 "p99_wait_ms": float(np.percentile(waits, 99)) if waits.size else 0.0,
                 "queued_share_of_misses": float((waits > 0).mean()) if waits.size else 0.0,
-                "utilisation": busy / (servers * span_ms) if servers else None}
+                "utilisation": busy / (servers * span_ms) if servers else None,
+                "arrival_per_s": 1e3 * (n - 1) / arrivals_ms,
+                "offered_load": self.load(np.ones(n, bool)) if servers else None,
+                "backend_load": self.load(missed) if servers else None}
+
+    def load(self, reaching: np.ndarray, start: int = 0, stop: int | None = None) -> float:
+        """Arrival rate × the share of requests ``reaching`` the servers × their mean inference
+        time ÷ servers, over requests ``start`` to ``stop`` - 1 (the arrival rate: requests after
+        the first ÷ their arrivals' span; every request: the offered load; the misses: the
+        backend load)."""
+        arrival = self.arrival_ms[start:stop]
+        n = arrival.shape[0]
+        span_ms = max(1e-9, float(arrival[-1] - arrival[0])) if n else 1e-9
+        busy = float(self.service_ms[start:stop][reaching[start:stop]].sum())
+        return (n - 1) / span_ms * busy / max(1, n) / self.pool.servers if n else 0.0
 
 
 def _per_modality(table: Mapping[str, Cost], n: int, rng: np.random.Generator) -> np.ndarray:
@@ -531,13 +553,20 @@ def replay(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel 
     duplicate-named hierarchy, or a TTL that is not positive.
     """
 
+    return served(workload, tiers, latency, ttl_s=ttl_s).report(limits=limits)
+
+
+def served(workload: Workload, tiers: Sequence[TierSpec], latency: LatencyModel | None = None,
+           *, ttl_s: float | None = None) -> Replayer:
+    """A :class:`Replayer` that has served every request of ``workload`` as :func:`replay` does
+    (through the compiled kernel where every tier's policy is one of its own)."""
     replayer = Replayer(workload, tiers, latency, ttl_s=ttl_s)
     if all(t.policy in KERNEL_POLICIES for t in replayer.specs):
         replayer.serve_all()
     else:
         for i in range(len(workload)):
             replayer.serve(i)
-    return replayer.report(limits=limits)
+    return replayer
 
 
 def served_summary(replayer: Replayer, select: np.ndarray | None = None) -> dict[str, Any]:
