@@ -98,6 +98,20 @@ SC_STREAM = {"n_queries": 20_000, "n_intents": 2_000, "capacity_share": 0.1, "lo
              "servers": 4, "threshold": 0.85, "ttl_share": 0.25}
 SC_WARMUP_N = 2_000  # the prefetch's warm-up window (notebook 06's WARMUP_N)
 SC_SCHED = {"n_queries": 20_000, "n_intents": 1_500}  # notebook 04's stream size
+# prefill: modality-weighted prefill against PageRank prefetch and none (smoke sizes in its cell)
+PREFILL_QUERIES = 20_000
+PREFILL_INTENTS = 2_000
+PREFILL_MULTIMODAL = {"text+image": 0.15, "audio+image": 0.1, "text+audio": 0.1}  # notebook 06's
+PREFILL_SESSION_CONTINUE = 0.7  # a query goes on its session with this probability (default 0.3)
+PREFILL_SEEDS = [0, 1, 2, 3, 4]  # workload, streams and weights seeds
+PREFILL_CAPACITY_SHARE = 0.1  # three_tier's L3 = this share of each stream's exact working set
+PREFILL_BUDGET = 1  # answers the prefetcher stores after each request, at most
+PREFILL_HISTORY = 4  # the session's last requests the attention reads
+PREFILL_EPOCHS = 150
+PREFILL_CONCENTRATION = 0.3  # the preference stream: Dirichlet concentration per session
+PREFILL_SWITCH = 0.7  # the switching stream: probability of moving to the cycle's next set
+PREFILL_CLAIM = 0.237  # seed 002 §3.3: the reference-graph prefetch's hit-ratio gain
+PREFILL_FLOOR = 0.20  # stated in advance: reproduced iff the gain's 95% interval is >= this
 
 # %%
 import textwrap
@@ -115,14 +129,20 @@ from mmcache.metrics import FAILURE_CODES, failure_table
 from mmcache.sim.invalidation_mdp import CostParams
 from mmcache.sim.invalidation_replay import (KeyClass, Phase, compare_policies, policy_names,
                                              replay)
+from mmcache.sim.cachebench import three_tier
 from mmcache.sim.kv_allocation import (DEFAULT_BYTES_PER_TOKEN, DEFAULT_STRATEGIES,
                                        LLAMA3_8B_SHAPE, compare, per_turn, sharegpt_turn_tokens)
 from mmcache.sim.preemption import DEFAULT_CHANNELS, Traffic, fixed_quotas, no_preemption
 from mmcache.sim.preemption import sweep as sweep_preemption
 from mmcache.sim.preemption import threshold_preemption
+from mmcache.sim.prefill import (METHODS, PrefillConfig, claim_verdict, compare_prefill,
+                                 mean_interval, session_preference, session_switches,
+                                 switch_cycle)
+from mmcache.sim.workload import MODALITY_SET_NAMES, generate
 from mmcache.studies.failure_codes import FAULTS, SKEW_S, events_frame, inject, mine, summary
-from mmcache.studies.seed_claims import (StreamSpec, ab_test, claims_table, judge_all,
+from mmcache.studies.seed_claims import (CLAIMS, StreamSpec, ab_test, claims_table, judge_all,
                                          kv_fragmentation, prefetch_test, scheduler_reach)
+from mmcache.studies.seed_claims import verdict as seed_claims_verdict
 
 if SMOKE:
     DURATION_S, SHIFT_S = 240.0, 120.0
@@ -133,6 +153,7 @@ if SMOKE:
     SC_SEEDS = [0, 1, 2]
     SC_STREAM = {**SC_STREAM, "n_queries": 2_000, "n_intents": 250}
     SC_WARMUP_N = 300
+    PREFILL_QUERIES, PREFILL_INTENTS, PREFILL_SEEDS, PREFILL_EPOCHS = 1_200, 120, [0, 1, 2], 60
     SC_SCHED = {"n_queries": 2_000, "n_intents": 200}
 
 PHASE_NAMES = ["before", "after"]
@@ -427,6 +448,148 @@ save_figure(fig, "07_seed_claims", {
 pd.Series({cid: j.statement for cid, j in judged.items()})
 
 # %% [markdown]
+# ## `prefill`: modality-weighted prefill against PageRank prefetch and none
+#
+# Seed 001 §4.1 prefills the cache from a user-behaviour graph with modality weights (α text,
+# β image, γ sequence, summing to 1, set by attention over the user's recent modality
+# preference); seed 002 §3.3 claims its reference-graph prefetch raised the hit ratio by 23.7%.
+# `mmcache.sim.prefill`: an attention layer (plain torch; torch_geometric is not installed) reads
+# a session's last `PREFILL_HISTORY` modality sets with their recency and gives one weight per
+# modality set (softmax, summing to 1); it is trained on the first half of the stream to predict
+# the session's next set. After each request, candidate nodes (next intent × modality set) score
+# P(next intent | this one) from the prefix's intent-level reference graph × the set's weight
+# (the session's own weights for its own intent, the prefix's frequencies for other intents), and
+# the best `PREFILL_BUDGET` not resident are prefilled with the node's last answer seen so far.
+# Measured on the second half from a cold cache, through notebook 06's three tiers (L3 =
+# `PREFILL_CAPACITY_SHARE` of each stream's working set, cos ≥ 0.85), against **none**,
+# **pagerank** (the node graph's PageRank, `mmcache.sim.cachebench.prefetch.pagerank`, the most
+# central non-resident nodes after each request, the same budget: notebook 06 instead warms a
+# cold cache once) and **graph-prior** (the same fusion with the prefix's set frequencies as
+# weights: the ablation without attention). Three streams per seed, synthetic (vectors and
+# sessions): the generator's (**independent**: each query's set drawn on its own, so no history
+# can predict it), **preference** (each session's sets drawn from its own Dirichlet(
+# `PREFILL_CONCENTRATION`) preference) and **switches** (a session moves to the next set of a
+# seeded cycle with probability `PREFILL_SWITCH`). The criterion for the seed's +23.7%, stated
+# before the run: reproduced if the 95% interval (Student t over seeds) of the relative gain over
+# none lies at or above `PREFILL_FLOOR`, not reproduced if it lies below, else inconclusive;
+# beside it, the verdict by `seed_claims`' criterion for the same claim (at least half of it).
+
+# %%
+prefill_config = PrefillConfig(history=PREFILL_HISTORY, epochs=PREFILL_EPOCHS,
+                               budget=PREFILL_BUDGET)
+STREAMS = ["independent", "preference", "switches"]
+
+
+def working_set_bytes(workload):
+    """Each distinct exact key's answer once."""
+    trace = workload.to_trace("exact")
+    _, first = np.unique(trace.obj_id, return_index=True)
+    return int(trace.obj_size[first].sum())
+
+
+prefill_rows, prefill_examples = [], {}
+for seed in PREFILL_SEEDS:
+    base = generate(n_queries=PREFILL_QUERIES, n_intents=PREFILL_INTENTS,
+                    multimodal_mix=PREFILL_MULTIMODAL,
+                    session_continue=PREFILL_SESSION_CONTINUE, seed=seed)
+    streams = {"independent": base,
+               "preference": session_preference(base, PREFILL_CONCENTRATION, seed),
+               "switches": session_switches(base, PREFILL_SWITCH, seed)}
+    for stream, workload in streams.items():
+        capacity = int(PREFILL_CAPACITY_SHARE * working_set_bytes(workload))
+        got = compare_prefill(workload, three_tier(capacity, threshold=0.85),
+                              replace(prefill_config, seed=seed))
+        measured = len(workload) - got.train_end
+        prefill_rows += [{"seed": seed, "stream": stream, "method": m, "hit_ratio": r.hit_ratio,
+                          "prefilled_per_request": r.prefilled / measured,
+                          "max_per_step": r.max_per_step, "capacity_bytes": capacity}
+                         for m, r in got.runs.items()]
+        if seed == PREFILL_SEEDS[0]:
+            prefill_examples[stream] = (workload, got)
+prefill_runs = pd.DataFrame(prefill_rows)
+none_hr = prefill_runs[prefill_runs.method == "none"].set_index(["seed", "stream"]).hit_ratio
+prefill_runs["gain_vs_none"] = prefill_runs.hit_ratio / none_hr.loc[
+    list(zip(prefill_runs.seed, prefill_runs.stream))].to_numpy() - 1
+prefill_runs.pivot_table(index=["stream", "method"], values=["hit_ratio", "gain_vs_none",
+                                                             "prefilled_per_request"])
+
+# %%
+def interval(values):
+    mean, low, high = mean_interval(values)
+    return {"mean": mean, "low": low, "high": high}
+
+
+prefill_summary = {stream: {method: {
+    "hit_ratio": interval(g.hit_ratio), "gain_vs_none": interval(g.gain_vs_none),
+    "prefilled_per_request": float(g.prefilled_per_request.mean()),
+    "max_per_step": int(g.max_per_step.max())}
+    for method, g in prefill_runs[prefill_runs.stream == stream].groupby("method")}
+    for stream in STREAMS}
+prefill_verdicts = {stream: {m: claim_verdict(by[m]["gain_vs_none"]["low"],
+                                              by[m]["gain_vs_none"]["high"], PREFILL_FLOOR)
+                             for m in METHODS[1:]} for stream, by in prefill_summary.items()}
+# beside it, seed_claims' criterion for the same claim (its prefetch_gain, in %)
+prefetch_claim = next(c for c in CLAIMS if c.id == "prefetch_gain")
+prefill_sc_verdicts = {stream: {m: seed_claims_verdict(
+    prefetch_claim.criterion, 100 * by[m]["gain_vs_none"]["low"],
+    100 * by[m]["gain_vs_none"]["high"]) for m in METHODS[1:]}
+    for stream, by in prefill_summary.items()}
+# the weights after a one-request history, per set in use (first seed), on each stream
+one_request = {}
+for stream, (workload, got) in prefill_examples.items():
+    in_use = np.flatnonzero(got.prior > 0)
+    hist = np.full((in_use.size, PREFILL_HISTORY), len(MODALITY_SET_NAMES))
+    hist[:, 0] = in_use
+    one_request[stream] = pd.DataFrame(got.weights.weights(hist)[:, in_use],
+                                       index=[MODALITY_SET_NAMES[k] for k in in_use],
+                                       columns=[MODALITY_SET_NAMES[k] for k in in_use])
+display(pd.DataFrame({(s, m): {"hit ratio": v["hit_ratio"]["mean"],
+                               "gain vs none": v["gain_vs_none"]["mean"],
+                               "gain low": v["gain_vs_none"]["low"],
+                               "gain high": v["gain_vs_none"]["high"],
+                               "verdict": prefill_verdicts[s].get(m, ""),
+                               "seed_claims' verdict": prefill_sc_verdicts[s].get(m, "")}
+                      for s, by in prefill_summary.items() for m, v in by.items()}).T)
+
+# %%
+prefill_provenance = {"model": "mmcache.sim.prefill: attention over a session's recent modality "
+                               "sets fused with the prefix's intent-level reference graph; "
+                               "synthetic streams and vectors",
+                      "config": asdict(prefill_config), "seeds": PREFILL_SEEDS,
+                      "queries": PREFILL_QUERIES, "intents": PREFILL_INTENTS,
+                      "multimodal_mix": PREFILL_MULTIMODAL,
+                      "session_continue": PREFILL_SESSION_CONTINUE,
+                      "capacity_share": PREFILL_CAPACITY_SHARE,
+                      "concentration": PREFILL_CONCENTRATION, "switch": PREFILL_SWITCH,
+                      "smoke": SMOKE}
+fig, axes = plt.subplots(1, 3, figsize=(15, 4), gridspec_kw={"width_ratios": [1, 1, 0.8]})
+width = 0.8 / len(METHODS)
+for k, method in enumerate(METHODS):
+    for ax, key in zip(axes[:2], ("hit_ratio", "gain_vs_none")):
+        rows = [prefill_summary[s][method][key] for s in STREAMS]
+        mean = np.array([r["mean"] for r in rows])
+        err = np.array([[r["mean"] - r["low"] for r in rows],
+                        [r["high"] - r["mean"] for r in rows]])
+        ax.bar(np.arange(len(STREAMS)) + (k - 1.5) * width, mean, width, yerr=err, capsize=3,
+               color=f"C{k}", label=method if key == "hit_ratio" else None)
+for ax in axes[:2]:
+    ax.set_xticks(np.arange(len(STREAMS)), STREAMS)
+axes[0].set(ylabel="hit ratio (measured half)", ylim=(0, None),
+            title=f"Hit ratio per method (mean, 95% interval, {len(PREFILL_SEEDS)} seeds)")
+axes[0].legend(fontsize=8, loc="lower right")
+axes[1].axhline(PREFILL_CLAIM, ls="--", c="k", lw=1, label="seed 002: +23.7%")
+axes[1].axhline(PREFILL_FLOOR, ls=":", c="grey", lw=1, label="criterion: 20%")
+axes[1].yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:+.0%}"))
+axes[1].set(ylabel="hit ratio ÷ none's − 1", title="Gain over no prefetch")
+axes[1].legend(fontsize=8, loc="center left")
+sns.heatmap(one_request["switches"], annot=True, fmt=".2f", cmap="Blues", vmin=0, vmax=1,
+            cbar=False, ax=axes[2], annot_kws={"fontsize": 7})
+axes[2].set(xlabel="weight on the next request's set", ylabel="the one request's set",
+            title="Learned weights, switches stream (seed %d)" % PREFILL_SEEDS[0])
+fig.tight_layout()
+save_figure(fig, "07_prefill", prefill_provenance)
+
+# %% [markdown]
 # ## Metrics
 #
 # Every section's key, written to metrics.json at once.
@@ -492,6 +655,31 @@ seed_claims_metrics = {
     "ttl_s": {str(s): r["ttl_s"] for s, r in ab_runs.items()},
     "claims": {cid: j.as_dict() for cid, j in judged.items()},
 }
+switch_rule = switch_cycle(prefill_examples["switches"][0], PREFILL_SEEDS[0])
+prefill_metrics = {
+    "how": prefill_provenance["model"], "methods": list(METHODS),
+    "budget_per_request": PREFILL_BUDGET, "seeds": PREFILL_SEEDS,
+    "model": {**asdict(prefill_config), "layer": "additive attention (plain torch)",
+              "trained_on": "first train_share of each stream; measured on the rest"},
+    "workload": {k: prefill_provenance[k] for k in (
+        "queries", "intents", "multimodal_mix", "session_continue", "capacity_share",
+        "concentration", "switch")},
+    "capacity_bytes": {s: int(prefill_runs[prefill_runs.stream == s].capacity_bytes.mean())
+                       for s in STREAMS},
+    "streams": prefill_summary,
+    "claim": {"source": "seed 002 §3.3", "gain": PREFILL_CLAIM, "floor": PREFILL_FLOOR,
+              "criterion": "reproduced iff the 95% interval of hit ratio ÷ none's − 1 lies at "
+                           "or above the floor, not reproduced iff below it, else inconclusive",
+              "verdicts": prefill_verdicts,
+              "seed_claims_criterion": prefetch_claim.criterion.describe() + " % (seed_claims' "
+                                       "prefetch_gain)",
+              "seed_claims_verdicts": prefill_sc_verdicts,
+              "measured": {s: {m: prefill_summary[s][m]["gain_vs_none"]["mean"]
+                               for m in METHODS[1:]} for s in STREAMS}},
+    "one_request_weights": {s: df.to_dict("index") for s, df in one_request.items()},
+    "switch_rule": {MODALITY_SET_NAMES[a]: MODALITY_SET_NAMES[b] for a, b in switch_rule.items()},
+    "smoke": SMOKE,
+}
 write_metrics({"smoke": SMOKE, "mdp": mdp_metrics, "kv_allocation": kv_metrics,
                "preemption": preemption_metrics, "failure_codes": failure_metrics,
-               "seed_claims": seed_claims_metrics}, NOTEBOOK, SMOKE)
+               "seed_claims": seed_claims_metrics, "prefill": prefill_metrics}, NOTEBOOK, SMOKE)

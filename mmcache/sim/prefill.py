@@ -9,7 +9,8 @@ user's recent modality preference). Here:
   (their modality sets, :data:`mmcache.sim.workload.MODALITY_SETS` indices, and their recency:
   0 = the request just served) as learned embeddings, pools them with additive attention (a
   learned query scores each, softmax over the valid ones) and maps the pooled vector to one
-  weight per modality set (softmax: the weights sum to 1). It is trained (full-batch Adam,
+  weight per modality set (softmax over the sets the training prefix has: the weights sum to
+  1, the other sets weigh 0). It is trained (full-batch Adam,
   cross-entropy, under :func:`mmcache.encoders.base.fixed_torch_state`) on a training prefix
   of the stream to predict the modality set of the session's next request. Plain torch: the
   attention runs over one session's sequence, not over a graph, and torch_geometric is not a
@@ -28,12 +29,14 @@ user's recent modality preference). Here:
 tiers with: no prefetch (``none``); PageRank prefetch (``pagerank``: the node graph's PageRank
 of :func:`mmcache.sim.cachebench.prefetch.pagerank`, after each request the ``budget`` most
 central non-resident nodes among the ``candidates`` × sets-in-use most central, as many
-candidates as the fused prefill scores); the fused prefill with the prefix's modality-set frequencies as
-weights (``graph-prior``, the ablation without attention); and with the attention's weights
-(``modality-weighted``). Every prefetching method stores at most ``budget`` answers after each
-request. :func:`session_preference` makes a stream whose sessions prefer some modalities (the
-generator draws each query's modality set independently, so there the weights can only learn
-the marginal frequencies: a labelled property of the synthetic workload).
+candidates as the fused prefill scores); the fused prefill with the prefix's modality-set
+frequencies as weights (``graph-prior``, the ablation without attention); and with the
+attention's weights (``modality-weighted``). Every prefetching method stores at most ``budget``
+answers after each request. The generator draws each query's modality set independently, so on its streams the
+weights can only learn the marginal frequencies (a labelled property of the synthetic
+workload); :func:`session_preference` makes a stream whose sessions prefer some modalities
+(Dirichlet per session) and :func:`session_switches` one whose sessions switch modality by a
+fixed rule, the case where a session's recent modalities predict one it has not asked yet.
 """
 
 from __future__ import annotations
@@ -132,10 +135,12 @@ class ModalityWeights:
     config: PrefillConfig
     train_end: int
     examples: int
+    seen: np.ndarray  # per modality set, whether the prefix has it (the others weigh 0)
     losses: list[float] = field(repr=False)
 
     def weights(self, hist: np.ndarray) -> np.ndarray:
-        """``(b, sets)`` weights (rows sum to 1) of histories ``hist`` ``(b, history)``."""
+        """``(b, sets)`` weights of histories ``hist`` ``(b, history)``: each row sums to 1 over
+        the sets the training prefix has, 0 on the others."""
         hist = np.asarray(hist, np.int64)
         if hist.ndim != 2 or hist.shape[1] != self.config.history:
             raise ConfigError(f"histories must be (b, {self.config.history}), got {hist.shape}")
@@ -143,7 +148,7 @@ class ModalityWeights:
             raise ConfigError("history slots are modality-set indices (or the pad, never first)")
         with fixed_torch_state(self.config.threads), torch.no_grad():
             logits, _ = self.model(torch.from_numpy(hist))
-            return torch.softmax(logits, dim=1).double().numpy()
+            return _masked_softmax(logits.double(), torch.from_numpy(self.seen)).numpy()
 
 
 def fit_weights(workload: Workload, train_end: int,
@@ -160,6 +165,8 @@ def fit_weights(workload: Workload, train_end: int,
         raise ConfigError("the training prefix has no session of two requests or more")
     x = torch.from_numpy(hist[goes_on])
     y = torch.from_numpy(workload.modality_set[1:train_end][goes_on].astype(np.int64))
+    seen = np.bincount(workload.modality_set[:train_end], minlength=_N_SETS) > 0
+    unseen = torch.from_numpy(~seen)
     with fixed_torch_state(cfg.threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         model = ModalityAttention(cfg.history, cfg.dim)
@@ -167,12 +174,18 @@ def fit_weights(workload: Workload, train_end: int,
         losses = []
         for _ in range(cfg.epochs):
             optimiser.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(x)[0], y)
+            logits = model(x)[0].masked_fill(unseen, float("-inf"))
+            loss = torch.nn.functional.cross_entropy(logits, y)
             loss.backward()
             optimiser.step()
             losses.append(float(loss.detach()))
     model.eval()
-    return ModalityWeights(model, cfg, train_end, int(goes_on.sum()), losses)
+    return ModalityWeights(model, cfg, train_end, int(goes_on.sum()), seen, losses)
+
+
+def _masked_softmax(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Softmax over the ``allowed`` columns, exactly 0 elsewhere."""
+    return torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=1)
 
 
 def next_intents(workload: Workload, train_end: int, candidates: int,
@@ -339,6 +352,32 @@ def session_preference(workload: Workload, concentration: float, seed: int = 0) 
     pick = (rng.random(len(workload))[:, None] > cum).sum(axis=1)
     sets = in_use[np.minimum(pick, in_use.size - 1)].astype(np.int8)
     return workload.with_real({}, modality_set=sets)
+
+
+def session_switches(workload: Workload, switch: float, seed: int = 0) -> Workload:
+    """``workload`` whose sessions switch modality by a fixed rule: the sets the stream uses in a
+    seeded cycle, each request after a session's first takes the set after its predecessor's in
+    the cycle with probability ``switch``, else its predecessor's again (a session's first
+    request keeps its own). Intents, variants, times and sizes stay. :func:`switch_cycle` gives
+    the rule."""
+    if not 0 <= switch <= 1:
+        raise ConfigError(f"switch must be in [0, 1], got {switch!r}")
+    nxt = switch_cycle(workload, seed)
+    rng = np.random.default_rng([seed, 30, 4, 1])
+    sets, session = workload.modality_set.tolist(), workload.session.tolist()
+    moves = (rng.random(len(workload)) < switch).tolist()
+    for t in range(1, len(sets)):
+        if session[t] == session[t - 1]:
+            sets[t] = nxt[sets[t - 1]] if moves[t] else sets[t - 1]
+    return workload.with_real({}, modality_set=np.array(sets, np.int8))
+
+
+def switch_cycle(workload: Workload, seed: int = 0) -> dict[int, int]:
+    """The rule :func:`session_switches` applies: each set the stream uses → the next one in a
+    seeded cycle through them."""
+    in_use = np.flatnonzero(np.bincount(workload.modality_set, minlength=_N_SETS))
+    cycle = np.random.default_rng([seed, 30, 4, 2]).permutation(in_use).tolist()
+    return {a: cycle[(k + 1) % len(cycle)] for k, a in enumerate(cycle)}
 
 
 def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:

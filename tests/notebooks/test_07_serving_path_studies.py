@@ -1,7 +1,8 @@
 """Notebook 07 in smoke mode: the invalidation MDP's policies against the oracle (exact regret,
 before and after the load shift), KV-cache allocation over ShareGPT conversations, tier
 preemption (foreground lookups against background I/O on the tiers' channels) under load,
-failure codes across two processes and the seeds' claims re-tested."""
+failure codes across two processes, the seeds' claims re-tested and the modality-weighted prefill
+against PageRank prefetch and none."""
 
 from __future__ import annotations
 
@@ -236,3 +237,61 @@ def test_the_kv_claims_measure_what_kv_allocation_gives(metrics):
         low, high = 0.75 * seed_value, 1.25 * seed_value
         inside = low <= c["measured"] <= high
         assert c["verdict"] == ("reproduced" if inside else "not reproduced"), cid
+
+
+PREFILL_METHODS = ["none", "pagerank", "graph-prior", "modality-weighted"]
+PREFILL_STREAMS = {"independent", "preference", "switches"}
+VERDICTS = {"reproduced", "not reproduced", "inconclusive"}
+
+
+def test_prefill_intervals_budget_and_verdicts_hold_together(metrics):
+    prefill = metrics["prefill"]
+    assert prefill["methods"] == PREFILL_METHODS and prefill["smoke"] is True
+    assert set(prefill["streams"]) == PREFILL_STREAMS and len(prefill["seeds"]) >= 2
+    budget = prefill["budget_per_request"]
+    assert budget >= 1 and prefill["model"]["budget"] == budget
+    claim = prefill["claim"]
+    assert claim["gain"] == 0.237 and claim["source"] == "seed 002 §3.3"
+    for stream, by in prefill["streams"].items():
+        assert list(by) == sorted(PREFILL_METHODS), stream
+        assert by["none"]["gain_vs_none"] == {"mean": 0.0, "low": 0.0, "high": 0.0}
+        assert by["none"]["prefilled_per_request"] == 0 and by["none"]["max_per_step"] == 0
+        for method, row in by.items():
+            for key in ("hit_ratio", "gain_vs_none"):
+                r = row[key]
+                assert r["low"] <= r["mean"] <= r["high"], (stream, method, key)
+            assert 0 < row["hit_ratio"]["mean"] < 1
+            assert row["max_per_step"] <= budget
+            assert row["prefilled_per_request"] <= budget
+        for method in PREFILL_METHODS[1:]:
+            gain = by[method]["gain_vs_none"]
+            verdict = claim["verdicts"][stream][method]
+            assert verdict in VERDICTS
+            expected = ("reproduced" if gain["low"] >= claim["floor"] else "not reproduced"
+                        if gain["high"] < claim["floor"] else "inconclusive")
+            assert verdict == expected, (stream, method)
+            assert claim["measured"][stream][method] == gain["mean"]
+            half = 100 * claim["gain"] / 2  # seed_claims' criterion: at least half the claim
+            expected = ("reproduced" if 100 * gain["low"] >= half else "not reproduced"
+                        if 100 * gain["high"] < half else "inconclusive")
+            assert claim["seed_claims_verdicts"][stream][method] == expected, (stream, method)
+            assert by[method]["max_per_step"] == budget  # every prefetcher used its budget
+
+
+def test_prefill_weights_learn_the_switch_and_only_there_beat_the_prior(metrics):
+    """Weights sum to 1; on the switching stream the weight after one request peaks on the
+    rule's next set and the attention's prefill beats the prior weights'; on the generator's
+    stream (sets drawn independently) it cannot (not by a point)."""
+    prefill = metrics["prefill"]
+    for stream, rows in prefill["one_request_weights"].items():
+        for row in rows.values():
+            assert abs(sum(row.values()) - 1) < 1e-6, stream
+    rule = prefill["switch_rule"]
+    for current, row in prefill["one_request_weights"]["switches"].items():
+        assert max(row, key=row.get) == rule[current], current
+    by = prefill["streams"]
+    hit = {s: {m: by[s][m]["hit_ratio"]["mean"] for m in PREFILL_METHODS} for s in by}
+    assert hit["switches"]["modality-weighted"] > hit["switches"]["graph-prior"]
+    assert hit["independent"]["modality-weighted"] < hit["independent"]["graph-prior"] + 0.01
+    for s in by:  # any prefetcher at its budget beats none on these streams
+        assert min(hit[s]["graph-prior"], hit[s]["modality-weighted"]) > hit[s]["none"], s
