@@ -155,10 +155,14 @@ def _read_run(runs_dir: Path, notebook: str) -> dict[str, Any] | str:
 
 
 def _lookup(metrics: Any, path: tuple[str, ...]) -> Any:
+    """The metric at ``path``: keys of mappings, or indices (``"0"``) of lists."""
     for key in path:
-        if not isinstance(metrics, dict) or key not in metrics:
+        if isinstance(metrics, list) and key.isdigit() and int(key) < len(metrics):
+            metrics = metrics[int(key)]
+        elif isinstance(metrics, dict) and key in metrics:
+            metrics = metrics[key]
+        else:
             return _MISSING
-        metrics = metrics[key]
     return metrics
 
 

@@ -109,6 +109,9 @@ def test_tolerances_lists_and_same_as() -> None:
     assert readme_check._compare(same, {"n": 13, "m": 13}) is None
     assert readme_check._compare(same, {"n": 12, "m": 13}) is not None
     assert readme_check._compare(same, {"m": 13}) == "n: no such metric"
+    row = readme_check.Expectation("nb", "q", ("sweep", "1", "p99"), 2.0)
+    assert readme_check._compare(row, {"sweep": [{"p99": 1.0}, {"p99": 2.0}]}) is None
+    assert readme_check._compare(row, {"sweep": [{"p99": 1.0}]}) == "sweep/1/p99: no such metric"
 
 
 def test_a_malformed_entry_is_named(tmp_path) -> None:
