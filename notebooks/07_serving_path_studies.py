@@ -12,11 +12,13 @@
 # ---
 
 # %% [markdown]
-# # 07 · Serving-path studies: cache invalidation as an MDP, KV-cache allocation, tier preemption
+# # 07 · Serving-path studies: the seeds' remaining systems
 #
-# Three models of decisions on a serving path (issue 30). **All are models with stated
-# parameters, not measurements**: nothing here runs a live cache or a GPU. Measuring them on a
-# live cache is a later step of the issue.
+# Six sections (issue 30). The first four are **models with stated parameters, not
+# measurements** (no GPU runs here, and the MDP is not yet measured on a live cache): `mdp`,
+# `kv_allocation`, `preemption` and `prefill`. `failure_codes` runs live caches in two
+# processes; `seed_claims` re-tests the seeds' headline numbers in CacheBench-MM with criteria
+# stated before the runs.
 #
 # * **`mdp`** — per key class, each request picks PRELOAD (serve what is held, reload
 #   asynchronously), BLOCK (wait for a load) or BYPASS (straight to the backend), in one of four
@@ -48,6 +50,13 @@
 #   lookup's end-to-end latency passes 8 ms, resumed below `PREEMPT_RESUME_MS`), swept over the
 #   offered load of the NVMe channel from light to past saturation. Sizes, rates, tier mix and
 #   prefetch accuracy are stated parameters, not measurements.
+# * **`prefill`** — seed 001 §4.1's modality-weighted prefill (attention over a session's recent
+#   modality sets, fused with a reference graph of the stream's prefix) against PageRank prefetch
+#   and none, on synthetic streams (`mmcache.sim.prefill`).
+# * **`failure_codes`** — the failure events the cache emits for mismatches between processes
+#   sharing a store, each fault injected across two real processes.
+# * **`seed_claims`** — each seed claim tried as closely as the workbench allows and stated as
+#   reproduced, not reproduced (with the measured number), inconclusive or not testable here.
 
 # %% tags=["parameters"]
 NOTEBOOK = "07_serving_path_studies"  # this notebook: metrics go to runs/<NOTEBOOK>[-smoke]/
