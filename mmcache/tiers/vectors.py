@@ -41,6 +41,7 @@ text + image entry, nor the reverse, and a video clip (``video`` + ``audio``) ne
 from __future__ import annotations
 
 import atexit
+import itertools
 import math
 import threading
 import weakref
@@ -271,13 +272,23 @@ class VectorIndex:
             tail, tail_bound = _nearest(
                 lambda kk: faiss.knn(row, backlog, kk, metric=faiss.METRIC_INNER_PRODUCT),
                 n - start, k)
-        slots = np.concatenate([indexed, tail + start])
-        sims = self._vecs[slots] @ query
         # Tombstones may fill one part's k labels, so a live vector that part left out can beat
         # the other part's weaker ones: keep a vector only above the other part's bound.
-        other_bound = np.repeat([tail_bound, indexed_bound], [len(indexed), len(tail)])
-        found = [(self._ids[s], float(x)) for s, x, b in zip(slots, sims, other_bound)
-                 if x >= floor and x >= b and self._ids[s] is not None]
+        if not len(tail):  # the usual case, one part: no arrays to join
+            slots, other_bound = indexed, itertools.repeat(tail_bound)
+        elif not len(indexed):
+            slots, other_bound = tail + start, itertools.repeat(indexed_bound)
+        else:
+            slots = np.concatenate([indexed, tail + start])
+            other_bound = np.repeat([tail_bound, indexed_bound],
+                                    [len(indexed), len(tail)]).tolist()
+        sims = self._vecs[slots] @ query
+        ids = self._ids
+        # float32 against the floor (as numpy compares a float32 with a Python float), then as
+        # exact Python floats against the bound
+        found = [(ids[s], x) for s, x, above, b in zip(slots.tolist(), sims.tolist(),
+                                                        (sims >= floor).tolist(), other_bound)
+                 if above and x >= b and ids[s] is not None]
         found.sort(key=lambda pair: -pair[1])
         complete = max(indexed_bound, tail_bound) < floor and len(found) <= k
         return found[:k], complete
