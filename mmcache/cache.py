@@ -63,7 +63,14 @@ Threads may share one cache: every public call holds the cache's lock while it r
 changes the tiers (one at a time), but checks its query and runs encoders before taking
 it, so a slow encoder stalls only its own call; a dimension another thread fixed
 meanwhile is checked again under the lock (the call then fails and changes nothing).
-``get`` encodes only after an exact miss, between two holds of the lock. ``on_stale``
+``get`` encodes only after an exact miss, between two holds of the lock, and searches the
+first in-memory semantic tier (L2) there too, without the lock: the faiss search runs beside
+other threads' searches (faiss releases the GIL), guarded by the index's own readers-writer
+lock (:class:`~mmcache.tiers.vectors.SemanticIndex`), and its candidates are used under the
+lock only if the tier has not changed since (its ``writes`` count) and the rule's floors are
+the same; otherwise the tier is searched again under the lock, so every answer is one a
+search under the lock would give. Store-backed tiers (L3) are still searched and read under
+the lock. ``on_stale``
 runs outside it and is single-flight: it is called once per stale entry until that entry
 is put again or ``REFRESH_TIMEOUT`` seconds of the cache's clock pass (then the next stale
 answer calls it again). Processes each open their own cache (the SQLite store may be
@@ -149,6 +156,7 @@ from mmcache import keys as _keys
 from mmcache.metrics import CacheMetrics, Dashboard, EventLog, FailureEvent, html_sections
 from mmcache.thresholds import ThresholdRule
 from mmcache.tiers import Candidate, Tier
+from mmcache.tiers.semantic import SemanticTier
 from mmcache.tiers.codec import canonical_value, detached, encode_label, value_size
 from mmcache.tiers.store import StoreTier
 from mmcache.types import (HINT_NAMES, MODALITIES, SET_NAMES, VIDEO, Entry, Hit, Query, fmt,
@@ -169,6 +177,9 @@ FEEDBACK_WINDOW = 100_000
 ASYNC_WORKERS = min(32, (os.cpu_count() or 1) + 4)
 #: A hit to answer with: the hit, its entry, and what the threshold rule charged for it.
 _Found = tuple[Hit, Entry, float]
+#: A search made outside the lock: the tier's ``writes`` and the floors it was planned with,
+#: its candidates, whether the spherical cap skipped it, and its seconds.
+_Searched = tuple[int, dict[str, float], list[Candidate], bool, float]
 #: Seconds a display waits for the cache's lock; past it, it shows what needs no lock.
 DISPLAY_LOCK_WAIT = 0.05
 #: A display counts entries per scope only in tiers holding at most this many (bounded hold).
@@ -799,6 +810,7 @@ class TieredCache:
         unencoded = [m for m in prepared.modalities if m not in prepared.vectors]
         encodable = all(self._can_encode(m) for m in unencoded)
         context_pending = bool(prepared.context) and self._has_text_encoder()
+        ready = not unencoded and not context_pending  # no encoder to run: search at once
         with self._lock:
             self._check_open()
             self._check_dims([prepared.vectors])
@@ -806,23 +818,26 @@ class TieredCache:
                 self._metrics.count("bypasses", modality_set_name(prepared.modalities))
                 return None, False
             now = self._clock()
-            found, nearest, pending = self._exact(prepared, now, origin_failed), None, []
-            if found is None and not unencoded and not context_pending:  # search at once
-                found, nearest, pending = self._semantic(prepared, prepared.vectors, None, now,
-                                                         origin_failed)
-            if not pending and (found is not None or (not unencoded and not context_pending)
-                                or not encodable):
-                return self._answer(query, prepared, found, nearest, start)
-        if not pending:
+            found = self._exact(prepared, now, origin_failed)
+            if found is not None or not (ready or encodable):
+                return self._answer(query, prepared, found, None, start)
+            plan = self._search_plan(prepared)
+        if ready:
+            vectors, turns_vector = prepared.vectors, None
+        else:
             vectors, _ = self._vectors(prepared, dims)
             turns_vector = self._context_vector(prepared)
-            with self._lock:
-                self._check_open()
+            now = math.nan  # read again under the lock
+        searched = self._search_outside(prepared, vectors, plan)  # faiss without the lock
+        with self._lock:
+            self._check_open()
+            if not ready:
                 self._check_dims([vectors])
-                found, nearest, pending = self._semantic(prepared, vectors, turns_vector,
-                                                         self._clock(), origin_failed)
-                if not pending:
-                    return self._answer(query, prepared, found, nearest, start)
+                now = self._clock()
+            found, nearest, pending = self._semantic(prepared, vectors, turns_vector, now,
+                                                     origin_failed, searched)
+            if not pending:
+                return self._answer(query, prepared, found, nearest, start)
         verdicts = self._verdicts(query, pending)  # outside the lock: a slow judge blocks no one
         with self._lock:
             self._check_open()
@@ -891,13 +906,56 @@ class TieredCache:
                 entry, 0.0
         return None
 
+    def _searched_levels(self, kind: str) -> Iterator[tuple[int, Tier]]:
+        """The semantic tiers (with their levels) a lookup of modality set ``kind`` searches,
+        in order (under the lock)."""
+        for level, tier in enumerate(self.tiers):
+            # a covered tier holds nothing of this set that a semantic tier above serving it
+            # lacks, unless that one is skipped
+            if not tier.semantic or not self._probes(tier) or kind not in self._routes[level] \
+                    or (self._covered[tier.name] and self.probe is None and
+                        self._served_above(level, kind)):
+                continue
+            yield level, tier
+
+    def _search_plan(self, p: PreparedQuery) -> tuple[int, SemanticTier, int,
+                                                      dict[str, float]] | None:
+        """Under the lock, what :meth:`_search_outside` may search without it: the first
+        semantic tier a lookup of ``p`` searches when it is an in-memory one (its level, the
+        tier, its ``writes`` now, the rule's floors now); None when there is none, or when
+        δ = 0 leaves only exact lookups."""
+        first = next(self._searched_levels(modality_set_name(p.modalities)), None)
+        if first is None or not isinstance(first[1], SemanticTier):
+            return None
+        floors = {m: self.thresholds.floor(m) for m in p.modalities}
+        if any(f > 1.0 for f in floors.values()):
+            return None
+        return first[0], first[1], first[1].writes, floors
+
+    def _search_outside(self, p: PreparedQuery, vectors: Mapping[str, np.ndarray],
+                        plan: tuple[int, SemanticTier, int, dict[str, float]] | None
+                        ) -> dict[int, _Searched]:
+        """The planned search, run without the cache's lock (the tier's index guards itself,
+        and other threads search beside it): {level: (the tier's ``writes`` when planned, the
+        floors, the candidates, whether the spherical cap skipped it, seconds)}.
+        :meth:`_semantic` uses it only while the tier has not changed since it was planned
+        and the floors are the same, so the answer is the one a search under the lock gives."""
+        if plan is None or len(vectors) != len(p.modalities):
+            return {}
+        level, tier, writes, floors = plan
+        start = time.perf_counter()
+        candidates, skipped = tier.find(p.scope, vectors, floors, SEARCH_K)
+        return {level: (writes, floors, candidates, skipped, time.perf_counter() - start)}
+
     def _semantic(self, p: PreparedQuery, vectors: Mapping[str, np.ndarray],
-                  turns_vector: np.ndarray | None, now: float, origin_failed: bool
+                  turns_vector: np.ndarray | None, now: float, origin_failed: bool,
+                  searched: Mapping[int, _Searched] | None = None
                   ) -> tuple[_Found | None, dict[str, float] | None, list[_Pending]]:
         """Over the semantic tiers: the first servable δ-neighbour, served, or, when accepted
         candidates before it need the verifier, those candidates (and it, as the fallback)
         to judge; and the similarities of the nearest candidate seen (None: none reached
-        the search floor)."""
+        the search floor). ``searched``: searches made outside the lock
+        (:meth:`_search_outside`), used where still valid; other tiers are searched here."""
         if len(vectors) != len(p.modalities):
             return None, None, []
         floors = {m: self.thresholds.floor(m) for m in vectors}
@@ -906,15 +964,17 @@ class TieredCache:
         nearest: dict[str, float] | None = None
         pending: list[_Pending] = []
         kind = modality_set_name(p.modalities)
-        for level, tier in enumerate(self.tiers):
-            # a covered tier holds nothing of this set that a semantic tier above serving it
-            # lacks, unless that one is skipped
-            if not tier.semantic or not self._probes(tier) or kind not in self._routes[level] \
-                    or (self._covered[tier.name] and self.probe is None and
-                        self._served_above(level, kind)):
-                continue
+        for level, tier in self._searched_levels(kind):
             start = time.perf_counter()
-            candidates = self._search(tier, p.scope, vectors, floors)
+            outside = (searched or {}).get(level)
+            if outside is not None and outside[0] == getattr(tier, "writes", None) and \
+                    outside[1] == floors:
+                _, _, candidates, skipped, seconds = outside
+                start -= seconds
+                if skipped:
+                    self._metrics.count("guard_skips", f"{tier.name}:cap")
+            else:  # the tier changed meanwhile (or was not searched): search it again
+                candidates = self._search(tier, p.scope, vectors, floors)
             ready = None
             for cand in candidates:
                 if nearest is None or min(cand.similarities.values()) > min(nearest.values()):
@@ -1009,11 +1069,16 @@ class TieredCache:
 
     def _search(self, tier: Tier, scope: str, vectors: Mapping[str, np.ndarray],
                 floors: Mapping[str, float]) -> list[Candidate]:
-        """``tier.search``, counting searches its spherical-cap pre-check skipped."""
-        index = getattr(tier, "index", None)
-        skipped = getattr(index, "skipped", 0)
-        candidates = tier.search(scope, vectors, floors, SEARCH_K)
-        if getattr(index, "skipped", 0) != skipped:
+        """``tier.search``, counting searches its spherical-cap pre-check skipped (an in-memory
+        semantic tier, which other threads search outside the lock, says so itself)."""
+        if isinstance(tier, SemanticTier):
+            candidates, skipped = tier.find(scope, vectors, floors, SEARCH_K)
+        else:  # only searched under the lock
+            index = getattr(tier, "index", None)
+            before = getattr(index, "skipped", 0)
+            candidates = tier.search(scope, vectors, floors, SEARCH_K)
+            skipped = getattr(index, "skipped", 0) != before
+        if skipped:
             self._metrics.count("guard_skips", f"{tier.name}:cap")
         return candidates
 

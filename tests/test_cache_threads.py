@@ -9,6 +9,7 @@ and every key still cached answers with its own value.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 from pathlib import Path
@@ -230,3 +231,217 @@ def test_on_stale_fires_once_for_concurrent_stale_gets_until_the_refresh_put() -
     cache.get(q)
     assert calls == ["sunny", "rain", "rain"]
     cache.close()
+
+
+# -- L2 searches run outside the cache's lock (issue 27 item 3) --------------------------------
+def near(key: int, cos: float = 0.97, scope: str = "shared") -> Query:
+    """A paraphrase of ``key``'s vector (cosine ``cos``): never its exact key, always an L2
+    search, a hit at δ = 0.1."""
+    base = VECTORS[key]
+    other = VECTORS[(key + 1) % KEYS] - (VECTORS[(key + 1) % KEYS] @ base) * base
+    vec = cos * base + np.sqrt(1 - cos ** 2) * other / np.linalg.norm(other)
+    return Query(embeddings={"text": vec.astype(np.float32)}, scope=scope)
+
+
+SEMANTIC = {"thresholds": {"delta": {"text": 0.1}}}
+
+
+def gate_searches(cache: mmcache.TieredCache, parties: int) -> threading.Barrier:
+    """Make every L2 search wait, once it has its candidates, until ``parties`` searches are
+    inside it at once (a broken barrier: they never were)."""
+    tier = cache.tier("l2")
+    inner, barrier = tier.find, threading.Barrier(parties)
+
+    def find(*args, **kwargs):
+        found = inner(*args, **kwargs)
+        barrier.wait(WAIT)
+        return found
+    tier.find = find
+    return barrier
+
+
+def test_two_threads_search_l2_at_once() -> None:
+    cache = mmcache.TieredCache({**SEMANTIC, "l2": {"index": "flat"}})
+    for key in range(4):
+        cache.put(query(key), {"key": key})
+    gate_searches(cache, 2)
+    readers = [in_thread(lambda k=k: cache.get(near(k))) for k in (1, 2)]
+    for thread, _ in readers:
+        thread.join(WAIT * 2)
+    hits = [out[0] for _, out in readers]
+    assert not any(isinstance(h, Exception) for h in hits), hits  # BrokenBarrierError: serial
+    assert [(h.tier, h.value["key"]) for h in hits] == [("l2", 1), ("l2", 2)]
+    cache.close()
+
+
+def test_an_l1_hit_is_served_while_another_thread_is_inside_an_l2_search() -> None:
+    cache = mmcache.TieredCache({**SEMANTIC, "l2": {"index": "flat"}})
+    cache.put(query(0), {"key": 0})
+    cache.put(query(1), {"key": 1})
+    tier, inside, release = cache.tier("l2"), threading.Event(), threading.Event()
+    inner = tier.find
+
+    def find(*args, **kwargs):
+        inside.set()
+        release.wait(WAIT)
+        return inner(*args, **kwargs)
+    tier.find = find
+    searching = in_thread(lambda: cache.get(near(1)))
+    try:
+        assert inside.wait(WAIT)
+        reader, hit = in_thread(lambda: cache.get(query(0)))
+        reader.join(WAIT / 5)
+        assert not reader.is_alive(), "an L1 hit waited for another thread's L2 search"
+        assert hit[0].tier == "l1" and hit[0].value == {"key": 0}
+    finally:
+        release.set()
+        searching[0].join(WAIT)
+    assert searching[1][0].value == {"key": 1}
+    cache.close()
+
+
+@pytest.mark.parametrize("change", ["invalidate", "put", "put elsewhere", "other key"])
+def test_a_write_while_a_search_is_outside_the_lock_is_never_missed(change: str) -> None:
+    """A search outside the lock is only used while its tier is unchanged: after an invalidate
+    the old value is not served; after a put, the new one is."""
+    cache = mmcache.TieredCache({**SEMANTIC, "l2": {"index": "flat"}})
+    cache.put(query(1), {"key": 1, "v": "old"})
+    cache.put(query(5), {"key": 5})
+    tier, inside, release = cache.tier("l2"), threading.Event(), threading.Event()
+    inner, calls = tier.find, []
+
+    def find(*args, **kwargs):
+        found = inner(*args, **kwargs)
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:  # the first search pauses after it has its candidates
+            inside.set()
+            release.wait(WAIT)
+        return found
+    tier.find = find
+    searching = in_thread(lambda: cache.get(near(1)))
+    try:
+        assert inside.wait(WAIT)
+        if change == "invalidate":
+            assert cache.invalidate(query(1))
+        elif change == "put":
+            cache.put(query(1), {"key": 1, "v": "new"})
+        elif change == "put elsewhere":  # the same key's value moves far away from the query
+            cache.invalidate(query(1))
+            cache.put(Query(embeddings={"text": VECTORS[30]}, scope="shared"), {"key": 30})
+        else:
+            cache.put(query(7), {"key": 7})
+    finally:
+        release.set()
+        searching[0].join(WAIT)
+    hit = searching[1][0]
+    assert not isinstance(hit, Exception), hit
+    if change in ("invalidate", "put elsewhere"):
+        assert hit is None
+    else:
+        assert hit.value == {"key": 1, "v": "new" if change == "put" else "old"}
+    assert len(calls) == 2, "the changed tier was searched again under the lock"
+    cache.close()
+
+
+def overlap(cache: mmcache.TieredCache, seed: int, start: threading.Barrier,
+            put_values: set, errors: list[str]) -> None:
+    """Paraphrase gets (L2 searches outside the lock) overlapping puts, re-puts and
+    invalidations of the same keys in two scopes; every served value must have been put for
+    its key and scope."""
+    rng = np.random.default_rng(seed)
+    start.wait()
+    try:
+        for i in range(OPS):
+            key, op = int(rng.integers(12)), rng.random()
+            scope = ("a", "b")[int(rng.integers(2))]
+            if op < 0.3:
+                value = (scope, key, seed, i)
+                put_values.add(value)  # before the put: a get may see it as soon as it lands
+                cache.put(Query(embeddings={"text": VECTORS[key]}, scope=scope), list(value))
+            elif op < 0.9:
+                hit = cache.get(near(key, float(rng.uniform(0.92, 0.99)), scope))
+                if hit is not None and (tuple(hit.value) not in put_values or
+                                        tuple(hit.value[:2]) != (scope, key)):
+                    errors.append(f"thread {seed} op {i}: {scope}/{key} answered {hit.value}")
+            else:
+                cache.invalidate(Query(embeddings={"text": VECTORS[key]}, scope=scope))
+    except Exception as exc:  # noqa: BLE001 - every failure of a thread is the finding
+        errors.append(f"thread {seed}: {exc!r}")
+
+
+@pytest.mark.parametrize("index", ["flat", "hnsw"])
+def test_gets_overlapping_puts_on_the_same_keys_serve_only_what_was_put(index: str) -> None:
+    l2 = {"index": "flat"} if index == "flat" else {"ann_min_size": 4}
+    cache = mmcache.TieredCache({**SEMANTIC, "l1": {"max_entries": 6},
+                                 "l2": {"max_entries": 20, **l2}})
+    semantic = cache.tier("l2").index  # HNSW: a backlog of 2, so builds swap in often
+    semantic.spec = dataclasses.replace(semantic.spec, max_backlog=2)
+    errors: list[str] = []
+    put_values: set = set()
+    start = threading.Barrier(THREADS)
+    threads = [threading.Thread(target=overlap, args=(cache, seed, start, put_values, errors))
+               for seed in range(THREADS)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert errors == []
+    l2_tier = cache.tier("l2")
+    l2_tier.index.flush()
+    for tier in cache.tiers:
+        entries = list(tier.scan())
+        assert cache.usage()[tier.name] == (len(entries), sum(e.size for e in entries))
+    for scope in ("a", "b"):
+        held = {e.entry_id for e in l2_tier.scan() if e.scope == scope}
+        index = l2_tier.index.index(prepare(Query(embeddings={"text": VECTORS[0]}, scope=scope),
+                                            {}).scope, "text")
+        assert held == (set() if index is None else set(index._slot))
+    for e in l2_tier.scan():  # what is cached answers with its own key, exactly and nearby
+        scope, key = e.value[0], e.value[1]
+        assert cache.get(Query(embeddings={"text": VECTORS[key]}, scope=scope)).value == e.value
+        assert cache.get(near(key, 0.97, scope)).value[:2] == [scope, key]
+    cache.close()
+
+
+@pytest.mark.parametrize("index", ["flat", "auto"])
+def test_answers_with_and_without_the_search_outside_the_lock_are_the_same(
+        tmp_path: Path, index: str) -> None:
+    """One thread: the same operations give the same answers and the same state whether L2 is
+    searched outside the lock or (as before) under it."""
+    clock = FakeClock()
+    l2 = {"index": "flat"} if index == "flat" else {"ann_min_size": 8}
+
+    def make(name: str) -> mmcache.TieredCache:
+        return mmcache.TieredCache({**SEMANTIC, "l1": {"max_entries": 5},
+                                    "l2": {"max_entries": 15, **l2},
+                                    "freshness": {"ttl": 50, "stale_while_revalidate": 20},
+                                    "l3": {"backend": "sqlite", "path": str(tmp_path / name)}},
+                                   clock=clock)
+
+    outside, under = make("outside.db"), make("under.db")
+    under._search_outside = lambda *args: {}  # every search under the lock
+    rng = np.random.default_rng(11)
+    for i in range(400):
+        key, op, cos = int(rng.integers(25)), rng.random(), float(rng.uniform(0.85, 0.99))
+        results = []
+        for cache in (outside, under):
+            if op < 0.3:
+                results.append(cache.put(query(key), {"key": key, "i": i}))
+            elif op < 0.9:
+                hit = cache.get(near(key, cos) if op < 0.8 else query(key))
+                results.append(None if hit is None else
+                               (hit.value, hit.tier, hit.entry_id, hit.freshness,
+                                hit.similarities))
+            else:
+                results.append(cache.invalidate(query(key)))
+        assert results[0] == results[1], (i, results)
+        clock.advance(float(rng.uniform(0, 2)))
+    assert snapshot(outside)[:3] == snapshot(under)[:3]
+    outside.close()
+    under.close()

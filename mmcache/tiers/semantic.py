@@ -29,10 +29,20 @@ class SemanticTier(MemoryTier):
                  spec: IndexSpec = IndexSpec(), precheck: bool = True, name: str = "l2") -> None:
         super().__init__(capacity, policy, name)
         self.index = SemanticIndex(spec, precheck=precheck)
+        #: Bumped by every change of the entries held (stored, dropped, closed): a search
+        #: made outside the cache's lock still holds when it has not moved since.
+        self.writes = 0
 
     def search(self, scope: str, vectors: Mapping[str, np.ndarray],
                floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
         return self.index.search(scope, vectors, floors, k)
+
+    def find(self, scope: str, vectors: Mapping[str, np.ndarray],
+             floors: Mapping[str, float], k: int = 1) -> tuple[list[Candidate], bool]:
+        """:meth:`search` and whether the spherical-cap pre-check skipped it; safe beside
+        other threads' searches and changes, without the cache's lock
+        (:meth:`SemanticIndex.find`)."""
+        return self.index.find(scope, vectors, floors, k)
 
     def dims(self) -> dict[str, int]:
         return self.index.dims()
@@ -44,11 +54,13 @@ class SemanticTier(MemoryTier):
         return f"memory + faiss ({index})"
 
     def close(self) -> None:
+        self.writes += 1
         super().close()
         self.index.close()
         self.index = SemanticIndex(self.index.spec, self.index.precheck)
 
     def _store(self, entries: list[Entry]) -> None:
+        self.writes += 1
         super()._store(entries)
         self.index.add_many((e.scope, e.entry_id, e.embeddings) for e in entries)
 
@@ -56,5 +68,6 @@ class SemanticTier(MemoryTier):
         entry = self._entries.pop(entry_id, None)
         if entry is None:
             return False
+        self.writes += 1
         self.index.remove(entry.scope, entry_id, tuple(entry.embeddings))
         return True

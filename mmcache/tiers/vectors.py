@@ -26,7 +26,11 @@ backlog (one in a batch being built becomes a tombstone instead).
 The flat array is searched directly, so exact search has no backlog at all.
 
 Single-query search runs on one faiss/OpenMP thread (restored afterwards).
-:class:`SemanticIndex` adds scopes, modality sets and the every-modality rule. An
+:class:`SemanticIndex` adds scopes, modality sets and the every-modality rule, and a
+readers-writer guard of its own (:class:`ReadWriteLock`): searches share it, so several
+threads may search at once (faiss releases the GIL while it searches) without any caller's
+lock, while adds, removes, flushes and closes take it alone (a builder thread's swap needs
+neither: it replaces the ANN index with a copy, under the index's own short lock). An
 entry is indexed under the set of modalities it has vectors for, and a query only
 ever searches the entries whose set equals its own: a text-only query never sees a
 text + image entry, nor the reverse, and a video clip (``video`` + ``audio``) never an
@@ -37,6 +41,7 @@ text + image entry, nor the reverse, and a video clip (``video`` + ``audio``) ne
 from __future__ import annotations
 
 import atexit
+import itertools
 import math
 import threading
 import weakref
@@ -50,6 +55,67 @@ import numpy as np
 from mmcache.errors import ConfigError
 from mmcache.guard import SphericalCap
 from mmcache.tiers.base import Candidate
+
+class ReadWriteLock:
+    """Many readers or one writer, writers first (a waiting writer holds back new readers).
+    The writing thread may take it again, to read or write (reentrant)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writer: int | None = None
+        self._depth = 0
+        self._waiting = 0
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._cond:
+            if self._writer == me:  # the writer reads what it is changing
+                self._depth += 1
+            else:
+                while self._writer is not None or self._waiting:
+                    self._cond.wait()
+                self._readers += 1
+        try:
+            yield
+        finally:
+            self._release(me)
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._cond:
+            if self._writer == me:
+                self._depth += 1
+            else:
+                self._waiting += 1
+                try:
+                    while self._writer is not None or self._readers:
+                        self._cond.wait()
+                except BaseException:
+                    self._cond.notify_all()  # readers held back for this writer go on
+                    raise
+                finally:
+                    self._waiting -= 1
+                self._writer, self._depth = me, 1
+        try:
+            yield
+        finally:
+            self._release(me)
+
+    def _release(self, me: int) -> None:
+        with self._cond:
+            if self._writer == me:
+                self._depth -= 1
+                if not self._depth:
+                    self._writer = None
+                    self._cond.notify_all()
+            else:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
 
 @dataclass(frozen=True)
 class IndexSpec:
@@ -95,7 +161,9 @@ def one_faiss_thread() -> Iterator[None]:
 
 class VectorIndex:
     """The vectors of one modality in one scope, searchable by cosine similarity. Callers
-    serialise their own calls (as the tiers do); a builder thread, if any, runs beside them."""
+    serialise their own calls (as the tiers do, through :attr:`SemanticIndex.guard`, which
+    lets searches run together but never beside a change); a builder thread, if any, runs
+    beside them."""
 
     def __init__(self, dim: int, spec: IndexSpec) -> None:
         self.dim = dim
@@ -204,13 +272,23 @@ class VectorIndex:
             tail, tail_bound = _nearest(
                 lambda kk: faiss.knn(row, backlog, kk, metric=faiss.METRIC_INNER_PRODUCT),
                 n - start, k)
-        slots = np.concatenate([indexed, tail + start])
-        sims = self._vecs[slots] @ query
         # Tombstones may fill one part's k labels, so a live vector that part left out can beat
         # the other part's weaker ones: keep a vector only above the other part's bound.
-        other_bound = np.repeat([tail_bound, indexed_bound], [len(indexed), len(tail)])
-        found = [(self._ids[s], float(x)) for s, x, b in zip(slots, sims, other_bound)
-                 if x >= floor and x >= b and self._ids[s] is not None]
+        if not len(tail):  # the usual case, one part: no arrays to join
+            slots, other_bound = indexed, itertools.repeat(tail_bound)
+        elif not len(indexed):
+            slots, other_bound = tail + start, itertools.repeat(indexed_bound)
+        else:
+            slots = np.concatenate([indexed, tail + start])
+            other_bound = np.repeat([tail_bound, indexed_bound],
+                                    [len(indexed), len(tail)]).tolist()
+        sims = self._vecs[slots] @ query
+        ids = self._ids
+        # float32 against the floor (as numpy compares a float32 with a Python float), then as
+        # exact Python floats against the bound
+        found = [(ids[s], x) for s, x, above, b in zip(slots.tolist(), sims.tolist(),
+                                                        (sims >= floor).tolist(), other_bound)
+                 if above and x >= b and ids[s] is not None]
         found.sort(key=lambda pair: -pair[1])
         complete = max(indexed_bound, tail_bound) < floor and len(found) <= k
         return found[:k], complete
@@ -421,6 +499,10 @@ class SemanticIndex:
         self._indexes: dict[tuple[str, frozenset[str], str], VectorIndex] = {}
         #: Searches skipped because a spherical-cap bound proved a miss.
         self.skipped = 0
+        #: Searches share it; adds, removes, flushes and closes hold it alone (callers still
+        #: serialise their changes, as the tiers do; searches need no caller's lock).
+        self.guard = ReadWriteLock()
+        self._counting = threading.Lock()
 
     def dims(self) -> dict[str, int]:
         """Embedding dimension per modality over every scope."""
@@ -446,6 +528,11 @@ class SemanticIndex:
         """Index every vector of many ``(scope, entry_id, vectors)`` entries, with one add
         per index; a later item of the same entry replaces an earlier one. An entry indexed
         before with another modality set must be removed first."""
+        items = list(items)
+        with self.guard.writing():
+            self._add_many(items)
+
+    def _add_many(self, items: Iterable[tuple[str, str, Mapping[str, np.ndarray]]]) -> None:
         latest: dict[tuple[str, str], Mapping[str, np.ndarray]] = {}
         for scope, entry_id, vectors in items:
             latest.pop((scope, entry_id), None)
@@ -465,6 +552,10 @@ class SemanticIndex:
     def remove(self, scope: str, entry_id: str, modalities: Iterable[str]) -> None:
         """Drop one entry's vectors; ``modalities`` is the set it was indexed under."""
         kind = frozenset(modalities)
+        with self.guard.writing():
+            self._remove(scope, entry_id, kind)
+
+    def _remove(self, scope: str, entry_id: str, kind: frozenset[str]) -> None:
         for modality in kind:
             key = (scope, kind, modality)
             idx = self._indexes.get(key)
@@ -475,28 +566,43 @@ class SemanticIndex:
                     idx.close()
 
     def flush(self) -> None:
-        """Return once every pending vector is in its ANN index."""
-        for idx in self._indexes.values():
-            idx.flush()
+        """Return once every pending vector is in its ANN index (searches wait meanwhile)."""
+        with self.guard.writing():
+            for idx in self._indexes.values():
+                idx.flush()
 
     def close(self) -> None:
         """Stop the builder threads of every index (see :meth:`VectorIndex.close`)."""
-        for idx in self._indexes.values():
-            idx.close()
+        with self.guard.writing():
+            for idx in self._indexes.values():
+                idx.close()
 
     def search(self, scope: str, vectors: Mapping[str, np.ndarray],
                floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
         """Entries of ``scope`` with exactly the modalities of ``vectors``, at least
         ``floors[m]`` similar on every one of them, best first."""
+        return self.find(scope, vectors, floors, k)[0]
+
+    def find(self, scope: str, vectors: Mapping[str, np.ndarray],
+             floors: Mapping[str, float], k: int = 1) -> tuple[list[Candidate], bool]:
+        """:meth:`search`'s candidates and whether the spherical-cap pre-check skipped the
+        search (safe beside other threads' searches, and beside changes: it holds
+        :attr:`guard` to read)."""
+        with self.guard.reading():
+            return self._find(scope, vectors, floors, k)
+
+    def _find(self, scope: str, vectors: Mapping[str, np.ndarray],
+              floors: Mapping[str, float], k: int) -> tuple[list[Candidate], bool]:
         kind = frozenset(vectors)
         indexes = {m: self._indexes.get((scope, kind, m)) for m in vectors}
         if not vectors or any(idx is None or idx.dim != len(vectors[m])
                               for m, idx in indexes.items()):
-            return []
+            return [], False
         if self.precheck and not all(idx.cap.may_reach(vectors[m], floors[m])
                                      for m, idx in indexes.items()):
-            self.skipped += 1
-            return []
+            with self._counting:
+                self.skipped += 1
+            return [], True
         primary = min(indexes, key=lambda m: len(indexes[m]))
         others = [m for m in indexes if m != primary]
         want = max(k, self.spec.candidates)
@@ -516,4 +622,4 @@ class SemanticIndex:
                 break
             want *= 4
         out.sort(key=lambda c: -c.similarity)
-        return out[:k]
+        return out[:k], False

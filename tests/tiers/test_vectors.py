@@ -359,3 +359,23 @@ def test_ann_with_a_backlog_answers_like_an_eager_flat_index(seed, max_backlog, 
                 assert (a.vector(f"e{i}") is None) == (b.vector(f"e{i}") is None)
                 if b.vector(f"e{i}") is not None:
                     assert np.array_equal(a.vector(f"e{i}"), b.vector(f"e{i}"))
+
+
+@pytest.mark.parametrize("spec", [IndexSpec(index="flat"),
+                                  IndexSpec(ann_min_size=1, ann_factory="HNSW16",
+                                            max_backlog=0, background=False)],
+                         ids=["flat", "hnsw"])
+def test_a_similarity_equal_to_the_floor_in_float32_is_kept(spec):
+    """Similarities are float32: one that equals the floor rounded to float32 (0.9 is
+    0.89999998 there) passes it, as numpy compares a float32 with a Python float."""
+    dim = 8
+    index = VectorIndex(dim, spec)
+    vec = np.zeros(dim, np.float32)
+    vec[0], vec[1] = np.float32(0.9), np.float32(np.sqrt(1 - 0.81))
+    index.add("edge", vec)
+    index.add("far", np.eye(dim, dtype=np.float32)[3])
+    query = np.eye(dim, dtype=np.float32)[0]
+    found, _ = index.search(query, 0.9, 2)
+    assert found == [("edge", float(np.float32(0.9)))]
+    assert float(np.float32(0.9)) < 0.9
+    assert index.uses_ann == (spec.index != "flat") and index.pending == 0 or spec.index == "flat"

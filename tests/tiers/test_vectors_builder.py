@@ -285,3 +285,72 @@ def test_a_closed_index_inserts_on_the_callers_thread():
         idx.add(f"e{i}", unit(np.random.default_rng(i), DIM))
     assert idx._builder is None and idx.pending == SPEC.max_backlog
     assert found(idx, data[9]) == ["e9"]
+
+
+# -- searches without the caller's lock: SemanticIndex.guard (issue 27 item 3) -----------------
+def test_the_guard_lets_readers_share_it_and_a_writer_hold_it_alone():
+    guard = vectors.ReadWriteLock()
+    both_in = threading.Barrier(2)
+
+    def read() -> None:
+        with guard.reading():
+            both_in.wait(5)  # broken unless two readers are inside at once
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join(5)
+    assert not both_in.broken
+    order: list[str] = []
+    with guard.writing():
+        with guard.writing(), guard.reading():  # the writer may take it again, and read
+            order.append("writer")
+        reader = threading.Thread(target=lambda: guard.reading().__enter__() or
+                                  order.append("reader"))
+        reader.start()
+        reader.join(0.2)
+        assert reader.is_alive(), "a reader got in beside the writer"
+        order.append("writer done")
+    reader.join(5)
+    assert order == ["writer", "writer done", "reader"]
+
+
+@pytest.mark.parametrize("spec", [IndexSpec(index="flat"), SPEC], ids=["flat", "hnsw"])
+def test_searches_beside_adds_removes_and_compactions_find_every_stable_vector(spec):
+    """Threads search with no caller's lock while another adds and removes (compacting the
+    slots, swapping built batches): a vector present throughout is always found, as itself."""
+    rng = np.random.default_rng(7)
+    stable = np.stack([unit(rng, DIM) for _ in range(30)])
+    churn = np.stack([unit(rng, DIM) for _ in range(400)])
+    index = SemanticIndex(spec)
+    index.add_many(("s", f"stable-{i}", {"text": v}) for i, v in enumerate(stable))
+    done, failures = threading.Event(), []
+
+    def search(seed: int) -> None:
+        r = np.random.default_rng(seed)
+        try:
+            while not done.is_set():
+                i = int(r.integers(len(stable)))
+                found = index.search("s", {"text": stable[i]}, {"text": 0.99}, k=1)
+                if [c.entry_id for c in found] != [f"stable-{i}"] or \
+                        abs(found[0].similarity - 1.0) > 1e-4:
+                    failures.append((i, found))
+        except Exception as exc:  # noqa: BLE001 - every failure of a searcher is the finding
+            failures.append(repr(exc))
+
+    searchers = [threading.Thread(target=search, args=(s,)) for s in range(3)]
+    for t in searchers:
+        t.start()
+    try:
+        for round_ in range(4):
+            for j, v in enumerate(churn):
+                index.add("s", f"churn-{j}", {"text": v})
+            for j in range(len(churn)):  # enough tombstones to compact, more than once
+                index.remove("s", f"churn-{j}", ["text"])
+    finally:
+        done.set()
+        for t in searchers:
+            t.join(10)
+        index.close()
+    assert failures == []

@@ -1,6 +1,7 @@
 """Cache benchmark: mmcache against baselines measured side by side, in one run.
 
-``python -m mmcache.lab.bench.tiered_cache`` (``make bench-cache``) prints five ratios and
+``python -m mmcache.lab.bench.tiered_cache`` (``make bench-cache``) prints five ratios (six with
+``--threads``) and
 records them in the benchmark ledger (:mod:`mmcache.lab.bench.ledger`):
 
 1. overhead — ``TieredCache.get`` with an exact flat L2 index ÷ a raw faiss
@@ -26,6 +27,12 @@ records them in the benchmark ledger (:mod:`mmcache.lab.bench.ledger`):
    checked against the store's version (SQLite ``shared: true``; Redis, on a
    redis-server the benchmark starts on a free loopback port, when it is installed),
    beside the same get over a private SQLite L3 (``--revalidation`` runs only this).
+6. thread scaling (``--threads 1,2,4``) — lookups/s of 1, 2, 4, ... threads sharing the
+   default cache (L1 + L2 + L3 SQLite, loaded with ``put_many``), every lookup an L2 search
+   (the end-to-end queries, none an exact hit), each count's rate ÷ one thread's (target 2
+   threads ≥ 1.6 on 2 cores: the faiss search runs outside the cache's lock). Counts
+   alternate round by round; the best round of each is reported. ``--threads-only`` runs
+   only this part.
 
 Data: random unit vectors (a STAND-IN for real embeddings; for ANN search they
 are the hard case). Queries: a mix of paraphrases (a stored vector turned to a
@@ -44,6 +51,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -369,6 +377,61 @@ def bench_fill_latency(dim: int, n: int, n_gets: int, cosine: float, seed: int, 
     ], ratios
 
 
+def bench_threads(w: Workload, cosine: float, workdir: Path, counts: Sequence[int],
+                  rounds: int = 5) -> tuple[list[str], list[Ratio]]:
+    """Ratio 6: lookups/s of ``counts`` threads sharing one default cache, each count's best
+    round ÷ one thread's best round (every lookup an L2 search; rounds alternate counts)."""
+    n, _ = w.stored.shape
+    counts = sorted(set(counts) | {1})
+    cache = TieredCache({"thresholds": {"delta": {"text": 1 - cosine}},
+                         "l3": {"backend": "sqlite", "path": str(workdir / "threads.db")}})
+    fill_bulk(cache, w.stored)
+    queries = [_query(q) for q in w.queries]
+    for q in queries[:50]:
+        cache.get(q)
+    per_thread = max(50, len(queries) // max(counts))
+    best = dict.fromkeys(counts, 0.0)
+    cores = dict.fromkeys(counts, 0.0)  # CPU seconds of the process ÷ wall, in that round
+    errors: list[BaseException] = []
+
+    def worker(offset: int, start: threading.Barrier) -> None:
+        mine = [queries[(offset + i) % len(queries)] for i in range(per_thread)]
+        start.wait()
+        try:
+            for q in mine:
+                cache.get(q)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    for _ in range(rounds):
+        for count in counts:
+            start = threading.Barrier(count + 1)
+            threads = [threading.Thread(target=worker, args=(i * per_thread, start))
+                       for i in range(count)]
+            for t in threads:
+                t.start()
+            start.wait()
+            t0, c0 = time.perf_counter(), time.process_time()
+            for t in threads:
+                t.join()
+            wall = time.perf_counter() - t0
+            if count * per_thread / wall > best[count]:
+                best[count] = count * per_thread / wall
+                cores[count] = (time.process_time() - c0) / wall
+    uses_ann = _ann_description(cache)
+    cache.close()
+    if errors:
+        raise errors[0]
+    ratios = [Ratio(f"L2 lookups/s, {c} threads over 1", best[c] / best[1], "the same cache, "
+                    "one thread", at_least=1.6 if c == 2 else None) for c in counts if c != 1]
+    return [f"[6] thread scaling: default config (L1 + L2 {uses_ann} + L3 SQLite), {n} entries, "
+            f"{per_thread} L2 lookups per thread, best of {rounds} rounds: "
+            + ", ".join(f"{c} thread{'s' if c > 1 else ''} {best[c]:.0f} lookups/s "
+                        f"(x{best[c] / best[1]:.2f}, {cores[c]:.2f} cores busy)" for c in counts)
+            + " (target 2 threads >= 1.6x one; cores busy: the process's CPU seconds over the "
+            "round's wall time, at most what the machine's other load leaves it)"], ratios
+
+
 def _raw_search_seconds(index: VectorIndex, query: np.ndarray) -> float:
     """Seconds of the bare faiss search ``index`` runs for ``query`` (its ANN index, else its
     flat array), without the backlog scan or anything of mmcache around it."""
@@ -483,7 +546,8 @@ def _redis_server() -> Iterator[str | None]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run the five benchmarks (or only ratio 4, ``--fill-only``; only 5, ``--revalidation``),
+    """Run the five benchmarks (six with ``--threads``; or only ratio 4, ``--fill-only``; only 5,
+    ``--revalidation``; only 6, ``--threads-only``),
     print their lines and record their ratios (:mod:`mmcache.lab.bench.ledger`)."""
     args = _parse(argv)
     started = machine()
@@ -496,6 +560,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         _run(parts, "tiered_cache-revalidation", vars(args), started)
         return
     w = make_workload(args.n, args.dim, args.queries, args.paraphrase_share, args.seed)
+    if args.threads_only:
+        parts.append(lambda: bench_threads(w, args.threshold, workdir, args.threads))
+        _run(parts, f"tiered_cache-{args.n}-threads", vars(args), started)
+        return
     print(f"mmcache cache benchmark: n={args.n} stored x d={args.dim}, {args.queries} queries "
           f"({w.paraphrase.mean():.0%} paraphrases at cos U{PARAPHRASE_COS} of a stored vector, "
           f"the rest novel); data: random unit vectors (stand-in for real embeddings); "
@@ -506,6 +574,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                   lambda: bench_end_to_end(w, args.threshold, workdir, args.ef_search),
                   lambda: bench_puts(args.dim, args.puts, args.seed, workdir),
                   lambda: bench_revalidation(args.dim, args.gets, args.seed, workdir)]
+    if args.threads:
+        parts.append(lambda: bench_threads(w, args.threshold, workdir, args.threads))
     parts.append(lambda: bench_fill_latency(
         args.dim, args.n, args.fill_gets or max(1000, args.n // 20), args.threshold, args.seed,
         workdir, args.fill_ann_min_size))
@@ -545,13 +615,30 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--gets", type=int, default=2000, help="gets per contender and pass in [5]")
     p.add_argument("--revalidation", action="store_true",
                    help="run only [5], the revalidation cost of a shared L3")
+    p.add_argument("--threads", type=_counts, default=None, metavar="1,2,4",
+                   help="also measure [6], L2 lookups/s of this many threads sharing a cache")
+    p.add_argument("--threads-only", action="store_true",
+                   help="run only [6] (with --threads, default 1,2,4)")
     p.add_argument("--quick", action="store_true",
                    help="a small run in seconds: n=3000, 200 queries, 300 puts")
     args = p.parse_args(argv)
+    if args.threads_only and not args.threads:
+        args.threads = [1, 2, 4]
     if args.quick:
         args.n, args.queries, args.overhead_queries, args.passes, args.puts = 3000, 200, 100, 1, 300
         args.gets = 500
     return args
+
+
+def _counts(text: str) -> list[int]:
+    """``--threads``: comma-separated thread counts, each >= 1."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"--threads takes thread counts like 1,2,4, got {text!r}")
+    return counts
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -68,3 +68,24 @@ def test_workload_mixes_paraphrases_at_the_stated_cosines() -> None:
     assert 0.4 < w.paraphrase.mean() < 0.6
     assert (sims[w.paraphrase] >= low - 1e-5).all()
     assert (sims[~w.paraphrase] < low).mean() > 0.9
+
+
+def test_threads_only_run_reports_each_count_over_one_thread(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    cache_bench.main(["--threads-only", "--threads", "2,4", "--n", "300", "--dim", "16",
+                      "--queries", "40"])
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if l.startswith("[6] thread scaling"))
+    for count in ("1 thread", "2 threads", "4 threads"):
+        assert re.search(count + r" \d+ lookups/s \(x\d+\.\d+, \d+\.\d+ cores busy\)", line), line
+    assert "[1] overhead" not in out and "[4] get latency" not in out
+    recorded = next(run for run in ledger.read() if run["bench"] == "tiered_cache-300-threads")
+    assert [r.name for r in recorded["ratios"]] == ["L2 lookups/s, 2 threads over 1",
+                                                    "L2 lookups/s, 4 threads over 1"]
+
+
+def test_threads_flag_takes_counts_like_1_2_4() -> None:
+    assert cache_bench._parse(["--threads", "1,2,4"]).threads == [1, 2, 4]
+    assert cache_bench._parse(["--threads-only"]).threads == [1, 2, 4]
+    with pytest.raises(SystemExit):
+        cache_bench._parse(["--threads", "0,2"])
