@@ -16,9 +16,6 @@ from mmcache.paths import PROJECT_ROOT
 EXPECTATIONS = load_expectations()
 PAGES = read_pages(EXPECTATIONS)
 EVICTION = "docs/results/06-eviction.md"
-# Study pages that quote no numbers yet: nothing for the docs check to compare until a full run
-# is recorded (issue 30); they must say where the numbers are.
-NUMBER_FREE_PAGES = {"docs/results/07-serving-path.md"}
 
 
 def _fabricate_runs(runs: Path, expectations, smoke: bool = False) -> None:
@@ -46,11 +43,8 @@ def test_expectations_cover_every_study_page_and_the_readme() -> None:
             "06_eviction_replay"} <= {e.notebook for e in EXPECTATIONS}
     study_pages = {str(p.relative_to(PROJECT_ROOT))
                    for p in (PROJECT_ROOT / "docs" / "results").glob("0*.md")}
-    assert len(study_pages) == 7 and NUMBER_FREE_PAGES <= study_pages
-    assert (study_pages - NUMBER_FREE_PAGES) | {"README.md"} == set(PAGES)
-    for page in NUMBER_FREE_PAGES:
-        text = (PROJECT_ROOT / page).read_text()
-        assert "metrics.json" in text and "quotes none of them" in text, page
+    assert len(study_pages) == 7
+    assert study_pages | {"README.md"} == set(PAGES)
 
 
 def test_without_runs_every_number_is_missing(tmp_path) -> None:
@@ -134,7 +128,7 @@ def test_cli_exit_status(tmp_path, capsys) -> None:
     _fabricate_runs(runs, EXPECTATIONS)
     assert readme_check.main(["--runs", str(runs)]) == 0
     assert readme_check.main(["--quotes-only"]) == 0
-    assert f"{len(EXPECTATIONS)} of {len(EXPECTATIONS)} numbers on 7 pages" in \
+    assert f"{len(EXPECTATIONS)} of {len(EXPECTATIONS)} numbers on {len(PAGES)} pages" in \
         capsys.readouterr().out
     (runs / "00_quickstart" / "metrics.json").write_text(
         json.dumps({"n_lookups": 13, "n_as_expected": 12}))
