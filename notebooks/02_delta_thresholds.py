@@ -47,6 +47,11 @@ DRIFT_WINDOW = 100  # lookups in the rolling error of the re-track measurement
 EXTERNAL_DELTAS = [0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35]
 EXTERNAL_BUDGET = 0.02
 EXTERNAL_QUESTIONS = 0  # how many contradish questions; zero: all of them
+# feedback regimes on the external questions (cache_stream.Feedback): a share of served hits
+# labelled some lookups later (beside no feedback and every hit labelled at once)
+FEEDBACK_RATE = 0.1
+FEEDBACK_DELAY = 50
+FEEDBACK_SEED = 0  # draws which served hits are labelled
 # labelled pairs (JSONL, mmcache.datasets.pairs_file) through TieredCache.get, one scope each;
 # relative to the project root; empty: the hand-written probe set
 PAIRS_FILE = ""
@@ -501,6 +506,72 @@ save_figure(fig, "02_external_contradish", provenance={
                 "misses, one scope, no feedback", "seeds": SEEDS, "smoke": SMOKE})
 
 # %% [markdown]
+# ### Feedback regimes
+#
+# The same test streams, now with labels fed back through `TieredCache.feedback(hit, correct)`
+# (`cache_stream.Feedback`): **none**; **sampled**, a seeded share `FEEDBACK_RATE` of served hits,
+# each labelled `FEEDBACK_DELAY` lookups later (labels still pending when a stream ends are never
+# delivered); **immediate**, every served hit labelled before the next lookup. Only served hits can
+# be labelled: the cache has no call that labels a miss, so nothing here explores as vCache does
+# (a rule that serves nothing before it has labels, like the vCache-paper rule, gets none). Rules:
+# the contract config, the vCache-paper rule at the same budget (if registered) and the static δ
+# chosen on the training questions (which does not learn: only its label count moves). The number
+# of labels delivered is the cost, beside the verifier's calls (none of these rules has one).
+
+# %%
+regimes = {"none": cache_stream.Feedback.none(),
+           "sampled": cache_stream.Feedback.sampled(FEEDBACK_RATE, FEEDBACK_DELAY, FEEDBACK_SEED),
+           "immediate": cache_stream.Feedback.immediate()}
+regime_static = chosen or f"static δ={verifier_delta:g}"
+regime_configs = {"contract config": contract, regime_static: external_configs[regime_static]}
+if "vcache-paper" in RULES.names():
+    regime_configs["vcache-paper"] = {"thresholds": {"rule": "vcache-paper",
+                                                     "budget": EXTERNAL_BUDGET}}
+else:
+    absent["external/vcache-paper"] = "vcache-paper is not in mmcache.thresholds.RULES"
+regime_runs = [{**row, "regime": name} for name, regime in regimes.items()
+               for row in cache_stream.compare_configs(external_classes["test"], external_vectors,
+                                                       regime_configs, SEEDS, feedback=regime)]
+regime_frame = pd.DataFrame(regime_runs)
+regime_table = (regime_frame.groupby(["rule", "regime"], sort=False)
+                .agg(lookups=("lookups", "first"), hit_rate=("hit_rate", "mean"),
+                     error=("error", "mean"), error_high_worst=("error_high", "max"),
+                     true_hits_served=("true_hits_served", "mean"), labels=("labels", "mean"),
+                     verifier_calls=("verifier_calls", "mean")))
+feedback_regimes = {
+    "regimes": {name: {"feedback": r.label, "rate": r.rate, "delay": r.delay}
+                for name, r in regimes.items()},
+    "seed": FEEDBACK_SEED, "seeds": SEEDS, "static": regime_static,
+    "rules": {rule: {regime: row for (r, regime), row in regime_table.to_dict("index").items()
+                     if r == rule} for rule in regime_configs},
+    "runs": regime_runs}
+print(f"sampled: {FEEDBACK_RATE:.0%} of served hits, labelled {FEEDBACK_DELAY} lookups later; "
+      f"static: {regime_static}")
+regime_table
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+for ax, (column, title) in zip(axes, (("hit_rate", "hit rate"), ("error", "error"),
+                                      ("labels", "labels delivered per stream (cost)"))):
+    sns.barplot(data=regime_frame, x="rule", y=column, hue="regime", ax=ax,
+                hue_order=list(regimes), errorbar=None)
+    ax.set(title=title, xlabel="", ylabel=column.replace("_", " "))
+    ax.set_ylim(bottom=0)
+    ax.tick_params(axis="x", labelsize=7, rotation=15)
+axes[1].axhline(EXTERNAL_BUDGET, color="tab:red", linestyle=":", label=f"budget {EXTERNAL_BUDGET:.0%}")
+for ax in axes[1:]:
+    ax.legend(fontsize=7)
+axes[0].get_legend().remove()
+fig.suptitle("contradish test questions through TieredCache.get: feedback regimes "
+             f"(sampled {FEEDBACK_RATE:.0%}, delay {FEEDBACK_DELAY})")
+fig.tight_layout()
+save_figure(fig, "02_feedback_regimes", provenance={
+    "weights": {"text": encoders["text"].encoder_id}, "data": CONTRADISH_PROVENANCE,
+    "protocol": "as 02_external_contradish, with labels fed back through TieredCache.feedback: "
+                "none / sampled / immediate", "regimes": feedback_regimes["regimes"],
+    "feedback_seed": FEEDBACK_SEED, "seeds": SEEDS, "smoke": SMOKE})
+
+# %% [markdown]
 # ## Labelled pairs, each in its own scope
 #
 # The many-tenant form: every pair of `PAIRS_FILE` (by default the hand-written near misses of
@@ -622,12 +693,13 @@ metrics = {
     "n_pairs": {m: int((scores.modality == m).sum()) for m in MODALITIES},
     "compared_modalities": COMPARED,
     "provenance": provenance,
+    "feedback_regimes": feedback_regimes,  # the same as external/contradish/feedback_regimes
     "external": {"contradish": {
         "data": CONTRADISH_PROVENANCE, "questions": len(questions), "wordings": len(wordings),
         "budget": EXTERNAL_BUDGET, "static_chosen_on_train": chosen,
         "static_oracle_on_test": oracle, "seeds": SEEDS,
         "rules": external.drop(columns="role").to_dict("index"),
-        "runs": external_rows["test"]},
+        "runs": external_rows["test"], "feedback_regimes": feedback_regimes},
         "pairs_file": {"file": pairs_path.name, "pairs": len(own_pairs),
                        "same": int(sum(p.same for p in own_pairs)),
                        "kinds": {k: int(v) for k, v in pair_kinds.items()},

@@ -5,7 +5,10 @@ drawn from equivalence classes (vCache's benchmark protocol).
 cold cache meets them in order (:func:`run_stream`): a lookup it answers is served, and is
 right when the answer is the lookup's class; a miss stores the lookup with its class as the
 answer (the backend's answer), so the cache grows on misses and every lookup searches every
-entry of the scope. No label is fed back. :meth:`StreamRun.summary` counts as vCache does
+entry of the scope. A :class:`Feedback` regime says which served hits are labelled back through
+``TieredCache.feedback`` and when: none (the default), every one at once, or a seeded share of
+them some lookups later; the labels delivered are counted as a cost, beside the verifier's
+calls. :meth:`StreamRun.summary` counts as vCache does
 (hit rate and error per lookup) with a Clopper–Pearson interval on the error;
 :func:`compare_configs` runs several configurations over several stream orders and
 :func:`choose_static` picks a static δ on one split's runs, to be measured on another's.
@@ -17,6 +20,7 @@ Labelled pairs (a pairs file, :mod:`mmcache.datasets.pairs_file`) run in the man
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -24,12 +28,106 @@ import numpy as np
 from scipy.stats import binomtest
 
 from mmcache.cache import TieredCache
+from mmcache.config import CacheConfig
 from mmcache.datasets.pairs import Pair
 from mmcache.errors import InvalidInputError
 from mmcache.metrics import progress_bar
-from mmcache.types import Query
+from mmcache.types import Hit, Query
+from mmcache.verify import make_verifier
 
 SCOPE = "stream"
+#: The regime names :class:`Feedback` knows.
+REGIMES = ("none", "sampled", "immediate")
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """Which served hits of a stream are labelled (``TieredCache.feedback(hit, correct)``,
+    correct = the hit answers the lookup's class) and when. Each served hit is chosen with
+    probability ``rate`` (a ``seed``-ed draw per served hit; none drawn when ``rate`` is 0 or 1)
+    and its label delivered after the ``delay``-th lookup following the one it served, before
+    the next lookup (``delay`` 0: before the very next lookup); pending labels are delivered in
+    the order they were served, and those still pending when the stream ends are not. Build
+    one with :meth:`none`, :meth:`immediate` (every hit, delay 0) or :meth:`sampled`."""
+
+    name: str = "none"
+    rate: float = 0.0
+    delay: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.name not in REGIMES:
+            raise InvalidInputError(f"feedback regime must be one of {REGIMES}, got {self.name!r}")
+        if isinstance(self.rate, bool) or not isinstance(self.rate, (int, float)) or \
+                not 0.0 <= self.rate <= 1.0:
+            raise InvalidInputError(f"feedback rate is a share of served hits in [0, 1], got "
+                                    f"{self.rate!r}")
+        if isinstance(self.delay, bool) or not isinstance(self.delay, int) or self.delay < 0:
+            raise InvalidInputError(f"feedback delay is a whole number of lookups >= 0, got "
+                                    f"{self.delay!r}")
+
+    @classmethod
+    def none(cls) -> "Feedback":
+        """No label is fed back."""
+        return cls("none", 0.0, 0)
+
+    @classmethod
+    def immediate(cls) -> "Feedback":
+        """Every served hit labelled before the next lookup."""
+        return cls("immediate", 1.0, 0)
+
+    @classmethod
+    def sampled(cls, rate: float = 0.1, delay: int = 50, seed: int = 0) -> "Feedback":
+        """A seeded share ``rate`` of served hits, each labelled ``delay`` lookups later."""
+        return cls("sampled", rate, delay, seed)
+
+    @property
+    def label(self) -> str:
+        """A short name: ``none``, ``immediate`` or ``sampled 10% delay 50``."""
+        return f"sampled {self.rate:.0%} delay {self.delay}" if self.name == "sampled" \
+            else self.name
+
+
+class _Labeller:
+    """The pending labels of one stream under one :class:`Feedback` regime."""
+
+    def __init__(self, regime: Feedback, cache: TieredCache) -> None:
+        self.regime, self.cache, self.delivered = regime, cache, 0
+        self._rng = np.random.default_rng(regime.seed)
+        self._pending: deque[tuple[int, Hit, bool]] = deque()
+
+    def served(self, lookup: int, hit: Hit, correct: bool) -> None:
+        rate = self.regime.rate
+        if rate >= 1.0 or (rate > 0.0 and self._rng.random() < rate):
+            self._pending.append((lookup + self.regime.delay, hit, correct))
+
+    def deliver(self, after: int) -> None:
+        """Deliver, in order, every pending label due once lookup ``after`` is done."""
+        while self._pending and self._pending[0][0] <= after:
+            _, hit, correct = self._pending.popleft()
+            self.cache.feedback(hit, correct)
+            self.delivered += 1
+
+
+class _CountedVerifier:
+    """The configured verifier, counting its calls (a judge call is a cost too)."""
+
+    def __init__(self, verifier: Any) -> None:
+        self.verifier, self.calls = verifier, 0
+        self.name = getattr(verifier, "name", type(verifier).__name__)
+
+    def __call__(self, query: Query, entry: Any) -> float:
+        self.calls += 1
+        return self.verifier(query, entry)
+
+
+def _open(config: Mapping[str, Any] | None, encoders: Mapping[str, Any] | None
+          ) -> tuple[TieredCache, _CountedVerifier | None]:
+    """A cold ``TieredCache(config)`` whose configured verifier (if any) counts its calls."""
+    loaded = CacheConfig.load(dict(config or {}))
+    inner = make_verifier(loaded.thresholds.verifier)
+    counted = None if inner is None else _CountedVerifier(inner)
+    return TieredCache(loaded, encoders=encoders, verifier=counted), counted
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,10 +140,14 @@ class StreamRun:
     correct: np.ndarray
     seen: np.ndarray
     tier: np.ndarray
+    #: Labels fed back (:class:`Feedback`) and calls of the configured verifier.
+    labels: int = 0
+    verifier_calls: int = 0
 
     def summary(self) -> dict[str, Any]:
         """Hit rate and error (wrong answers ÷ lookups) with the error's 95 % Clopper–Pearson
-        interval, the share of should-hit lookups served right, and the counts behind them."""
+        interval, the share of should-hit lookups served right, the counts behind them, and
+        the costs: labels fed back and verifier calls."""
         n, wrong = len(self.served), int((self.served & ~self.correct).sum())
         interval = binomtest(wrong, n).proportion_ci(0.95, method="exact") if n else None
         should = int(self.seen.sum())
@@ -57,7 +159,8 @@ class StreamRun:
                 "should_hit": should,
                 "true_hits_served": int((self.served & self.correct).sum()) / should
                 if should else float("nan"),
-                "exact_hits": int((self.tier == "l1").sum())}
+                "exact_hits": int((self.tier == "l1").sum()),
+                "labels": self.labels, "verifier_calls": self.verifier_calls}
 
 
 def class_stream(classes: Sequence[Sequence[str]], seed: int = 0, zipf: float = 1.0,
@@ -81,16 +184,21 @@ def class_stream(classes: Sequence[Sequence[str]], seed: int = 0, zipf: float = 
 def run_stream(texts: Sequence[str], labels: Sequence[int], config: Mapping[str, Any] | None,
                *, encoders: Mapping[str, Any] | None = None,
                vectors: np.ndarray | None = None, label: str = "",
-               progress: bool | None = None) -> StreamRun:
+               progress: bool | None = None, feedback: Feedback | None = None) -> StreamRun:
     """Stream the lookups through a cold ``TieredCache(config)``; ``vectors`` (one per text)
-    are handed over as the query's text embedding instead of encoding the text again."""
+    are handed over as the query's text embedding instead of encoding the text again.
+    ``feedback`` (default :meth:`Feedback.none`) labels served hits back to the cache."""
     if len(texts) != len(labels) or (vectors is not None and len(vectors) != len(texts)):
         raise InvalidInputError("texts, labels and vectors must have one row per lookup")
+    if feedback is not None and not isinstance(feedback, Feedback):
+        raise InvalidInputError(f"feedback must be a Feedback regime, got {feedback!r}")
     n = len(texts)
     served, correct, seen = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
     tier = np.full(n, "", dtype=object)
     stored: set[int] = set()
-    with TieredCache(dict(config or {}), encoders=encoders) as cache, \
+    cache, judge = _open(config, encoders)
+    labeller = _Labeller(feedback or Feedback.none(), cache)
+    with cache, \
             progress_bar(n, f"stream {label}".strip(), unit="lookup", progress=progress) as bar:
         for i, (text, cls) in enumerate(zip(texts, labels)):
             query = Query(text=text, scope=SCOPE, embeddings={} if vectors is None
@@ -102,8 +210,11 @@ def run_stream(texts: Sequence[str], labels: Sequence[int], config: Mapping[str,
                 stored.add(int(cls))
             else:
                 served[i], correct[i], tier[i] = True, hit.value == int(cls), hit.tier
+                labeller.served(i, hit, bool(correct[i]))
+            labeller.deliver(i)
             bar.update()
-    return StreamRun(label, served, correct, seen, tier.astype(str))
+    return StreamRun(label, served, correct, seen, tier.astype(str), labeller.delivered,
+                     0 if judge is None else judge.calls)
 
 
 def run_pairs(pairs: Sequence[Pair], config: Mapping[str, Any] | None, *,
@@ -117,7 +228,8 @@ def run_pairs(pairs: Sequence[Pair], config: Mapping[str, Any] | None, *,
     n = len(pairs)
     served, correct = np.zeros(n, bool), np.zeros(n, bool)
     tier = np.full(n, "", dtype=object)
-    with TieredCache(dict(config or {}), encoders=encoders) as cache, \
+    cache, judge = _open(config, encoders)
+    with cache, \
             progress_bar(n, f"pairs {label}".strip(), unit="pair", progress=progress) as bar:
         for i, pair in enumerate(pairs):
             scope = f"pair-{i}"
@@ -127,7 +239,7 @@ def run_pairs(pairs: Sequence[Pair], config: Mapping[str, Any] | None, *,
                 served[i], correct[i], tier[i] = True, pair.same, hit.tier
             bar.update()
     return StreamRun(label, served, correct, np.array([p.same for p in pairs], bool),
-                     tier.astype(str))
+                     tier.astype(str), verifier_calls=0 if judge is None else judge.calls)
 
 
 def _in_scope(query: Query, scope: str, vectors: Mapping[str, np.ndarray] | None) -> Query:
@@ -145,8 +257,10 @@ def static_config(delta: float) -> dict[str, Any]:
 
 def compare_configs(classes: Sequence[Sequence[str]], vectors: Mapping[str, np.ndarray],
                     configs: Mapping[str, Mapping[str, Any]], seeds: Sequence[int],
-                    zipf: float = 1.0, progress: bool | None = None) -> list[dict[str, Any]]:
-    """:meth:`StreamRun.summary` of every config (by name) on every seed's stream order;
+                    zipf: float = 1.0, progress: bool | None = None,
+                    feedback: Feedback | None = None) -> list[dict[str, Any]]:
+    """:meth:`StreamRun.summary` of every config (by name) on every seed's stream order, under
+    one ``feedback`` regime (default none; its ``seed`` draws the same way on every stream);
     ``vectors`` maps each wording to its text embedding (encoded once for all runs)."""
     rows = []
     with progress_bar(len(seeds) * len(configs), "stream runs", unit="run",
@@ -156,8 +270,9 @@ def compare_configs(classes: Sequence[Sequence[str]], vectors: Mapping[str, np.n
             stacked = np.stack([vectors[t] for t in texts])
             for name, config in configs.items():
                 run = run_stream(texts, labels, config, vectors=stacked, label=name,
-                                 progress=False)
-                rows.append({**run.summary(), "seed": seed})
+                                 progress=False, feedback=feedback)
+                rows.append({**run.summary(), "seed": seed,
+                             "feedback": (feedback or Feedback.none()).label})
                 bar.update()
     return rows
 

@@ -121,3 +121,46 @@ def test_the_probe_pairs_go_through_the_cache_one_scope_each(metrics):
     delta = verified[0].removesuffix(" + pairs verifier")
     assert rules[verified[0]]["served"] <= rules[delta]["served"]
     assert rules["static δ=0.3"]["served"] >= rules["static δ=0.1"]["served"]
+
+
+def test_feedback_regimes_run_every_rule_on_the_same_test_streams(metrics):
+    ext = metrics["external"]["contradish"]
+    fb = ext["feedback_regimes"]
+    assert metrics["feedback_regimes"] == fb
+    assert set(fb["regimes"]) == {"none", "sampled", "immediate"}
+    sampled = fb["regimes"]["sampled"]
+    assert 0.0 < sampled["rate"] < 1.0 and sampled["delay"] > 0
+    assert fb["regimes"]["immediate"] == {"feedback": "immediate", "rate": 1.0, "delay": 0}
+    assert fb["seeds"] == ext["seeds"]
+    rules = fb["rules"]
+    assert {"contract config", "vcache-paper", fb["static"]} == set(rules)
+    assert fb["static"] in ext["rules"]
+    assert len(fb["runs"]) == 3 * len(rules) * len(fb["seeds"])
+    for rule, by_regime in rules.items():
+        assert set(by_regime) == set(fb["regimes"]), rule
+        # no feedback through the regime path is the no-feedback table's row, number for number
+        if rule in ext["rules"]:
+            for key, value in ext["rules"][rule].items():
+                assert by_regime["none"][key] == pytest.approx(value, rel=1e-12), (rule, key)
+        assert by_regime["none"]["labels"] == 0
+        assert by_regime["sampled"]["labels"] <= by_regime["immediate"]["labels"]
+        for row in by_regime.values():
+            assert 0.0 <= row["error"] <= row["hit_rate"] <= 1.0
+            assert row["error"] <= row["error_high_worst"] <= 1.0
+            assert row["verifier_calls"] == 0   # none of these rules has a verifier
+    for row in fb["runs"]:
+        # immediate feedback labels every served hit (none is pending at the end: delay 0)
+        if row["regime"] == "immediate":
+            assert row["labels"] == row["served"]
+        else:
+            assert row["labels"] <= row["served"]
+        if row["regime"] == "none":
+            assert row["labels"] == 0
+    static = rules[fb["static"]]
+    # a static δ does not learn: only what its labels cost changes
+    assert static["none"]["hit_rate"] == static["sampled"]["hit_rate"] == \
+        static["immediate"]["hit_rate"]
+    if static["immediate"]["hit_rate"] > 0:
+        assert static["immediate"]["labels"] > 0
+    # the vCache-paper rule serves nothing before it has labels, and only served hits get them
+    assert all(row["hit_rate"] == 0 and row["labels"] == 0 for row in rules["vcache-paper"].values())
