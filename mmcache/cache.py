@@ -111,7 +111,7 @@ entry is a compare-and-delete on its version, so it never deletes another proces
 newer write of the key, and entries promoted from the shared store enter the Bloom
 guard, so they are looked up in L1 again.
 
-Failure codes (issue 30 item 5): the mismatches a cache can detect between processes sharing a
+Failure codes: the mismatches a cache can detect between processes sharing a
 store are failure events with stable codes (:data:`mmcache.metrics.FAILURE_CODES`: cause and fix
 of each): ``MM-KEY-VERSION`` (the store records another exact-key version; the cache opens
 anyway), ``MM-ENCODER-IDENTITY`` and ``MM-SCHEMA-VERSION`` (the open is refused as before, the
@@ -817,8 +817,7 @@ class TieredCache:
             if bypass or self._wants_bypass(prepared.text):
                 self._metrics.count("bypasses", modality_set_name(prepared.modalities))
                 return None, False
-            now = self._clock()
-            found = self._exact(prepared, now, origin_failed)
+            found = self._exact(prepared, self._clock(), origin_failed)
             if found is not None or not (ready or encodable):
                 return self._answer(query, prepared, found, None, start)
             plan = self._search_plan(prepared)
@@ -827,15 +826,13 @@ class TieredCache:
         else:
             vectors, _ = self._vectors(prepared, dims)
             turns_vector = self._context_vector(prepared)
-            now = math.nan  # read again under the lock
         searched = self._search_outside(prepared, vectors, plan)  # faiss without the lock
         with self._lock:
             self._check_open()
             if not ready:
                 self._check_dims([vectors])
-                now = self._clock()
-            found, nearest, pending = self._semantic(prepared, vectors, turns_vector, now,
-                                                     origin_failed, searched)
+            found, nearest, pending = self._semantic(prepared, vectors, turns_vector,
+                                                     self._clock(), origin_failed, searched)
             if not pending:
                 return self._answer(query, prepared, found, nearest, start)
         verdicts = self._verdicts(query, pending)  # outside the lock: a slow judge blocks no one

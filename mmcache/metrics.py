@@ -28,7 +28,7 @@ its bar, and ``MMCACHE_PROGRESS=0`` in the environment silences every bar (read 
 so a papermill run or a notebook cell can set it); a bar appears only once its call has run
 ``PROGRESS_DELAY_S`` seconds.
 
-Failure events (issue 30 item 5): when the cache detects that processes sharing a store
+Failure events: when the cache detects that processes sharing a store
 disagree (another key version, another encoder, another store schema, an entry its codec cannot
 read, a writer's clock ahead of its own), it emits a :class:`FailureEvent` with a stable code
 from :data:`FAILURE_CODES`, which holds each code's cause and fix. An :class:`EventLog` keeps

@@ -1,5 +1,5 @@
 """A discrete-event model of tier preemption: foreground lookups and background I/O sharing the
-channels of a tier hierarchy (seed 002 §4.2, issue 30 item 2).
+channels of a tier hierarchy (seed 002 §4.2).
 
 **A model with stated parameters, not a measurement**: no device is read; every bandwidth,
 size, rate and share below is a parameter (:class:`Traffic`, :class:`Scheduler`), and the

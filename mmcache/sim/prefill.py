@@ -1,4 +1,4 @@
-"""Modality-weighted prefill (seed 001 §4.1, seed 002 §3.3, issue 30 item 4) in the CacheBench-MM
+"""Modality-weighted prefill (seed 001 §4.1, seed 002 §3.3) in the CacheBench-MM
 replay.
 
 Seed 001 §4.1 prefills a cache from a user-behaviour graph whose scores are fused with

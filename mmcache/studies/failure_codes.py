@@ -1,4 +1,4 @@
-"""Failure codes across two processes (issue 30 item 5): each mismatch the cache can detect,
+"""Failure codes across two processes: each mismatch the cache can detect,
 injected into one of two processes that share one SQLite store, and the failure events mined by
 code and cause.
 

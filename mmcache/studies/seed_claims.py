@@ -1,5 +1,5 @@
-"""Notebook 07's ``seed_claims`` section: the seeds' headline claims re-tested in CacheBench-MM
-(issue 30 item 6), each as closely as the workbench allows.
+"""Notebook 07's ``seed_claims`` section: the seeds' headline claims re-tested in CacheBench-MM,
+each as closely as the workbench allows.
 
 :data:`CLAIMS` holds every claim as data (:class:`Claim`): the seed and section, the claim with
 its numbers as the seed states them, the workbench experiment that tests it, the metric compared
