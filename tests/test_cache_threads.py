@@ -59,10 +59,13 @@ def hammer(cache: mmcache.TieredCache, seed: int, start: threading.Barrier,
         errors.append(f"thread {seed}: {exc!r}")
 
 
-def run_threads(cache: mmcache.TieredCache) -> list[str]:
+def run_threads(cache: mmcache.TieredCache, target=None, *extra) -> list[str]:
+    """Run ``target(cache, seed, start_barrier, *extra, errors)`` (default :func:`hammer`) on
+    THREADS threads at once, switching often; the errors they report."""
     errors: list[str] = []
     start = threading.Barrier(THREADS)
-    threads = [threading.Thread(target=hammer, args=(cache, seed, start, errors))
+    threads = [threading.Thread(target=target or hammer,
+                                args=(cache, seed, start, *extra, errors))
                for seed in range(THREADS)]
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
@@ -376,22 +379,8 @@ def test_gets_overlapping_puts_on_the_same_keys_serve_only_what_was_put(index: s
                                  "l2": {"max_entries": 20, **l2}})
     semantic = cache.tier("l2").index  # HNSW: a backlog of 2, so builds swap in often
     semantic.spec = dataclasses.replace(semantic.spec, max_backlog=2)
-    errors: list[str] = []
     put_values: set = set()
-    start = threading.Barrier(THREADS)
-    threads = [threading.Thread(target=overlap, args=(cache, seed, start, put_values, errors))
-               for seed in range(THREADS)]
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-    finally:
-        sys.setswitchinterval(interval)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
-    assert errors == []
+    assert run_threads(cache, overlap, put_values) == []
     l2_tier = cache.tier("l2")
     l2_tier.index.flush()
     for tier in cache.tiers:
