@@ -100,7 +100,8 @@ CONTENTION_TRAFFIC = {"token_bytes": 8, "tokens_per_packet": 1024,  # the seed f
 CONTENTION_CONFIGS = {  # token rate (million tokens/s) and visual streams per configuration
     "single stream, low-frequency tokens": {"token_rate_mtps": 10.0, "streams": 1},
     "two streams, high-frequency tokens": {"token_rate_mtps": 500.0, "streams": 2}}
-CONTENTION_UTILISATIONS = [0.1, 0.2, 0.3, 0.42, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97]
+# the link's utilisation, each above 0.125 (500 M tokens/s × 8 B on 32 GB/s, the tokens' own)
+CONTENTION_UTILISATIONS = [0.2, 0.3, 0.42, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97]
 CONTENTION_DURATION_S = 20.0  # simulated seconds per point
 # preemption: the offered work (mmcache.sim.preemption.Traffic; assumptions, not measured)
 PREEMPT_DURATION_S = 10.0  # the horizon of each run (simulated seconds)
