@@ -14,9 +14,9 @@
 # %% [markdown]
 # # 07 · Serving-path studies: the seeds' remaining systems
 #
-# Six sections (issue 30). The first four are **models with stated parameters, not
+# Seven sections (issue 30). The first five are **models with stated parameters, not
 # measurements** (no GPU runs here, and the MDP is not yet measured on a live cache): `mdp`,
-# `kv_allocation`, `preemption` and `prefill`. `failure_codes` runs live caches in two
+# `kv_allocation`, `contention`, `preemption` and `prefill`. `failure_codes` runs live caches in two
 # processes; `seed_claims` re-tests the seeds' headline numbers in CacheBench-MM with criteria
 # stated before the runs.
 #
@@ -42,6 +42,12 @@
 #   all-MiniLM-L6-v2's tokenizer (a stand-in for an LLM's), bytes per token **assumed**:
 #   Llama-3-8B's KV shape in fp16 (`LLAMA3_8B_SHAPE`, 128 KiB per token). No GPU allocates
 #   anything: slots are counted.
+# * **`contention`** — seed 000 §2.3's interconnect contention between text-token packets and
+#   visual-feature bursts on one link (`mmcache.sim.contention`): the seed's occupancy formula
+#   exactly as written, the same quantity with consistent units (the utilisation), and a
+#   queueing model of the same link (simulated, FCFS and priority for tokens, checked against
+#   closed-form means), swept over utilisation; the seed's two configurations are our reading
+#   (it states no rates). Bandwidth, sizes and rates are stated parameters, not measurements.
 # * **`preemption`** — foreground lookups and background I/O (preloads, prefetches) sharing the
 #   channels of CacheBench-MM's three tiers (GPU memory over HBM, CPU DRAM over PCIe, NVMe, at
 #   their nominal assumed bandwidths), a discrete-event model (`mmcache.sim.preemption`, whose
@@ -86,6 +92,17 @@ COSTS_AFTER = {"backend_ms": 400.0, "blocked_wait_ms": 150.0}  # and the backend
 KV_CONVERSATIONS = 1000
 KV_TOKENIZER = "minilm"
 KV_MAX_TURNS = 20  # the figure's turns
+# contention: one link shared by token packets and visual-feature bursts (mmcache.sim.contention;
+# stated parameters, our reading of seed 000 §2.3, which states the bandwidth and no rates)
+CONTENTION_BANDWIDTH_GB_PER_S = 32.0  # the seed's NVLink single link, GB/s (as stated there)
+CONTENTION_TRAFFIC = {"token_bytes": 8, "tokens_per_packet": 1024,  # the seed formula's 8 B/token
+                      "features_per_burst": 8, "feature_mb": 1.18}  # ViT-L/14-336 fp16 patches
+CONTENTION_CONFIGS = {  # token rate (million tokens/s) and visual streams per configuration
+    "single stream, low-frequency tokens": {"token_rate_mtps": 10.0, "streams": 1},
+    "two streams, high-frequency tokens": {"token_rate_mtps": 500.0, "streams": 2}}
+# the link's utilisation, each above 0.125 (500 M tokens/s × 8 B on 32 GB/s, the tokens' own)
+CONTENTION_UTILISATIONS = [0.2, 0.3, 0.42, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97]
+CONTENTION_DURATION_S = 20.0  # simulated seconds per point
 # preemption: the offered work (mmcache.sim.preemption.Traffic; assumptions, not measured)
 PREEMPT_DURATION_S = 10.0  # the horizon of each run (simulated seconds)
 PREEMPT_LOADS = [0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4]  # offered load, NVMe channel
@@ -141,6 +158,9 @@ from mmcache.sim.invalidation_replay import (KeyClass, Phase, compare_policies, 
 from mmcache.sim.cachebench import three_tier
 from mmcache.sim.kv_allocation import (DEFAULT_BYTES_PER_TOKEN, DEFAULT_STRATEGIES,
                                        LLAMA3_8B_SHAPE, compare, per_turn, sharegpt_turn_tokens)
+from mmcache.sim.contention import SEED_CONFIGS, Link
+from mmcache.sim.contention import Traffic as LinkTraffic
+from mmcache.sim.contention import sweep as sweep_contention
 from mmcache.sim.preemption import DEFAULT_CHANNELS, Traffic, fixed_quotas, no_preemption
 from mmcache.sim.preemption import sweep as sweep_preemption
 from mmcache.sim.preemption import threshold_preemption
@@ -158,6 +178,8 @@ if SMOKE:
     WINDOWS_S = [30.0, 60.0]
     KV_CONVERSATIONS = 50
     PREEMPT_DURATION_S = 1.0
+    CONTENTION_DURATION_S = 2.0
+    CONTENTION_UTILISATIONS = [0.2, 0.42, 0.7, 0.9, 0.97]
     PREEMPT_LOADS = [0.3, 0.8, 1.1, 1.4]
     SC_SEEDS = [0, 1, 2]
     SC_STREAM = {**SC_STREAM, "n_queries": 2_000, "n_intents": 250}
@@ -281,6 +303,79 @@ ax2.set(xlabel="", ylabel="wasted MiB (mean over turns)",
         title=f"Waste at {DEFAULT_BYTES_PER_TOKEN // 1024} KiB/token (assumed)")
 fig.suptitle(f"KV-cache allocation over {len(conversations)} ShareGPT conversations (a model)")
 save_figure(fig, "07_kv_allocation", kv_provenance)
+
+# %% [markdown]
+# ## `contention`: token packets and visual-feature bursts on one link
+#
+# Seed 000 §2.3 estimates the link's occupancy with `estimate_contention` (here
+# `seed_occupancy`, exactly as written): (tokens × 8 B + one feature per window) in MB/ms ÷
+# (bandwidth ÷ 8) × 100. MB/ms is GB/s, and the seed states the bandwidth in GB/s, so the ÷ 8
+# (gigabits to gigabytes) makes it report **8 × the utilisation**; `consistent_occupancy` is
+# the same quantity in consistent units, the utilisation ρ. Both are linear in the offered
+# load. The queueing model (`mmcache.sim.contention.simulate`: one link at full bandwidth, one
+# transfer at a time; Poisson token packets, Poisson bursts of features per stream) gives the
+# delays: per configuration and utilisation (the burst rate set to reach it, the tokens fixed),
+# the visual features' latency increase over an idle link (their wait behind other traffic)
+# and the token packets' delay, first come first served and with non-preemptive priority for
+# tokens, with the closed-form means beside them (M/G/1 with bursts as one job under FCFS;
+# Cobham's formula for the tokens under priority). The seed's two configurations state no
+# rates: `CONTENTION_CONFIGS` is our reading, placed at the utilisation the seed reports for
+# each (42 %, 97 %), read as the link's mean utilisation.
+
+# %%
+contention_link = Link(CONTENTION_BANDWIDTH_GB_PER_S, name="seed NVLink single link")
+contention_configs = {name: LinkTraffic(**CONTENTION_TRAFFIC, **c, seed=SEED,
+                                        duration_s=CONTENTION_DURATION_S)
+                      for name, c in CONTENTION_CONFIGS.items()}
+contention = pd.DataFrame(sweep_contention(contention_link, contention_configs,
+                                           CONTENTION_UTILISATIONS))
+display(contention.pivot_table(index=["config", "utilisation"], columns="discipline", values=[
+    "seed_occupancy_pct", "feature_increase_mean_ms", "feature_increase_p99_ms",
+    "analytic_feature_increase_mean_ms", "token_mean_ms", "token_p99_ms"]).round(4))
+
+# %%
+contention_provenance = {
+    "model": "mmcache.sim.contention: one link, two classes, simulated (stated parameters, "
+             "not measured); the seed's formula and the consistent one beside it",
+    "bandwidth_gb_per_s": CONTENTION_BANDWIDTH_GB_PER_S, "traffic": CONTENTION_TRAFFIC,
+    "configs": CONTENTION_CONFIGS, "utilisations": CONTENTION_UTILISATIONS,
+    "duration_s": CONTENTION_DURATION_S, "seed": SEED, "smoke": SMOKE}
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.2))
+for k, (name, rows) in enumerate(contention.groupby("config", sort=False)):
+    fcfs = rows[rows.discipline == "fcfs"]
+    prio = rows[rows.discipline == "priority"]
+    ax1.plot(fcfs.utilisation, fcfs.feature_increase_mean_ms, "o-", c=f"C{k}",
+             label=f"{name}: mean, FCFS")
+    ax1.plot(fcfs.utilisation, fcfs.feature_increase_p99_ms, "^:", c=f"C{k}", label="p99, FCFS")
+    ax1.plot(prio.utilisation, prio.feature_increase_mean_ms, "s--", c=f"C{k}", alpha=0.6,
+             label="mean, tokens first")
+    ax1.plot(fcfs.utilisation, fcfs.analytic_feature_increase_mean_ms, c="grey", lw=0.8)
+    seed_point = SEED_CONFIGS[name]
+    ax1.scatter([seed_point["seed_utilisation"]], [seed_point["seed_latency_increase_ms"]],
+                marker="*", s=200, c=f"C{k}", edgecolors="k", zorder=4,
+                label=f"seed: +{seed_point['seed_latency_increase_ms']:g} ms")
+    ax2.plot(fcfs.utilisation, fcfs.seed_occupancy_pct, "o-", c=f"C{k}",
+             label=f"seed formula: {name}")
+ax1.set(yscale="log", xlabel="link utilisation ρ (offered bytes / bandwidth)",
+        ylabel="visual-feature latency increase (ms)",
+        title="Queueing model (grey: M/G/1 mean, FCFS)")
+fig.legend(*ax1.get_legend_handles_labels(), fontsize=7, ncol=4, loc="upper left",
+           bbox_to_anchor=(0.05, 0.0))
+rho_axis = np.linspace(0, 1, 11)
+ax2.plot(rho_axis, 100 * rho_axis, c="k", lw=1, ls="--", label="consistent occupancy (= 100 ρ)")
+ax2.axhline(90, c="grey", lw=0.8, ls=":", label="the seed's 90 % contention line")
+ax2.axhline(100, c="grey", lw=0.8)
+ax2.scatter([SEED_CONFIGS[n]["seed_utilisation"] for n in SEED_CONFIGS],
+            [100 * SEED_CONFIGS[n]["seed_utilisation"] for n in SEED_CONFIGS],
+            marker="*", s=200, c=["C0", "C1"], edgecolors="k", zorder=4,
+            label="seed: 42 %, 97 %")
+ax2.set(xlabel="link utilisation ρ", ylabel="occupancy (%)",
+        title="The seed's formula (GB/s ÷ 8): 8 × ρ")
+ax2.legend(fontsize=7, loc="upper left")
+fig.suptitle(f"Interconnect contention on one {CONTENTION_BANDWIDTH_GB_PER_S:g} GB/s link "
+             "(models with stated parameters, not measured)")
+fig.tight_layout()
+save_figure(fig, "07_contention", contention_provenance)
 
 # %% [markdown]
 # ## `preemption`: foreground lookups against background I/O on the tiers' channels
@@ -654,6 +749,24 @@ preemption_metrics = {
     "schedulers": {name: {c: rows.sort_values("load")[c].tolist() for c in PREEMPT_COLUMNS}
                    for name, rows in preempt.groupby("scheduler")},
 }
+CONTENTION_COLUMNS = ("utilisation", "seed_occupancy_pct", "consistent_occupancy_pct",
+                      "bursts_per_s", "tokens", "features", "token_mean_ms", "token_p99_ms",
+                      "feature_mean_ms", "feature_p99_ms", "feature_increase_mean_ms",
+                      "feature_increase_p99_ms", "analytic_token_mean_ms",
+                      "analytic_feature_increase_mean_ms")
+contention_metrics = {
+    "model": "one link shared by token packets and visual-feature bursts, simulated with stated "
+             "parameters (not measured); the seed's formula (bandwidth ÷ 8) and the "
+             "unit-consistent occupancy beside it",
+    "parameters": contention_provenance,
+    "utilisations": CONTENTION_UTILISATIONS,
+    "seed_points": {name: {k: SEED_CONFIGS[name][k] for k in (
+        "seed_utilisation", "seed_latency_increase_ms")} for name in CONTENTION_CONFIGS},
+    "configs": {name: {d: {c: [None if pd.isna(v) else float(v) for v in
+                               g.sort_values("utilisation")[c]] for c in CONTENTION_COLUMNS}
+                       for d, g in rows.groupby("discipline")}
+                for name, rows in contention.groupby("config", sort=False)},
+}
 failure_metrics = {"how": failure_provenance["model"], "skew_s": SKEW_S, **summary(fault_sides)}
 seed_claims_metrics = {
     "how": "mmcache.studies.seed_claims: each claim's experiment in CacheBench-MM / "
@@ -690,5 +803,6 @@ prefill_metrics = {
     "smoke": SMOKE,
 }
 write_metrics({"smoke": SMOKE, "mdp": mdp_metrics, "kv_allocation": kv_metrics,
+               "contention": contention_metrics,
                "preemption": preemption_metrics, "failure_codes": failure_metrics,
                "seed_claims": seed_claims_metrics, "prefill": prefill_metrics}, NOTEBOOK, SMOKE)
