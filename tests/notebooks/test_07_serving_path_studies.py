@@ -44,6 +44,18 @@ def test_keys_are_present(metrics):
             assert set(by_phase) == PHASES
             assert all(set(p) == STATES for p in by_phase.values())
         assert len(cls["window_sweep_regret_ms"]) >= 2 and cls["solves"] > 10
+    live = mdp["live"]
+    assert set(live["classes"]) == {"hot", "volatile"}
+    for name, cls in live["classes"].items():  # the live cache beside the replay, per phase
+        assert set(cls) == PHASES, name
+        for by_source in cls.values():
+            assert set(by_source["cost_ms"]) == {"live", "replay"}
+            assert all(c > 0 for c in by_source["cost_ms"].values())
+            assert all(r >= REGRET_FLOOR for r in by_source["regret_ms"].values())
+            assert all(set(p) == STATES for p in by_source["policy"].values())
+            gap = by_source["max_dp_vs_other"]["live"]
+            assert gap is None or 0 <= gap <= 1
+        assert live["counters"][name]["puts"] > 0
     kv = metrics["kv_allocation"]
     assert set(kv["strategies"]) == STRATEGIES
     assert kv["conversations"] == 50 and kv["turns"] > kv["conversations"]
