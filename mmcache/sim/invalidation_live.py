@@ -58,7 +58,7 @@ import heapq
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -83,7 +83,9 @@ COUNTERS = ("puts", "loads_started", "loads_failed", "on_stale_calls", "on_stale
             "direct_refreshes", "evictions", "backend_calls")
 
 
-def live_cache(clock: Any, on_stale: Any = None, ttl_s: float = 1.0) -> TieredCache:
+def live_cache(clock: Callable[[], float],
+               on_stale: Callable[[Query, Hit], None] | None = None,
+               ttl_s: float = 1.0) -> TieredCache:
     """A ``TieredCache`` with only its in-memory exact tier (L1), ``freshness.ttl`` =
     ``ttl_s`` (the fallback; the driver gives every put its own ttl), the longest
     stale-while-revalidate window the config allows and no stale-if-error, on ``clock``."""
