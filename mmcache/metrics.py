@@ -263,10 +263,11 @@ FAILURE_CODES: dict[str, FailureCode] = {
             "prefix"),
     "MM-ENTRY-UNREADABLE": FailureCode(
         cause="a stored entry does not decode here (a value type tag another serializer "
-              "version wrote, malformed JSON, a broken vector): the store quarantines it and "
-              "serves it as absent",
+              "version wrote, malformed JSON, a broken vector): the store serves it as absent "
+              "(SQLite moves it to its quarantine table, Redis leaves it at its key)",
         fix="run one mmcache (serializer) version in every process sharing the store; "
-            "inspect SQLiteStore.quarantined() and put the entry again"),
+            "inspect SQLiteStore.quarantined() or the Redis key the event names, and put the "
+            "entry again"),
     "MM-CLOCK-SKEW": FailureCode(
         cause="another process wrote entries stamped more than MAX_CLOCK_SKEW_S seconds "
               "after this process's clock reads: one of the clocks is off, so those entries' "

@@ -226,9 +226,9 @@ class RedisStore(Store):
     def read(self, scope: str, entry_id: str) -> Entry | None:
         key = self.key(scope, entry_id)
         raw = self._call("read", self._db.hgetall, self._counted(key))
-        if not raw:
+        entry = self._readable(raw, key)
+        if entry is None:
             return None
-        entry = _decode_entry(raw, self.location)
         if entry.scope != scope or entry.entry_id != entry_id:
             raise StorageError(f"Redis tier {self.location}: key {key!r} "
                                f"holds entry {entry.entry_id!r} of another scope")
@@ -279,8 +279,21 @@ class RedisStore(Store):
                 for name, changes in zip(names, logged) for key, seq in changes]
 
     def fetch(self, refs: Sequence[str]) -> list[Entry | None]:
-        return [_decode_entry(raw, self.location) if raw else None
-                for raw in self._pipelined("read", "hgetall", [(r,) for r in refs])]
+        raws = self._pipelined("read", "hgetall", [(r,) for r in refs])
+        return [self._readable(raw, ref) for ref, raw in zip(refs, raws)]
+
+    def _readable(self, raw: Mapping[bytes, bytes], key: str) -> Entry | None:
+        """The entry one hash holds (None: none); one that does not decode is served as absent,
+        left in place for inspection, and reported (``MM-ENTRY-UNREADABLE``)."""
+        if not raw:
+            return None
+        try:
+            return _decode_entry(raw, self.location)
+        except StorageError as exc:
+            _LOG.warning("%s; it is served as absent and left at key %r for inspection", exc, key)
+            if self.events is not None:
+                self.events.report("MM-ENTRY-UNREADABLE", f"{exc} (key {key!r}, served as absent)")
+            return None
 
     def record_capacity(self, capacity: Capacity, replace: bool = False) -> Capacity:
         text = json.dumps([capacity.max_entries, capacity.max_bytes])

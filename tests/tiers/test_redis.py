@@ -202,9 +202,8 @@ def test_the_password_in_the_url_reaches_no_message(redis_url: str, prefix: str)
     try:
         tier.put(entry("e1"))
         admin.hdel(tier.key("tenant-a", "e1"), "size")
-        with pytest.raises(StorageError) as malformed:
-            tier.get("tenant-a", "e1")
-        messages += [str(malformed.value), tier.backend(), tier.store.skew.where]
+        assert tier.get("tenant-a", "e1") is None  # malformed: served as absent, reported
+        messages += [tier.events.events()[-1].detail, tier.backend(), tier.store.skew.where]
         with pytest.raises(ConfigError) as other_capacity:
             RedisTier(url, capacity=Capacity(max_entries=6), prefix=prefix)
         messages.append(str(other_capacity.value))
@@ -217,11 +216,19 @@ def test_the_password_in_the_url_reaches_no_message(redis_url: str, prefix: str)
     assert not any("s3cret" in m for m in messages)
 
 
-def test_malformed_stored_entry_is_a_storage_error(tier: RedisTier, redis_url: str) -> None:
+def test_a_malformed_stored_entry_is_absent_reported_and_left_in_place(
+        tier: RedisTier, redis_url: str, caplog) -> None:
     tier.put(entry("e1"))
-    redis.Redis.from_url(redis_url).hset(tier.key("tenant-a", "e1"), "value_type", "pickle")
-    with pytest.raises(StorageError, match="unknown type tag 'pickle'"):
-        tier.get("tenant-a", "e1")
+    tier.put(entry("e2"))
+    client = redis.Redis.from_url(redis_url)
+    client.hset(tier.key("tenant-a", "e1"), "value_type", "pickle")
+    assert tier.get("tenant-a", "e1") is None
+    assert tier.get("tenant-a", "e2") is not None  # the others are still served
+    assert tier.store.fetch([tier.key("tenant-a", "e1"), tier.key("tenant-a", "e2")])[0] is None
+    events = tier.events.events("MM-ENTRY-UNREADABLE")
+    assert len(events) == 2 and "unknown type tag 'pickle'" in events[0].detail
+    assert "served as absent" in caplog.text
+    assert client.hget(tier.key("tenant-a", "e1"), "value_type") == b"pickle"  # for inspection
 
 
 def test_unreachable_server_is_a_storage_error() -> None:
