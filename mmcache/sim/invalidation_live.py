@@ -108,24 +108,15 @@ def observe_state(hit: Hit | None, loading: bool) -> State:
 
 
 @dataclass(frozen=True)
-class LiveRun:
-    """One key's stream on the live cache, per request: its time, phase index, observed state,
-    action, cost, the exact per-request regret of the greedy policy in force under the true
-    MDP of its phase, and the measured wall time (ms) of its cache calls. ``solves``: every
-    re-solve as ``(time, policy)``; ``in_force``: the greedy policy at each request;
-    ``counters``: :data:`COUNTERS`."""
+class LiveRun(ReplayRun):
+    """One key's stream on the live cache: what a :class:`~mmcache.sim.invalidation_replay.
+    ReplayRun` holds per request (``policy``: ``"estimated"``, or ``"fixed"`` when a policy
+    was given; the states are those observed from the cache's answers), plus the key's name,
+    the measured wall time (ms) of each request's cache calls and :data:`COUNTERS`."""
 
-    key: str
-    times: np.ndarray
-    phase: np.ndarray
-    states: np.ndarray
-    actions: np.ndarray
-    costs: np.ndarray
-    regret: np.ndarray
-    wall_ms: np.ndarray
-    solves: list[tuple[float, tuple[int, ...]]]
-    in_force: list[tuple[int, ...]]
-    counters: dict[str, int]
+    key: str = ""
+    wall_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -296,10 +287,11 @@ def run_live(streams: Mapping[str, Sequence[Phase]] | Sequence[Phase], duration_
                 seq += 1
     finally:
         cache.close()
-    return {name: LiveRun(name, key.times, key.phase, np.array(key.states, dtype=np.int64),
+    return {name: LiveRun("estimated" if policy is None else "fixed", key.times, key.phase,
+                          np.array(key.states, dtype=np.int64),
                           np.array(key.actions, dtype=np.int64), np.array(key.costs),
-                          np.array(key.regret), np.array(key.wall_ms), key.solves,
-                          key.in_force, key.counters)
+                          np.array(key.regret), key.solves, key.in_force, key=name,
+                          wall_ms=np.array(key.wall_ms), counters=key.counters)
             for name, key in keys.items()}
 
 
@@ -438,7 +430,7 @@ def max_transition_gap(a: MDP, b: MDP, counts_a: np.ndarray, counts_b: np.ndarra
 
 def compare_live_replay(phases: Sequence[Phase], duration_s: float, *,
                         phase_names: Sequence[str] | None = None, min_row_count: int = 30,
-                        **kwargs: Any) -> tuple[pd.DataFrame, dict[str, LiveRun | ReplayRun]]:
+                        **kwargs: Any) -> tuple[pd.DataFrame, dict[str, ReplayRun]]:
     """The estimated policy on the live cache (:func:`run_live`, one key) and in the replay
     (:func:`~mmcache.sim.invalidation_replay.replay`, ``"estimated"``) on the same phases and
     seed (``kwargs``: ``window_s``, ``resolve_every_s``, ``discount``, ``epsilon``, ``seed``,
@@ -461,13 +453,12 @@ def compare_live_replay(phases: Sequence[Phase], duration_s: float, *,
         raise InvalidInputError(f"{len(phases)} phases but {len(names)} phase names")
     live_only = {k: kwargs.pop(k) for k in ("ttl_s", "charge_wall_latency",
                                              "wall_latency_weight", "warm") if k in kwargs}
-    replay_kwargs = {k: v for k, v in kwargs.items()}
     live = run_live(phases, duration_s, **kwargs, **live_only)["key"]
-    rep = replay(phases, duration_s, "estimated", **replay_kwargs)
+    rep = replay(phases, duration_s, "estimated", **kwargs)
     window_s = kwargs["window_s"]
     prior = kwargs.get("prior_cost")
     prior = phases[0].key_class.cost() if prior is None else prior
-    runs: dict[str, LiveRun | ReplayRun] = {"live": live, "replay": rep}
+    runs: dict[str, ReplayRun] = {"live": live, "replay": rep}
     est = {src: window_estimates(r.times, r.phase, r.states, r.actions, r.costs, window_s, prior)
            for src, r in runs.items()}
     oracle = [value_iteration(p.key_class.mdp(), kwargs.get("discount", 0.99), SOLVER_TOL).policy
