@@ -28,6 +28,7 @@ from mmcache.encoders import ENCODERS
 from mmcache.errors import ConfigError
 from mmcache.policies import POLICIES, make_policy
 from mmcache.thresholds import RULES
+from mmcache.thresholds.budget import PARTS
 from mmcache.types import CHANNELS, MODALITIES, Limits, modality_set_channels, redacted_url
 from mmcache.verify import VERIFIERS
 
@@ -127,7 +128,7 @@ class ThresholdConfig:
       ``min_samples``, ``delta_min``, ``delta_max``;
     - ``calibrated``: ``level``, ``calibration``, ``prior``;
     - ``error-budget``: ``budget``, ``prior``, ``max_risk``, ``tail``, ``credit``,
-      ``search_floor``;
+      ``search_floor``, ``parts``;
     - ``vcache-paper`` (vCache's per-entry rule from its paper): ``budget``,
       ``min_observations``, ``z``, ``search_floor``.
 
@@ -148,6 +149,7 @@ class ThresholdConfig:
     budget: float = 0.02
     max_risk: float = 0.5
     tail: float = 0.05
+    parts: str = "both"
     credit: float = 10.0
     search_floor: float = 0.5
     min_observations: int = 6
@@ -350,6 +352,9 @@ KEY_HELP: dict[type, dict[str, str]] = {
         "max_risk": "`error-budget`: the most P(wrong) of one hit.",
         "tail": "`error-budget`: the most P(wrong) of a hit served when the allowance could not "
                 "absorb it being wrong.",
+        "parts": "`error-budget`: which of its checks decide, for ablations: `both` (the "
+                 "scope's ledger, `max_risk` and `tail`), `ledger` (the ledger alone) or "
+                 "`curves` (each hit's P(wrong) ≤ `budget` on its own, no ledger).",
         "credit": "`error-budget`: the first `credit` lookups of a scope share the allowance of "
                   "`credit` lookups, an advance repaid by the lookups after them.",
         "search_floor": "`error-budget`, `vcache-paper`: the least cosine searched.",
@@ -577,6 +582,7 @@ def _check_rule_settings(th: ThresholdConfig) -> None:
     _in_range(th.budget, 0.0, 1.0, "thresholds.budget", low_open=True, high_open=True)
     _in_range(th.max_risk, 0.0, 1.0, "thresholds.max_risk", low_open=True)
     _in_range(th.tail, 0.0, 1.0, "thresholds.tail")
+    _choice(th.parts, PARTS, "thresholds.parts")
     _in_range(th.credit, 0.0, math.inf, "thresholds.credit", high_open=True)
     _in_range(th.search_floor, -1.0, 1.0, "thresholds.search_floor")
     _positive(th.min_observations, "thresholds.min_observations")

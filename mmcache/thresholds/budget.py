@@ -25,6 +25,10 @@ when one is given as evidence; the prior is the channel conditioned on that veri
 (:func:`~mmcache.thresholds.prior.channel`), since its probability is multiplied in.
 A modality whose channel has no prior starts from an uninformative one (P = 1/2, so
 it is never served before feedback lifts it: vCache's cold start).
+
+``parts`` switches checks off for ablations: ``ledger`` keeps only the scope's ledger
+(``spent + P(wrong) ≤ allowance``); ``curves`` keeps only a per-hit bound, P(wrong) ≤
+``budget`` (each served hit within the budget on its own, no ledger).
 """
 
 from __future__ import annotations
@@ -34,12 +38,14 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from mmcache.thresholds.base import ThresholdRule
-from mmcache.thresholds.prior import channel_priors, posterior, predictive
+from mmcache.thresholds.prior import channel_priors, curve, posterior
 
 #: Prior over w for a channel without a fitted one: centred on P = 1/2, wide.
 UNINFORMATIVE = ((0.0, 0.0), ((100.0, 0.0), (0.0, 100.0)))
 #: Observations an entry keeps per modality (the oldest are dropped).
 MAX_OBSERVATIONS = 64
+#: The values of ``parts``: every check, the ledger alone, the per-hit curves alone.
+PARTS = ("both", "ledger", "curves")
 
 
 class ErrorBudgetThreshold(ThresholdRule):
@@ -50,8 +56,9 @@ class ErrorBudgetThreshold(ThresholdRule):
     def __init__(self, budget: float = 0.02, prior: str | Path | None = None,
                  encoders: Mapping[str, str] | None = None, max_risk: float = 0.5,
                  credit: float = 10.0, search_floor: float = 0.5,
-                 verifier: str = "none", tail: float = 0.05) -> None:
+                 verifier: str = "none", tail: float = 0.05, parts: str = "both") -> None:
         self.budget, self.max_risk, self.credit, self.tail = budget, max_risk, credit, tail
+        self.parts = parts
         self.search_floor = search_floor
         self.encoders = dict(encoders or {})
         self._prior: dict[str, tuple] = {
@@ -66,12 +73,14 @@ class ErrorBudgetThreshold(ThresholdRule):
         return self.search_floor
 
     def p_correct(self, modality: str, similarity: float, entry_id: str | None = None) -> float:
-        """The entry's current P(correct | similarity) on ``modality`` (the prior if unseen),
-        made non-decreasing in similarity: the least predictive value on [s, 1]."""
+        """The entry's current P(correct | similarity) on ``modality``: its posterior mode's
+        curve, which for an entry without feedback is the channel's pooled fit (the chance that
+        an entry drawn as the training pairs were answers right); made non-decreasing in
+        similarity: the least value on [s, 1]."""
         state = self._entries.get(entry_id, {}).get(modality) if entry_id is not None else None
-        mean, cov = (state[1], state[2]) if state else self._prior.get(modality, UNINFORMATIVE)
+        mean = state[1] if state else self._prior.get(modality, UNINFORMATIVE)[0]
         s = min(float(similarity), 1.0)
-        return min(predictive(mean, cov, s + k * (1.0 - s) / 8) for k in range(9))
+        return min(curve(mean, s + k * (1.0 - s) / 8) for k in range(9))
 
     def risk(self, similarities: Mapping[str, float], entry_id: str | None = None,
              evidence: Mapping[str, float] | None = None) -> float:
@@ -84,9 +93,14 @@ class ErrorBudgetThreshold(ThresholdRule):
         if any(s < self.search_floor for s in similarities.values()):
             return False
         risk = self.risk(similarities, entry_id, evidence)
+        if self.parts == "curves":
+            return risk <= self.budget
         lookups, spent = self._ledger.get(scope or "", (0.0, 0.0))
         allowance = self.allowance(lookups + 1)
-        return risk <= self.max_risk and spent + risk <= allowance and \
+        within = spent + risk <= allowance
+        if self.parts == "ledger":
+            return within
+        return within and risk <= self.max_risk and \
             (risk <= self.tail or spent + 1.0 <= allowance)
 
     def allowance(self, lookups: float) -> float:

@@ -4,10 +4,13 @@ A labelled pair is (cosine similarity of a query and a cached entry, whether the
 answer is right for the query). Per channel ``"modality/encoder"`` the file holds:
 
 - ``logistic``: P(correct | s) = σ(w·φ(s)) with φ(s) = (1, s) (:func:`features`), as a
-  Gaussian over w: ``mean`` from scikit-learn's LogisticRegression
-  (Platt scaling) on the pooled pairs, ``cov`` the Laplace covariance of one *entry*
-  (the pooled inverse Hessian scaled to the weight of ``PRIOR_WEIGHT`` observations),
-  so an entry's own feedback can move it;
+  Gaussian over w: ``mean`` the maximum a posteriori fit on the pooled pairs under a weakly
+  informative prior (:func:`weak_prior`: Gelman et al. 2008's scales, as a Gaussian), so a
+  fit on separable pairs (every wrong pair below every right one, or one class only) stays
+  finite and its curve follows the data instead of swinging to a step; ``cov`` the Laplace
+  covariance of one *entry* (the pooled Hessian scaled to the weight of ``PRIOR_WEIGHT``
+  observations, plus the weak prior's precision, so it stays bounded when the pooled
+  Hessian vanishes), so an entry's own feedback can move it;
 - ``isotonic``: scikit-learn's IsotonicRegression of correct on s, as its knots.
 
 The shipped file is ``mmcache/resources/threshold_priors.json``; ``make priors`` (``python -m
@@ -39,6 +42,10 @@ FORMAT = "mmcache-threshold-priors/1"
 REGENERATE = "regenerate it with `make priors` (python -m mmcache.studies.priors)"
 #: How many of an entry's own observations the shared prior is worth.
 PRIOR_WEIGHT = 10.0
+#: The weakly informative prior's standard deviations (Gelman, Jakulin, Pittau & Su 2008,
+#: "A weakly informative default prior distribution for logistic regression"): the intercept
+#: at the mean similarity, and the slope per two standard deviations of the similarity.
+WEAK_INTERCEPT_SD, WEAK_SLOPE_SD = 10.0, 2.5
 
 
 #: Names of the logistic features of a similarity (a priors file records them).
@@ -62,7 +69,7 @@ class ChannelPrior:
 
     def p_correct(self, similarity: float) -> float:
         """The prior logistic P(correct | similarity) (the mean curve, Platt)."""
-        return sigmoid(sum(w * f for w, f in zip(self.mean, features(similarity))))
+        return curve(self.mean, similarity)
 
     def p_isotonic(self, similarity: float) -> float:
         """The isotonic P(correct | similarity)."""
@@ -110,11 +117,9 @@ def linear_and_variance(mean: Sequence[float], cov: Sequence[Sequence[float]],
     return z, max(var, 0.0)
 
 
-def predictive(mean: Sequence[float], cov: Sequence[Sequence[float]], s: float) -> float:
-    """P(correct | s) under a Gaussian over w: MacKay's probit approximation of
-    E[σ(w·φ(s))], which shrinks towards 1/2 as the uncertainty grows."""
-    z, var = linear_and_variance(mean, cov, features(s))
-    return sigmoid(z / math.sqrt(1.0 + math.pi * var / 8.0))
+def curve(mean: Sequence[float], s: float) -> float:
+    """P(correct | s) = σ(w·φ(s)) at weights ``mean``."""
+    return sigmoid(sum(w * f for w, f in zip(mean, features(s))))
 
 
 def posterior(prior_mean: Sequence[float], prior_cov: Sequence[Sequence[float]],
@@ -141,28 +146,38 @@ def posterior(prior_mean: Sequence[float], prior_cov: Sequence[Sequence[float]],
     return tuple(float(v) for v in w), tuple(tuple(float(v) for v in row) for row in cov)
 
 
+def weak_prior(similarities: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """The weakly informative Gaussian prior over w = (intercept, slope) of φ(s) = (1, s), for
+    pairs with these similarities: zero mean; sd ``WEAK_INTERCEPT_SD`` for the intercept at
+    the mean similarity and ``WEAK_SLOPE_SD`` for the slope per two standard deviations."""
+    s = np.asarray(similarities, float)
+    centre, half_scale = float(s.mean()), 2.0 * max(float(s.std()), 1e-3)
+    to_raw = np.array([[1.0, -centre / half_scale], [0.0, 1.0 / half_scale]])
+    return np.zeros(2), to_raw @ np.diag([WEAK_INTERCEPT_SD ** 2, WEAK_SLOPE_SD ** 2]) @ to_raw.T
+
+
 def fit_channel(similarities: Sequence[float], correct: Sequence[bool],
                 prior_weight: float = PRIOR_WEIGHT) -> dict[str, Any]:
     """Fit one channel's curves on labelled pairs (the JSON a priors file holds per channel)."""
     # deferred: scikit-learn only when a prior is fitted
     from sklearn.isotonic import IsotonicRegression
-    from sklearn.linear_model import LogisticRegression
 
     s = np.asarray(similarities, float)
     y = np.asarray(correct, bool)
-    if s.ndim != 1 or len(s) != len(y) or len(s) < 10 or y.all() or not y.any():
-        raise InvalidInputError("fit_channel needs ≥ 10 pairs with both correct and wrong ones, "
-                                f"got {len(s)} pairs, {int(y.sum())} correct")
+    if s.ndim != 1 or len(s) != len(y) or len(s) < 10 or not np.isfinite(s).all():
+        raise InvalidInputError("fit_channel needs ≥ 10 pairs with finite similarities, "
+                                f"got {len(s)} pairs")
+    prior_mean, prior_cov = weak_prior(s)
+    mean, _ = posterior(prior_mean, prior_cov, s, y, steps=100)
     x = np.array([features(v) for v in s])
-    platt = LogisticRegression(C=1e4, max_iter=1000).fit(x[:, 1:], y)
-    mean = np.array([platt.intercept_[0], *platt.coef_[0]])
-    p = 1.0 / (1.0 + np.exp(-(x @ mean)))
+    p = 1.0 / (1.0 + np.exp(-(x @ np.asarray(mean))))
     hessian = (x.T * (p * (1 - p))) @ x
-    cov = np.linalg.inv(hessian * prior_weight / len(s))
+    cov = np.linalg.inv(hessian * prior_weight / len(s) + np.linalg.inv(prior_cov))
     iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(s, y)
     return {"n_pairs": int(len(s)), "n_correct": int(y.sum()),
-            "logistic": {"features": list(FEATURE_NAMES), "mean": mean.tolist(),
-                         "cov": cov.tolist(), "prior_weight": prior_weight},
+            "logistic": {"features": list(FEATURE_NAMES), "mean": list(mean),
+                         "cov": cov.tolist(), "prior_weight": prior_weight,
+                         "weak_prior_sd": [WEAK_INTERCEPT_SD, WEAK_SLOPE_SD]},
             "isotonic": {"x": iso.X_thresholds_.tolist(), "y": iso.y_thresholds_.tolist()}}
 
 

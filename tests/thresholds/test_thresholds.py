@@ -164,17 +164,19 @@ def test_a_risky_hit_is_served_only_if_the_budget_absorbs_it_being_wrong(tmp_pat
 
 
 def test_error_budget_serves_a_new_entry_at_its_first_lookup(tmp_path):
-    """The prior alone (P(wrong | 0.99) ≈ 0.12 here, above ``tail``) serves a fresh entry
-    once the scope's allowance can absorb one wrong answer; at the scope's first lookup
-    only a hit whose P(wrong) is within ``tail``."""
+    """An entry without feedback is priced by the pooled curve (P(wrong | 0.99) ≈ 0.016
+    here, within ``tail``): served at the scope's first lookup. At s = 0.93 (P(wrong) ≈
+    0.09, above ``tail``) only once the scope's allowance can absorb one wrong answer; at
+    0.80 (≈ 0.81, above ``max_risk``) never."""
     path = synthetic_priors(tmp_path)
     rule = ErrorBudgetThreshold(0.02, path, {"text": "test"})
-    assert not rule.accepts({"text": 0.99}, "fresh", "s")
-    assert ErrorBudgetThreshold(0.02, path, {"text": "test"}, tail=0.2).accepts(
-        {"text": 0.99}, "fresh", "s")
+    assert rule.risk({"text": 0.99}) == pytest.approx(1 - float(true_p(np.array(0.99))),
+                                                      abs=0.01)
+    assert rule.accepts({"text": 0.99}, "fresh", "s")
+    assert not rule.accepts({"text": 0.93}, "fresh", "s")
     for _ in range(50):
         rule.observe_lookup("s", ("text",), None)          # 0.02 · 51 ≥ one wrong answer
-    assert rule.accepts({"text": 0.99}, "fresh", "s")
+    assert rule.accepts({"text": 0.93}, "fresh", "s")
     assert not rule.accepts({"text": 0.80}, "fresh", "s")
 
 
