@@ -254,18 +254,18 @@ save_figure(fig, "02_rule_curves", provenance)
 # (`SearchDistanceEvaluation`, `similarity_threshold` 0.8, i.e. cos ≥ 0.6 for unit vectors).
 
 # %%
-def budget_runs(name, budget):
+def budget_runs(name, budget, use_verifier=True, **settings):
     rows = []
     for m in MODALITIES:
         part = scores.subset(scores.modality == m)
         try:
-            rule(name, m, True, budget=budget)
+            rule(name, m, use_verifier, budget=budget, **settings)
         except MMCacheError as err:  # e.g. no curve could be fitted for this modality
             absent[f"{m}/{name}@{budget}"] = str(err)
             continue
         for seed in SEEDS:
-            result = ts.run_rule(part, rule(name, m, True, budget=budget), seed=seed,
-                               use_verifier=True)
+            result = ts.run_rule(part, rule(name, m, use_verifier, budget=budget, **settings),
+                                 seed=seed, use_verifier=use_verifier)
             rows.append({"rule": name, "budget": budget, "modality": m, "seed": seed,
                          "cold_start_hit_rate": ts.cold_start_hit_rate(result),
                          **ts.summarise(result.served, result.same)})
@@ -622,6 +622,68 @@ save_figure(fig, "02_pairs_file", provenance={
                 "no feedback", "smoke": SMOKE})
 
 # %% [markdown]
+# ## What each part of the error-budget rule buys (ablation)
+#
+# The rule prices every candidate by one estimate, P(wrong | similarity) from its channel's curve
+# as the entry's own labels have moved it, and decides with two checks: the scope's **ledger**
+# (the expected wrong answers it has served stay within `budget` × its lookups) and the **per-hit
+# curves** (P(wrong) ≤ `max_risk`, and above `tail` only while the allowance could absorb the hit
+# being wrong). `thresholds.parts` keeps both (`both`, the default), the ledger alone (`ledger`)
+# or a per-hit bound alone (`curves`: P(wrong) ≤ `budget` for every hit, no ledger); each with
+# and without the `edits` verifier judging every candidate. Measured twice: on the development
+# set (our generated held-out pairs, every served hit labelled at once, pooled over the compared
+# modalities) and on contradish's test questions through `TieredCache.get` with the contract
+# config, without feedback and with immediate feedback. What the rule guarantees, and under which
+# assumptions: [docs/design/error-budget.md](../docs/design/error-budget.md).
+
+# %%
+ABLATION = {(parts, verified): f"{parts}{' + edits' if verified else ''}"
+            for parts in ("both", "ledger", "curves") for verified in (False, True)}
+ablation_dev = pd.DataFrame([
+    {"parts": parts, "verifier": "edits" if verified else "none", "labels": "immediate",
+     **pooled(budget_runs("error-budget", EXTERNAL_BUDGET, verified, parts=parts))}
+    for (parts, verified) in ABLATION])
+ablation_configs = {name: {**contract, "thresholds": {
+    **contract["thresholds"], "parts": parts, **({"verifier": "edits"} if verified else {})}}
+    for (parts, verified), name in ABLATION.items()}
+ablation_external = pd.DataFrame([
+    {**row, "regime": regime} for regime in ("none", "immediate")
+    for row in cache_stream.compare_configs(external_classes["test"], external_vectors,
+                                            ablation_configs, SEEDS, feedback=regimes[regime])])
+ablation_external_table = (ablation_external.groupby(["rule", "regime"], sort=False)
+                           .agg(lookups=("lookups", "first"), hit_rate=("hit_rate", "mean"),
+                                error=("error", "mean"), error_high_worst=("error_high", "max"),
+                                labels=("labels", "mean")))
+display(Markdown("**Development set** (generated held-out pairs, labels at once):"))
+display(ablation_dev)
+display(Markdown("**contradish test questions** through `TieredCache.get`:"))
+ablation_external_table
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+for ax, (frame, error, title) in zip(axes, (
+        (ablation_dev.assign(rule=[ABLATION[(p, v == "edits")] for p, v in
+                                   zip(ablation_dev.parts, ablation_dev.verifier)],
+                             regime="immediate"),
+         "realised_error", "development set (generated pairs)"),
+        (ablation_external, "error", "contradish test questions, TieredCache.get"))):
+    rate = frame.groupby(["rule", "regime"], sort=False)[["hit_rate", error]].mean()
+    for (name, regime), row in rate.iterrows():
+        ax.plot(row[error], row.hit_rate, "o" if regime == "none" else "^")
+        ax.annotate(f"{name} ({regime})", (row[error], row.hit_rate), fontsize=7,
+                    xytext=(3, 3), textcoords="offset points")
+    ax.axvline(EXTERNAL_BUDGET, color="tab:red", linestyle=":")
+    ax.set(xlabel="error (wrong answers ÷ lookups)", ylabel="hit rate", title=title)
+fig.suptitle(f"error-budget rule at {EXTERNAL_BUDGET:.0%}: ledger, per-hit curves, both "
+             "(o no feedback, ^ immediate)")
+fig.tight_layout()
+save_figure(fig, "02_ablation", provenance={
+    "weights": {m: e.encoder_id for m, e in encoders.items()},
+    "data": {"development": provenance["data"], "external": CONTRADISH_PROVENANCE},
+    "parts": ["both", "ledger", "curves"], "verifiers": ["none", "edits"],
+    "budget": EXTERNAL_BUDGET, "seeds": SEEDS, "smoke": SMOKE})
+
+# %% [markdown]
 # ## Quality bars and metrics
 
 # %%
@@ -694,6 +756,10 @@ metrics = {
     "compared_modalities": COMPARED,
     "provenance": provenance,
     "feedback_regimes": feedback_regimes,  # the same as external/contradish/feedback_regimes
+    "ablation": {"budget": EXTERNAL_BUDGET, "seeds": SEEDS,
+                 "development": ablation_dev.to_dict("records"),
+                 "contradish": {f"{rule}/{regime}": row for (rule, regime), row in
+                                ablation_external_table.to_dict("index").items()}},
     "external": {"contradish": {
         "data": CONTRADISH_PROVENANCE, "questions": len(questions), "wordings": len(wordings),
         "budget": EXTERNAL_BUDGET, "static_chosen_on_train": chosen,

@@ -164,3 +164,20 @@ def test_feedback_regimes_run_every_rule_on_the_same_test_streams(metrics):
         assert static["immediate"]["labels"] > 0
     # the vCache-paper rule serves nothing before it has labels, and only served hits get them
     assert all(row["hit_rate"] == 0 and row["labels"] == 0 for row in rules["vcache-paper"].values())
+
+
+def test_the_ablation_runs_each_part_with_and_without_the_verifier(metrics):
+    ablation = metrics["ablation"]
+    arms = {(r["parts"], r["verifier"]) for r in ablation["development"]}
+    assert arms == {(p, v) for p in ("both", "ledger", "curves") for v in ("none", "edits")}
+    for row in ablation["development"]:
+        _rates(row)
+    external = ablation["contradish"]
+    assert len(external) == 12
+    contract = metrics["external"]["contradish"]["rules"]["contract config"]
+    for key, row in external.items():
+        assert 0.0 <= row["error"] <= row["hit_rate"] <= 1.0, key
+        assert row["lookups"] == contract["lookups"]
+        assert (row["labels"] == 0) == key.endswith("/none") or row["hit_rate"] == 0, key
+    # `both` without a verifier and without feedback is the contract config itself
+    assert external["both/none"]["hit_rate"] == pytest.approx(contract["hit_rate"], rel=1e-12)
