@@ -7,7 +7,7 @@ import time
 from typing import Any, Sequence
 
 from mmcache.metrics import progress_bar
-from mmcache.sim.bounds import opt_bounds
+from mmcache.sim.bounds import lower_bound, opt_bounds
 from mmcache.sim.replay import simulate
 from mmcache.sim.workload import zipf_trace
 
@@ -51,7 +51,8 @@ def lower_bound_curve(trace: Any, curves: Any, *, progress: bool | None = None):
     (``progress=False`` silences it).
 
     Returns a pandas DataFrame with columns ``cache_size, lower, upper, lower_method,
-    upper_by, belady, miss_ratio`` (``miss_ratio``: the lower bound's); ``upper`` is at
+    upper_by, belady, pfoo_l, miss_ratio, n_req`` (``miss_ratio``: the lower bound's; ``pfoo_l``: the
+    PFOO-L space-time relaxation's bound, weaker, beside it); ``upper`` is at
     most every policy of ``curves``, whose misses are taken from it, not replayed again.
     """
     # deferred: pandas only for this export
@@ -68,7 +69,9 @@ def lower_bound_curve(trace: Any, curves: Any, *, progress: bool | None = None):
                 simulate(trace, "belady", int(size), progress=False).miss_cnt
             rows.append({"cache_size": int(size), "lower": bounds.lower, "upper": bounds.upper,
                          "lower_method": bounds.lower_method, "upper_by": bounds.upper_by,
-                         "belady": int(belady), "miss_ratio": bounds.lower / trace.n_req})
+                         "belady": int(belady),
+                         "pfoo_l": lower_bound(trace, int(size), "pfoo-l").misses,
+                         "miss_ratio": bounds.lower / trace.n_req, "n_req": int(trace.n_req)})
             bar.update()
     return pd.DataFrame(rows)
 

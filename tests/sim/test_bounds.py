@@ -210,6 +210,8 @@ def test_known_misses_are_reused_not_replayed(monkeypatch) -> None:
     table = lower_bound_curve(trace, curves)
     assert [tuple(r) for r in table[["lower", "upper"]].itertuples(index=False)] == replayed
     assert list(table.belady) == list(curves[curves.policy == "belady"].miss_cnt)
+    # PFOO-L's bound beside it: a lower bound too, so never above any policy's misses
+    assert (table.pfoo_l <= table.upper).all() and (table.pfoo_l > 0).all()
 
 
 def test_opt_bounds_show_both_bounds_their_gap_and_miss_ratios():
