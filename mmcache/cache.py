@@ -986,7 +986,9 @@ class TieredCache:
             for cand in candidates:
                 if nearest is None or min(cand.similarities.values()) > min(nearest.values()):
                     nearest = dict(cand.similarities)
-                explore = self.thresholds.explores(cand.similarities, cand.entry_id, p.scope)
+                # a rule explores a candidate only while none before it waits for the verifier
+                explore = not pending and \
+                    self.thresholds.explores(cand.similarities, cand.entry_id, p.scope)
                 if not explore and \
                         not self.thresholds.accepts(cand.similarities, cand.entry_id, p.scope):
                     continue

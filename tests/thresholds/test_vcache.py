@@ -166,3 +166,24 @@ def test_afeedback_labels_an_explored_miss(cache):
     hit, updated = asyncio.run(asyncio.wait_for(explore_and_label(), 60))
     assert hit.explored and updated is True
     assert cache.thresholds.observations(hit.entry_id)[-1][1] is False
+
+
+class _ExploresFar(StaticThreshold):
+    """Accepts everything; would explore any candidate but the nearest."""
+
+    def __init__(self, nearest: str) -> None:
+        super().__init__({"text": 2.0})
+        self.nearest = nearest
+
+    def explores(self, similarities, entry_id=None, scope=None) -> bool:
+        return entry_id != self.nearest
+
+
+def test_no_candidate_is_explored_while_one_before_it_waits_for_the_verifier():
+    with mmcache.TieredCache({"thresholds": {"verifier_band": 2.0}},
+                             verifier=lambda query, entry: 0.9) as cache:
+        nearest = cache.put(q("stored question", BASE), "answer")
+        cache.put(q("other question", unit(RNG.normal(size=DIM))), "other")   # far from NEAR
+        cache.thresholds = _ExploresFar(nearest)
+        hit = cache.get(q("near question", NEAR))
+    assert hit is not None and not hit.explored and hit.verdict == 0.9
