@@ -1,8 +1,10 @@
 """``vcache``: vCache's verified decision rule (Schroeder et al., "vCache: Verified Semantic
-Prompt Caching", arXiv 2502.03771), reimplemented from its paper as a baseline. Its code is
-CC BY-NC-ND: it was read to understand the algorithm, nothing of it is copied.
+Prompt Caching", arXiv 2502.03771), reimplemented as a baseline. Sources: the paper's
+abstract and the authors' repository (``vcache/vcache_policy/strategies/verified.py``, CC
+BY-NC-ND: read to understand the algorithm, nothing of it copied); the paper's full text was not
+at hand here, so no section or equation number is cited and the choices below are ours.
 
-What follows the paper (§4, the per-embedding threshold and Algorithm 1):
+What follows vCache (its verified decision policy):
 
 - every entry keeps its own observations (similarity of a lookup to it, whether its answer
   was right for that lookup), and only an *explored* lookup adds one;
@@ -18,15 +20,17 @@ What follows the paper (§4, the per-embedding threshold and Algorithm 1):
   ``TieredCache.get`` → a :class:`~mmcache.types.Hit` with ``explored=True`` →
   ``TieredCache.feedback``).
 
-Where this module had to choose (the paper leaves it open, or mmcache differs):
+Where this module had to choose (vCache leaves it open, or mmcache differs):
 
-- no observations: τ = 1 (nothing is known about the entry);
+- no observations: τ = 1 (nothing is known about the entry); no further cold start (vCache's
+  code explores until an entry has 6 labels; here τ falls from the first label on);
 - the fit is the maximum a posteriori one under a very weak Gaussian prior on σ(a + b·s)
   (:data:`FIT_PRIOR`, via :func:`~mmcache.thresholds.prior.posterior`), so it stays finite,
   with t = −a/b, γ = b; t̂ is clipped to the cosine range [−1, 1] and γ̂ to ≥ :data:`MIN_SLOPE`;
 - labels *perfectly separated* (every correct one above every wrong one, or all of one
   kind): the delta-method variance collapses there (γ̂ grows without bound while the curvature
-  vanishes), so the fit's uncertainty is taken from the labels instead: t sits in the gap they
+  vanishes; vCache's code substitutes a fixed variance per number of labels), so here the fit's
+  uncertainty is taken from the labels: t sits in the gap they
   leave (from the largest wrong similarity, or the search floor, to the smallest correct one,
   or 1), t̂ at its middle, and sd(t) and γ̂ such that a lookup at the gap's edge is wrong with
   probability 1/(n + 2) after n labels (Laplace's rule of succession): τ therefore falls
