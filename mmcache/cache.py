@@ -44,7 +44,9 @@ threshold rule with its nearest candidate's similarities; a candidate the rule a
 goes to the verifier (the one named by ``thresholds.verifier`` or
 ``TieredCache(verifier=...)``; :mod:`mmcache.verify`), which may veto it;
 ``thresholds.verifier_band`` below 2 spares it the candidates that far above the threshold. ``feedback(hit, correct)`` labels a served semantic hit and the rule
-learns from it. A query's conversation ``context`` is part of its exact key and, on the
+learns from it. A rule that explores (``vcache``) may instead hand the nearest candidate back
+unserved: ``get`` returns it as a ``Hit`` with ``explored=True``, counted as a miss; the caller
+answers from the model, compares, and labels it with the same ``feedback``. A query's conversation ``context`` is part of its exact key and, on the
 semantic side, a context channel with its own threshold (:mod:`mmcache.context`).
 
 Benchmark settings: ``{"l2": {"index": "flat"}}`` is exact flat search at every
@@ -386,7 +388,9 @@ class TieredCache:
 
     def get(self, query: Query, *, bypass: bool = False, origin_failed: bool = False,
             degrade: str = "full-modal") -> Hit | None:
-        """The cached answer for ``query`` (exact, then δ-neighbour), or None on a miss.
+        """The cached answer for ``query`` (exact, then δ-neighbour), or None on a miss; a
+        rule that explores may return its candidate unserved, marked ``Hit.explored`` (a
+        miss: answer from the model, then label it with :meth:`feedback`).
 
         ``bypass`` skips the cache; ``origin_failed`` allows stale-if-error answers;
         ``degrade="text-fallback"`` looks up the query's text alone
@@ -407,8 +411,9 @@ class TieredCache:
         return hit
 
     def feedback(self, hit: Hit, correct: bool) -> bool:
-        """Label a hit this cache served (ground truth, a user's thumbs-down, a verifier); the
-        threshold rule learns from it. Returns whether the rule was updated: False (a
+        """Label a hit this cache served (ground truth, a user's thumbs-down, a verifier), or
+        an explored candidate it returned (``hit.explored``: is its answer right for the
+        query?); the threshold rule learns from it. Returns whether the rule was updated: False (a
         documented no-op) for an exact hit, which no rule decided, or for an entry evicted or
         invalidated since. A hit this cache did not serve (another cache's, one already
         labelled, or older than the last ``FEEDBACK_WINDOW`` hits) raises UnknownHitError;
@@ -852,21 +857,26 @@ class TieredCache:
         if found is not None:
             nearest = found[0].similarities
         self.thresholds.observe_lookup(p.scope, p.modalities, nearest)
-        if found is None:
+        if found is None or found[0].explored:
             self._metrics.count("misses", modalities)
             self._metrics.time("get", time.perf_counter() - start)
-            return None, False
+            return None if found is None else self._remember(found[0], p, 0.0), False
         hit, entry, charged = found
-        hit = dataclasses.replace(hit, lookup=next(self._serial))
-        self._served[hit.lookup] = (hit.entry_id, p.scope, dict(hit.similarities),
-                                    hit.entry_id != p.key, charged)
-        if len(self._served) > FEEDBACK_WINDOW:
-            self._served.popitem(last=False)
+        hit = self._remember(hit, p, charged)
         correct = None if query.ground_truth is None or entry.ground_truth is None \
             else query.ground_truth == entry.ground_truth
         self._metrics.hit(hit.tier, modalities, hit.freshness, correct)
         self._metrics.time("get", time.perf_counter() - start)
         return hit, hit.freshness == "stale-while-revalidate" and self._claims_refresh(hit)
+
+    def _remember(self, hit: Hit, p: PreparedQuery, charged: float) -> Hit:
+        """``hit`` with this lookup's serial, remembered for ``feedback``."""
+        hit = dataclasses.replace(hit, lookup=next(self._serial))
+        self._served[hit.lookup] = (hit.entry_id, p.scope, dict(hit.similarities),
+                                    hit.entry_id != p.key, charged)
+        if len(self._served) > FEEDBACK_WINDOW:
+            self._served.popitem(last=False)
+        return hit
 
     def _claims_refresh(self, hit: Hit) -> bool:
         """Whether ``on_stale`` should be called for ``hit``'s entry now: not while an earlier
@@ -976,7 +986,11 @@ class TieredCache:
             for cand in candidates:
                 if nearest is None or min(cand.similarities.values()) > min(nearest.values()):
                     nearest = dict(cand.similarities)
-                if not self.thresholds.accepts(cand.similarities, cand.entry_id, p.scope):
+                # a rule explores a candidate only while none before it waits for the verifier
+                explore = not pending and \
+                    self.thresholds.explores(cand.similarities, cand.entry_id, p.scope)
+                if not explore and \
+                        not self.thresholds.accepts(cand.similarities, cand.entry_id, p.scope):
                     continue
                 entry = tier.get(p.scope, cand.entry_id)
                 if entry is not None and not self._current(entry, level):
@@ -984,6 +998,9 @@ class TieredCache:
                 freshness = None if entry is None else self._freshness(entry, now, origin_failed)
                 if freshness is None or not self._context_matches(p, turns_vector, entry):
                     continue
+                if explore:
+                    self._metrics.time(f"{tier.name}.semantic", time.perf_counter() - start)
+                    return self._explored(entry, tier.name, freshness, cand), nearest, []
                 judge = self._needs_verifier(p, cand.similarities, entry)
                 pending.append(_Pending(level, entry, freshness, dict(cand.similarities), judge))
                 if not judge:
@@ -1048,6 +1065,12 @@ class TieredCache:
         if "verifier" in evidence:
             hit = dataclasses.replace(hit, verdict=evidence["verifier"])
         return hit, cand.entry, charged
+
+    def _explored(self, entry: Entry, tier: str, freshness: str, cand: Candidate) -> _Found:
+        """A candidate the rule explores: not served, not promoted, charged nothing; handed
+        back marked ``explored`` for the caller to label."""
+        hit = self._hit(entry, tier, freshness, cand.similarities)
+        return dataclasses.replace(hit, explored=True), entry, 0.0
 
     def _served_above(self, level: int, kind: str) -> bool:
         """Whether a semantic tier above ``level`` serves modality set ``kind``."""

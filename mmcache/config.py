@@ -129,8 +129,8 @@ class ThresholdConfig:
     - ``calibrated``: ``level``, ``calibration``, ``prior``;
     - ``error-budget``: ``budget``, ``prior``, ``max_risk``, ``tail``, ``credit``,
       ``search_floor``, ``parts``;
-    - ``vcache-paper`` (vCache's per-entry rule from its paper): ``budget``,
-      ``min_observations``, ``z``, ``search_floor``.
+    - ``vcache`` (vCache's per-entry rule from its paper; it explores): ``budget``,
+      ``search_floor``, ``seed``.
 
     Both probabilistic rules read the prior's channel conditioned on ``verifier`` when one
     is named.
@@ -152,8 +152,7 @@ class ThresholdConfig:
     parts: str = "both"
     credit: float = 10.0
     search_floor: float = 0.5
-    min_observations: int = 6
-    z: float = 1.645
+    seed: int = 0
     verifier: str = "none"
     verifier_band: float = 2.0
     verifier_min: float = 0.5
@@ -334,7 +333,7 @@ KEY_HELP: dict[type, dict[str, str]] = {
     },
     ThresholdConfig: {
         "rule": "The δ-neighbour rule: one of `mmcache.thresholds.RULES` (`static`, "
-                "`percentile`, `calibrated`, `error-budget`, `vcache-paper`).",
+                "`percentile`, `calibrated`, `error-budget`, `vcache`).",
         "delta": "δ per modality: a hit needs cosine ≥ 1 − δ (`static`; the start of "
                  "`percentile`).",
         "percentile": "`percentile`: δ = 1 − this percentile of the window of nearest "
@@ -348,7 +347,7 @@ KEY_HELP: dict[type, dict[str, str]] = {
                        "encoder), `isotonic` or `platt`.",
         "prior": "`calibrated`, `error-budget`: a priors JSON file (null: the shipped priors, "
                  "refitted by `make priors`).",
-        "budget": "`error-budget`, `vcache-paper`: the most expected wrong answers ÷ lookups.",
+        "budget": "`error-budget`, `vcache`: the most expected wrong answers ÷ lookups.",
         "max_risk": "`error-budget`: the most P(wrong) of one hit.",
         "tail": "`error-budget`: the most P(wrong) of a hit served when the allowance could not "
                 "absorb it being wrong.",
@@ -357,9 +356,8 @@ KEY_HELP: dict[type, dict[str, str]] = {
                  "`curves` (each hit's P(wrong) ≤ `budget` on its own, no ledger).",
         "credit": "`error-budget`: the first `credit` lookups of a scope share the allowance of "
                   "`credit` lookups, an advance repaid by the lookups after them.",
-        "search_floor": "`error-budget`, `vcache-paper`: the least cosine searched.",
-        "min_observations": "`vcache-paper`: observations an entry needs before it serves.",
-        "z": "`vcache-paper`: the z-score of its confidence bound.",
+        "search_floor": "`error-budget`, `vcache`: the least cosine searched.",
+        "seed": "`vcache`: seeds its exploration draws (the same seed, the same run).",
         "verifier": "One of `mmcache.verify.VERIFIERS` (`none`: no verifier stage).",
         "verifier_band": "The verifier is called on accepted candidates less than this (cosine) "
                          "above the rule's threshold; 2 (the default): on every one.",
@@ -585,8 +583,7 @@ def _check_rule_settings(th: ThresholdConfig) -> None:
     _choice(th.parts, PARTS, "thresholds.parts")
     _in_range(th.credit, 0.0, math.inf, "thresholds.credit", high_open=True)
     _in_range(th.search_floor, -1.0, 1.0, "thresholds.search_floor")
-    _positive(th.min_observations, "thresholds.min_observations")
-    _in_range(th.z, 0.0, math.inf, "thresholds.z", high_open=True)
+    _non_negative_int(th.seed, "thresholds.seed")
     _choice(th.verifier, tuple(VERIFIERS), "thresholds.verifier")
     _in_range(th.verifier_band, 0.0, 2.0, "thresholds.verifier_band")
     _in_range(th.verifier_min, 0.0, 1.0, "thresholds.verifier_min")
@@ -602,6 +599,11 @@ def _positive_or_none(value: Any, key: str) -> None:
 def _positive(value: Any, key: str) -> None:
     if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
         raise ConfigError(f"{key} must be a positive integer, got {value!r}")
+
+
+def _non_negative_int(value: Any, key: str) -> None:
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        raise ConfigError(f"{key} must be a whole number >= 0, got {value!r}")
 
 
 def _in_range(value: Any, low: float, high: float, key: str, low_open: bool = False,

@@ -144,7 +144,10 @@ class Hit:
 
     ``similarity`` is the smallest per-modality cosine similarity between the
     query and the entry (1.0 for an exact hit). ``freshness`` is ``"fresh"``,
-    ``"stale-while-revalidate"`` or ``"stale-if-error"``.
+    ``"stale-while-revalidate"`` or ``"stale-if-error"``. ``explored`` marks a miss: the
+    threshold rule chose to explore this candidate (the ``vcache`` rule does); answer the
+    query from the model, compare with ``value``, and label the candidate with
+    ``TieredCache.feedback(hit, same)``. No other rule ever returns one.
     """
 
     value: Any
@@ -158,6 +161,8 @@ class Hit:
     #: The verifier's score (probability that the entry answers the query) when the verifier
     #: judged this hit; a served hit passed ``thresholds.verifier_min``. None: not judged.
     verdict: float | None = None
+    #: The rule explored this candidate instead of serving it: a miss to label (see above).
+    explored: bool = False
 
     def __repr__(self) -> str:
         return safe_display(self._plain, self)
@@ -167,9 +172,10 @@ class Hit:
 
     def _plain(self) -> str:
         sims = ", ".join(f"{m}={fmt(s)}" for m, s in self.similarities.items())
-        verdict = "" if self.verdict is None else f", verdict={fmt(self.verdict)}"
+        notes = ("" if self.verdict is None else f", verdict={fmt(self.verdict)}") + \
+            (", explored (a miss to label)" if self.explored else "")
         return (f"Hit(tier={self.tier!r}, similarity={fmt(self.similarity)}"
-                f"{f' [{sims}]' if sims else ''}{verdict}, freshness={self.freshness!r}, "
+                f"{f' [{sims}]' if sims else ''}{notes}, freshness={self.freshness!r}, "
                 f"value={preview(self.value, 40)}, entry_id={_short_id(self.entry_id)})")
 
     def _html(self) -> str:
@@ -179,6 +185,7 @@ class Hit:
             ("similarity (smallest over modalities)", self.similarity),
             *((f"similarity: {m}", s) for m, s in self.similarities.items()),
             ("verifier verdict", "not judged" if self.verdict is None else self.verdict),
+            ("explored (a miss to label, not served)", self.explored),
             ("freshness", self.freshness),
             ("entry id", _short_id(self.entry_id)),
             ("lookup", self.lookup)]))

@@ -39,7 +39,7 @@ CURVE_BUDGETS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
 CALIBRATED_LEVELS = [0.5, 0.7, 0.8, 0.9, 0.95, 0.99]
 PERCENTILES = [50, 70, 85, 95]
 # rules for the curves; names in mmcache.thresholds.RULES (a missing one is marked absent)
-RULE_NAMES = ["static", "percentile", "calibrated", "error-budget", "vcache-paper"]
+RULE_NAMES = ["static", "percentile", "calibrated", "error-budget", "vcache"]
 SWEEP_IMAGES = 400  # Fashion-MNIST test photos for the seed's δ sweep and the t-SNE view
 TSNE_THRESHOLD = 0.83  # the seed's table row whose false hits the t-SNE view draws
 DRIFT_WINDOW = 100  # lookups in the rolling error of the re-track measurement
@@ -52,6 +52,7 @@ EXTERNAL_QUESTIONS = 0  # how many contradish questions; zero: all of them
 FEEDBACK_RATE = 0.1
 FEEDBACK_DELAY = 50
 FEEDBACK_SEED = 0  # draws which served hits are labelled
+MANY_REQUESTS = 5000  # lookups of the many-requests stream (drawn with replacement)
 # labelled pairs (JSONL, mmcache.datasets.pairs_file) through TieredCache.get, one scope each;
 # relative to the project root; empty: the hand-written probe set
 PAIRS_FILE = ""
@@ -82,7 +83,7 @@ set_theme()
 if SMOKE:  # tiny: checks the whole pipeline in well under a minute
     SEEDS, CURVE_BUDGETS, CALIBRATED_LEVELS, PERCENTILES = SEEDS[:2], [0.02, 0.1], [0.9], [85]
     SWEEP_IMAGES, DRIFT_WINDOW = 40, 20
-    EXTERNAL_DELTAS, EXTERNAL_QUESTIONS = [0.1, 0.3], 60
+    EXTERNAL_DELTAS, EXTERNAL_QUESTIONS, MANY_REQUESTS = [0.1, 0.3], 60, 600
 SIZES = SMOKE_SIZES if SMOKE else PairSizes()
 PAIRS_EVERY = 6 if SMOKE else 1  # every n-th pair of the file (files group pairs by kind)
 
@@ -248,7 +249,7 @@ save_figure(fig, "02_rule_curves", provenance)
 # %% [markdown]
 # ## Error budgets 1 %, 2 %, 5 %: the error-budget rule with the verifier, five stream orders
 #
-# Side by side at the same budgets: the vCache-paper rule (with the verifier too) and the best
+# Side by side at the same budgets: the vcache rule (with the verifier too) and the best
 # static δ chosen in hindsight on these very pairs (no verifier: the plain baseline; a
 # hindsight choice is an oracle no deployment has), and GPTCache's default
 # (`SearchDistanceEvaluation`, `similarity_threshold` 0.8, i.e. cos ≥ 0.6 for unit vectors).
@@ -282,7 +283,7 @@ def pooled(rows):
             "realised_error": float((per_seed.wrong / per_seed.lookups).mean())}
 
 
-runs = {(name, b): rows for name in ("error-budget", "vcache-paper") for b in BUDGETS
+runs = {(name, b): rows for name in ("error-budget", "vcache") for b in BUDGETS
         if (rows := budget_runs(name, b))}
 # the side-by-side compares the modalities the error-budget rule ran on (all, unless one failed)
 COMPARED = sorted({r["modality"] for r in runs.get(("error-budget", 0.02), [])}) or MODALITIES
@@ -313,12 +314,13 @@ if gpt is None:
 # %% [markdown]
 # ## Cold start
 #
-# Hit rate of lookups whose entry had fewer than 6 labelled observations (vCache serves none of
-# them by construction); error-budget rule, 2 % budget, with the verifier.
+# Hit rate of lookups whose entry had fewer than 6 labelled observations; error-budget rule and
+# vcache (which explores an entry with no observations always, and one with few mostly), 2 %
+# budget, with the verifier.
 
 # %%
 cold = {name: float(np.nanmean([r["cold_start_hit_rate"] for r in runs[(name, 0.02)]]))
-        for name in ("error-budget", "vcache-paper") if (name, 0.02) in runs}
+        for name in ("error-budget", "vcache") if (name, 0.02) in runs}
 display(pd.Series(cold, name="cold-start hit rate"))
 
 # %% [markdown]
@@ -370,7 +372,7 @@ retrack_rows = []
 for seed in SEEDS:
     order, same, drift_at = ts.drifting_stream(text, seed=seed)
     contenders = {"error-budget + verifier": ("error-budget", True),
-                  "vcache-paper + verifier": ("vcache-paper", True)}
+                  "vcache + verifier": ("vcache", True)}
     for label, (name, ver) in contenders.items():
         try:
             fresh = rule(name, "text", ver, budget=0.02)
@@ -511,12 +513,13 @@ save_figure(fig, "02_external_contradish", provenance={
 # The same test streams, now with labels fed back through `TieredCache.feedback(hit, correct)`
 # (`cache_stream.Feedback`): **none**; **sampled**, a seeded share `FEEDBACK_RATE` of served hits,
 # each labelled `FEEDBACK_DELAY` lookups later (labels still pending when a stream ends are never
-# delivered); **immediate**, every served hit labelled before the next lookup. Only served hits can
-# be labelled: the cache has no call that labels a miss, so nothing here explores as vCache does
-# (a rule that serves nothing before it has labels, like the vCache-paper rule, gets none). Rules:
-# the contract config, the vCache-paper rule at the same budget (if registered) and the static δ
-# chosen on the training questions (which does not learn: only its label count moves). The number
-# of labels delivered is the cost, beside the verifier's calls (none of these rules has one).
+# delivered); **immediate**, every served hit labelled before the next lookup. The vcache rule
+# also explores: `get` hands its candidate back unserved (`Hit.explored`), the stream labels it
+# through the same `feedback` in every regime and stores the lookup only when the candidate was
+# wrong (vCache's growth). Rules: the contract config, vcache at the same budget (if registered)
+# and the static δ chosen on the training questions (which does not learn: only its label count
+# moves). The labels delivered are the cost, beside the verifier's calls (none of these rules has
+# one) and vcache's labels of explored misses (`explored_labels`).
 
 # %%
 regimes = {"none": cache_stream.Feedback.none(),
@@ -524,11 +527,11 @@ regimes = {"none": cache_stream.Feedback.none(),
            "immediate": cache_stream.Feedback.immediate()}
 regime_static = chosen or f"static δ={verifier_delta:g}"
 regime_configs = {"contract config": contract, regime_static: external_configs[regime_static]}
-if "vcache-paper" in RULES.names():
-    regime_configs["vcache-paper"] = {"thresholds": {"rule": "vcache-paper",
+if "vcache" in RULES.names():
+    regime_configs["vcache"] = {"thresholds": {"rule": "vcache",
                                                      "budget": EXTERNAL_BUDGET}}
 else:
-    absent["external/vcache-paper"] = "vcache-paper is not in mmcache.thresholds.RULES"
+    absent["external/vcache"] = "vcache is not in mmcache.thresholds.RULES"
 regime_runs = [{**row, "regime": name} for name, regime in regimes.items()
                for row in cache_stream.compare_configs(external_classes["test"], external_vectors,
                                                        regime_configs, SEEDS, feedback=regime)]
@@ -537,7 +540,8 @@ regime_table = (regime_frame.groupby(["rule", "regime"], sort=False)
                 .agg(lookups=("lookups", "first"), hit_rate=("hit_rate", "mean"),
                      error=("error", "mean"), error_high_worst=("error_high", "max"),
                      true_hits_served=("true_hits_served", "mean"), labels=("labels", "mean"),
-                     verifier_calls=("verifier_calls", "mean")))
+                     verifier_calls=("verifier_calls", "mean"),
+                     explored_labels=("explored_labels", "mean")))
 feedback_regimes = {
     "regimes": {name: {"feedback": r.label, "rate": r.rate, "delay": r.delay}
                 for name, r in regimes.items()},
@@ -570,6 +574,32 @@ save_figure(fig, "02_feedback_regimes", provenance={
     "protocol": "as 02_external_contradish, with labels fed back through TieredCache.feedback: "
                 "none / sampled / immediate", "regimes": feedback_regimes["regimes"],
     "feedback_seed": FEEDBACK_SEED, "seeds": SEEDS, "smoke": SMOKE})
+
+# %% [markdown]
+# ### Many requests per entry
+#
+# vCache's SemBenchmark sets ask each prompt's class many times, so its entries see many lookups
+# and its per-entry fits get labels. Here `MANY_REQUESTS` lookups over the test questions are drawn
+# with replacement (`cache_stream.many_requests_stream`: a question by Zipf(1) popularity, then one
+# of its wordings uniformly; a repeated wording is an exact hit for every rule), into a cold cache
+# as above, no label fed back on served hits. Rules: the contract config, the static δ chosen on
+# the training questions, and vcache at the same budget, which labels every miss it explores
+# (`explored_labels`, a model call and a comparison each) and stores an explored lookup only
+# when its candidate was wrong.
+
+# %%
+many_configs = {"contract config": contract, regime_static: external_configs[regime_static]}
+if "vcache" in RULES.names():
+    many_configs["vcache"] = regime_configs["vcache"]
+many_runs = cache_stream.compare_configs(external_classes["test"], external_vectors, many_configs,
+                                         SEEDS, lookups=MANY_REQUESTS)
+many_table = (pd.DataFrame(many_runs).groupby("rule", sort=False)
+              .agg(lookups=("lookups", "first"), hit_rate=("hit_rate", "mean"),
+                   error=("error", "mean"), error_high_worst=("error_high", "max"),
+                   exact_hits=("exact_hits", "mean"), explored_labels=("explored_labels", "mean")))
+many_requests = {"lookups": MANY_REQUESTS, "seeds": SEEDS, "static": regime_static,
+                 "rules": many_table.to_dict("index"), "runs": many_runs}
+many_table
 
 # %% [markdown]
 # ## Labelled pairs, each in its own scope
@@ -694,7 +724,7 @@ def pick(name, budget):
 eb2 = runs.get(("error-budget", 0.02), [])
 worst = max((r["realised_error"] for r in eb2), default=float("nan"))
 static2 = hindsight[0.02]
-vc2 = pick("vcache-paper", 0.02)
+vc2 = pick("vcache", 0.02)
 eb = pick("error-budget", 0.02)
 # the static δ chosen in hindsight at the realised error the error-budget rule reached
 static_same = ts.best_static(compared, eb["realised_error"]) if eb is not None else static2
@@ -702,7 +732,7 @@ bars = {
     "error ≤ 2% on every seed and modality (error-budget + verifier, 2%)": bool(eb2) and worst <= 0.02,
     "hit rate ≥ 2× best static δ in hindsight at the same realised error": eb is not None
     and eb["hit_rate"] >= 2 * static_same["hit_rate"],
-    "hit rate above the vCache-paper rule": eb is not None and vc2 is not None
+    "hit rate above the vcache rule": eb is not None and vc2 is not None
     and eb["hit_rate"] > vc2["hit_rate"],
     "cold-start hit rate > 0": cold.get("error-budget", 0.0) > 0,
 }
@@ -716,13 +746,13 @@ def modality_bars(m):
         return {k: float(np.mean([r[k] for r in rows])) for k in
                 ("hit_rate", "realised_error", "cold_start_hit_rate")} if rows else None
 
-    own, vcache = mean_of("error-budget"), mean_of("vcache-paper")
+    own, vcache = mean_of("error-budget"), mean_of("vcache")
     if own is None:
         return None
     static = ts.best_static(scores.subset(scores.modality == m), own["realised_error"])
     return {**own, "worst_error": max(r["realised_error"] for r in eb2 if r["modality"] == m),
             "best_static_same_error_hit_rate": static["hit_rate"],
-            "vcache_paper_hit_rate": None if vcache is None else vcache["hit_rate"]}
+            "vcache_hit_rate": None if vcache is None else vcache["hit_rate"]}
 
 
 per_modality = {m: modality_bars(m) for m in MODALITIES}
@@ -737,11 +767,11 @@ metrics = {
                               for b in BUDGETS},
     "best_static_hindsight_same_error": {k: static_same[k] for k in
                                          ("hit_rate", "realised_error", "delta")},
-    "vcache_paper": vc2,
+    "vcache": vc2,
     "gptcache": None if gpt is None else
     {k: v for k, v in ts.summarise(gpt, compared.same).items() if k in ("hit_rate", "realised_error")},
     "cold_start_hit_rate": cold.get("error-budget"),
-    "cold_start_hit_rate_vcache_paper": cold.get("vcache-paper"),
+    "cold_start_hit_rate_vcache": cold.get("vcache"),
     "verifier": {"precision": verifier_precision, "recall": verifier_recall,
                  "rejected_by_kind": {f"{r['modality']}/{r['kind']}": r["rejected"]
                                       for r in verifier_rows}},
@@ -760,6 +790,7 @@ metrics = {
                  "development": ablation_dev.to_dict("records"),
                  "contradish": {f"{rule}/{regime}": row for (rule, regime), row in
                                 ablation_external_table.to_dict("index").items()}},
+    "many_requests": many_requests,
     "external": {"contradish": {
         "data": CONTRADISH_PROVENANCE, "questions": len(questions), "wordings": len(wordings),
         "budget": EXTERNAL_BUDGET, "static_chosen_on_train": chosen,

@@ -86,7 +86,7 @@ def test_every_extension_point_is_a_registry_in_its_order():
     for reg in (POLICIES, RULES, VERIFIERS, ENCODERS, KERNELS):
         assert isinstance(reg, Registry)
     assert list(POLICIES)[:3] == ["lru", "fifo", "clock"]
-    assert RULES.names() == ("static", "percentile", "calibrated", "error-budget", "vcache-paper")
+    assert RULES.names() == ("static", "percentile", "calibrated", "error-budget", "vcache")
     assert VERIFIERS.names() == ("none", "edits", "pairs", "judge") and VERIFIERS["none"] is None
     assert ENCODERS.names() == ("minilm", "text", "clip", "whisper", "audio", "asr-minilm",
                                 "hashing-test")

@@ -1,11 +1,16 @@
 """Threshold rules measured on the path users run: ``TieredCache.get`` over a stream of lookups
 drawn from equivalence classes (vCache's benchmark protocol).
 
-:func:`class_stream` orders the lookups: every wording once, popular classes (Zipf) early. A
-cold cache meets them in order (:func:`run_stream`): a lookup it answers is served, and is
-right when the answer is the lookup's class; a miss stores the lookup with its class as the
-answer (the backend's answer), so the cache grows on misses and every lookup searches every
-entry of the scope. A :class:`Feedback` regime says which served hits are labelled back through
+:func:`class_stream` orders the lookups: every wording once, popular classes (Zipf) early;
+:func:`many_requests_stream` draws a given number of them with replacement (a Zipf class,
+then a wording of it), so popular entries see tens of lookups, as in vCache's SemBenchmark
+sets. A cold cache meets them in order (:func:`run_stream`): a lookup it answers is served,
+and is right when the answer is the lookup's class; a miss stores the lookup with its class
+as the answer (the backend's answer), so the cache grows on misses and every lookup searches
+every entry of the scope. A miss whose candidate the rule explored (``Hit.explored``: the
+``vcache`` rule) is labelled through ``TieredCache.feedback`` (right when the candidate's
+class is the lookup's) and, as vCache grows, stored only when the candidate was wrong; those
+labels are a cost too (``explored_labels``). A :class:`Feedback` regime says which served hits are labelled back through
 ``TieredCache.feedback`` and when: none (the default), every one at once, or a seeded share of
 them some lookups later; the labels delivered are counted as a cost, beside the verifier's
 calls. :meth:`StreamRun.summary` counts as vCache does
@@ -143,11 +148,13 @@ class StreamRun:
     #: Labels fed back (:class:`Feedback`) and calls of the configured verifier.
     labels: int = 0
     verifier_calls: int = 0
+    #: Labels of explored misses (each one a model call and a comparison).
+    explored_labels: int = 0
 
     def summary(self) -> dict[str, Any]:
         """Hit rate and error (wrong answers ÷ lookups) with the error's 95 % Clopper–Pearson
         interval, the share of should-hit lookups served right, the counts behind them, and
-        the costs: labels fed back and verifier calls."""
+        the costs: labels fed back, verifier calls and labels of explored misses."""
         n, wrong = len(self.served), int((self.served & ~self.correct).sum())
         interval = binomtest(wrong, n).proportion_ci(0.95, method="exact") if n else None
         should = int(self.seen.sum())
@@ -160,7 +167,8 @@ class StreamRun:
                 "true_hits_served": int((self.served & self.correct).sum()) / should
                 if should else float("nan"),
                 "exact_hits": int((self.tier == "l1").sum()),
-                "labels": self.labels, "verifier_calls": self.verifier_calls}
+                "labels": self.labels, "verifier_calls": self.verifier_calls,
+                "explored_labels": self.explored_labels}
 
 
 def class_stream(classes: Sequence[Sequence[str]], seed: int = 0, zipf: float = 1.0,
@@ -181,13 +189,31 @@ def class_stream(classes: Sequence[Sequence[str]], seed: int = 0, zipf: float = 
     return [texts[i] for i in order], cls[order]
 
 
+def many_requests_stream(classes: Sequence[Sequence[str]], lookups: int, seed: int = 0,
+                         zipf: float = 1.0) -> tuple[list[str], np.ndarray]:
+    """``lookups`` lookups ``(texts, class indices)`` drawn with replacement: a class with
+    probability ∝ 1/rank^zipf (ranks a ``seed``-ed permutation of the classes), then one of its
+    wordings uniformly, so a popular class's entries see many lookups and a wording may come
+    again word for word (an exact hit)."""
+    if not classes or any(len(c) == 0 for c in classes) or lookups < 1:
+        raise InvalidInputError("many_requests_stream needs classes with wordings each and "
+                                "lookups >= 1")
+    rng = np.random.default_rng(seed)
+    weight = np.empty(len(classes))
+    weight[rng.permutation(len(classes))] = 1.0 / np.arange(1, len(classes) + 1) ** zipf
+    cls = rng.choice(len(classes), size=lookups, p=weight / weight.sum())
+    texts = [classes[c][rng.integers(len(classes[c]))] for c in cls]
+    return texts, cls
+
+
 def run_stream(texts: Sequence[str], labels: Sequence[int], config: Mapping[str, Any] | None,
                *, encoders: Mapping[str, Any] | None = None,
                vectors: np.ndarray | None = None, label: str = "",
                progress: bool | None = None, feedback: Feedback | None = None) -> StreamRun:
     """Stream the lookups through a cold ``TieredCache(config)``; ``vectors`` (one per text)
     are handed over as the query's text embedding instead of encoding the text again.
-    ``feedback`` (default :meth:`Feedback.none`) labels served hits back to the cache."""
+    ``feedback`` (default :meth:`Feedback.none`) labels served hits back to the cache; an
+    explored miss is always labelled, and stored only when its candidate was wrong."""
     if len(texts) != len(labels) or (vectors is not None and len(vectors) != len(texts)):
         raise InvalidInputError("texts, labels and vectors must have one row per lookup")
     if feedback is not None and not isinstance(feedback, Feedback):
@@ -198,6 +224,7 @@ def run_stream(texts: Sequence[str], labels: Sequence[int], config: Mapping[str,
     stored: set[int] = set()
     cache, judge = _open(config, encoders)
     labeller = _Labeller(feedback or Feedback.none(), cache)
+    explored = 0
     with cache, \
             progress_bar(n, f"stream {label}".strip(), unit="lookup", progress=progress) as bar:
         for i, (text, cls) in enumerate(zip(texts, labels)):
@@ -205,7 +232,13 @@ def run_stream(texts: Sequence[str], labels: Sequence[int], config: Mapping[str,
                           else {"text": vectors[i]})
             seen[i] = int(cls) in stored
             hit = cache.get(query)
-            if hit is None:
+            if hit is not None and hit.explored:
+                explored += 1
+                cache.feedback(hit, hit.value == int(cls))
+                if hit.value != int(cls):  # vCache grows only past a wrong candidate
+                    cache.put(query, int(cls))
+                    stored.add(int(cls))
+            elif hit is None:
                 cache.put(query, int(cls))
                 stored.add(int(cls))
             else:
@@ -214,7 +247,7 @@ def run_stream(texts: Sequence[str], labels: Sequence[int], config: Mapping[str,
             labeller.deliver(i)
             bar.update()
     return StreamRun(label, served, correct, seen, tier.astype(str), labeller.delivered,
-                     0 if judge is None else judge.calls)
+                     0 if judge is None else judge.calls, explored)
 
 
 def run_pairs(pairs: Sequence[Pair], config: Mapping[str, Any] | None, *,
@@ -258,15 +291,19 @@ def static_config(delta: float) -> dict[str, Any]:
 def compare_configs(classes: Sequence[Sequence[str]], vectors: Mapping[str, np.ndarray],
                     configs: Mapping[str, Mapping[str, Any]], seeds: Sequence[int],
                     zipf: float = 1.0, progress: bool | None = None,
-                    feedback: Feedback | None = None) -> list[dict[str, Any]]:
-    """:meth:`StreamRun.summary` of every config (by name) on every seed's stream order, under
+                    feedback: Feedback | None = None,
+                    lookups: int | None = None) -> list[dict[str, Any]]:
+    """:meth:`StreamRun.summary` of every config (by name) on every seed's stream, under
     one ``feedback`` regime (default none; its ``seed`` draws the same way on every stream);
-    ``vectors`` maps each wording to its text embedding (encoded once for all runs)."""
+    ``vectors`` maps each wording to its text embedding (encoded once for all runs). The
+    stream is :func:`class_stream` (every wording once), or with ``lookups``
+    :func:`many_requests_stream` of that many lookups."""
     rows = []
     with progress_bar(len(seeds) * len(configs), "stream runs", unit="run",
                       progress=progress) as bar:
         for seed in seeds:
-            texts, labels = class_stream(classes, seed, zipf)
+            texts, labels = class_stream(classes, seed, zipf) if lookups is None else \
+                many_requests_stream(classes, lookups, seed, zipf)
             stacked = np.stack([vectors[t] for t in texts])
             for name, config in configs.items():
                 run = run_stream(texts, labels, config, vectors=stacked, label=name,

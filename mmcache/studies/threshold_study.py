@@ -157,7 +157,8 @@ def run_rule(scores: PairScores, rule: Any, seed: int = 0, use_verifier: bool = 
     repeats allowed) is given; ``same`` overrides the label of each stream position. A served
     hit's label goes back with its scope (it settles the hit's risk in the budget ledger);
     every other lookup's label goes back without one (vCache's exploration), except, with
-    the verifier, for candidates the verifier rejected.
+    the verifier, for candidates the verifier rejected. A lookup the rule explores
+    (:meth:`~mmcache.thresholds.ThresholdRule.explores`, the ``vcache`` rule) is not served.
     """
     order = np.random.default_rng(seed).permutation(len(scores)) if order is None else order
     same = scores.same[order] if same is None else np.asarray(same, bool)
@@ -170,7 +171,7 @@ def run_rule(scores: PairScores, rule: Any, seed: int = 0, use_verifier: bool = 
         rule.observe_lookup(scope, tuple(sims), sims)
         observations[k] = seen.get(entry, 0)
         charged = 0.0
-        if rule.accepts(sims, entry, scope, evidence):
+        if not rule.explores(sims, entry, scope) and rule.accepts(sims, entry, scope, evidence):
             served[k] = True
             charged = rule.served(sims, entry, scope, evidence)
         if served[k] or not use_verifier or scores.verifier[i] >= VERIFIER_PASS:
@@ -322,7 +323,7 @@ def study_rule(name: str, modality: str, budget: float = 0.02, **overrides: Any)
     channel = {modality: STUDY_ENCODERS[modality][0]}
     defaults: dict[str, dict[str, Any]] = {
         "error-budget": {"budget": budget, "encoders": channel},
-        "vcache-paper": {"budget": budget},
+        "vcache": {"budget": budget},
         "calibrated": {"encoders": channel}}
     if name not in RULES:
         raise InvalidInputError(f"unknown rule {name!r}; known: {sorted(RULES)}")
@@ -332,11 +333,11 @@ def study_rule(name: str, modality: str, budget: float = 0.02, **overrides: Any)
 def panel_summary(scores: PairScores, modality: str, delta: float, budget: float,
                   use_verifier: bool, seed: int = 0) -> list[dict[str, Any]]:
     """What the notebook's widget panel shows for one setting: static δ, the error-budget
-    rule, the vCache-paper rule and GPTCache's default on ``modality``'s pairs."""
+    rule, the vcache rule and GPTCache's default on ``modality``'s pairs."""
     part = scores.subset(scores.modality == modality)
     rows = [{"rule": f"static δ={delta:.3f}",
              **summarise(static_decisions(part, delta, use_verifier), part.same)}]
-    for name in ("error-budget", "vcache-paper"):
+    for name in ("error-budget", "vcache"):
         try:
             result = run_rule(part, study_rule(name, modality, budget), seed, use_verifier)
         except MMCacheError as err:  # e.g. no shipped prior for this channel

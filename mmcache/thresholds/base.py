@@ -2,18 +2,21 @@
 
 Scale: similarities are cosines of L2-normalised embeddings, in [−1, 1]; a static
 δ means "hit when cosine ≥ 1 − δ", so δ = 0 is exact only and δ = 2 accepts every
-candidate. Probabilistic rules (calibrated, error-budget, vcache-paper) decide on
+candidate. Probabilistic rules (calibrated, error-budget, vcache) decide on
 P(same answer | evidence) instead, and expose the least similarity they would
 accept as :meth:`ThresholdRule.threshold`, so the cache's search floor and the
 verifier band are in the same cosine units for every rule.
 
 The cache calls, per lookup: :meth:`floor` (search floor per modality),
-:meth:`accepts` for each candidate (``evidence`` may carry the verifier's
+:meth:`explores` and then, unless it explored, :meth:`accepts` for each candidate
+(``evidence`` may carry the verifier's
 probability under ``"verifier"``), :meth:`served` for the candidate it serves, and
 :meth:`observe_lookup` with the nearest candidate's similarities of every lookup,
 hit or miss (None when the search found nothing above the floor).
 ``TieredCache.feedback`` reaches :meth:`feedback` with the hit's scope and what
 :meth:`served` charged for it, so a budgeted rule settles exactly the amount it charged.
+A candidate the rule explores is not served: ``get`` returns it marked ``Hit.explored``, for
+the caller to answer from the model and label with ``feedback`` (charged 0).
 """
 
 from __future__ import annotations
@@ -41,6 +44,12 @@ class ThresholdRule(ABC):
                   scope: str | None = None) -> float:
         """The least similarity ``entry_id`` needs on ``modality`` now (default: the floor)."""
         return self.floor(modality)
+
+    def explores(self, similarities: Mapping[str, float], entry_id: str | None = None,
+                 scope: str | None = None) -> bool:
+        """Whether to explore this candidate instead of deciding on it: the cache serves
+        nothing and hands the candidate back for the caller to label (default: never)."""
+        return False
 
     def accepts(self, similarities: Mapping[str, float], entry_id: str | None = None,
                 scope: str | None = None, evidence: Mapping[str, float] | None = None) -> bool:

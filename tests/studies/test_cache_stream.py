@@ -10,7 +10,8 @@ from mmcache.datasets.pairs import Pair
 from mmcache.cache import TieredCache
 from mmcache.errors import InvalidInputError
 from mmcache.studies.cache_stream import (Feedback, choose_static, class_stream, compare_configs,
-                                          run_pairs, run_stream, static_config)
+                                          many_requests_stream, run_pairs, run_stream,
+                                          static_config)
 from mmcache.types import Query
 
 CLASSES = [["alpha one", "alpha two", "alpha three"], ["beta one", "beta two"], ["gamma"]]
@@ -40,6 +41,45 @@ def test_popular_classes_come_first():
     firsts = [class_stream(classes, seed=s, zipf=1.5)[1][:50] for s in range(5)]
     top = [np.bincount(f, minlength=20).max() / 50 for f in firsts]
     assert np.mean(top) > 0.25  # uniform order would give about 1/20 each
+
+
+def test_the_many_requests_stream_draws_popular_classes_again_and_again():
+    classes = [[f"{c}-{k}" for k in range(5)] for c in range(30)]
+    texts, labels = many_requests_stream(classes, 600, seed=2)
+    assert len(texts) == 600 and all(t in classes[c] for t, c in zip(texts, labels))
+    assert np.bincount(labels).max() >= 60        # the most popular class: tens of lookups
+    assert many_requests_stream(classes, 600, seed=2)[0] == texts
+    with pytest.raises(InvalidInputError):
+        many_requests_stream(classes, 0)
+
+
+VCACHE = {"thresholds": {"rule": "vcache", "budget": 0.05}}
+
+
+def test_vcache_labels_its_explored_misses_and_grows_only_past_a_wrong_candidate():
+    vectors = _vectors()
+    near = vectors["alpha two"]
+    # the second lookup is explored (its nearest entry has no observations): right, so it is
+    # not stored and its repeat is no exact hit; wrong (another class), so it is stored and
+    # its repeat is one
+    for labels, stored in (([0, 0, 0], False), ([0, 1, 1], True)):
+        run = run_stream(["alpha one", "alpha two", "alpha two"], labels, VCACHE,
+                         vectors=np.stack([vectors["alpha one"], near, near]), progress=False)
+        assert run.explored_labels >= 1 and run.labels == 0
+        assert run.summary()["explored_labels"] == run.explored_labels
+        assert not run.served[1]
+        assert (run.tier[2] == "l1") == stored    # the repeat is an exact hit iff stored
+
+
+def test_vcache_learns_on_many_requests_and_keeps_its_budget():
+    vectors = _vectors(noise=0.02)
+    texts, labels = many_requests_stream(CLASSES, 400, seed=0)
+    run = run_stream(texts, labels, VCACHE, vectors=np.stack([vectors[t] for t in texts]),
+                     progress=False)
+    summary = run.summary()
+    assert summary["explored_labels"] > 0
+    assert summary["hit_rate"] > summary["exact_hits"] / summary["lookups"]   # semantic hits too
+    assert summary["error"] <= 0.05 + 0.03
 
 
 def test_a_miss_stores_and_a_near_lookup_of_the_same_class_is_served_right():

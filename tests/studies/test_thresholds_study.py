@@ -59,6 +59,9 @@ class _CountingRule:
     def observe_lookup(self, scope, modalities, nearest) -> None:
         self.calls.append("lookup")
 
+    def explores(self, sims, entry_id, scope) -> bool:
+        return False
+
     def accepts(self, sims, entry_id, scope, evidence) -> bool:
         return self.labels.get(entry_id, 0) >= 2 and (evidence or {}).get("verifier", 1) > 0.5
 

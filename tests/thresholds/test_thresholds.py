@@ -15,7 +15,7 @@ from mmcache.config import ThresholdConfig
 from mmcache.errors import ConfigError, PriorFileError
 from mmcache.thresholds import (DEFAULT_DELTA, RULES, CalibratedThreshold, ErrorBudgetThreshold,
                                 PercentileThreshold, StaticThreshold, ThresholdRule,
-                                VCachePaperThreshold)
+                                VCacheThreshold)
 from mmcache.thresholds.prior import (PRIORS_PATH, FORMAT, channel, load_priors,
                                       sigmoid)
 from mmcache.studies.threshold_study import STUDY_ENCODERS
@@ -212,24 +212,6 @@ def test_error_budget_needs_a_prior_for_every_configured_channel(tmp_path, encod
     assert "make priors" in str(err.value) and "text/test" in str(err.value)
 
 
-# -- vcache-paper --------------------------------------------------------------------------
-def test_vcache_paper_needs_observations_before_it_may_hit():
-    rule = VCachePaperThreshold(budget=0.1, min_observations=6)
-    for i in range(5):
-        rule.feedback({"text": 0.95}, "e", True)
-        assert not rule.accepts({"text": 0.99}, "e")
-    for _ in range(40):
-        rule.feedback({"text": 0.95}, "e", True)
-        rule.feedback({"text": 0.6}, "e", False)
-    assert rule.accepts({"text": 0.99}, "e")
-    assert not rule.accepts({"text": 0.99}, "never-seen")
-
-
-def test_vcache_paper_respects_the_budget_on_synthetic_streams():
-    errors = [run_stream(VCachePaperThreshold(0.02), seed)[1] for seed in range(3)]
-    assert max(errors) <= 0.03
-
-
 # -- every rule ----------------------------------------------------------------------------
 def stateful_rules(tmp_path) -> list[ThresholdRule]:
     path = synthetic_priors(tmp_path)
@@ -237,7 +219,7 @@ def stateful_rules(tmp_path) -> list[ThresholdRule]:
     for s in (0.7, 0.8, 0.9, 0.95, 0.99):
         percentile.observe_lookup("s", ("text",), {"text": s})
     budget = ErrorBudgetThreshold(0.02, path, {"text": "test"})
-    vcache = VCachePaperThreshold(0.05)
+    vcache = VCacheThreshold(0.05)
     for s, ok in [(0.95, True), (0.9, True), (0.7, False), (0.99, True), (0.8, False),
                   (0.97, True), (0.98, False)]:
         budget.feedback({"text": s}, "e", ok)
@@ -267,13 +249,13 @@ def test_registry_builds_every_rule_from_config(tmp_path):
     enc = {"text": "test"}
     for name, cls in [("static", StaticThreshold), ("percentile", PercentileThreshold),
                       ("calibrated", CalibratedThreshold), ("error-budget", ErrorBudgetThreshold),
-                      ("vcache-paper", VCachePaperThreshold)]:
+                      ("vcache", VCacheThreshold)]:
         rule = make_threshold(ThresholdConfig(rule=name, prior=path, budget=0.05), enc)
         assert isinstance(rule, cls) and rule.name == name
     budgeted = make_threshold(ThresholdConfig(rule="error-budget", prior=path, budget=0.05,
                                               tail=0.2), enc)
     assert (budgeted.budget, budgeted.tail) == (0.05, 0.2)
-    assert set(RULES) == {"static", "percentile", "calibrated", "error-budget", "vcache-paper"}
+    assert set(RULES) == {"static", "percentile", "calibrated", "error-budget", "vcache"}
 
 
 # -- priors --------------------------------------------------------------------------------
