@@ -10,10 +10,12 @@ A notebook's "holds", "works" or "helps" comes from one of two stated tests on p
 * :func:`mean_difference` — the mean of treated − ``factor`` × control with its Student-t
   interval over the pairs.
 
+:func:`mean_within` tests a mean against a band (its Student-t interval inside the band).
+
 :func:`verdict_of_interval` applies the one rule: **holds** when the whole interval lies on the
 claimed side of the line, **does not hold** when it lies wholly on the other side (the line
-itself belongs to neither side), **inconclusive** otherwise. :func:`all_hold` and
-:func:`any_holds` combine verdicts; :func:`describe` prints one with its interval.
+itself belongs to neither side), **inconclusive** otherwise. :func:`all_hold`, :func:`any_holds` and
+:func:`replicates` combine verdicts; :func:`describe` prints one with its interval.
 """
 
 from __future__ import annotations
@@ -73,6 +75,14 @@ def verdict_of_interval(effect: float, low: float, high: float, n: int, test: st
                    test=test)
 
 
+def _spread_interval(samples: np.ndarray) -> tuple[float, float, float]:
+    """:func:`interval` of at least two samples (one sample has no spread to test with)."""
+    if samples.size < 2:
+        raise InvalidInputError(f"a t-interval verdict needs at least two samples, got "
+                                f"{samples.size}")
+    return interval(samples)
+
+
 def _paired(treated: Sequence[float], control: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     """The two outcome arrays, refused unless they are non-empty, of one length and not NaN
     (an infinite outcome, such as a diverged run's loss, is allowed)."""
@@ -106,9 +116,22 @@ def mean_difference(treated: Sequence[float], control: Sequence[float], *, claim
     """The claim that treated − ``factor`` × control lies ``claim`` 0, from the mean
     difference and its Student-t 95% interval over the pairs."""
     t, c = _paired(treated, control)
-    mean, low, high = interval(t - factor * c)
+    mean, low, high = _spread_interval(t - factor * c)
     return verdict_of_interval(mean, low, high, t.size,
                                f"paired t-interval over {t.size} {pairs}", claim=claim)
+
+
+def mean_within(samples: Sequence[float], low: float, high: float, *,
+                pairs: str = "seeds") -> Verdict:
+    """The claim that the mean of ``samples`` lies inside ``(low, high)``, from its Student-t
+    95% interval: holds when the interval is inside, does not hold when it is wholly outside."""
+    if not low < high:
+        raise InvalidInputError(f"mean_within needs low < high, got {low!r}, {high!r}")
+    mean, lo, hi = _spread_interval(np.asarray(samples, float))
+    word = ("holds" if low < lo and hi < high
+            else "does not hold" if hi < low or lo > high else "inconclusive")
+    return Verdict(verdict=word, effect=mean, ci95=[lo, hi], n=len(samples),
+                   test=f"t-interval over {len(samples)} {pairs}")
 
 
 def all_hold(verdicts: Sequence[Verdict]) -> str:
@@ -129,6 +152,16 @@ def any_holds(verdicts: Sequence[Verdict]) -> str:
         raise InvalidInputError("any_holds needs at least one verdict")
     return ("holds" if "holds" in words
             else "does not hold" if set(words) == {"does not hold"} else "inconclusive")
+
+
+def replicates(original: Verdict, repeat: Verdict) -> str:
+    """Whether ``original``'s conclusion holds again in ``repeat``: "holds" when both are
+    conclusive and say the same, "does not hold" when both are conclusive and differ,
+    "inconclusive" when either is."""
+    words = (original["verdict"], repeat["verdict"])
+    if "inconclusive" in words:
+        return "inconclusive"
+    return "holds" if words[0] == words[1] else "does not hold"
 
 
 def describe(v: Verdict, digits: int = 2) -> str:

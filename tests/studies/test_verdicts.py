@@ -8,7 +8,8 @@ import pytest
 
 from mmcache.errors import InvalidInputError
 from mmcache.studies.verdicts import (VERDICTS, all_hold, any_holds, describe, interval,
-                                      mean_difference, sign_test, verdict_of_interval)
+                                      mean_difference, mean_within, replicates, sign_test,
+                                      verdict_of_interval)
 
 
 def test_the_rule_reads_the_whole_interval():
@@ -54,12 +55,27 @@ def test_mean_difference_uses_the_t_interval_and_the_factor():
     assert noisy["verdict"] == "inconclusive"
 
 
+def test_mean_within_a_band():
+    assert mean_within([0.35, 0.352, 0.349, 0.351], 0.345, 0.355)["verdict"] == "holds"
+    assert mean_within([0.30, 0.302, 0.299], 0.345, 0.355)["verdict"] == "does not hold"
+    wide = mean_within([0.34, 0.36, 0.35], 0.345, 0.355)
+    assert wide["verdict"] == "inconclusive" and wide["test"] == "t-interval over 3 seeds"
+    with pytest.raises(InvalidInputError):
+        mean_within([0.35, 0.35], 0.355, 0.345)
+    with pytest.raises(InvalidInputError):               # one seed: no spread to test with
+        mean_within([0.35], 0.345, 0.355)
+    with pytest.raises(InvalidInputError):
+        mean_difference([1.0], [2.0], claim="below")
+
+
 def test_combinations():
     h, n, i = ({"verdict": w} for w in VERDICTS)
     assert all_hold([h, h]) == "holds" and all_hold([h, i]) == "inconclusive"
     assert all_hold([i, n]) == "does not hold"
     assert any_holds([n, h]) == "holds" and any_holds([n, n]) == "does not hold"
     assert any_holds([n, i]) == "inconclusive"
+    assert replicates(h, h) == "holds" and replicates(n, n) == "holds"
+    assert replicates(h, n) == "does not hold" and replicates(h, i) == "inconclusive"
 
 
 def test_describe_prints_the_interval_and_the_test():
