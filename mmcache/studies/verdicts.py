@@ -112,7 +112,7 @@ def sign_test(treated: Sequence[float], control: Sequence[float], *, claim: Side
 
 
 def mean_difference(treated: Sequence[float], control: Sequence[float], *, claim: Side,
-                    factor: float = 1.0, pairs: str = "paired seeds") -> Verdict:
+                    factor: float = 1.0, pairs: str = "seeds") -> Verdict:
     """The claim that treated − ``factor`` × control lies ``claim`` 0, from the mean
     difference and its Student-t 95% interval over the pairs."""
     t, c = _paired(treated, control)
