@@ -37,7 +37,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from scipy import stats
 
 from mmcache.errors import ConfigError
 from mmcache.guard import ExactKeyFilter
@@ -45,6 +44,7 @@ from mmcache.sim.cachebench import Replayer, at_load, replay, served_summary, th
 from mmcache.sim.cachebench.prefetch import prefetch_replay, reference_graph
 from mmcache.sim.latency import LatencyModel
 from mmcache.sim.workload import Workload, generate
+from mmcache.studies.verdicts import interval
 
 #: The verdicts :func:`judge` gives.
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not testable here")
@@ -192,19 +192,6 @@ def claim(claim_id: str) -> Claim:
         if c.id == claim_id:
             return c
     raise ConfigError(f"no claim {claim_id!r}; known: {[c.id for c in CLAIMS]}")
-
-
-def interval(samples: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """``(mean, low, high)``: the mean of ``samples`` and its ``level`` Student-t interval (one
-    sample, or samples that do not vary: the interval is the point)."""
-    x = np.asarray(samples, float)
-    if x.size == 0 or not np.isfinite(x).all():
-        raise ConfigError(f"interval needs finite samples, got {list(samples)!r}")
-    mean = float(x.mean())
-    if x.size == 1:
-        return mean, mean, mean
-    half = float(stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
-    return mean, mean - half, mean + half
 
 
 def verdict(criterion: Criterion | None, low: float, high: float) -> str:

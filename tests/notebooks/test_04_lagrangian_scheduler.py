@@ -39,16 +39,36 @@ def test_best_fixed_lambda_and_gains_are_recorded(metrics):
     assert {"kp", "ki"} <= set(metrics["gains"]["PI"]) and "kd" in metrics["gains"]["PID"]
 
 
+def assert_verdict(v: dict) -> None:
+    """A verdict record over the seeds: one of the three words, its effect inside its 95%
+    interval."""
+    assert set(v) == {"verdict", "effect", "ci95", "n", "test"}
+    assert v["verdict"] in ("holds", "does not hold", "inconclusive")
+    assert v["ci95"][0] <= v["effect"] <= v["ci95"][1] and v["n"] == 2   # the smoke run's seeds
+
+
 def test_quality_bars_are_stated_and_match_the_scores(metrics):
-    bars, c = metrics["quality_bars"], metrics["controllers"]
+    from mmcache.studies.verdicts import all_hold, any_holds
+
+    bars = metrics["quality_bars"]
     assert set(bars) == {"violation_area_halved_vs_I", "raw_violation_area_halved_vs_I",
                          "adaptive_within_1pt_after_each_shift", "within_1pt_on_seed_mean",
                          "raw_within_1pt_after_each_shift", "raw_within_1pt_on_seed_mean"}
     for area in ("violation_area", "raw_violation_area"):
-        halved = any(c[k][area] <= 0.5 * c["I"][area] and
-                     c[k]["mean_latency_ms"] <= 1.05 * c["I"]["mean_latency_ms"]
-                     for k in ("PI", "PID", "PI-aim"))
-        assert bars[f"{area}_halved_vs_I"] == halved
+        bar = bars[f"{area}_halved_vs_I"]
+        assert set(bar["challengers"]) == {"PI", "PID", "PI-aim"}
+        for parts in bar["challengers"].values():
+            assert_verdict(parts["area"])
+            assert_verdict(parts["latency"])
+            assert parts["verdict"] == all_hold([parts["area"], parts["latency"]])
+        assert bar["verdict"] == any_holds(list(bar["challengers"].values()))
+    for name in ("within_1pt_on_seed_mean", "raw_within_1pt_on_seed_mean"):
+        ends = bars[name]["ends"]
+        assert set(ends) == {"I", "PI", "PID", "PI-aim"}
+        records = [v for by_end in ends.values() for v in by_end.values()]
+        for v in records:
+            assert_verdict(v)
+        assert bars[name]["verdict"] == all_hold(records)
     for bar, ends in (("adaptive_within_1pt_after_each_shift", metrics["settled"]),
                       ("raw_within_1pt_after_each_shift", metrics["settled_raw"])):
         assert bars[bar] == all(s["within_band"] for k in ("I", "PI", "PID", "PI-aim")

@@ -18,7 +18,8 @@ from mmcache.studies.collapse import (BlockConfig, CollapseCriterion, CrossModal
                                       StepRecorder, TrainConfig, adam_update_stats,
                                       attention_entropy, best_pair, collapse_step, head_grad_norms,
                                       matching_loss, max_logit, modality_mass, qk_spectral_norms,
-                                      single_remedies, train_run, remedy_effect, sweep_tables,
+                                      single_remedies, train_run, remedy_effect, remedy_verdicts,
+                                      sweep_tables,
                                       tuned_lr, tuning_check)
 from mmcache.studies.collapse import (FROZEN, LEARNED, data, features, frozen_features,
                                       model as model_mod)
@@ -427,11 +428,30 @@ def test_remedy_effect_pools_collapses_where_the_baseline_collapsed():
         "final_loss": [1.0, 2.0, 3.0, 1.0, 1.1, 1.2, 1.0, 1.5, 2.0]})
     summary["collapse_rate"] = summary["collapses"] / summary["n"]
     fix, half = remedy_effect(summary, "fix"), remedy_effect(summary, "half")
-    assert fix["prevents"] and fix["works"] and fix["pooled_collapses"] == [0, 20]
+    assert fix["pooled_collapses"] == [0, 20] and fix["baseline_collapses_anywhere"]
     assert fix["baseline_pooled_collapses"] == [18, 20] and fix["p_fewer"] < 1e-6
-    assert half["works"] and not half["prevents"] and half["pooled_collapses"] == [10, 20]
+    assert half["pooled_collapses"] == [10, 20]
     assert 0.0 < half["pooled_ci"][0] < 0.5 < half["pooled_ci"][1] < 1.0
-    assert not remedy_effect(summary, "baseline")["fewer_collapses"]
+    assert fix["mean_final_loss"] == pytest.approx(1.1) and fix["baseline_mean_final_loss"] == 2.0
+
+
+def test_remedy_verdicts_are_sign_tests_over_runs_paired_by_seed_and_learning_rate():
+    import pandas as pd
+    seeds = range(8)
+    runs = pd.DataFrame(
+        [{"arm": "baseline", "lr": lr, "seed": s, "collapsed": lr > 1, "final_loss": 2.0}
+         for lr in (1.0, 4.0) for s in seeds]
+        + [{"arm": "fix", "lr": lr, "seed": s, "collapsed": False, "final_loss": 1.0}
+           for lr in (1.0, 4.0) for s in seeds]
+        + [{"arm": "coin", "lr": lr, "seed": s, "collapsed": lr > 1 and s % 2 == 0,
+            "final_loss": math.nan if s == 0 else 2.0} for lr in (1.0, 4.0) for s in seeds])
+    fix, coin = remedy_verdicts(runs, "fix"), remedy_verdicts(runs, "coin")
+    assert fix["helps"]["verdict"] == "holds" and fix["helps"]["n"] == 16
+    assert fix["helps"]["effect"] == pytest.approx(-0.5)       # collapse rate 0 vs 8/16
+    assert fix["lower_loss"]["verdict"] == "holds"
+    assert coin["helps"]["verdict"] == "inconclusive"          # 4 fewer of 16: p = 0.125
+    assert coin["lower_loss"]["verdict"] == "inconclusive"     # its diverged run is worse
+    assert coin["lower_loss"]["effect"] == pytest.approx(2 / 16)   # seed 0 at both rates
 
 
 # -- the learned path is unchanged by the frozen-feature option ----------------------------

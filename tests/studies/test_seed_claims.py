@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from mmcache.errors import ConfigError
+from mmcache.errors import ConfigError, InvalidInputError
 from mmcache.sim.cachebench import replay, three_tier
 from mmcache.studies import seed_claims as sc
 from mmcache.studies.seed_claims import CLAIMS, VERDICTS, Claim, Criterion, judge, verdict
@@ -63,7 +63,7 @@ def test_bad_inputs_are_refused():
         Criterion("within", 1.0)
     with pytest.raises(ConfigError):
         Claim("x", "000", "t", "e", "m", "%", 1.0)  # neither a criterion nor a reason
-    with pytest.raises(ConfigError):
+    with pytest.raises(InvalidInputError):
         sc.interval([])
 
 

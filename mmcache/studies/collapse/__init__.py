@@ -5,6 +5,7 @@ from __future__ import annotations
 from mmcache.studies.collapse.experiment import (SEED_COMBO, CollapseCriterion, Remedy, RunResult,
                                                  TrainConfig, best_pair, collapse_step,
                                                  curves_table, rank_arms, remedy_effect,
+                                                 remedy_verdicts,
                                                  runs_table, single_remedies, summarise, sweep,
                                                  sweep_tables, train_run, tuned_lr, tuning_check,
                                                  wilson_interval)
@@ -21,7 +22,7 @@ __all__ = [
     "Remedy", "RunResult", "StepRecorder", "TrainConfig", "adam_update_stats",
     "attention_entropy", "best_pair", "collapse_step", "curves_table", "head_grad_norms",
     "matching_loss", "max_logit", "modality_mass", "qk_spectral_norms", "rank_arms",
-    "remedy_effect", "runs_table", "single_remedies", "summarise", "sweep", "sweep_tables",
+    "remedy_effect", "remedy_verdicts", "runs_table", "single_remedies", "summarise", "sweep", "sweep_tables",
     "train_run",
     "tuned_lr", "tuning_check", "wilson_interval",
 ]

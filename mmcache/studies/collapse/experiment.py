@@ -26,6 +26,7 @@ from mmcache.studies.collapse import data
 from mmcache.studies.collapse.features import FROZEN, LEARNED, FrozenFeatures, load_features
 from mmcache.studies.collapse.instruments import StepRecorder
 from mmcache.studies.collapse.model import BlockConfig, CrossModalMatcher, matching_loss
+from mmcache.studies.verdicts import Verdict, sign_test
 
 
 @dataclass(frozen=True)
@@ -384,14 +385,11 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
 
 
 def remedy_effect(summary: pd.DataFrame, arm: str, baseline: str = "baseline") -> dict[str, object]:
-    """How ``arm`` compares with ``baseline`` at the learning rates both ran.
-
-    ``fewer_collapses``: collapse rate never above the baseline's and below it at
-    some rate where the baseline collapsed; ``prevents``: no collapse at all where
-    the baseline collapsed; ``loss_not_worse``: mean final loss over those rates (a
-    diverged run counts as infinite) not above the baseline's. Collapses are also
-    pooled over the rates where the baseline collapsed, with 95% Wilson intervals
-    and a one-sided Fisher exact test (``p_fewer``: the arm collapses less often).
+    """How often ``arm`` and ``baseline`` collapse at the learning rates both ran, and their
+    mean final loss over those rates (a diverged run counts as infinite): the numbers, no
+    verdict (:func:`remedy_verdicts` gives those). Collapses are pooled over the rates where the
+    baseline collapsed, with 95% Wilson intervals and a one-sided Fisher exact test
+    (``p_fewer``: the arm collapses less often).
     """
     cols = ["lr", "collapses", "n", "collapse_rate", "final_loss"]
     a = summary.loc[summary["arm"] == arm, cols].set_index("lr")
@@ -399,22 +397,38 @@ def remedy_effect(summary: pd.DataFrame, arm: str, baseline: str = "baseline") -
     lrs = [lr for lr in b.index if lr in a.index]
     a, b = a.loc[lrs], b.loc[lrs]
     collapsing = b["collapse_rate"] > 0
-    fewer = bool((a["collapse_rate"] <= b["collapse_rate"]).all()
-                 and (a["collapse_rate"] < b["collapse_rate"])[collapsing].any())
     loss_a, loss_b = a["final_loss"].fillna(np.inf).mean(), b["final_loss"].fillna(np.inf).mean()
     ka, na = int(a["collapses"][collapsing].sum()), int(a["n"][collapsing].sum())
     kb, nb = int(b["collapses"][collapsing].sum()), int(b["n"][collapsing].sum())
     p_fewer = (float(fisher_exact([[ka, na - ka], [kb, nb - kb]], alternative="less").pvalue)
                if na and nb else math.nan)
-    return {"fewer_collapses": fewer, "prevents": bool(collapsing.any() and ka == 0),
-            "loss_not_worse": bool(loss_a <= loss_b), "works": fewer and bool(loss_a <= loss_b),
-            "baseline_collapses_anywhere": bool(collapsing.any()),
+    return {"baseline_collapses_anywhere": bool(collapsing.any()),
             "collapse_rate": a["collapse_rate"].tolist(),
             "baseline_collapse_rate": b["collapse_rate"].tolist(),
             "pooled_collapses": [ka, na], "pooled_ci": list(wilson_interval(ka, na)),
             "baseline_pooled_collapses": [kb, nb],
             "baseline_pooled_ci": list(wilson_interval(kb, nb)), "p_fewer": p_fewer,
             "mean_final_loss": float(loss_a), "baseline_mean_final_loss": float(loss_b)}
+
+
+#: What :func:`remedy_verdicts` pairs: one run of each arm per seed and learning rate.
+PAIRS = "paired runs (seed × learning rate)"
+
+
+def remedy_verdicts(runs: pd.DataFrame, arm: str, baseline: str = "baseline"
+                    ) -> dict[str, Verdict]:
+    """Sign tests of ``arm`` against ``baseline`` over their paired runs (the same seed at the
+    same learning rate, every rate both ran): ``helps``, it collapses less often (effect: the
+    difference of the two collapse rates); ``lower_loss``, its final held-out loss is lower (a
+    diverged run's counts as infinite; effect: the mean sign of the difference)."""
+    cols = ["lr", "seed", "collapsed", "final_loss"]
+    pairs = runs.loc[runs["arm"] == arm, cols].merge(
+        runs.loc[runs["arm"] == baseline, cols], on=["lr", "seed"], suffixes=("", "_base"))
+    return {"helps": sign_test(pairs["collapsed"].astype(float),
+                               pairs["collapsed_base"].astype(float), claim="below", pairs=PAIRS),
+            "lower_loss": sign_test(pairs["final_loss"].fillna(np.inf),
+                                    pairs["final_loss_base"].fillna(np.inf), claim="below",
+                                    pairs=PAIRS)}
 
 
 def tuned_lr(runs: pd.DataFrame, tolerance: float = 0.1) -> float:
