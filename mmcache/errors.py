@@ -52,6 +52,11 @@ class ConfigError(MMCacheError, ValueError):
     """A configuration with an unknown key or an impossible value."""
 
 
+class StaleProfileError(ConfigError):
+    """The latency profile lacks an entry a model needs (written by an older command); the
+    message names ``make latency-profile``, which re-measures it."""
+
+
 class UnknownPolicyError(ConfigError):
     """An eviction policy name that is not in the registry."""
 

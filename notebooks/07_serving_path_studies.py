@@ -519,7 +519,8 @@ save_figure(fig, "07_failure_codes", failure_provenance)
 # * **seed 000 §3.2's scheduler** (`scheduler_reach`): the hit rate of notebook 04's loosest lever
 #   setting held for a whole stream of notebook 04's kind, the most any mix of its settings can
 #   hit, against the seed's 92.4% (a necessary condition: it can refute the claim, not
-#   reproduce it). The 38.7 ms is out of the workbench's reach (inference is an assumption).
+#   reproduce it). The 38.7 ms is out of the workbench's reach (text and speech misses cost
+#   hundreds of ms: an assumed text inference, a measured Whisper transcription).
 # * **seed 000 §2.2's KV reservation** (`kv_fragmentation`): the `kv_allocation` section's
 #   fragmentation of fixed-256 and geometric-x1.3 (deterministic: one number, no interval).
 #
@@ -578,7 +579,8 @@ fig.suptitle(f"The seeds' claims: the seed's number and the measured one (not te
 fig.tight_layout()
 save_figure(fig, "07_seed_claims", {
     "model": "mmcache.studies.seed_claims in CacheBench-MM (synthetic stream and timing, "
-             "measured encoder / lookup costs, assumed inference) and kv_allocation",
+             "measured encoder / lookup costs, measured image and speech inference, assumed "
+             "text inference) and kv_allocation",
     "seeds": SC_SEEDS, "stream": SC_STREAM, "scheduler_stream": SC_SCHED,
     "warmup_n": SC_WARMUP_N, "kv_conversations": KV_CONVERSATIONS, "smoke": SMOKE})
 pd.Series({cid: j.statement for cid, j in judged.items()})

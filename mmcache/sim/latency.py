@@ -5,6 +5,9 @@ comes from; :func:`load_profile` reads the distributions the workbench measured 
 this machine (``mmcache/resources/latency_profile.json``, written by
 ``python -m mmcache.lab.bench.latency_profile``); :func:`fit_samples` and
 :func:`fit_histogram` fit one to timed samples or to a :class:`mmcache.metrics.Histogram`.
+A miss's model inference is measured where a model runs here (the profile's ``infer.image``
+and ``infer.audio``: :func:`default_inference`); text inference is the labelled assumption
+:data:`ASSUMED_TEXT_INFERENCE`.
 
 :class:`ServerPool` is a bounded pool of identical inference servers serving misses
 first come, first served: a miss that arrives while every server is busy waits for
@@ -17,7 +20,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Mapping, Sequence
@@ -25,7 +28,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from numba import njit
 
-from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.errors import ConfigError, InvalidInputError, StaleProfileError
 from mmcache.paths import RESOURCES
 from mmcache.types import MODALITIES
 
@@ -177,13 +180,27 @@ def fcfs_waits(arrivals: np.ndarray, services: np.ndarray, servers: int) -> np.n
     return np.array([pool.wait_ms(a, s) for a, s in zip(arrivals.tolist(), services.tolist())])
 
 
-#: Per-modality model-inference time of a miss. **An assumption, not a measurement**: no model
-#: (LLM or otherwise) is served on this machine, so there is nothing to time; these log-normals
-#: (medians 400 / 700 / 1000 ms, σ 0.5) are a parameter to vary (``LatencyModel.measured(
-#: inference_ms=...)``), kept in the order text < image < audio of v1's assumed table.
-ASSUMED_INFERENCE: Mapping[str, LogNormal] = {
-    m: LogNormal(median, 0.5, "assumption: no model is served here; a parameter, not measured")
-    for m, median in (("text", 400.0), ("image", 700.0), ("audio", 1000.0))}
+#: Model-inference time of a text miss. **An assumption, not a measurement**: no language model
+#: is served on this machine, so there is nothing to time; this log-normal (median 400 ms, σ 0.5,
+#: v1's assumed text cost) is a parameter to vary (``LatencyModel.measured(text_inference_ms=
+#: ...)``, :meth:`LatencyModel.with_text_inference_scaled`).
+ASSUMED_TEXT_INFERENCE = LogNormal(
+    400.0, 0.5, "assumption: no language model is served here; a parameter, not measured")
+
+#: The profile entry that times a miss's model call, for each modality whose model runs here:
+#: a Whisper tiny.en transcription (audio), the offline CLIP's zero-shot classification (image).
+MEASURED_INFERENCE_STAGES: Mapping[str, str] = {"image": "infer.image", "audio": "infer.audio"}
+
+
+def default_inference(profile: Mapping[str, LogNormal],
+                      text: Cost = ASSUMED_TEXT_INFERENCE) -> dict[str, Cost]:
+    """The miss costs :meth:`LatencyModel.measured` uses by default: image and audio measured
+    (``profile``'s :data:`MEASURED_INFERENCE_STAGES`), text the given assumption."""
+    missing = sorted(set(MEASURED_INFERENCE_STAGES.values()) - set(profile))
+    if missing:
+        raise StaleProfileError(f"the latency profile has no entries {missing} (the measured "
+                                "Whisper and CLIP miss costs); run `make latency-profile`")
+    return {"text": text, **{m: profile[stage] for m, stage in MEASURED_INFERENCE_STAGES.items()}}
 
 
 #: Which measured profile stage times each :func:`three_tier` tier's lookup.
@@ -228,24 +245,38 @@ class LatencyModel:
 
     @classmethod
     def measured(cls, *, servers: int = 4, inference_ms: Mapping[str, Cost] | None = None,
-                 sla_ms: float = 150.0, seed: int = 0, profile: Mapping[str, LogNormal] | None
-                 = None, tier_stages: Mapping[str, str] = THREE_TIER_STAGES) -> LatencyModel:
+                 text_inference_ms: Cost = ASSUMED_TEXT_INFERENCE, sla_ms: float = 150.0,
+                 seed: int = 0, profile: Mapping[str, LogNormal] | None = None,
+                 tier_stages: Mapping[str, str] = THREE_TIER_STAGES) -> LatencyModel:
         """The model of this machine: encoders and tier lookups from ``profile`` (default: the
         committed :func:`mmcache.sim.latency.load_profile`), tier names mapped to profile stages by
-        ``tier_stages``, inference from ``inference_ms`` (default :data:`ASSUMED_INFERENCE`)
-        on ``servers`` FCFS servers."""
+        ``tier_stages``, inference from ``inference_ms`` (default :func:`default_inference`: the
+        profile's measured Whisper and CLIP calls, ``text_inference_ms`` for text) on ``servers``
+        FCFS servers."""
         profile = load_profile() if profile is None else profile
         unknown = sorted({*(f"encode.{m}" for m in MODALITIES), *tier_stages.values()}
                          - set(profile))
         if unknown:
             raise ConfigError(f"the latency profile has no entries {unknown}")
+        inference = (dict(inference_ms) if inference_ms is not None
+                     else default_inference(profile, text_inference_ms))
         return cls(encode_ms={m: profile[f"encode.{m}"] for m in MODALITIES},
-                   inference_ms=dict(inference_ms or ASSUMED_INFERENCE), sla_ms=sla_ms,
-                   servers=servers, seed=seed,
+                   inference_ms=inference, sla_ms=sla_ms, servers=servers, seed=seed,
                    lookup_ms={tier: profile[stage] for tier, stage in tier_stages.items()},
-                   kind="measured encoders and tier lookups (mmcache/resources/latency_profile.json), "
-                        "inference as given (default: a labelled assumption), "
-                        f"{servers} FCFS inference servers")
+                   kind=f"measured encoders and tier lookups (mmcache/resources/latency_profile."
+                        f"json); inference {_inference_kind(inference)}; {servers} FCFS "
+                        "inference servers")
+
+    def with_text_inference_scaled(self, factor: float) -> LatencyModel:
+        """This model with the text miss cost's median times ``factor`` (its σ kept), labelled
+        so: the sensitivity of a result to the assumed text inference time."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise ConfigError(f"factor must be a positive number, got {factor!r}")
+        text = _dist(self.inference_ms["text"])
+        scaled = LogNormal(text.median_ms * factor, text.sigma, f"{text.source}; median × {factor:g}")
+        inference = {**self.inference_ms, "text": scaled}
+        return replace(self, inference_ms=inference,
+                       kind=f"{self.kind}; text inference median × {factor:g}")
 
     def mean_inference_ms(self, modality: str) -> float:
         """Mean model-inference time of a ``modality`` miss (the policies' cost hint)."""
@@ -257,6 +288,18 @@ class LatencyModel:
         for name in ("encode_ms", "inference_ms", "lookup_ms"):
             out[name] = {k: asdict(_dist(v)) for k, v in getattr(self, name).items()}
         return out
+
+
+def _inference_kind(inference: Mapping[str, Cost]) -> str:
+    """Which modalities' inference is measured (a profile entry's source), which a labelled
+    assumption and which given otherwise."""
+    def kind(cost: Cost) -> str:
+        source = _dist(cost).source
+        return ("measured" if "; measured on " in source else
+                "a labelled assumption" if source.startswith("assumption") else "given")
+    groups = {k: [m for m in MODALITIES if kind(inference[m]) == k]
+              for k in ("measured", "a labelled assumption", "given")}
+    return "; ".join(f"{k} for {', '.join(ms)}" for k, ms in groups.items() if ms)
 
 
 def _dist(cost: Cost) -> LogNormal:

@@ -157,10 +157,11 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("scheduler_latency", "000 §3.2",
           "the same scheduler's mean latency: 38.7 ms against fixed weights' 42.3 ms (−8.5%)",
           "none", "mean latency", "ms", 38.7,
-          not_testable="the workbench's latency is set by misses' model inference, an "
-                       "assumption (ASSUMED_INFERENCE, medians 400–1000 ms; no model is "
-                       "served here), so tens of ms are out of its reach; notebook 04 "
-                       "compares the controllers' latencies under that assumption"),
+          not_testable="the workbench's latency is set by misses' model inference: text "
+                       "an assumption (ASSUMED_TEXT_INFERENCE, median 400 ms; no language "
+                       "model is served here), speech a measured Whisper transcription, so "
+                       "tens of ms are out of its reach; notebook 04 compares the "
+                       "controllers' latencies under that model"),
     Claim("kv_fixed_256", "000 §2.2",
           "fixed 256-token KV blocks: GPU-memory fragmentation as high as 22%",
           "kv_fragmentation: mmcache.sim.kv_allocation over ShareGPT conversations (the "

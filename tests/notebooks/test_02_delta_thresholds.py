@@ -79,7 +79,12 @@ def test_seed_delta_sweep_when_clip_is_present(metrics):
 
 def test_quality_bars_are_reported_and_data_is_named(metrics):
     assert len(metrics["quality_bars"]) == 4
-    assert all(isinstance(v, bool) for v in metrics["quality_bars"].values())
+    for name, bar in metrics["quality_bars"].items():
+        assert bar is None or bar["verdict"] in ("holds", "does not hold", "inconclusive"), name
+        assert bar is None or "test" in bar, name
+        if bar is not None and "ci95" in bar:
+            low, high = bar["ci95"]
+            assert low <= bar["effect"] <= high, name
     weights = metrics["provenance"]["weights"]
     assert weights["text"].startswith("minilm:") and "whisper" in weights["audio"]
     assert "ShareGPT" in metrics["provenance"]["data"]

@@ -122,3 +122,13 @@ def test_the_study_says_at_which_backend_load_it_runs(metrics):
     for b, a in (strict, loose):
         assert 0.0 < b < before and 0.0 < a < after and a > b
     assert loose[0] < strict[0] and loose[1] < strict[1]
+
+
+def test_the_headline_is_recomputed_at_half_and_twice_the_assumed_text_inference(metrics):
+    sensitivity = metrics["text_inference_sensitivity"]
+    ratio, latency = sensitivity["pi_vs_i_violation_area"], sensitivity["pi_mean_latency_ms"]
+    assert set(ratio) == set(latency) == {"0.5x", "1x", "2x"}
+    # 1x reruns the evaluated controllers as they are: it reproduces the headline
+    assert ratio["1x"] == pytest.approx(metrics["area_ratio_vs_I"]["judged"]["PI"])
+    assert latency["1x"] == pytest.approx(metrics["controllers"]["PI"]["mean_latency_ms"])
+    assert all(v >= 0 for v in ratio.values())

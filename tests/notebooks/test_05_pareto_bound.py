@@ -73,3 +73,16 @@ def test_the_sweeps_say_at_which_backend_load_they_run(metrics):
     assert 0.0 < low <= high < data["load"]
     assert 0.0 < check_low <= check_high < check["load"]
     assert check_high > high * data["load"] / check["load"]
+
+
+def test_the_headline_is_recomputed_at_half_and_twice_the_assumed_text_inference(metrics):
+    sensitivity = metrics["text_inference_sensitivity"]
+    gaps = metrics["hypervolume_gap"]
+    assert set(sensitivity) == {*gaps, "least_gap", "largest_gap"}
+    for values in sensitivity.values():
+        assert set(values) == {"0.5x", "1x", "2x"}
+        assert all(0 <= v <= 1 for v in values.values())
+    # 1x recomputes the sweep, fit and bound as they are: it reproduces the headline
+    for policy, gap in gaps.items():
+        assert sensitivity[policy]["1x"] == pytest.approx(gap, rel=1e-6)
+    assert sensitivity["least_gap"]["1x"] == pytest.approx(min(gaps.values()), rel=1e-6)

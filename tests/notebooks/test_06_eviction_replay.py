@@ -55,6 +55,17 @@ def test_replay_throughput_was_measured(metrics):
     assert speed["cloudPhysics/lru"] > 1e6  # compiled kernel, not a Python loop
 
 
+def test_cachebench_latency_is_recomputed_at_half_and_twice_the_assumed_text_inference(metrics):
+    sensitivity = metrics["text_inference_sensitivity"]
+    assert set(sensitivity) == {"mean_ms", "p99_ms", "sla_violations"}
+    assert all(set(v) == {"0.5x", "1x", "2x"} for v in sensitivity.values())
+    # 1x replays one row of the CacheBench-MM table again: it reproduces it
+    row = metrics["cachebench"][metrics["text_inference_sensitivity_row"]]
+    assert sensitivity["mean_ms"]["1x"] == pytest.approx(row["latency_ms"]["mean"])
+    assert sensitivity["sla_violations"]["1x"] == pytest.approx(row["sla_violation_rate"])
+    assert sensitivity["mean_ms"]["0.5x"] < sensitivity["mean_ms"]["2x"]
+
+
 def test_cachebench_report_is_consistent(metrics):
     reports, limits = metrics["cachebench"], metrics["cachebench_limits"]
     sweep = sorted((float(name.split("≥")[1]), r) for name, r in reports.items()
@@ -141,9 +152,9 @@ def test_latency_depends_on_the_backend_load(metrics):
     assert "measured" in metrics["latency_setup"]["kind"]
     base = metrics["latency_setup"]
     assert 0.0 < base["base_backend_load"] < base["base_load"]  # misses are a share of requests
-    # the shipped profile was measured before the module moved from mmcache.bench to mmcache.lab.bench
-    assert metrics["latency_setup"]["profile_command"] in (
-        "python -m mmcache.lab.bench.latency_profile", "python -m mmcache.bench.latency_profile")
+    assert metrics["latency_setup"]["profile_command"] == \
+        "python -m mmcache.lab.bench.latency_profile"
+    assert "measured for image, audio; a labelled assumption for text" in base["kind"]
     per_set = metrics["hit_rate_per_modality"]
     assert {"text", "image", "audio", "text+image"} <= set(per_set)
     assert all(0.0 < v < 1.0 for v in per_set.values())

@@ -8,14 +8,21 @@ query at a time as the cache encodes them (torch on one thread):
 * ``encode.image`` — the offline CLIP's image tower on Fashion-MNIST photos (the
   trained one from ``make models`` when present, else the same architecture
   untrained: its time does not depend on the weights' values; the entry says which);
+* ``infer.audio`` — a miss's model call for speech: Whisper tiny.en transcribing one
+  real Asterisk prompt (:meth:`mmcache.encoders.whisper.WhisperEncoder.transcribe`:
+  greedy, temperature 0);
+* ``infer.image`` — a miss's model call for images: the trained offline CLIP's
+  zero-shot classification of one Fashion-MNIST photo (image tower, then the
+  nearest of the ten class prompts embedded once by its text tower); needs
+  ``make models``;
 * ``<tier>.exact`` / ``<tier>.semantic`` and ``get`` — a :class:`mmcache.TieredCache`
   (memory L1, flat FAISS L2, SQLite L3) filled from a synthetic workload, read back
   from the cache's own latency histograms (:mod:`mmcache.metrics`).
 
 Each entry is a log-normal fit (median, σ) with the samples' own p50 / p95 / p99
 and a ``source`` naming what was timed; the document names the machine, date and
-command. Model inference is not measured: no model is served here (see
-:data:`mmcache.sim.latency.ASSUMED_INFERENCE`).
+command. Text inference is not measured: no language model is served here (see
+:data:`mmcache.sim.latency.ASSUMED_TEXT_INFERENCE`).
 """
 
 from __future__ import annotations
@@ -34,9 +41,10 @@ from mmcache import TieredCache
 from mmcache.datasets import load_asterisk_prompts, load_fashion_mnist
 from mmcache.datasets.prompts import load_prompts
 from mmcache.encoders import get_encoder
-from mmcache.encoders.clip import offline_preprocess
+from mmcache.encoders.clip import load_clip_encoder, offline_preprocess
 from mmcache.encoders.clip_arch import TrainConfig, build_image_tower
 from mmcache.errors import OfflineAssetError
+from mmcache.lab.clip_training import class_text_embeddings, prompt_classifier
 from mmcache.sim.cachebench import three_tier_cache_config
 from mmcache.sim.latency import PROFILE_PATH, fit_histogram, fit_samples, profile_entry
 from mmcache.sim.workload import generate
@@ -101,6 +109,35 @@ def image_encoder(n: int) -> dict[str, Any]:
                                               f"incl. preprocessing, {n} photos"), samples)
 
 
+def audio_inference(n: int) -> dict[str, Any]:
+    """``infer.audio``: a Whisper tiny.en transcription, one Asterisk clip per call."""
+
+    whisper = get_encoder("whisper")
+    clips = [p.audio for p in load_asterisk_prompts(max_seconds=10.0)[:n]]
+    samples = time_calls(whisper.transcribe, clips)
+    return profile_entry(fit_samples(samples, f"{whisper.model.weights_id} transcription "
+                                              "(WhisperEncoder.transcribe: greedy, temperature 0, "
+                                              "30 s window), one real Asterisk prompt (< 10 s) "
+                                              f"per call, {n} clips"), samples)
+
+
+def image_inference(n: int) -> dict[str, Any]:
+    """``infer.image``: the trained offline CLIP's zero-shot classification of one
+    Fashion-MNIST photo (class prompts embedded once, before timing)."""
+    # deferred: Pillow only where an image is decoded
+    from PIL import Image
+
+    images, texts = load_clip_encoder(modality="image"), load_clip_encoder(modality="text")
+    classes = prompt_classifier(class_text_embeddings(texts))
+    photos = [Image.fromarray(im) for im in load_fashion_mnist("test", limit=n).images]
+    samples = time_calls(lambda im: int((images.encode([im]) @ classes.T).argmax()), photos)
+    return profile_entry(fit_samples(samples, f"{images.encoder_id} zero-shot classification "
+                                              "(image tower incl. preprocessing, then the nearest "
+                                              f"of {len(classes)} Fashion-MNIST class prompts), one "
+                                              f"Fashion-MNIST test photo per call, {n} photos"),
+                         samples)
+
+
 def cache_tiers(n_entries: int, n_gets: int) -> dict[str, dict[str, Any]]:
     """Per-stage lookups of a filled TieredCache, from its own latency histograms."""
 
@@ -133,15 +170,17 @@ def machine() -> dict[str, Any]:
             "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
 
 
-def measure(n_text: int, n_audio: int, n_image: int, n_entries: int,
-            n_gets: int) -> dict[str, Any]:
+def measure(n_text: int, n_audio: int, n_image: int, n_entries: int, n_gets: int,
+            n_transcribe: int, n_classify: int) -> dict[str, Any]:
     """The profile document: machine, date, command and every measured entry."""
     # deferred: model libraries load only where a model runs
     import torch
 
     torch.set_num_threads(1)
     entries = {"encode.text": text_encoder(n_text), "encode.audio": audio_encoder(n_audio),
-               "encode.image": image_encoder(n_image), **cache_tiers(n_entries, n_gets)}
+               "encode.image": image_encoder(n_image),
+               "infer.audio": audio_inference(n_transcribe),
+               "infer.image": image_inference(n_classify), **cache_tiers(n_entries, n_gets)}
     return {"command": COMMAND, "date": dt.datetime.now(dt.timezone.utc).isoformat(
         timespec="seconds"), "machine": machine(), "units": "milliseconds", "entries": entries}
 
@@ -151,7 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=PROFILE_PATH)
     parser.add_argument("--quick", action="store_true", help="a small run (not for committing)")
     args = parser.parse_args(argv)
-    sizes = (10, 4, 10, 200, 300) if args.quick else (100, 30, 100, 2000, 3000)
+    sizes = ((10, 4, 10, 200, 300, 4, 10) if args.quick else
+             (100, 30, 100, 2000, 3000, 30, 100))
     doc = measure(*sizes)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     for name, e in doc["entries"].items():

@@ -38,8 +38,11 @@ answer through. ``ttl_s=None`` (the default) never expires anything.
 
 Where costs come from: :meth:`LatencyModel.measured` takes encoder and tier-lookup
 times from the profile the workbench measured on this machine
-(``mmcache/resources/latency_profile.json``, ``make latency-profile``) and model inference from
-:data:`ASSUMED_INFERENCE`, a labelled assumption (no model is served here).
+(``mmcache/resources/latency_profile.json``, ``make latency-profile``), and a miss's model
+inference measured where a model runs here (a Whisper tiny.en transcription for audio, the
+offline CLIP's zero-shot classification for images: the profile's ``infer.*`` entries) and
+from :data:`ASSUMED_TEXT_INFERENCE`, a labelled assumption, for text (no language model is
+served here).
 ``LatencyModel()``, :data:`BANDWIDTH_GBPS`, :data:`CACHE_TIER_COSTS` and
 :func:`three_tier`'s ``lookup_us`` are **assumed nominal values** (spec-sheet order of
 magnitude), parameters to vary, never measurements.
