@@ -155,15 +155,24 @@ def _read_run(runs_dir: Path, notebook: str) -> dict[str, Any] | str:
 
 
 def _lookup(metrics: Any, path: tuple[str, ...]) -> Any:
-    """The metric at ``path``: keys of mappings, or indices (``"0"``) of lists."""
-    for key in path:
-        if isinstance(metrics, list) and key.isdigit() and int(key) < len(metrics):
-            metrics = metrics[int(key)]
-        elif isinstance(metrics, dict) and key in metrics:
-            metrics = metrics[key]
-        else:
-            return _MISSING
-    return metrics
+    """The metric at ``path``: keys of mappings, or indices (``"0"``) of lists. A mapping key
+    that itself holds the separator (``"both/none"``, ``"image/near-duplicate"``) is matched by
+    joining the path's next parts, the shortest join first."""
+    if not path:
+        return metrics
+    if isinstance(metrics, list):
+        key = path[0]
+        if key.isdigit() and int(key) < len(metrics):
+            return _lookup(metrics[int(key)], path[1:])
+        return _MISSING
+    if isinstance(metrics, dict):
+        for width in range(1, len(path) + 1):
+            key = "/".join(path[:width])
+            if key in metrics:
+                found = _lookup(metrics[key], path[width:])
+                if found is not _MISSING:
+                    return found
+    return _MISSING
 
 
 def _compare(exp: Expectation, metrics: dict[str, Any]) -> str | None:

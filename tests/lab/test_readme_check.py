@@ -106,6 +106,11 @@ def test_tolerances_lists_and_same_as() -> None:
     row = readme_check.Expectation("nb", "q", ("sweep", "1", "p99"), 2.0)
     assert readme_check._compare(row, {"sweep": [{"p99": 1.0}, {"p99": 2.0}]}) is None
     assert readme_check._compare(row, {"sweep": [{"p99": 1.0}]}) == "sweep/1/p99: no such metric"
+    # a key holding the separator is found by joining the path's parts
+    kind = readme_check.Expectation("nb", "q", ("rejected", "image", "near-duplicate"), 0.3)
+    assert readme_check._compare(kind, {"rejected": {"image/near-duplicate": 0.3}}) is None
+    assert readme_check._compare(kind, {"rejected": {"image": {"near-duplicate": 0.3}}}) is None
+    assert readme_check._compare(kind, {"rejected": {"image/other": 0.3}}) is not None
 
 
 def test_a_malformed_entry_is_named(tmp_path) -> None:
