@@ -1,12 +1,20 @@
-"""Snapshot of a cache's stored state, to check that failed calls change nothing."""
+"""Test helpers for caches: a snapshot of a cache's stored state, to check that failed calls
+change nothing; unit vectors; eviction orders."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
 
+import numpy as np
+
 from mmcache.cache import TieredCache
 from mmcache.tiers.base import Budget
+
+
+def unit(v: np.ndarray) -> np.ndarray:
+    """``v`` scaled to unit length, as float32 (what the cache stores)."""
+    return (v / np.linalg.norm(v)).astype(np.float32)
 
 
 def snapshot(cache: TieredCache) -> Any:

@@ -11,14 +11,10 @@ from mmcache.errors import ConfigError, InvalidInputError, UnknownHitError
 from mmcache.thresholds import ErrorBudgetThreshold
 from mmcache.verify import VERIFIERS, make_verifier
 
-from cache_helpers import snapshot
+from cache_helpers import snapshot, unit
 
 DIM = 16
 RNG = np.random.default_rng(7)
-
-
-def unit(v: np.ndarray) -> np.ndarray:
-    return (v / np.linalg.norm(v)).astype(np.float32)
 
 
 BASE = unit(RNG.normal(size=DIM))

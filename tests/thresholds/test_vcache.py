@@ -17,6 +17,7 @@ from mmcache.errors import InvalidInputError, UnknownHitError
 from mmcache.thresholds import RULES, StaticThreshold, VCacheThreshold
 from mmcache.thresholds.vcache import fit_entry
 from prior_helpers import true_p
+from cache_helpers import unit
 
 TEXT = {"text": 0.9}
 
@@ -113,10 +114,6 @@ def test_other_rules_never_explore():
 # -- the public path: get → explored miss → feedback ---------------------------------------
 DIM = 16
 RNG = np.random.default_rng(5)
-
-
-def unit(v: np.ndarray) -> np.ndarray:
-    return (v / np.linalg.norm(v)).astype(np.float32)
 
 
 BASE = unit(RNG.normal(size=DIM))

@@ -20,7 +20,7 @@ from mmcache.verify import make_verifier
 from mmcache.verify.judge import (ENV_API_KEY, ENV_MODEL, ENV_URL, NO_PROBABILITY,
                                   YES_PROBABILITY, JudgeVerifier, judge_from_env)
 
-from cache_helpers import snapshot
+from cache_helpers import snapshot, unit
 
 
 class Stub:
@@ -204,10 +204,6 @@ def test_the_registry_name_judge_needs_its_environment_variables(monkeypatch):
 # -- inside a TieredCache -------------------------------------------------------------------------
 DIM = 16
 RNG = np.random.default_rng(11)
-
-
-def unit(v: np.ndarray) -> np.ndarray:
-    return (v / np.linalg.norm(v)).astype(np.float32)
 
 
 BASE = unit(RNG.normal(size=DIM))
