@@ -47,6 +47,7 @@ no client ever evicts other tenants' entries to meet a budget of its own.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -68,6 +69,9 @@ if TYPE_CHECKING:
 _LOG = logging.getLogger(__name__)
 #: Seconds between two sweeps of expired entries by one tier.
 SWEEP_EVERY_S = 60.0
+#: Superseded expiry items a tier's heap may hold beyond twice its entries before it is
+#: rebuilt from what the tier knows (overwrites leave one behind each).
+EXPIRY_SLACK = 1024
 #: Seconds an adopted entry's put time may lie ahead of this tier's clock before the tier
 #: reports the writer's clock as skewed (``MM-CLOCK-SKEW``).
 MAX_CLOCK_SKEW_S = 5.0
@@ -250,6 +254,9 @@ class StoreTier(BudgetedTier):
         self.resyncs = 0
         #: When (monotonic) expired entries were last swept out of the store.
         self._swept_at = -float("inf")
+        #: A heap of (expires_at, entry id, version) of indexed entries that expire; an item
+        #: whose entry was replaced or removed since is skipped when it comes up.
+        self._expiries: list[tuple[float, str, int | None]] = []
         self._catch_up(store.heads())
         self._synced_at[None] = time.monotonic()
         while not self.shared and self.capacity.exceeded(*self.usage()):
@@ -503,22 +510,34 @@ class StoreTier(BudgetedTier):
     def _sweep_expired(self) -> None:
         """At most every :data:`SWEEP_EVERY_S` seconds, delete the entries past their last
         stale window from the store (compare-and-delete: a newer write of one stays), so
-        they leave every client's index and budget, and the store's files."""
+        they leave every client's index and budget, and the store's files. Costs what has
+        expired (popped off :attr:`_expiries`), not what lives."""
         if time.monotonic() - self._swept_at < SWEEP_EVERY_S:
             return
         self._swept_at = time.monotonic()
         now = self.clock()
-        expired = [Removal(k.scope, e, k.version) for e, k in list(self._known.items())
-                   if k.expires_at is not None and k.expires_at + self.expiry_grace <= now]
+        expired = []
+        while self._expiries and self._expiries[0][0] + self.expiry_grace <= now:
+            expires_at, entry_id, version = heapq.heappop(self._expiries)
+            known = self._known.get(entry_id)
+            if known is not None and (known.version, known.expires_at) == (version, expires_at):
+                expired.append(Removal(known.scope, entry_id, version))
         if expired:
             for entry_id in self.store.delete(expired):
                 self._forget(entry_id)
 
     def _index(self, entries: Sequence[Entry]) -> None:
-        """Remember and index stored ``entries``."""
+        """Remember and index stored ``entries``, and queue the expiry of those that expire."""
         self._known.update((e.entry_id, _Known(e.scope, tuple(e.embeddings), e.size, e.hints,
                                                e.version, e.expires_at)) for e in entries)
         self.index.add_many((e.scope, e.entry_id, e.embeddings) for e in entries)
+        for e in entries:
+            if e.expires_at is not None:
+                heapq.heappush(self._expiries, (e.expires_at, e.entry_id, e.version))
+        if len(self._expiries) > 2 * len(self._known) + EXPIRY_SLACK:
+            self._expiries = [(k.expires_at, entry_id, k.version)
+                              for entry_id, k in self._known.items() if k.expires_at is not None]
+            heapq.heapify(self._expiries)
 
     def _unindex(self, entry_id: str) -> None:
         known = self._known.pop(entry_id, None)

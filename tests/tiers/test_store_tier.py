@@ -352,6 +352,28 @@ def test_expired_entries_are_swept_from_the_store_and_every_client(backend, tmp_
         reader.close()
 
 
+def test_a_sweep_removes_what_expired_and_spares_a_newer_write(tmp_path, monkeypatch) -> None:
+    """The sweep takes expired entries off a heap: an entry rewritten with a later expiry is
+    not swept at the old one, and many rewrites do not grow the heap without bound."""
+    from mmcache.tiers import store
+
+    monkeypatch.setattr(store, "SWEEP_EVERY_S", 0.0)
+    monkeypatch.setattr(store, "EXPIRY_SLACK", 8)
+    clock = FakeClock()
+    with mmcache.TieredCache({"l3": {"backend": "sqlite", "path": str(tmp_path / "l3.db")}},
+                             clock=clock) as cache:
+        cache.put(query("brief"), 1, ttl=10)
+        cache.put(query("renewed"), 2, ttl=10)
+        for _ in range(50):
+            cache.put(query("renewed"), 2, ttl=100)    # each rewrite supersedes one item
+        tier = cache.tier("l3")
+        assert len(tier._expiries) <= 2 * len(tier) + 8
+        clock.advance(11)
+        cache.put(query("new"), 3)                    # a put sweeps
+        assert len(tier) == 2                         # "brief" left the store, "renewed" stays
+        assert cache.get(query("renewed")).value == 2
+
+
 class _OtherSpace(HashingTestEncoder):
     """A stand-in encoder of the same dimension whose vectors live in another space."""
 
