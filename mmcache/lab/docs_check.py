@@ -3,7 +3,10 @@
 ``figures/expected.yaml`` maps each number of the docs (README.md and the pages under
 ``docs/``) to the metric a full run writes (``runs/<notebook>/metrics.json``) with a
 stated tolerance, names the page that prints it (``page``) and quotes the text there
-that prints it (``readme``). :func:`check` compares them; :func:`missing_quotes` checks
+that prints it (``readme``). A statistic over seeds is checked against the interval the run
+itself reports: ``{value: v, within: path/of/its/ci95}`` passes when the page's ``v`` lies in
+the run's interval (widened by the entry's ``tol``, the page's rounding), whatever machine
+made it. :func:`check` compares them; :func:`missing_quotes` checks
 the quotes alone (no run needed). The command line (what ``make check-docs`` runs,
 after ``make figures``) prints every mismatch and exits 1 if there is one::
 
@@ -44,7 +47,8 @@ class Expectation:
     notebook: str
     readme: str               # the text quoted from ``page`` (whitespace runs count as one)
     path: tuple[str, ...]
-    value: Any                # number, list of numbers, string, bool, or {"same_as": path}
+    value: Any                # number, list, string, bool, {"same_as": path} or
+    #                           {"value": v, "within": path of the run's [low, high] interval}
     tol: float = 0.0
     rtol: float = 0.0
     page: str = "README.md"   # the page that prints it, relative to the checkout
@@ -137,8 +141,9 @@ def _entry(entry: Any, notebook: str, where: str) -> list[Expectation]:
             raise ConfigError(f"{where}: `{key}` must be a non-negative number, got {value!r}")
         tols[key] = float(value)
     for key, value in metrics.items():
-        if isinstance(value, dict) and set(value) != {"same_as"}:
-            raise ConfigError(f"{where}: metric `{key}`: a mapping value must be {{same_as: path}}")
+        if isinstance(value, dict) and set(value) not in ({"same_as"}, {"value", "within"}):
+            raise ConfigError(f"{where}: metric `{key}`: a mapping value must be {{same_as: path}} "
+                              f"or {{value: number, within: path of an interval}}")
     return [Expectation(notebook, readme, tuple(str(key).split("/")), value, page=page, **tols)
             for key, value in metrics.items()]
 
@@ -181,6 +186,8 @@ def _compare(exp: Expectation, metrics: dict[str, Any]) -> str | None:
     if measured is _MISSING:
         return f"{name}: no such metric"
     expected = exp.value
+    if isinstance(expected, dict) and "within" in expected:
+        return _within(exp, name, expected, metrics)
     if isinstance(expected, dict):
         expected = _lookup(metrics, tuple(expected["same_as"].split("/")))
         if expected is _MISSING:
@@ -201,6 +208,21 @@ def _matches(measured: Any, expected: Any, tol: float, rtol: float) -> bool:
         bound = tol + rtol * abs(expected) + FLOAT_SLACK * max(1.0, abs(expected))
         return math.isfinite(measured) and abs(measured - expected) <= bound
     return measured == expected
+
+
+def _within(exp: Expectation, name: str, expected: Mapping[str, Any],
+            metrics: dict[str, Any]) -> str | None:
+    """Whether the page's value lies in the interval the run reports at ``expected["within"]``."""
+    interval = _lookup(metrics, tuple(str(expected["within"]).split("/")))
+    if not (isinstance(interval, list) and len(interval) == 2 and
+            all(isinstance(v, (int, float)) and math.isfinite(v) for v in interval)):
+        return f"{name}: within {expected['within']}: no [low, high] interval in the run"
+    value, (low, high) = expected["value"], interval
+    slack = exp.tol + FLOAT_SLACK * max(1.0, abs(value))   # ``tol``: the page's rounding
+    if not low - slack <= value <= high + slack:
+        return (f"{name}: {exp.page} {value!r} is outside the run's 95% interval "
+                f"[{low:.4g}, {high:.4g}] ({expected['within']})")
+    return None
 
 
 def _squash(text: str) -> str:

@@ -25,6 +25,14 @@ def _fabricate_runs(runs: Path, expectations, smoke: bool = False) -> None:
         node = by_notebook.setdefault(exp.notebook, {"smoke": smoke})
         for key in exp.path[:-1]:
             node = node.setdefault(key, {})
+        if isinstance(exp.value, dict) and "within" in exp.value:   # an interval around it
+            node[exp.path[-1]] = exp.value["value"]
+            interval = by_notebook[exp.notebook]
+            *parents, last = exp.value["within"].split("/")
+            for key in parents:
+                interval = interval.setdefault(key, {})
+            interval[last] = [exp.value["value"], exp.value["value"]]
+            continue
         node[exp.path[-1]] = 13 if isinstance(exp.value, dict) else exp.value
         if isinstance(exp.value, dict):       # {same_as: path}: give that path the same value
             by_notebook[exp.notebook][exp.value["same_as"]] = 13
@@ -106,6 +114,14 @@ def test_tolerances_lists_and_same_as() -> None:
     row = readme_check.Expectation("nb", "q", ("sweep", "1", "p99"), 2.0)
     assert readme_check._compare(row, {"sweep": [{"p99": 1.0}, {"p99": 2.0}]}) is None
     assert readme_check._compare(row, {"sweep": [{"p99": 1.0}]}) == "sweep/1/p99: no such metric"
+    # a statistic over seeds: the page's value must lie in the run's own interval
+    own = readme_check.Expectation("nb", "q", ("e", "effect"),
+                                   {"value": -0.42, "within": "e/ci95"}, tol=0.005)
+    assert readme_check._compare(own, {"e": {"effect": -0.3, "ci95": [-0.6, -0.2]}}) is None
+    assert readme_check._compare(own, {"e": {"effect": -0.3, "ci95": [-0.4155, -0.1]}}) is None
+    assert "outside the run's 95% interval" in readme_check._compare(
+        own, {"e": {"effect": -0.1, "ci95": [-0.3, 0.1]}})
+    assert "no [low, high] interval" in readme_check._compare(own, {"e": {"effect": -0.1}})
     # a key holding the separator is found by joining the path's parts
     kind = readme_check.Expectation("nb", "q", ("rejected", "image", "near-duplicate"), 0.3)
     assert readme_check._compare(kind, {"rejected": {"image/near-duplicate": 0.3}}) is None
