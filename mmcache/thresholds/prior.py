@@ -68,7 +68,7 @@ class ChannelPrior:
     n_pairs: int
 
     def p_correct(self, similarity: float) -> float:
-        """The prior logistic P(correct | similarity) (the mean curve, Platt)."""
+        """The fitted logistic P(correct | similarity) (the curve at the fit's mode)."""
         return curve(self.mean, similarity)
 
     def p_isotonic(self, similarity: float) -> float:
@@ -151,8 +151,8 @@ def weak_prior(similarities: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     pairs with these similarities: zero mean; sd ``WEAK_INTERCEPT_SD`` for the intercept at
     the mean similarity and ``WEAK_SLOPE_SD`` for the slope per two standard deviations."""
     s = np.asarray(similarities, float)
-    centre, half_scale = float(s.mean()), 2.0 * max(float(s.std()), 1e-3)
-    to_raw = np.array([[1.0, -centre / half_scale], [0.0, 1.0 / half_scale]])
+    centre, two_sd = float(s.mean()), 2.0 * max(float(s.std()), 1e-3)
+    to_raw = np.array([[1.0, -centre / two_sd], [0.0, 1.0 / two_sd]])
     return np.zeros(2), to_raw @ np.diag([WEAK_INTERCEPT_SD ** 2, WEAK_SLOPE_SD ** 2]) @ to_raw.T
 
 
