@@ -65,10 +65,11 @@ import numpy as np
 from mmcache.cache import TieredCache
 from mmcache.config import MAX_LIFETIME_S
 from mmcache.errors import ConfigError, InvalidInputError
-from mmcache.sim.invalidation_mdp import (MDP, Action, State, TransitionEstimator, check_discount,
-                                          cost_matrix, value_iteration)
+from mmcache.sim.invalidation_mdp import (MDP, Action, State, TransitionEstimator, cost_matrix,
+                                          value_iteration)
 from mmcache.sim.invalidation_replay import (SOLVER_TOL, KeyClass, Phase, ReplayRun, arrivals,
-                                             policy_names, regret_per_request, replay)
+                                             check_run_params, policy_names, regret_per_request,
+                                             replay)
 from mmcache.types import Hit, Query
 
 if TYPE_CHECKING:
@@ -190,16 +191,6 @@ def _ttl(key: _Key, now: float) -> float:
     return min(max(key.next_change - now, MIN_TTL_S), MAX_LIFETIME_S)
 
 
-def _check_run_params(window_s: float, resolve_every_s: float, discount: float,
-                      epsilon: float) -> None:
-    check_discount(discount)
-    for name, value in (("window_s", window_s), ("resolve_every_s", resolve_every_s)):
-        if not (math.isfinite(value) and value > 0):
-            raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
-    if not (math.isfinite(epsilon) and 0 <= epsilon <= 1):
-        raise ConfigError(f"epsilon must be a probability in [0, 1], got {epsilon!r}")
-
-
 def run_live(streams: Mapping[str, Sequence[Phase]] | Sequence[Phase], duration_s: float, *,
              window_s: float, resolve_every_s: float, discount: float = 0.99,
              epsilon: float = 0.05, seed: int = 0, prior_cost: np.ndarray | None = None,
@@ -219,7 +210,7 @@ def run_live(streams: Mapping[str, Sequence[Phase]] | Sequence[Phase], duration_
     one :class:`LiveRun` per key. ``policy`` (one action per state) replaces the greedy policy
     of the estimate in force (the estimator still learns and is re-solved; ε still explores).
     """
-    _check_run_params(window_s, resolve_every_s, discount, epsilon)
+    check_run_params(window_s, resolve_every_s, discount, epsilon)
     if not (math.isfinite(wall_latency_weight) and wall_latency_weight >= 0):
         raise ConfigError(f"wall_latency_weight must be a finite number >= 0, "
                           f"got {wall_latency_weight!r}")

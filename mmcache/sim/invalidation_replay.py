@@ -193,6 +193,18 @@ def arrivals(phases: Sequence[Phase], duration_s: float, rng: np.random.Generato
     return np.concatenate(out)
 
 
+def check_run_params(window_s: float, resolve_every_s: float, discount: float,
+                     epsilon: float) -> None:
+    """A ConfigError unless the estimated policy's settings are usable: a discount in (0, 1),
+    a positive finite window and re-solve period, and an exploration probability."""
+    check_discount(discount)
+    for name, value in (("window_s", window_s), ("resolve_every_s", resolve_every_s)):
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
+    if not (math.isfinite(epsilon) and 0 <= epsilon <= 1):
+        raise ConfigError(f"epsilon must be a probability in [0, 1], got {epsilon!r}")
+
+
 def replay(phases: Sequence[Phase], duration_s: float, policy: str, *, window_s: float,
            resolve_every_s: float, discount: float = 0.99, epsilon: float = 0.05,
            cost_noise: float = 0.0, seed: int = 0, prior_cost: np.ndarray | None = None,
@@ -209,12 +221,7 @@ def replay(phases: Sequence[Phase], duration_s: float, policy: str, *, window_s:
     """
     if policy not in POLICIES:
         raise ConfigError(f"policy must be one of {POLICIES}, got {policy!r}")
-    check_discount(discount)
-    for name, value in (("window_s", window_s), ("resolve_every_s", resolve_every_s)):
-        if not (math.isfinite(value) and value > 0):
-            raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
-    if not (math.isfinite(epsilon) and 0 <= epsilon <= 1):
-        raise ConfigError(f"epsilon must be a probability in [0, 1], got {epsilon!r}")
+    check_run_params(window_s, resolve_every_s, discount, epsilon)
     if not (math.isfinite(cost_noise) and cost_noise >= 0):
         raise ConfigError(f"cost_noise must be a finite number >= 0, got {cost_noise!r}")
     streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4)]
