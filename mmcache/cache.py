@@ -1031,6 +1031,7 @@ class TieredCache:
             elif not cand.judge:
                 verdicts.append({})
             else:
+                self._metrics.count("verifier_calls", self.tiers[cand.level].name)
                 probability = checked_probability(self.verifier(query, cand.entry), self.verifier)
                 verdicts.append({"verifier": probability}
                                 if probability >= self.config.thresholds.verifier_min else None)

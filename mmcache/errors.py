@@ -7,9 +7,15 @@ its files and its runs exactly as they were.
 An error raised because the cache detected a mismatch between processes sharing a store
 (another encoder, another store schema) carries that failure's ``code``, one of
 :data:`mmcache.metrics.FAILURE_CODES`; the cache reports it as a failure event before raising.
+
+:func:`check_number` and :func:`check_count` are the shared checks of a numeric parameter:
+they raise :class:`ConfigError` (or the error given) with a message naming the value.
 """
 
 from __future__ import annotations
+
+import math
+import numbers
 
 
 class MMCacheError(Exception):
@@ -115,3 +121,27 @@ class PriorFileError(ConfigError):
 
 class UnknownHitError(InvalidInputError):
     """Feedback on something that is not a hit this cache served (another cache's, a copy)."""
+
+
+# -- numeric parameter checks ------------------------------------------------------------------
+def check_number(value: object, name: str, low: float | None = None, *, strict: bool = True,
+                 error: type[Exception] = ConfigError) -> float:
+    """``value`` as a float if it is a real number (a NumPy scalar too, not a bool), finite
+    and, given ``low``, above it (``strict``) or at least it; otherwise ``error``:
+    "{name} must be a finite number[ > low | >= low], got {value!r}"."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if strict else value >= low
+    if not ok:
+        bound = "" if low is None else f" {'>' if strict else '>='} {low}"
+        raise error(f"{name} must be a finite number{bound}, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def check_count(value: object, name: str, low: int = 1, *,
+                error: type[Exception] = ConfigError) -> int:
+    """``value`` as an int if it is an integer (a NumPy integer too, not a bool) >= ``low``;
+    otherwise ``error``: "{name} must be an integer >= {low}, got {value!r}"."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise error(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)

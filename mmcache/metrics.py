@@ -12,7 +12,8 @@ in which a shard took over 1.8x (by default) the mean: the skew watch of seed 00
 :mod:`mmcache.tiers.skew`; both are keyed by the shard's ``host:port``. Export with
 :meth:`CacheMetrics.to_dataframe` (tidy pandas) or :meth:`CacheMetrics.to_prometheus`
 (text exposition format). ``failure_events`` counts the failure events the cache emitted, by
-``(code, tier)`` (see *Failure events* below). ``cross_modal_hits`` counts hits of multimodal
+``(code, tier)`` (see *Failure events* below). ``verifier_calls`` counts the calls of the cache's
+verifier, by the tier holding the judged candidate. ``cross_modal_hits`` counts hits of multimodal
 queries (seed 001 §4.4's CrossModalHitRate is it over their lookups); :func:`register_serving`
 exports that rate and CacheWarmupLatencyP99 labelled ``model_type`` and ``modality_set``, as the
 seed names them.
@@ -113,7 +114,7 @@ class Histogram:
 COUNTERS: tuple[str, ...] = ("hits", "false_hits", "judged_hits", "stale_hits", "misses",
                              "bypasses", "puts", "not_stored", "evictions", "guard_skips",
                              "errors", "shard_requests", "skew_alerts", "cross_modal_hits",
-                             "failure_events")
+                             "failure_events", "verifier_calls")
 
 
 class CacheMetrics:
@@ -169,6 +170,7 @@ class CacheMetrics:
         self.skew_alerts: Counter[str] = Counter()
         self.cross_modal_hits: Counter[tuple[str, str]] = Counter()
         self.failure_events: Counter[tuple[str, str]] = Counter()
+        self.verifier_calls: Counter[str] = Counter()
         self.latency: dict[str, Histogram] = {}
 
     def hit(self, tier: str, modalities: str, freshness: str, correct: bool | None) -> None:
@@ -427,7 +429,9 @@ def html_sections(snap: CacheMetrics, tiers: Sequence[str] | None = None) -> lis
         ("evictions", sum(snap.evictions.values())),
         ("stale hits", sum(snap.stale_hits.values())),
         ("false / judged hits", f"{false:,} / {judged:,}"),
-        ("guard skips", sum(snap.guard_skips.values())), ("errors", sum(snap.errors.values()))]
+        ("guard skips", sum(snap.guard_skips.values())),
+        ("verifier calls", sum(snap.verifier_calls.values())),
+        ("errors", sum(snap.errors.values()))]
     summary = html_table([name for name, _ in counters], [[value for _, value in counters]],
                          caption="Counters (puts: per tier written)")
     sets = sorted({m for _, m in snap.hits} | set(snap.misses))
@@ -720,6 +724,7 @@ def _frame(snap: CacheMetrics) -> "pd.DataFrame":
                                     ("not_stored", snap.not_stored, "modalities"),
                                     ("evictions", snap.evictions, "tier"),
                                     ("guard_skips", snap.guard_skips, "tier"),
+                                    ("verifier_calls", snap.verifier_calls, "tier"),
                                     ("errors", snap.errors, "tier")):
         rows += [{"metric": metric, column: k, "value": v} for k, v in sorted(counter.items())]
     for metric, counter in (("shard_requests", snap.shard_requests),
@@ -758,6 +763,8 @@ class _Collector:
                 ("evictions", "Entries evicted", m.evictions, ["tier"]),
                 ("guard_skips", "Lookups skipped by the penetration guard", m.guard_skips,
                  ["tier"]),
+                ("verifier_calls", "Calls of the verifier, by the tier of the judged candidate",
+                 m.verifier_calls, ["tier"]),
                 ("shard_requests", "Requests a sharded store sent to each shard",
                  m.shard_requests, ["shard"]),
                 ("cross_modal_hits", "Hits of multimodal queries (every modality matched)",

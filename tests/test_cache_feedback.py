@@ -116,6 +116,24 @@ def test_verifier_vetoes_candidates_near_the_threshold():
     assert cache.get(q("stored question", BASE)) is not None   # exact: no verifier
 
 
+def test_metrics_count_every_verifier_call_by_the_judged_tier():
+    calls = []
+
+    def judge(query, entry):
+        calls.append(query.text)
+        return 0.9 if query.text == "passes" else 0.1
+
+    cache = cache_with({"rule": "static", "delta": {"text": 0.1}, "verifier_band": 0.5},
+                       verifier=judge)
+    assert cache.metrics.verifier_calls == {}
+    assert cache.get(q("near question", NEAR)) is None          # judged, vetoed
+    assert cache.get(q("passes", NEAR)).verdict == 0.9          # judged, served
+    assert cache.get(q("stored question", BASE)).tier == "l1"   # exact: not asked
+    assert calls == ["near question", "passes"]
+    assert cache.metrics.verifier_calls == {"l2": 2}
+    assert cache_with().metrics.verifier_calls == {}            # no verifier: nothing counted
+
+
 def test_verifier_must_return_a_probability_and_a_bad_one_changes_nothing():
     cache = cache_with({"rule": "static", "delta": {"text": 0.1}, "verifier_band": 0.5},
                        verifier=lambda query, entry: 1.5)

@@ -73,6 +73,21 @@ def test_shard_counters_export_with_a_shard_label():
     assert m.snapshot().skew_alerts == {"127.0.0.1:7000": 1}
 
 
+def test_verifier_calls_are_a_counter_in_every_export():
+    m = CacheMetrics()
+    m.count("verifier_calls", "l2", 2)
+    before = m.snapshot()
+    m.count("verifier_calls", "l2")
+    assert m.verifier_calls == {"l2": 3} and before.verifier_calls == {"l2": 2}
+    assert m.since(before).verifier_calls == {"l2": 1}
+    assert 'mmcache_verifier_calls_total{tier="l2"} 3.0' in m.to_prometheus()
+    df = m.to_dataframe()
+    assert df[df.metric == "verifier_calls"][["tier", "value"]].values.tolist() == [["l2", 3]]
+    assert re.search(r">verifier calls</th>.*>3</td>", m._repr_html_(), re.S)
+    m.reset()
+    assert m.verifier_calls == {}
+
+
 # -- display -----------------------------------------------------------------------------------
 def _metrics() -> CacheMetrics:
     m = CacheMetrics()

@@ -7,9 +7,7 @@ import math
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
-import numpy as np
-
-from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.errors import ConfigError, InvalidInputError, check_number
 
 
 class Controller(ABC):
@@ -25,7 +23,7 @@ class Controller(ABC):
     aims: bool = False
 
     def __init__(self, target: float, *, at_least: bool = True) -> None:
-        self.target = _finite(target, "target", ConfigError)
+        self.target = check_number(target, "target")
         self.at_least = bool(at_least)
         self.reset()
 
@@ -35,7 +33,7 @@ class Controller(ABC):
 
     def update(self, measurement: float) -> float:
         """Take one window's measurement; return the new λ (a bad measurement changes nothing)."""
-        return self._step(_finite(measurement, "measurement", InvalidInputError))
+        return self._step(check_number(measurement, "measurement", error=InvalidInputError))
 
     @abstractmethod
     def _step(self, measurement: float) -> float:
@@ -65,7 +63,7 @@ class FixedController(Controller):
     name = "fixed"
 
     def __init__(self, target: float, *, lam: float = 1.0, at_least: bool = True) -> None:
-        self.fixed = _non_negative(lam, "lam")
+        self.fixed = check_number(lam, "lam", 0, strict=False)
         super().__init__(target, at_least=at_least)
 
     def _step(self, measurement: float) -> float:
@@ -89,12 +87,12 @@ class IController(Controller):
 
     def __init__(self, target: float, *, lr_start: float = 0.05, lr_end: float = 0.001,
                  horizon: int = 1000, lam0: float = 0.0, at_least: bool = True) -> None:
-        self.lr_start = _non_negative(lr_start, "lr_start")
-        self.lr_end = _non_negative(lr_end, "lr_end")
+        self.lr_start = check_number(lr_start, "lr_start", 0, strict=False)
+        self.lr_end = check_number(lr_end, "lr_end", 0, strict=False)
         if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
             raise ConfigError(f"horizon must be a positive number of windows, got {horizon!r}")
         self.horizon = horizon
-        self.lam0 = _non_negative(lam0, "lam0")
+        self.lam0 = check_number(lam0, "lam0", 0, strict=False)
         super().__init__(target, at_least=at_least)
 
     def lr(self) -> float:
@@ -128,9 +126,9 @@ class PIDController(Controller):
 
     def __init__(self, target: float, *, kp: float = 0.5, ki: float = 0.05, kd: float = 0.5,
                  lam_max: float = 1.0, at_least: bool = True) -> None:
-        self.kp, self.ki, self.kd = (_non_negative(v, n) for v, n in
+        self.kp, self.ki, self.kd = (check_number(v, n, 0, strict=False) for v, n in
                                      ((kp, "kp"), (ki, "ki"), (kd, "kd")))
-        self.lam_max = _non_negative(lam_max, "lam_max")
+        self.lam_max = check_number(lam_max, "lam_max", 0, strict=False)
         super().__init__(target, at_least=at_least)
 
     def _step(self, measurement: float) -> float:
@@ -177,7 +175,7 @@ class AimPIController(Controller):
 
     def __init__(self, target: float, *, kp: float = 0.5, ki: float = 0.1, reach: float = 0.1,
                  at_least: bool = True) -> None:
-        self.kp, self.ki, self.reach = (_non_negative(v, n) for v, n in
+        self.kp, self.ki, self.reach = (check_number(v, n, 0, strict=False) for v, n in
                                         ((kp, "kp"), (ki, "ki"), (reach, "reach")))
         super().__init__(target, at_least=at_least)
 
@@ -212,20 +210,6 @@ def make_controller(name: str, target: float, **params: Any) -> Controller:
 #: Attribute names of controller gains and limits (see :meth:`Controller.parameters`).
 _PARAMETERS = ("fixed", "lr_start", "lr_end", "horizon", "lam0", "kp", "ki", "kd", "lam_max",
                "reach")
-
-
-def _finite(value: Any, name: str, error: type[Exception]) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
-            or not math.isfinite(value):
-        raise error(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _non_negative(value: Any, name: str) -> float:
-    number = _finite(value, name, ConfigError)
-    if number < 0:
-        raise ConfigError(f"{name} must be >= 0, got {value!r}")
-    return number
 
 
 def _window(window: Any) -> int:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.errors import ConfigError, InvalidInputError, check_number
 from mmcache.types import fmt, html_card, html_fields, html_table, safe_display
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from mmcache.sim.cachebench.neighbours import NeighbourTable
     from mmcache.sim.latency import LatencyModel
     from mmcache.sim.workload import Workload
-from mmcache.scheduler.controllers import Controller, _finite, _window
+from mmcache.scheduler.controllers import Controller, _window
 from mmcache.scheduler.drivers import (
     CacheAdapter,
     _compiled_serve,
@@ -94,12 +94,12 @@ class Scheduler:
                                   f"it needs Scheduler(mix={metric!r})")
         if objective_scale is None:
             objective_scale = 1000.0 if objective == "mean_latency_ms" else 1.0
-        if not _finite(objective_scale, "objective_scale", ConfigError) > 0:
+        if not check_number(objective_scale, "objective_scale") > 0:
             raise ConfigError("objective_scale must be positive")
         for name, weight in (("smoothing", smoothing), ("signal_smoothing", signal_smoothing)):
-            if not 0.0 < _finite(weight, name, ConfigError) <= 1.0:
+            if not 0.0 < check_number(weight, name) <= 1.0:
                 raise ConfigError(f"{name} is the newest window's weight, in (0, 1]")
-        if not 0.0 <= _finite(explore, "explore", ConfigError) < 1.0:
+        if not 0.0 <= check_number(explore, "explore") < 1.0:
             raise ConfigError("explore is a share of windows, in [0, 1)")
         self.objective_scale, self.smoothing, self.explore = \
             objective_scale, smoothing, explore
@@ -168,7 +168,7 @@ class Scheduler:
         under the estimates, is ``aim``: the inverse of that piecewise linear map; 0 below
         the first hull vertex's value, the last break-even above the last one's; a non-finite
         ``aim`` is an InvalidInputError."""
-        aim = _finite(aim, "aim", InvalidInputError)
+        aim = check_number(aim, "aim", error=InvalidInputError)
         hull, breaks, margins = self._hull()
         margin = -self.constraints[self.mix].violation(aim)
         xs = [margins[k] for k in hull]
@@ -354,5 +354,5 @@ def _measured(stats: WindowStats) -> dict[str, float]:
     measured = {"mean_latency_ms": stats.mean_latency_ms,
                 **{metric: getattr(stats, metric) for metric in METRICS}}
     for name, value in measured.items():
-        _finite(value, f"window {name}", InvalidInputError)
+        check_number(value, f"window {name}", error=InvalidInputError)
     return measured

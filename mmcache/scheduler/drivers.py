@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from mmcache.errors import ConfigError
+from mmcache.errors import ConfigError, check_number
 from mmcache.metrics import CacheMetrics, Histogram
 from mmcache.thresholds import ThresholdRule
 from mmcache.types import Hit
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from mmcache.sim.cachebench import TierSpec
     from mmcache.sim.cachebench.neighbours import NeighbourTable
     from mmcache.sim.workload import Workload
-from mmcache.scheduler.controllers import _non_negative, _window
+from mmcache.scheduler.controllers import _window
 from mmcache.scheduler.levers import Levers, WindowStats
 from mmcache.sim.cachebench import loosest_floor
 from mmcache.sim.cachebench.kernel import KERNEL_POLICIES
@@ -149,7 +149,7 @@ class CacheAdapter:
     def __init__(self, scheduler: Scheduler, cache: "TieredCache", *, window: int,
                  miss_cost_ms: float, seed: int) -> None:
         self.window = _window(window)
-        self.miss_cost_ms = _non_negative(miss_cost_ms, "miss_cost_ms")
+        self.miss_cost_ms = check_number(miss_cost_ms, "miss_cost_ms", 0, strict=False)
         names = {tier.name for tier in cache.tiers}
         unknown = set().union(*(s.skip for s in scheduler.settings)) - names
         if unknown:

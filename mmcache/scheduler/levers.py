@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from mmcache.errors import ConfigError
-from mmcache.scheduler.controllers import _finite
+from mmcache.errors import ConfigError, check_number
 from mmcache.types import MODALITIES
 
 
@@ -27,9 +26,9 @@ class Levers:
             raise ConfigError(f"delta_offset names unknown modalities {sorted(unknown)}; "
                               f"known: {list(MODALITIES)}")
         for modality, offset in self.delta_offset.items():
-            if not -1.0 < _finite(offset, f"delta_offset[{modality!r}]", ConfigError) < 1.0:
+            if not -1.0 < check_number(offset, f"delta_offset[{modality!r}]") < 1.0:
                 raise ConfigError(f"delta_offset[{modality!r}] must be in (-1, 1), got {offset}")
-        if not 0.0 <= _finite(self.admit, "admit", ConfigError) <= 1.0:
+        if not 0.0 <= check_number(self.admit, "admit") <= 1.0:
             raise ConfigError(f"admit is a probability in [0, 1], got {self.admit}")
         if isinstance(self.skip, str) or not all(isinstance(t, str) for t in self.skip):
             raise ConfigError(f"skip is a collection of tier names, got {self.skip!r}")

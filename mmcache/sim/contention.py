@@ -62,7 +62,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from mmcache.errors import ConfigError
+from mmcache.errors import ConfigError, check_count, check_number
 from mmcache.sim.jit import array_loop
 
 DISCIPLINES = ("fcfs", "priority")
@@ -74,30 +74,16 @@ SEED_BANDWIDTH_GB_PER_S = 32.0
 SEED_TOKEN_BYTES = 8
 
 
-def _finite(name: str, value: float, low: float = 0.0, strict: bool = True) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ConfigError(f"{name} must be a number, got {value!r}")
-    ok = math.isfinite(value) and (value > low if strict else value >= low)
-    if not ok:
-        raise ConfigError(f"{name} must be a finite number {'>' if strict else '>='} {low}, "
-                          f"got {value!r}")
-
-
-def _count(name: str, value: int, low: int = 1) -> None:
-    if isinstance(value, bool) or not (isinstance(value, (int, np.integer)) and value >= low):
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-
-
 def seed_occupancy(pcie_bw_gbps: float, token_rate_mtps: float, feat_size_mb: float,
                    interval_ms: float = 1) -> float:
     """Seed 000 §2.3's ``estimate_contention``, exactly as written: the occupancy in percent of
     a link of ``pcie_bw_gbps`` by ``token_rate_mtps`` million tokens/s (8 bytes each) and one
     ``feat_size_mb`` MB feature per ``interval_ms``. The bandwidth is divided by 8 (a
     gigabit-to-gigabyte conversion), so a bandwidth in GB/s gives 8 × the utilisation."""
-    _finite("pcie_bw_gbps", pcie_bw_gbps)
-    _finite("token_rate_mtps", token_rate_mtps, strict=False)
-    _finite("feat_size_mb", feat_size_mb, strict=False)
-    _finite("interval_ms", interval_ms)
+    check_number(pcie_bw_gbps, "pcie_bw_gbps", 0.0)
+    check_number(token_rate_mtps, "token_rate_mtps", 0.0, strict=False)
+    check_number(feat_size_mb, "feat_size_mb", 0.0, strict=False)
+    check_number(interval_ms, "interval_ms", 0.0)
     token_bytes = token_rate_mtps * 8 / 1000  # MB/ms
     feat_bytes = feat_size_mb / interval_ms  # MB/ms
     return (token_bytes + feat_bytes) / (pcie_bw_gbps / 8) * 100  # occupancy %
@@ -109,11 +95,11 @@ def consistent_occupancy(bandwidth_gb_per_s: float, token_rate_mtps: float,
     """The seed's quantity with consistent units: offered MB/ms (= GB/s) ÷ the bandwidth in
     GB/s, in percent, i.e. the link's utilisation × 100. With ``token_bytes`` = 8 it is
     exactly :func:`seed_occupancy` ÷ 8."""
-    _finite("bandwidth_gb_per_s", bandwidth_gb_per_s)
-    _finite("token_rate_mtps", token_rate_mtps, strict=False)
-    _finite("feat_size_mb", feat_size_mb, strict=False)
-    _finite("interval_ms", interval_ms)
-    _count("token_bytes", token_bytes)
+    check_number(bandwidth_gb_per_s, "bandwidth_gb_per_s", 0.0)
+    check_number(token_rate_mtps, "token_rate_mtps", 0.0, strict=False)
+    check_number(feat_size_mb, "feat_size_mb", 0.0, strict=False)
+    check_number(interval_ms, "interval_ms", 0.0)
+    check_count(token_bytes, "token_bytes")
     offered = token_rate_mtps * token_bytes / 1000 + feat_size_mb / interval_ms  # MB/ms = GB/s
     return offered / bandwidth_gb_per_s * 100
 
@@ -128,7 +114,7 @@ class Link:
     name: str = "link"
 
     def __post_init__(self) -> None:
-        _finite("bandwidth_gb_per_s", self.bandwidth_gb_per_s)
+        check_number(self.bandwidth_gb_per_s, "bandwidth_gb_per_s", 0.0)
 
     def transfer_ms(self, nbytes: float) -> float:
         """Milliseconds to move ``nbytes`` over the idle link."""
@@ -156,15 +142,15 @@ class Traffic:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _finite("token_rate_mtps", self.token_rate_mtps, strict=False)
-        _count("token_bytes", self.token_bytes)
-        _count("tokens_per_packet", self.tokens_per_packet)
-        _count("streams", self.streams, low=0)
-        _finite("bursts_per_s", self.bursts_per_s, strict=False)
-        _count("features_per_burst", self.features_per_burst)
-        _finite("feature_mb", self.feature_mb)
-        _finite("duration_s", self.duration_s)
-        _count("seed", self.seed, low=0)
+        check_number(self.token_rate_mtps, "token_rate_mtps", 0.0, strict=False)
+        check_count(self.token_bytes, "token_bytes")
+        check_count(self.tokens_per_packet, "tokens_per_packet")
+        check_count(self.streams, "streams", 0)
+        check_number(self.bursts_per_s, "bursts_per_s", 0.0, strict=False)
+        check_count(self.features_per_burst, "features_per_burst")
+        check_number(self.feature_mb, "feature_mb", 0.0)
+        check_number(self.duration_s, "duration_s", 0.0)
+        check_count(self.seed, "seed", 0)
         if self.packets_per_s == 0 and self.burst_rate == 0:
             raise ConfigError("traffic offers nothing: no tokens and no visual bursts")
 
@@ -221,7 +207,7 @@ def consistent_occupancy_of(link: Link, traffic: Traffic, interval_ms: float = 1
 def at_utilisation(traffic: Traffic, link: Link, rho: float) -> Traffic:
     """``traffic`` with its burst rate per stream set so that :func:`utilisation` is ``rho``
     (the tokens unchanged)."""
-    _finite("rho", rho)
+    check_number(rho, "rho", 0.0)
     if traffic.streams == 0:
         raise ConfigError("at_utilisation scales the visual bursts; this traffic has no streams")
     per_burst = traffic.streams * traffic.features_per_burst * traffic.feature_mb * MB / GB

@@ -64,7 +64,7 @@ import numpy as np
 
 from mmcache.cache import TieredCache
 from mmcache.config import MAX_LIFETIME_S
-from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.errors import ConfigError, InvalidInputError, check_number
 from mmcache.sim.invalidation_mdp import (MDP, Action, State, TransitionEstimator, cost_matrix,
                                           value_iteration)
 from mmcache.sim.invalidation_replay import (SOLVER_TOL, KeyClass, Phase, ReplayRun, arrivals,
@@ -211,9 +211,7 @@ def run_live(streams: Mapping[str, Sequence[Phase]] | Sequence[Phase], duration_
     of the estimate in force (the estimator still learns and is re-solved; ε still explores).
     """
     check_run_params(window_s, resolve_every_s, discount, epsilon)
-    if not (math.isfinite(wall_latency_weight) and wall_latency_weight >= 0):
-        raise ConfigError(f"wall_latency_weight must be a finite number >= 0, "
-                          f"got {wall_latency_weight!r}")
+    check_number(wall_latency_weight, "wall_latency_weight", 0, strict=False)
     fixed = None
     if policy is not None:
         fixed = tuple(policy)

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from mmcache.errors import ConfigError, InvalidInputError, SolverError
+from mmcache.errors import ConfigError, InvalidInputError, SolverError, check_number
 
 #: How far a row of transition probabilities may sum from 1.
 ROW_SUM_TOLERANCE = 1e-9
@@ -136,8 +136,7 @@ def value_iteration(mdp: MDP, discount: float, tol: float = 1e-8) -> Solution:
     the threshold past twice the iterations the contraction needs.
     """
     check_discount(discount)
-    if not (math.isfinite(tol) and tol > 0):
-        raise ConfigError(f"tol must be a finite number > 0, got {tol!r}")
+    check_number(tol, "tol", 0)
     stop = tol * (1 - discount) / (2 * discount)
     limit = _iteration_limit(mdp, discount, stop)
     value = np.zeros(mdp.n_states)
@@ -217,8 +216,7 @@ class CostParams:
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(f"CostParams.{name} must be a finite number >= 0, got {value!r}")
+            check_number(value, f"CostParams.{name}", 0, strict=False)
 
 
 def cost_matrix(params: CostParams = CostParams()) -> np.ndarray:

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.errors import ConfigError, InvalidInputError, check_number
 from mmcache.sim.invalidation_mdp import (MDP, Action, CostParams, State, TransitionEstimator,
                                           check_discount, cost_matrix, evaluate_policy,
                                           fixed_policy, value_iteration)
@@ -79,15 +79,9 @@ class KeyClass:
     failed_wait_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.rate_per_s) and self.rate_per_s > 0):
-            raise ConfigError(f"{self.name}: rate_per_s must be a finite number > 0, "
-                              f"got {self.rate_per_s!r}")
-        if not (math.isfinite(self.load_s) and self.load_s >= 0):
-            raise ConfigError(f"{self.name}: load_s must be a finite number >= 0, "
-                              f"got {self.load_s!r}")
-        if not (math.isfinite(self.failed_wait_ms) and self.failed_wait_ms >= 0):
-            raise ConfigError(f"{self.name}: failed_wait_ms must be a finite number >= 0, "
-                              f"got {self.failed_wait_ms!r}")
+        check_number(self.rate_per_s, f"{self.name}: rate_per_s", 0)
+        check_number(self.load_s, f"{self.name}: load_s", 0, strict=False)
+        check_number(self.failed_wait_ms, f"{self.name}: failed_wait_ms", 0, strict=False)
         for name in ("p_fail", "p_update", "p_evict"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value <= 1):
@@ -174,8 +168,7 @@ class ReplayRun:
 def _check_phases(phases: Sequence[Phase], duration_s: float) -> None:
     if not phases:
         raise InvalidInputError("replay needs at least one Phase")
-    if not (math.isfinite(duration_s) and duration_s > 0):
-        raise ConfigError(f"duration_s must be a finite number > 0, got {duration_s!r}")
+    check_number(duration_s, "duration_s", 0)
     starts = [p.start_s for p in phases]
     if starts[0] != 0 or any(b <= a for a, b in zip(starts, starts[1:])) or starts[-1] >= duration_s:
         raise InvalidInputError(f"phase starts must begin at 0, increase, and lie before "
@@ -199,8 +192,7 @@ def check_run_params(window_s: float, resolve_every_s: float, discount: float,
     a positive finite window and re-solve period, and an exploration probability."""
     check_discount(discount)
     for name, value in (("window_s", window_s), ("resolve_every_s", resolve_every_s)):
-        if not (math.isfinite(value) and value > 0):
-            raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
+        check_number(value, name, 0)
     if not (math.isfinite(epsilon) and 0 <= epsilon <= 1):
         raise ConfigError(f"epsilon must be a probability in [0, 1], got {epsilon!r}")
 
@@ -222,8 +214,7 @@ def replay(phases: Sequence[Phase], duration_s: float, policy: str, *, window_s:
     if policy not in POLICIES:
         raise ConfigError(f"policy must be one of {POLICIES}, got {policy!r}")
     check_run_params(window_s, resolve_every_s, discount, epsilon)
-    if not (math.isfinite(cost_noise) and cost_noise >= 0):
-        raise ConfigError(f"cost_noise must be a finite number >= 0, got {cost_noise!r}")
+    check_number(cost_noise, "cost_noise", 0, strict=False)
     streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4)]
     times = arrivals(phases, duration_s, streams[0])
     n = times.size

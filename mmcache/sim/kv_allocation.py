@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Literal, Sequence
 import numpy as np
 
 from mmcache.datasets.prompts import iter_sharegpt_conversations
-from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.errors import ConfigError, InvalidInputError, check_number
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -82,9 +82,8 @@ class AllocationSpec:
         if not (isinstance(self.granule, (int, np.integer)) and self.granule >= 1):
             raise ConfigError(f"{self.name}: block/alignment size must be a positive integer "
                               f"number of tokens, got {self.granule!r}")
-        if self.growth is not None and not (math.isfinite(self.growth) and self.growth > 1):
-            raise ConfigError(f"{self.name}: geometric growth factor must be a finite number "
-                              f"> 1, got {self.growth!r}")
+        if self.growth is not None:
+            check_number(self.growth, f"{self.name}: geometric growth factor", 1)
         if self.growth is not None and not (isinstance(self.initial, (int, np.integer))
                                             and self.initial >= 1):
             raise ConfigError(f"{self.name}: the initial reservation of geometric growth must be "

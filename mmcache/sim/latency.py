@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from numba import njit
 
-from mmcache.errors import ConfigError, InvalidInputError, StaleProfileError
+from mmcache.errors import ConfigError, InvalidInputError, StaleProfileError, check_number
 from mmcache.paths import RESOURCES
 from mmcache.types import MODALITIES
 
@@ -46,10 +46,8 @@ class LogNormal:
     source: str = "given constant"
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.median_ms) and self.median_ms >= 0):
-            raise ConfigError(f"median_ms must be a finite number >= 0, got {self.median_ms!r}")
-        if not (math.isfinite(self.sigma) and self.sigma >= 0):
-            raise ConfigError(f"sigma must be a finite number >= 0, got {self.sigma!r}")
+        check_number(self.median_ms, "median_ms", 0, strict=False)
+        check_number(self.sigma, "sigma", 0, strict=False)
         if not self.source.strip():
             raise ConfigError("a latency distribution must name its source")
 

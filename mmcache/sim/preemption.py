@@ -68,7 +68,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from mmcache.errors import ConfigError, InvalidInputError
+from mmcache.errors import ConfigError, InvalidInputError, check_number
 from mmcache.sim.cachebench.spec import TierSpec, three_tier
 
 #: The channels: CacheBench-MM's three tiers (GPU HBM, CPU DRAM over PCIe, NVMe) with their
@@ -154,13 +154,6 @@ DEFAULT_SCHEDULERS: tuple[Scheduler, ...] = (no_preemption(), fixed_quotas(),
                                              threshold_preemption())
 
 
-def _positive(name: str, value: float, *, zero_ok: bool = False) -> None:
-    ok = math.isfinite(value) and (value >= 0 if zero_ok else value > 0)
-    if isinstance(value, bool) or not ok:
-        raise ConfigError(f"{name} must be a {'non-negative' if zero_ok else 'positive'} "
-                          f"finite number, got {value!r}")
-
-
 @dataclass(frozen=True)
 class Traffic:
     """The offered work (stated parameters; the defaults are assumptions, not measurements):
@@ -184,10 +177,10 @@ class Traffic:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _positive("lookups_per_s", self.lookups_per_s)
-        _positive("preload_per_s", self.preload_per_s, zero_ok=True)
-        _positive("lead_ms", self.lead_ms)
-        _positive("duration_s", self.duration_s)
+        check_number(self.lookups_per_s, "lookups_per_s", 0)
+        check_number(self.preload_per_s, "preload_per_s", 0, strict=False)
+        check_number(self.lead_ms, "lead_ms", 0)
+        check_number(self.duration_s, "duration_s", 0)
         for name in ("read_bytes", "preload_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -252,7 +245,7 @@ def at_load(traffic: Traffic, load: float,
             channels: Sequence[TierSpec] = DEFAULT_CHANNELS) -> Traffic:
     """``traffic`` with its lookup rate set so that its :func:`offered_load` is ``load``
     (background preloads unchanged; prefetches follow the lookups)."""
-    _positive("load", load)
+    check_number(load, "load", 0)
     index = _channel_index(traffic, channels)
     per_lookup, fixed = _load_terms(traffic)
     capacity = _bytes_per_s(channels[index[traffic.source]])

@@ -38,7 +38,6 @@ from mmcache.datasets.pairs import Pair
 from mmcache.errors import InvalidInputError
 from mmcache.metrics import progress_bar
 from mmcache.types import Hit, Query
-from mmcache.verify import make_verifier
 
 SCOPE = "stream"
 #: The regime names :class:`Feedback` knows.
@@ -114,25 +113,10 @@ class _Labeller:
             self.delivered += 1
 
 
-class _CountedVerifier:
-    """The configured verifier, counting its calls (a judge call is a cost too)."""
-
-    def __init__(self, verifier: Any) -> None:
-        self.verifier, self.calls = verifier, 0
-        self.name = getattr(verifier, "name", type(verifier).__name__)
-
-    def __call__(self, query: Query, entry: Any) -> float:
-        self.calls += 1
-        return self.verifier(query, entry)
-
-
-def _open(config: Mapping[str, Any] | None, encoders: Mapping[str, Any] | None
-          ) -> tuple[TieredCache, _CountedVerifier | None]:
-    """A cold ``TieredCache(config)`` whose configured verifier (if any) counts its calls."""
-    loaded = CacheConfig.load(dict(config or {}))
-    inner = make_verifier(loaded.thresholds.verifier)
-    counted = None if inner is None else _CountedVerifier(inner)
-    return TieredCache(loaded, encoders=encoders, verifier=counted), counted
+def _open(config: Mapping[str, Any] | None, encoders: Mapping[str, Any] | None) -> TieredCache:
+    """A cold ``TieredCache(config)``; its metrics count the calls of its verifier
+    (``verifier_calls``: a judge call is a cost too)."""
+    return TieredCache(CacheConfig.load(dict(config or {})), encoders=encoders)
 
 
 @dataclass(frozen=True, eq=False)
@@ -222,7 +206,7 @@ def run_stream(texts: Sequence[str], labels: Sequence[int], config: Mapping[str,
     served, correct, seen = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
     tier = np.full(n, "", dtype=object)
     stored: set[int] = set()
-    cache, judge = _open(config, encoders)
+    cache = _open(config, encoders)
     labeller = _Labeller(feedback or Feedback.none(), cache)
     explored = 0
     with cache, \
@@ -247,7 +231,7 @@ def run_stream(texts: Sequence[str], labels: Sequence[int], config: Mapping[str,
             labeller.deliver(i)
             bar.update()
     return StreamRun(label, served, correct, seen, tier.astype(str), labeller.delivered,
-                     0 if judge is None else judge.calls, explored)
+                     sum(cache.metrics.verifier_calls.values()), explored)
 
 
 def run_pairs(pairs: Sequence[Pair], config: Mapping[str, Any] | None, *,
@@ -261,7 +245,7 @@ def run_pairs(pairs: Sequence[Pair], config: Mapping[str, Any] | None, *,
     n = len(pairs)
     served, correct = np.zeros(n, bool), np.zeros(n, bool)
     tier = np.full(n, "", dtype=object)
-    cache, judge = _open(config, encoders)
+    cache = _open(config, encoders)
     with cache, \
             progress_bar(n, f"pairs {label}".strip(), unit="pair", progress=progress) as bar:
         for i, pair in enumerate(pairs):
@@ -272,7 +256,7 @@ def run_pairs(pairs: Sequence[Pair], config: Mapping[str, Any] | None, *,
                 served[i], correct[i], tier[i] = True, pair.same, hit.tier
             bar.update()
     return StreamRun(label, served, correct, np.array([p.same for p in pairs], bool),
-                     tier.astype(str), verifier_calls=0 if judge is None else judge.calls)
+                     tier.astype(str), verifier_calls=sum(cache.metrics.verifier_calls.values()))
 
 
 def _in_scope(query: Query, scope: str, vectors: Mapping[str, np.ndarray] | None) -> Query:

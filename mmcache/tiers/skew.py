@@ -15,7 +15,7 @@ import logging
 from collections import Counter
 from typing import Iterable
 
-from mmcache.errors import ConfigError
+from mmcache.errors import ConfigError, check_number
 
 #: A shard is skewed when its requests in a window exceed this many times the mean.
 SKEW_FACTOR = 1.8
@@ -33,9 +33,7 @@ class SkewWatch:
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ConfigError(f"skew_window must be a whole number of requests >= 1, "
                               f"got {window!r}")
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
-                not 1 <= factor < float("inf"):
-            raise ConfigError(f"skew_factor must be a finite number >= 1, got {factor!r}")
+        check_number(factor, "skew_factor", 1, strict=False)
         self.shards = set(shards)
         self.factor, self.window, self.where = float(factor), window, where
         #: The alert flag: the shards that were skewed in the last judged window.

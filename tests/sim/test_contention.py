@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from mmcache.errors import ConfigError
@@ -156,3 +157,22 @@ def test_a_seed_fixes_the_run():
 def test_bad_parameters_raise_config_error(make):
     with pytest.raises(ConfigError):
         make()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: Link(True), r"bandwidth_gb_per_s must be a finite number > 0\.0, got True"),
+    (lambda: Link("32"), r"bandwidth_gb_per_s must be a finite number > 0\.0, got '32'"),
+    (lambda: Link(math.inf), r"bandwidth_gb_per_s must be a finite number > 0\.0, got inf"),
+    (lambda: Traffic(feature_mb=0.0), r"feature_mb must be a finite number > 0\.0"),
+    (lambda: Traffic(token_rate_mtps=-1.0), r"token_rate_mtps must be a finite number >= 0\.0"),
+    (lambda: Traffic(streams=-1), r"streams must be an integer >= 0, got -1"),
+    (lambda: Traffic(token_bytes=2.0), r"token_bytes must be an integer >= 1, got 2\.0"),
+])
+def test_bad_numbers_name_the_parameter_and_its_bound(make, message):
+    with pytest.raises(ConfigError, match=message):
+        make()
+
+
+def test_numpy_scalars_are_numbers_and_counts():
+    assert Link(np.float32(32.0)).bandwidth_gb_per_s == 32.0
+    assert Traffic(streams=np.int64(2), feature_mb=np.float64(1.0)).streams == 2

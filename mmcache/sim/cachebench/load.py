@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mmcache.errors import ConfigError
+from mmcache.errors import ConfigError, check_number
 from mmcache.sim.cachebench.degradation import LEVELS, Degrader
 from mmcache.sim.cachebench.engine import Replayer, _RequestCosts, loosest_floor, replay, served
 from mmcache.sim.cachebench.report import Report
@@ -36,7 +36,7 @@ def offered_load(workload: Workload, latency: LatencyModel) -> float:
 
 def at_load(workload: Workload, latency: LatencyModel, load: float) -> Workload:
     """``workload`` with its arrival times scaled so its :func:`offered_load` is ``load``."""
-    _positive(load)
+    check_number(load, "load", 0)
     return _scaled(workload, offered_load(workload, latency) / load)
 
 
@@ -57,7 +57,7 @@ def at_backend_load(workload: Workload, tiers: Sequence[TierSpec], latency: Late
                     load: float) -> Workload:
     """``workload`` with its arrival times scaled so its :func:`backend_load` through ``tiers``
     is ``load`` (its hits and misses stay the same: no TTL)."""
-    _positive(load)
+    check_number(load, "load", 0)
     return _scaled(workload, _base_backend_load(workload, tiers, latency) / load)
 
 
@@ -66,7 +66,7 @@ def load_reports(workload: Workload, tiers: Sequence[TierSpec], latency: Latency
     """:func:`replay` (no limits, no TTL) at each backend load (:func:`at_backend_load`, the
     hits measured once)."""
     for load in loads:
-        _positive(load)
+        check_number(load, "load", 0)
     base = _base_backend_load(workload, tiers, latency)
     return {float(load): replay(_scaled(workload, base / load), tiers, latency, limits=False)
             for load in loads}
@@ -105,11 +105,6 @@ def _base_backend_load(workload: Workload, tiers: Sequence[TierSpec],
 def _scaled(workload: Workload, scale: float) -> Workload:
     start = workload.time[0]
     return replace(workload, time=start + (workload.time - start) * scale)
-
-
-def _positive(load: float) -> None:
-    if isinstance(load, bool) or not load > 0:
-        raise ConfigError(f"load must be positive, got {load!r}")
 
 
 def _bounded(latency: LatencyModel) -> None:

@@ -21,14 +21,13 @@ the graph's size.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import networkx as nx
 import numpy as np
 
-from mmcache.errors import ConfigError
+from mmcache.errors import ConfigError, check_number
 from mmcache.sim.cachebench.engine import Replayer
 from mmcache.sim.workload import MODALITY_SETS, Workload
 
@@ -117,8 +116,7 @@ def prefetch_replay(workload: Workload, tiers: Sequence[Any], latency: Any, *, t
 
     if not 1 <= warmup_n <= len(workload) - train_end:
         raise ConfigError(f"warmup_n must be in [1, {len(workload) - train_end}], got {warmup_n!r}")
-    if not math.isfinite(threshold) or threshold < 0:
-        raise ConfigError(f"threshold must be a finite number >= 0, got {threshold!r}")
+    check_number(threshold, "threshold", 0, strict=False)
     plan = prefetch_plan(workload, train_end, threshold, tau_s=tau_s)
     runs = {}
     for name, prefetch in (("off", []), ("on", plan)):
