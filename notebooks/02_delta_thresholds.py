@@ -767,9 +767,12 @@ def modality_bars(m):
     own, vcache = mean_of("error-budget"), mean_of("vcache")
     if own is None:
         return None
-    static = ts.best_static(scores.subset(scores.modality == m), own["realised_error"])
+    mine = scores.subset(scores.modality == m)
+    static = ts.best_static(mine, own["realised_error"])
     return {**own, "worst_error": max(r["realised_error"] for r in eb2 if r["modality"] == m),
             "best_static_same_error_hit_rate": static["hit_rate"],
+            "best_static_same_error_hit_rate_ci95": ts.best_static_interval(
+                mine, own["realised_error"]),
             "vcache_hit_rate": None if vcache is None else vcache["hit_rate"]}
 
 
@@ -783,8 +786,10 @@ metrics = {
     "best_static_hindsight": {f"{b:.2f}": {k: hindsight[b][k] for k in
                                            ("hit_rate", "realised_error", "delta")}
                               for b in BUDGETS},
-    "best_static_hindsight_same_error": {k: static_same[k] for k in
-                                         ("hit_rate", "realised_error", "delta")},
+    "best_static_hindsight_same_error": {
+        **{k: static_same[k] for k in ("hit_rate", "realised_error", "delta")},
+        "hit_rate_ci95": ts.best_static_interval(
+            compared, eb["realised_error"] if eb is not None else 0.02)},
     "vcache": vc2,
     "gptcache": None if gpt is None else
     {k: v for k, v in ts.summarise(gpt, compared.same).items() if k in ("hit_rate", "realised_error")},

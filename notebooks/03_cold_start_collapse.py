@@ -106,7 +106,7 @@ from mmcache.studies.collapse.data import CAPTION_LEN, CAPTIONS, DATA_ID, N_PATC
 from mmcache.studies.collapse.features import AUDIO_FRAMES, RATE, VOICE
 from mmcache.lab.plotting import save_figure
 from mmcache.lab.runbook import write_metrics
-from mmcache.studies.verdicts import describe, replicates
+from mmcache.studies.verdicts import describe, interval, replicates
 
 torch.set_num_threads(1)
 T0 = time.perf_counter()
@@ -431,8 +431,13 @@ frozen_results = sweep(FROZEN_ARMS, FROZEN_LRS, range(FROZEN_SEEDS), FROZEN_BASE
                        n_jobs=N_JOBS)
 frozen_runs, frozen_summary, frozen_curves = sweep_tables(frozen_results, FROZEN_MULT)
 MASSES = ["mass_image", "mass_audio", "mass_text"]
-frozen_final_mass = (frozen_curves[frozen_curves["step"] == frozen_curves.groupby(
-    ["arm", "lr", "seed"])["step"].transform("max")].groupby("arm")[MASSES].mean())
+frozen_final_rows = frozen_curves[frozen_curves["step"] == frozen_curves.groupby(
+    ["arm", "lr", "seed"])["step"].transform("max")]
+frozen_final_mass = frozen_final_rows.groupby("arm")[MASSES].mean()
+# each arm's mean final mass with its 95% t-interval over its runs (seeds × learning rates)
+frozen_final_mass_ci = {arm: {m.removeprefix("mass_"): list(interval(g[m].to_numpy())[1:])
+                              for m in MASSES}
+                        for arm, g in frozen_final_rows.groupby("arm")}
 display(frozen_summary[["arm", "lr_mult", "n", "collapse_rate", "collapse_ci_low",
                         "collapse_ci_high", "grad_vanish_rate", "diverged_rate", "final_loss",
                         "final_acc", "entropy_init", "entropy_min"]].round(3))
@@ -510,6 +515,12 @@ def _per_arm(col: str, table=summary, arms=ARMS) -> dict:
             for arm in arms}
 
 
+def _per_arm_ci(table=summary, arms=ARMS) -> dict:
+    """Each arm's 95% Wilson interval of its collapse rate per learning rate, as [low, high]."""
+    low, high = _per_arm("collapse_ci_low", table, arms), _per_arm("collapse_ci_high", table, arms)
+    return {arm: {m: [low[arm][m], high[arm][m]] for m in low[arm]} for arm in arms}
+
+
 n_keys = N_PATCHES + CAPTION_LEN
 write_metrics({
     "smoke": SMOKE, "seeds": SEEDS, "steps": STEPS, "batch": BATCH,
@@ -520,6 +531,7 @@ write_metrics({
     "arms": list(ARMS), "best_pair": list(PAIR), "best_arm": best_arm,
     "n_runs": len(runs),
     "collapse_rate": _per_arm("collapse_rate"),
+    "collapse_rate_ci95": _per_arm_ci(),
     "collapse_rate_per_arm": runs.groupby("arm")["collapsed"].mean().to_dict(),
     "grad_vanish_rate": _per_arm("grad_vanish_rate"),
     "diverged_rate": _per_arm("diverged_rate"),
@@ -541,11 +553,13 @@ write_metrics({
     "frozen_n_keys": N_PATCHES + AUDIO_FRAMES + CAPTION_LEN,
     "frozen_entropy_init_mean": float(frozen_runs["entropy_init"].mean()),
     "frozen_collapse_rate": _per_arm("collapse_rate", frozen_summary, FROZEN_ARMS),
+    "frozen_collapse_rate_ci95": _per_arm_ci(frozen_summary, FROZEN_ARMS),
     "frozen_diverged_rate": _per_arm("diverged_rate", frozen_summary, FROZEN_ARMS),
     "frozen_final_loss": _per_arm("final_loss", frozen_summary, FROZEN_ARMS),
     "frozen_final_acc": _per_arm("final_acc", frozen_summary, FROZEN_ARMS),
     "frozen_final_mass": {arm: {m.removeprefix("mass_"): float(v) for m, v in row.items()}
                           for arm, row in frozen_final_mass.iterrows()},
+    "frozen_final_mass_ci95": frozen_final_mass_ci,
     "frozen_remedy_effects": frozen_effects,
     "frozen_conclusions": frozen_conclusions,
     "frozen_runtime_s": FROZEN_RUNTIME_S,

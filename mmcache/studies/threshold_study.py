@@ -243,13 +243,44 @@ def static_curve(scores: PairScores, deltas: Sequence[float] | None = None,
             for d in deltas]
 
 
+def _best_static_delta(scores: PairScores, budget: float, use_verifier: bool) -> float | None:
+    """The δ of :func:`best_static` (None when no δ keeps the error within ``budget``): every
+    distinct δ's hits and wrong answers counted at once from the pairs sorted by similarity."""
+    sim = scores.min_similarity()
+    passes = scores.verifier >= VERIFIER_PASS if use_verifier else np.ones(len(sim), bool)
+    deltas = np.unique(np.clip(1.0 - sim, 0.0, 2.0))
+    order = np.argsort(-sim, kind="stable")
+    # pairs served by δ: those with sim ≥ 1 − δ, a prefix of the order
+    served = np.searchsorted(-sim[order], -(1.0 - deltas), side="right")
+    hits = np.r_[0, np.cumsum(passes[order])][served]
+    wrong = np.r_[0, np.cumsum((passes & ~scores.same)[order])][served]
+    ok = np.flatnonzero(wrong / max(len(sim), 1) <= budget)
+    if not ok.size:
+        return None
+    return float(deltas[ok[np.argmax(hits[ok])]])   # the smallest δ among the most hits
+
+
 def best_static(scores: PairScores, budget: float, use_verifier: bool = False) -> dict[str, float]:
     """The static δ chosen in hindsight: the most hits with realised error ≤ ``budget``."""
-    ok = [row for row in static_curve(scores, use_verifier=use_verifier)
-          if row["realised_error"] <= budget]
-    if not ok:
+    delta = _best_static_delta(scores, budget, use_verifier)
+    if delta is None:
         return {"delta": 0.0, **summarise(np.zeros(len(scores), bool), scores.same)}
-    return max(ok, key=lambda row: (row["hit_rate"], -row["delta"]))
+    return {"delta": delta,
+            **summarise(static_decisions(scores, delta, use_verifier), scores.same)}
+
+
+def best_static_interval(scores: PairScores, budget: float, use_verifier: bool = False,
+                         n_boot: int = 1000, seed: int = 0) -> list[float]:
+    """The 95% percentile-bootstrap interval, over pairs, of :func:`best_static`'s hit rate:
+    how far the hindsight choice moves when a few pairs near its threshold change."""
+    rng = np.random.default_rng(seed)
+    rates = []
+    for _ in range(n_boot):
+        sample = scores.subset(rng.integers(0, len(scores), len(scores)))
+        delta = _best_static_delta(sample, budget, use_verifier)
+        rates.append(0.0 if delta is None else
+                     float(static_decisions(sample, delta, use_verifier).mean()))
+    return [float(q) for q in np.percentile(rates, [2.5, 97.5])]
 
 
 def gptcache_decisions(scores: PairScores,

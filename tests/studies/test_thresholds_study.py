@@ -8,8 +8,8 @@ import pytest
 from mmcache.datasets.pairs import Pair
 from mmcache.encoders import HashingTestEncoder
 from mmcache.errors import InvalidInputError
-from mmcache.studies.threshold_study import (PairScores, best_static, cold_start_hit_rate,
-                                             gptcache_decisions, run_rule, score_pairs, static_curve,
+from mmcache.studies.threshold_study import (PairScores, best_static, best_static_interval,
+                                             cold_start_hit_rate, gptcache_decisions, run_rule, score_pairs, static_curve,
                                              static_decisions, summarise)
 from mmcache.types import Query
 
@@ -41,6 +41,31 @@ def test_best_static_in_hindsight_respects_the_budget() -> None:
     assert loose["hit_rate"] == 0.625 and loose["realised_error"] <= 0.125
     curve = static_curve(scores, [0.0, 0.05, 0.5])
     assert [row["hit_rate"] for row in curve] == sorted(row["hit_rate"] for row in curve)
+
+
+@pytest.mark.parametrize("use_verifier", [False, True])
+def test_best_static_is_the_best_row_of_the_static_curve(use_verifier: bool) -> None:
+    rng = np.random.default_rng(3)
+    sims = np.round(rng.uniform(0.5, 1.0, 300), 2)   # rounded: many ties
+    scores = _scores(sims, rng.random(300) < sims, verifier=rng.random(300))
+    for budget in (0.0, 0.01, 0.05, 0.2):
+        ok = [row for row in static_curve(scores, use_verifier=use_verifier)
+              if row["realised_error"] <= budget]
+        expected = max(ok, key=lambda row: (row["hit_rate"], -row["delta"]))
+        assert best_static(scores, budget, use_verifier) == pytest.approx(expected)
+
+
+def test_best_static_interval_covers_the_choice_and_moves_with_a_knife_edge() -> None:
+    # one wrong pair above every right one: the hindsight δ at 0 error serves nothing unless a
+    # resample drops it, so the interval reaches from 0 to most of the pairs
+    sims = [0.99] + list(np.linspace(0.98, 0.90, 59))
+    same = [0] + [1] * 59
+    scores = _scores(sims, same)
+    low, high = best_static_interval(scores, budget=0.0, n_boot=400, seed=1)
+    assert low == 0.0 <= best_static(scores, 0.0)["hit_rate"] <= high and high > 0.9
+    assert best_static_interval(scores, 0.0, n_boot=400, seed=1) == [low, high]
+    clean = _scores(sims[1:], same[1:])
+    assert best_static_interval(clean, 0.0, n_boot=200) == [1.0, 1.0]
 
 
 def test_verifier_vetoes_static_hits() -> None:
