@@ -266,10 +266,11 @@ FAILURE_CODES: dict[str, FailureCode] = {
     "MM-ENTRY-UNREADABLE": FailureCode(
         cause="a stored entry does not decode here (a value type tag another serializer "
               "version wrote, malformed JSON, a broken vector): the store serves it as absent "
-              "(SQLite moves it to its quarantine table, Redis leaves it at its key)",
+              "and moves it out of the store, reported once (SQLite to its quarantine table, "
+              "Redis to a quarantine hash under its prefix)",
         fix="run one mmcache (serializer) version in every process sharing the store; "
-            "inspect SQLiteStore.quarantined() or the Redis key the event names, and put the "
-            "entry again"),
+            "inspect the store's quarantined() (SQLiteStore, RedisStore) or the quarantine "
+            "key the event names, and put the entry again"),
     "MM-CLOCK-SKEW": FailureCode(
         cause="another process wrote entries stamped more than MAX_CLOCK_SKEW_S seconds "
               "after this process's clock reads: one of the clocks is off, so those entries' "

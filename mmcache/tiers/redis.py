@@ -36,6 +36,13 @@ Layout under ``prefix`` (default ``"mmcache"``) on one server, no pickle anywher
   :data:`COMPACT_EVERY` changes it makes, drops the members more than :data:`COMPACT_LAG`
   below the head whose key is gone (deleted, or expired by Redis); a client that has not
   replayed up to the floor resyncs.
+* ``{prefix}:quarantine:{scope-hash}:{entry_id}`` — an entry hash that did not decode,
+  moved here (its fields kept, without expiry) with ``quarantine_reason``,
+  ``quarantined_at`` (the server's time) and ``quarantined_key``; ``{prefix}:quarantined`` —
+  sorted set of those keys by that time. The move is one script that also logs the removal
+  like a delete (so every client drops the entry, and it no longer counts), done only while
+  the key still holds the version that failed to decode; it is reported once
+  (``MM-ENTRY-UNREADABLE``) and served as absent (:meth:`RedisStore.quarantined` lists them).
 * ``{prefix}:capacity`` — the capacity recorded by the first client (JSON);
   ``{prefix}:fact:{name}`` — what every client must agree on, recorded by the first one: the
   key layout (``layout``) and the encoder of each modality (``encoder:<modality>``).
@@ -44,8 +51,9 @@ On a Redis Cluster (``cluster=True``; config ``l3.options.cluster: true``, with 
 of any node) a script and a MULTI/EXEC may only touch keys of one hash slot, so each
 scope keeps its own sequence and change log next to its entries, in the slot of a hash
 tag (Redis hashes only the part in braces, which are literal here; ``H`` is the scope
-hash): ``mmcache:{H}:<entry_id>``, ``mmcache:seq:{H}``, ``mmcache:log:{H}`` and
-``mmcache:epoch:{H}``, with ``mmcache:scopes`` the set of scope hashes that have a log (and
+hash): ``mmcache:{H}:<entry_id>``, ``mmcache:seq:{H}``, ``mmcache:log:{H}``,
+``mmcache:epoch:{H}``, ``mmcache:quarantine:{H}:<entry_id>`` and ``mmcache:quarantined:{H}``,
+with ``mmcache:scopes`` the set of scope hashes that have a log (and
 no brace in the prefix).
 Scopes spread over the shards while a write stays one atomic step in one slot; a batch
 over several scopes is one transaction per scope, in order, so a failure part-way keeps
@@ -132,6 +140,26 @@ redis.call('ZADD', KEYS[2], seq, KEYS[3])
 return 1
 """
 
+# KEYS: seq, log, entry key, epoch, quarantine key, quarantined set; ARGV: the raw version
+# field of the hash that failed to decode ('' when it had none), a new epoch, the reason.
+# Moves the entry hash to the quarantine key (its fields kept, no expiry) with the reason and
+# the server's time, lists it in the quarantined set (scored by that time) and logs the
+# removal like a delete, only while the entry still holds that version; returns 1 if moved.
+_QUARANTINE_SCRIPT = """
+if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
+if (redis.call('HGET', KEYS[3], 'version') or '') ~= ARGV[1] then return 0 end
+local now = redis.call('TIME')
+local at = now[1] .. '.' .. string.format('%06d', tonumber(now[2]))
+redis.call('RENAME', KEYS[3], KEYS[5])
+redis.call('PERSIST', KEYS[5])
+redis.call('HSET', KEYS[5], 'quarantine_reason', ARGV[3], 'quarantined_at', at,
+           'quarantined_key', KEYS[3])
+redis.call('ZADD', KEYS[6], at, KEYS[5])
+""" + _NEXT_SEQ + """
+redis.call('ZADD', KEYS[2], seq, KEYS[3])
+return 1
+"""
+
 # KEYS: seq, log, floor; ARGV: how many numbers below the head delete records survive.
 # Removes the log's members numbered between the last floor and the new one whose key is
 # gone (deleted, or expired by Redis), and raises the floor; returns how many went.
@@ -184,11 +212,15 @@ class RedisStore(Store):
         self._registered: set[str] = set()
         #: Changes this client made per sequence since it last compacted that sequence.
         self._changes: Counter[str] = Counter()
+        #: ``(key, raw version)`` of the unreadable hashes this client reported but could not
+        #: move (a failed request): each is reported once.
+        self._reported: set[tuple[str, bytes]] = set()
         self._db = _connect(url, socket_timeout, cluster)
         try:
             self._put_script = self._script(_PUT_SCRIPT)
             self._delete_script = self._script(_DELETE_SCRIPT)
             self._compact_script = self._script(_COMPACT_SCRIPT)
+            self._quarantine_script = self._script(_QUARANTINE_SCRIPT)
             self.skew = SkewWatch(self._shards(), window=skew_window, where=self.location)
             layout = self.record_fact("layout", LAYOUT)
             if layout != LAYOUT:
@@ -283,17 +315,28 @@ class RedisStore(Store):
         return [self._readable(raw, ref) for ref, raw in zip(refs, raws)]
 
     def _readable(self, raw: Mapping[bytes, bytes], key: str) -> Entry | None:
-        """The entry one hash holds (None: none); one that does not decode is served as absent,
-        left in place for inspection, and reported (``MM-ENTRY-UNREADABLE``)."""
+        """The entry one hash holds (None: none); one that does not decode is quarantined
+        (:meth:`_quarantine`) and served as absent."""
         if not raw:
             return None
         try:
             return _decode_entry(raw, self.location)
         except StorageError as exc:
-            _LOG.warning("%s; it is served as absent and left at key %r for inspection", exc, key)
-            if self.events is not None:
-                self.events.report("MM-ENTRY-UNREADABLE", f"{exc} (key {key!r}, served as absent)")
+            self._quarantine(key, raw.get(b"version", b""), str(exc))
             return None
+
+    def quarantined(self) -> list[tuple[str, str]]:
+        """``(entry_id, reason)`` of every stored entry that could not be read back, oldest
+        first: each was moved to its quarantine hash and is absent from the store."""
+        logs = self._logs()
+        listed = self._pipelined("read", "zrange", [(self._quarantined_key(n), 0, -1)
+                                                    for n in logs], withscores=True)
+        moved = sorted((at, key.decode()) for keys in listed for key, at in keys)
+        reasons = self._pipelined("read", "hget", [(key, "quarantine_reason")
+                                                   for _, key in moved])
+        offset = len(self._quarantine_key(self.key("", "")))
+        return [(key[offset:], reason.decode("utf-8", "replace"))
+                for (_, key), reason in zip(moved, reasons) if reason is not None]
 
     def record_capacity(self, capacity: Capacity, replace: bool = False) -> Capacity:
         text = json.dumps([capacity.max_entries, capacity.max_bytes])
@@ -344,6 +387,51 @@ class RedisStore(Store):
         keys = [self._seq_key(log), self._log_key(log), self._floor_key(log)]
         self._call("write", self._compact_script, keys=keys, args=[COMPACT_LAG],
                    client=self._db)
+
+    def _quarantined_key(self, log: str) -> str:
+        return f"{self.prefix}:quarantined:{{{log}}}" if log else f"{self.prefix}:quarantined"
+
+    def _quarantine_key(self, key: str) -> str:
+        """Where the entry hash at ``key`` goes when it is quarantined (its hash slot)."""
+        return f"{self.prefix}:quarantine:{key[len(self.prefix) + 1:]}"
+
+    def _log_of_key(self, key: str) -> str:
+        """The sequence of the entry key ``key`` (on a cluster, its hash tag)."""
+        if not self.cluster:
+            return ""
+        return key[len(self.prefix) + 1:].split(":", 1)[0].strip("{}")
+
+    def _quarantine(self, key: str, version: bytes, reason: str) -> None:
+        """Move the unreadable entry hash at ``key`` (of raw ``version``) to its quarantine hash
+        and log its removal, so every client drops it, in one script that moves nothing
+        once another write replaced the entry; the move is reported
+        (``MM-ENTRY-UNREADABLE``, with a warning) once. A move that fails leaves the hash
+        at its key, reported once by this client."""
+        log = self._log_of_key(key)
+        keys = [self._seq_key(log), self._log_key(log), key, self._epoch_key(log),
+                self._quarantine_key(key), self._quarantined_key(log)]
+        self._counted(key)
+        try:
+            moved = int(self._call("write", self._quarantine_script, keys=keys,
+                                   args=[version, _new_epoch(), reason], client=self._db))
+        except StorageError as exc:
+            if (key, version) in self._reported:
+                return
+            self._reported.add((key, version))
+            reason += f" (and it could not be moved to quarantine: {exc})"
+            where = f"left at key {key!r}"
+        else:
+            if not moved:  # replaced or deleted since it was read: nothing to quarantine
+                _LOG.debug("Redis tier %s: unreadable key %r changed before it was "
+                           "quarantined", self.location, key)
+                return
+            self._changes[log] += 1
+            where = f"moved to key {keys[4]!r}"
+        _LOG.warning("Redis tier %s: the entry at key %r cannot be read (%s); it is served as "
+                     "absent and %s for inspection", self.location, key, reason, where)
+        if self.events is not None:
+            self.events.report("MM-ENTRY-UNREADABLE", f"{reason} (key {key!r}, served as "
+                                                      f"absent, {where})")
 
     def _epoch_key(self, log: str) -> str:
         return f"{self.prefix}:epoch:{{{log}}}" if log else f"{self.prefix}:epoch"

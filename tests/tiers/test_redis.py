@@ -193,7 +193,8 @@ def test_a_put_the_server_refuses_writes_nothing(tier: RedisTier, redis_url: str
                                                              withscores=True)) == before
 
 
-def test_the_password_in_the_url_reaches_no_message(redis_url: str, prefix: str) -> None:
+def test_the_password_in_the_url_reaches_no_message(redis_url: str, prefix: str,
+                                                    caplog) -> None:
     admin = redis.Redis.from_url(redis_url)
     admin.execute_command("ACL", "SETUSER", "tester", "on", ">s3cret-pw", "~*", "&*", "+@all")
     url = redis_url.replace("redis://", "redis://tester:s3cret-pw@")
@@ -202,8 +203,11 @@ def test_the_password_in_the_url_reaches_no_message(redis_url: str, prefix: str)
     try:
         tier.put(entry("e1"))
         admin.hdel(tier.key("tenant-a", "e1"), "size")
-        assert tier.get("tenant-a", "e1") is None  # malformed: served as absent, reported
+        assert tier.get("tenant-a", "e1") is None  # malformed: quarantined, reported
         messages += [tier.events.events()[-1].detail, tier.backend(), tier.store.skew.where]
+        messages += [reason for _, reason in tier.store.quarantined()]
+        quarantined = admin.hgetall(f"{prefix}:quarantine:{scope_tag('tenant-a')}:e1")
+        messages.append(quarantined[b"quarantine_reason"].decode())
         with pytest.raises(ConfigError) as other_capacity:
             RedisTier(url, capacity=Capacity(max_entries=6), prefix=prefix)
         messages.append(str(other_capacity.value))
@@ -214,21 +218,96 @@ def test_the_password_in_the_url_reaches_no_message(redis_url: str, prefix: str)
     messages.append(str(unreachable.value))
     assert all("tester:***@127.0.0.1" in m for m in messages), messages
     assert not any("s3cret" in m for m in messages)
+    assert "cannot be read" in caplog.text and "s3cret" not in caplog.text  # nor any warning
 
 
-def test_a_malformed_stored_entry_is_absent_reported_and_left_in_place(
-        tier: RedisTier, redis_url: str, caplog) -> None:
+def test_a_malformed_stored_entry_is_quarantined_reported_once_and_absent(
+        tier: RedisTier, redis_url: str, prefix: str, caplog) -> None:
     tier.put(entry("e1"))
     tier.put(entry("e2"))
     client = redis.Redis.from_url(redis_url)
-    client.hset(tier.key("tenant-a", "e1"), "value_type", "pickle")
+    key = tier.key("tenant-a", "e1")
+    client.hset(key, "value_type", "pickle")
+    raw = client.hgetall(key)
+    head = int(client.get(f"{prefix}:seq"))
+    assert tier.get("tenant-a", "e1") is None
     assert tier.get("tenant-a", "e1") is None
     assert tier.get("tenant-a", "e2") is not None  # the others are still served
-    assert tier.store.fetch([tier.key("tenant-a", "e1"), tier.key("tenant-a", "e2")])[0] is None
+    assert tier.store.fetch([key, tier.key("tenant-a", "e2")])[0] is None
+    tier.refresh()
     events = tier.events.events("MM-ENTRY-UNREADABLE")
-    assert len(events) == 2 and "unknown type tag 'pickle'" in events[0].detail
+    assert len(events) == 1 and "unknown type tag 'pickle'" in events[0].detail
     assert "served as absent" in caplog.text
-    assert client.hget(tier.key("tenant-a", "e1"), "value_type") == b"pickle"  # for inspection
+    assert not client.exists(key)  # moved out of the live keyspace, its removal logged
+    assert int(client.get(f"{prefix}:seq")) == head + 1
+    assert client.zscore(f"{prefix}:log", key) == head + 1
+    moved = client.hgetall(f"{prefix}:quarantine:{scope_tag('tenant-a')}:e1")
+    assert {k: v for k, v in moved.items() if k in raw} == raw  # every raw field kept
+    assert b"unknown type tag 'pickle'" in moved[b"quarantine_reason"]
+    assert moved[b"quarantined_key"] == key.encode() and float(moved[b"quarantined_at"]) > 0
+    assert client.zrange(f"{prefix}:quarantined", 0, -1) == \
+        [f"{prefix}:quarantine:{scope_tag('tenant-a')}:e1".encode()]
+    [(entry_id, reason)] = tier.store.quarantined()
+    assert entry_id == "e1" and "unknown type tag 'pickle'" in reason
+    assert sorted(tier.ids()) == ["e2"] and tier.store.count() == 1
+
+
+def test_a_quarantined_entry_is_gone_for_every_client(redis_url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    tier, other = RedisTier(redis_url, prefix=prefix), RedisTier(redis_url, prefix=prefix)
+    try:
+        tier.put_many([entry("e1"), entry("e2"), entry("e3", scope="tenant-b")])
+        other.refresh()
+        assert sorted(other.ids()) == ["e1", "e2", "e3"]
+        client.hset(tier.key("tenant-a", "e1"), "size", "not a number")
+        client.hset(tier.key("tenant-b", "e3"), "value_type", "pickle")
+        assert tier.get("tenant-a", "e1") is None
+        assert tier.get("tenant-b", "e3") is None
+        other.refresh()  # replays the logged removals: the entries leave its view
+        assert sorted(other.ids()) == ["e2"] and "e1" not in other
+        assert other.events.events("MM-ENTRY-UNREADABLE") == []
+        later = RedisTier(redis_url, prefix=prefix)  # opens without them, reporting nothing
+        try:
+            assert sorted(later.ids()) == ["e2"] and later.usage()[0] == 1
+            assert later.get("tenant-a", "e1") is None
+            assert later.events.events("MM-ENTRY-UNREADABLE") == []
+            assert [e for e, _ in later.store.quarantined()] == ["e1", "e3"]  # oldest first
+        finally:
+            later.close()
+        assert len(tier.events.events("MM-ENTRY-UNREADABLE")) == 2
+    finally:
+        tier.close()
+        other.close()
+
+
+def test_a_good_write_racing_the_quarantine_is_never_quarantined(
+        tier: RedisTier, redis_url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    key = tier.key("tenant-a", "e1")
+    tier.put(entry("e1", value="bad"))
+    client.hset(key, "value_type", "pickle")
+    stale = client.hget(key, "version")
+    tier.put(entry("e1", value="good"))  # a new version lands before the move runs
+    tier.store._quarantine(key, stale, "stale read")
+    assert tier.get("tenant-a", "e1").value == "good"
+    assert tier.store.quarantined() == [] and not client.exists(f"{prefix}:quarantined")
+    assert tier.events.events("MM-ENTRY-UNREADABLE") == []
+
+
+def test_a_failed_quarantine_leaves_the_entry_and_reports_it_once(
+        tier: RedisTier, redis_url: str, monkeypatch) -> None:
+    client = redis.Redis.from_url(redis_url)
+    tier.put(entry("e1"))
+    client.hset(tier.key("tenant-a", "e1"), "value_type", "pickle")
+
+    def refuse(**_: object) -> None:
+        raise redis.ConnectionError("connection refused")
+    monkeypatch.setattr(tier.store, "_quarantine_script", refuse)
+    assert tier.get("tenant-a", "e1") is None
+    assert tier.get("tenant-a", "e1") is None
+    [event] = tier.events.events("MM-ENTRY-UNREADABLE")
+    assert "could not be moved to quarantine" in event.detail and "left at key" in event.detail
+    assert client.hget(tier.key("tenant-a", "e1"), "value_type") == b"pickle"
 
 
 def test_unreachable_server_is_a_storage_error() -> None:

@@ -98,6 +98,29 @@ def test_a_batch_over_scopes_on_several_shards_is_written_and_seen(
         other.close()
 
 
+def test_an_unreadable_entry_is_quarantined_in_its_scopes_slot(
+        tier: RedisTier, redis_cluster_url: str, prefix: str) -> None:
+    client = RedisCluster.from_url(redis_cluster_url)
+    scopes = [f"tenant-{i}" for i in range(4)]
+    tier.put_many([entry(f"{s}-e", s, i) for i, s in enumerate(scopes)])
+    bad = scopes[1]
+    client.hset(tier.key(bad, f"{bad}-e"), "value_type", "pickle")
+    assert tier.get(bad, f"{bad}-e") is None and tier.get(bad, f"{bad}-e") is None
+    assert len(tier.events.events("MM-ENTRY-UNREADABLE")) == 1
+    tag = scope_tag(bad)
+    moved = f"{prefix}:quarantine:{{{tag}}}:{bad}-e"
+    assert client.keyslot(moved) == client.keyslot(tier.key(bad, f"{bad}-e"))
+    assert client.hget(moved, "value_type") == b"pickle"
+    assert client.zrange(f"{prefix}:quarantined:{{{tag}}}", 0, -1) == [moved.encode()]
+    later = RedisTier(redis_cluster_url, prefix=prefix, cluster=True)
+    try:
+        assert sorted(later.ids()) == sorted(f"{s}-e" for s in scopes if s != bad)
+        assert [e for e, _ in later.store.quarantined()] == [f"{bad}-e"]
+        assert later.events.events("MM-ENTRY-UNREADABLE") == []
+    finally:
+        later.close()
+
+
 def test_a_cache_config_selects_the_cluster(redis_cluster_url: str, prefix: str) -> None:
     config = {"l3": {"backend": "redis", "url": redis_cluster_url,
                      "options": {"prefix": prefix, "cluster": True}}}
