@@ -783,8 +783,9 @@ metrics = {
     "budgets": {f"{b:.2f}": pick("error-budget", b) for b in BUDGETS},
     "budgets_worst_error": {f"{b:.2f}": max((r["realised_error"] for r in runs.get(
         ("error-budget", b), [])), default=None) for b in BUDGETS},
-    "best_static_hindsight": {f"{b:.2f}": {k: hindsight[b][k] for k in
-                                           ("hit_rate", "realised_error", "delta")}
+    "best_static_hindsight": {f"{b:.2f}": {**{k: hindsight[b][k] for k in
+                                              ("hit_rate", "realised_error", "delta")},
+                                           "hit_rate_ci95": ts.best_static_interval(compared, b)}
                               for b in BUDGETS},
     "best_static_hindsight_same_error": {
         **{k: static_same[k] for k in ("hit_rate", "realised_error", "delta")},
