@@ -233,6 +233,7 @@ def test_video_clips_keep_their_own_index_and_the_seeds_route(metrics):
     every tier serving every set, and with seed 002 §3.1's route (clips in the last tier only)."""
     routes, setup = metrics["video_route"], metrics["video_route_setup"]
     assert set(routes) == {"all_tiers", "central_only"} and setup["clips"] > 0
+    assert 0 < setup["clip_intents"] <= setup["clips"]
     assert "synthetic" in setup["video_embeddings"]
     for rows in routes.values():
         assert rows["video"]["requests"] == setup["clips"]
@@ -240,8 +241,18 @@ def test_video_clips_keep_their_own_index_and_the_seeds_route(metrics):
         for row in rows.values():
             assert 0.0 <= row["false_hit_rate"] <= row["hit_rate"] <= 1.0
             assert 0.0 < row["mean_ms"] <= row["p99_ms"]
-            assert all(0.0 <= v <= 1.0 for k, v in row.items() if k.startswith("share_of_"))
+            assert all(0.0 <= v <= 1.0 for k, v in row.items()
+                       if k.startswith("share_of_") and not k.endswith("_ci95"))
         assert rows["video"]["other_set_hits"] == 0  # a clip never matches a still entry
+        # the clips' rates carry their 95% interval (a bootstrap over the clips' intents)
+        intervals = [k for k in rows["video"] if k.endswith("_ci95")]
+        assert {"hit_rate_ci95", "false_hit_rate_ci95", "share_of_L1-gpu_hits_ci95"} <= \
+            set(intervals)
+        for k in intervals:
+            low, high = rows["video"][k]
+            assert 0.0 <= low <= high <= 1.0, k
+        assert rows["video"]["hit_rate_ci95"][0] <= rows["video"]["hit_rate"] <= \
+            rows["video"]["hit_rate_ci95"][1]
         assert rows["other_sets"]["other_set_hits"] == 0
     every, central = routes["all_tiers"]["video"], routes["central_only"]["video"]
     assert every["share_of_L1-gpu_hits"] > 0 and every["share_of_L2-cpu_hits"] > 0

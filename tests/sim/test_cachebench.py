@@ -369,6 +369,43 @@ def test_served_summary_splits_a_replay_by_request_set(video_stream):
     assert clips["hit_rate"] > 0 and clips["hit_L3-nvme"] == pytest.approx(clips["hit_rate"])
 
 
+def test_served_summary_intervals_come_from_a_cluster_bootstrap(video_stream):
+    """With ``clusters`` (here: each clip's intent), served_summary reports seeded 95% intervals
+    that hold the point estimate; outcomes copied into fewer clusters widen them."""
+    from mmcache.errors import InvalidInputError
+    from mmcache.sim.cachebench import Replayer, served_summary
+    from mmcache.sim.workload import VIDEO_SET
+
+    video = video_stream.modality_set == VIDEO_SET
+    r = Replayer(video_stream, three_tier(int(video_stream.size.sum() // 10), threshold=0.8))
+    r.serve_all()   # cos 0.8: loose enough that some clip hits are false
+    plain = served_summary(r, video)
+    clips = served_summary(r, video, clusters=video_stream.intent, seed=3)
+    assert {k: clips[k] for k in plain} == plain   # the point estimates do not move
+    keys = ["hit_rate", "false_hit_rate", *(f"share_of_{t.name}_hits" for t in r.specs)]
+    assert 0 < clips["false_hit_rate"] < clips["hit_rate"] < 1
+    for key in keys:
+        low, high = clips[f"{key}_ci95"]
+        assert 0.0 <= low <= clips[key] <= high <= 1.0, key
+    assert clips["hit_rate_ci95"][0] < clips["hit_rate_ci95"][1]
+    assert served_summary(r, video, clusters=video_stream.intent, seed=3) == clips
+    assert served_summary(r, video, clusters=video_stream.intent, seed=4) != clips
+    # every request its own cluster, against the same outcomes ten to a cluster (sorted by
+    # outcome, so each cluster is ten copies of one request's hit or miss): wider
+    outcome = np.where(video, r.hit_tier >= 0, 0)
+    order = np.empty(len(video_stream), int)
+    order[np.lexsort((np.arange(len(video_stream)), outcome))] = np.arange(len(video_stream))
+    alone = served_summary(r, video, clusters=np.arange(len(video_stream)))
+    tens = served_summary(r, video, clusters=order // 10)
+    width = {name: s["hit_rate_ci95"][1] - s["hit_rate_ci95"][0]
+             for name, s in (("alone", alone), ("tens", tens))}
+    assert width["tens"] > 2 * width["alone"] > 0
+    with pytest.raises(InvalidInputError, match="one label per request"):
+        served_summary(r, video, clusters=video_stream.intent[:-1])
+    with pytest.raises(InvalidInputError, match="n_boot"):
+        served_summary(r, video, clusters=video_stream.intent, n_boot=0)
+
+
 def test_a_report_shows_its_tables_and_keeps_its_plain_data(stream):
     report = replay(stream, three_tier(int(stream.size.sum() // 4)), limits=True)
     text = repr(report)

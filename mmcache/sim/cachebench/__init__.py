@@ -28,7 +28,8 @@ Serving features: :func:`degradation_replay` / :func:`degradation_rows` serve re
 degradation levels of :mod:`mmcache.sim.cachebench.degradation` (forced, or switched by the inference queue at
 each arrival); :mod:`mmcache.sim.cachebench.prefetch` warms a cold replay with a PageRank prefetch;
 :func:`report_prometheus` exports seed 001 §4.4's CrossModalHitRate and CacheWarmupLatencyP99.
-:func:`served_summary` splits a served replay by request (e.g. video clips against the rest).
+:func:`served_summary` splits a served replay by request (e.g. video clips against the rest),
+with 95% intervals from a bootstrap over given clusters (the distinct clip or intent of each).
 
 Freshness: ``replay(..., ttl_s=τ)`` gives every answer a TTL of τ seconds of workload
 time from the moment the model produced it (a copy promoted up a tier keeps that
