@@ -37,6 +37,12 @@
 #   (`regret_per_request`: (1 − γ)(V_π − V*) from a fresh entry under the phase's true MDP, for
 #   the policy in force at each request, averaged over the phase's requests), so it is never
 #   negative; the simulated cost per request (exploration included) is reported beside it.
+#   The comparison runs once per seed of `MDP_SEEDS` (a seed's policies share its arrivals and
+#   draws): the table is the mean over seeds with its 95% Student-t interval, and "the estimated
+#   policy costs less than always-X" is a paired t-interval of estimated − fixed cost over the
+#   seeds, per key class and phase (`mmcache.studies.verdicts.mean_difference`): **holds** when
+#   the interval lies below 0, **does not hold** when above, **inconclusive** when it straddles
+#   0. The window sweep, the regret figure's time series and the live run use `SEED`.
 #   The same estimator also runs on a live `TieredCache` whose answers give the states and
 #   whose freshness decisions take the actions, against a backend simulated from the same
 #   parameters (`mmcache.sim.invalidation_live`), side by side with the replay.
@@ -72,7 +78,9 @@
 NOTEBOOK = "07_serving_path_studies"  # this notebook: metrics go to runs/<NOTEBOOK>[-smoke]/
 SMOKE = False
 SEED = 0
-# mdp: the stream, the shift and the estimator (seconds of simulated time)
+# mdp: the seeds of the policy comparison (each one stream; SEED, one of them, also drives the
+# window sweep and the live run), the stream, the shift and the estimator (simulated seconds)
+MDP_SEEDS = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
 DURATION_S = 600.0
 SHIFT_S = 300.0  # the load shift
 WINDOW_S = 60.0  # the estimator's sliding window (the reported estimated policy)
@@ -160,8 +168,7 @@ from mmcache.lab.runbook import write_metrics
 from mmcache.metrics import FAILURE_CODES, failure_table
 from mmcache.sim.invalidation_live import compare_live_replay
 from mmcache.sim.invalidation_mdp import CostParams
-from mmcache.sim.invalidation_replay import (KeyClass, Phase, compare_policies, policy_names,
-                                             replay)
+from mmcache.sim.invalidation_replay import KeyClass, Phase, compare_over_seeds, replay
 from mmcache.sim.cachebench import three_tier
 from mmcache.sim.kv_allocation import (DEFAULT_BYTES_PER_TOKEN, DEFAULT_STRATEGIES,
                                        LLAMA3_8B_SHAPE, compare, per_turn, sharegpt_turn_tokens)
@@ -179,9 +186,12 @@ from mmcache.studies.failure_codes import FAULTS, SKEW_S, events_frame, inject, 
 from mmcache.studies.seed_claims import (CLAIMS, StreamSpec, ab_test, claims_table, judge_all,
                                          kv_fragmentation, prefetch_test, scheduler_reach)
 from mmcache.studies.seed_claims import verdict as seed_claims_verdict
+from mmcache.studies.verdicts import all_hold, describe, mean_difference
+from mmcache.studies.verdicts import interval as seed_interval
 
 if SMOKE:
     DURATION_S, SHIFT_S = 240.0, 120.0
+    MDP_SEEDS = [0, 1, 2]
     WINDOWS_S = [30.0, 60.0]
     KV_CONVERSATIONS = 50
     PREEMPT_DURATION_S = 1.0
@@ -194,7 +204,11 @@ if SMOKE:
     PREFILL_QUERIES, PREFILL_INTENTS, PREFILL_SEEDS, PREFILL_EPOCHS = 1_200, 120, [0, 1, 2], 60
     SC_SCHED = {"n_queries": 2_000, "n_intents": 200}
 
+if SEED not in MDP_SEEDS:
+    raise ValueError(f"SEED={SEED} must be one of MDP_SEEDS={MDP_SEEDS} (the sweep and the live "
+                     f"run are that seed's)")
 PHASE_NAMES = ["before", "after"]
+FIXED = ("preload", "block", "bypass")
 REPLAY = dict(window_s=WINDOW_S, resolve_every_s=RESOLVE_EVERY_S, discount=DISCOUNT,
               epsilon=EPSILON, cost_noise=COST_NOISE, seed=SEED)
 phases = {}
@@ -215,18 +229,60 @@ pd.DataFrame({name: {**asdict(p[0].key_class), "async_done": p[0].key_class.asyn
 # %% [markdown]
 # ## `mdp`: the policies, per key class, before and after the shift
 #
-# `policy`: the policy in force for most of the phase's requests (the oracle's and the fixed
-# ones never change within a phase); `oracle_agreement`: the share of the phase's requests whose
-# policy in force is the oracle's; `excess_cost_ms`: simulated cost above the oracle's on the
-# same arrivals (noisy, so it can fall below 0; `regret_ms` is exact).
+# Means over the `MDP_SEEDS` streams, with the 95% Student-t interval of the cost and of the
+# regret (`_lo`, `_hi`; the fixed policies' and the oracle's regret is the same on every seed).
+# `oracle_agreement`: the share of the phase's requests whose policy in force is the oracle's;
+# `excess_cost_ms`: simulated cost above the oracle's on the same arrivals (noisy, so it can
+# fall below 0; `regret_ms` is exact); `policy` (seed `SEED`): the policy in force for most of
+# the phase's requests (the oracle's and the fixed ones never change within a phase).
 
 # %%
-tables, runs = {}, {}
+seed_tables, seed_runs = {}, {}
 for name, p in phases.items():
-    tables[name], runs[name] = compare_policies(p, DURATION_S, phase_names=PHASE_NAMES, **REPLAY)
-table = pd.concat(tables, names=["key_class"]).reset_index(level=0)
-shown = table.assign(policy=table.policy.map(lambda d: " ".join(f"{s}:{a}" for s, a in d.items())))
-display(shown.round(3))
+    seed_tables[name], seed_runs[name] = compare_over_seeds(
+        p, DURATION_S, MDP_SEEDS, phase_names=PHASE_NAMES,
+        **{k: v for k, v in REPLAY.items() if k != "seed"})
+by_seed = pd.concat(seed_tables, names=["key_class"]).reset_index(level=0)
+
+
+def seed_summary(rows: pd.DataFrame) -> pd.Series:
+    """One policy and phase over the seeds: means, and the cost's and regret's intervals."""
+    cost, regret = seed_interval(rows.cost_ms), seed_interval(rows.regret_ms)
+    return pd.Series({"cost_ms": cost[0], "cost_lo": cost[1], "cost_hi": cost[2],
+                      "regret_ms": regret[0], "regret_lo": regret[1], "regret_hi": regret[2],
+                      "excess_cost_ms": rows.excess_cost_ms.mean(),
+                      "oracle_agreement": rows.oracle_agreement.mean(),
+                      "seeds": len(rows)})
+
+
+table = (by_seed.groupby(["key_class", "policy_name", "phase"], sort=False)
+         .apply(seed_summary, include_groups=False).reset_index())
+policies_of_seed = by_seed[by_seed.seed == SEED].set_index(["key_class", "policy_name", "phase"])
+table["policy"] = [" ".join(f"{s}:{a}" for s, a in policies_of_seed.policy[key].items())
+                   for key in zip(table.key_class, table.policy_name, table.phase)]
+display(table.round(3))
+
+# %% [markdown]
+# Does the estimated policy cost less than each fixed one? Per key class and phase, estimated −
+# fixed cost per request on each seed (the same arrivals and draws for both), its mean and
+# paired 95% t-interval over the seeds; and over every class and phase at once (holds only when
+# each one holds).
+
+# %%
+cost_of = by_seed.set_index(["key_class", "phase", "policy_name", "seed"]).cost_ms.sort_index()
+mdp_verdicts = {name: {fixed: {ph: mean_difference(cost_of[name, ph, "estimated"].to_numpy(),
+                                                   cost_of[name, ph, fixed].to_numpy(),
+                                                   claim="below", pairs="seeds")
+                               for ph in PHASE_NAMES} for fixed in FIXED} for name in phases}
+mdp_everywhere = {fixed: all_hold([mdp_verdicts[name][fixed][ph] for name in phases
+                                   for ph in PHASE_NAMES]) for fixed in FIXED}
+for name, by_fixed in mdp_verdicts.items():
+    for fixed, by_phase in by_fixed.items():
+        for ph, v in by_phase.items():
+            print(f"{name}, {ph}: estimated costs less than always-{fixed.upper()}: "
+                  f"{describe(v, 1)}")
+for fixed, word in mdp_everywhere.items():
+    print(f"estimated costs less than always-{fixed.upper()} on every class and phase: {word}")
 
 # %% [markdown]
 # The window length: the estimated policy's regret per phase for each `WINDOWS_S` (the same
@@ -253,7 +309,7 @@ for ax, (name, by_w) in zip(axes, sweep.items()):
     for w, run in by_w.items():
         binned = pd.Series(run.regret).groupby((run.times // BIN_S) * BIN_S).mean()
         ax.plot(binned.index, binned.values, lw=1.5, label=f"window {w:g} s")
-    fixed = tables[name].set_index(["policy_name", "phase"]).regret_ms
+    fixed = table[table.key_class == name].set_index(["policy_name", "phase"]).regret_ms
     for policy, style in (("preload", "--"), ("block", ":")):
         ax.hlines([fixed[policy, ph] for ph in PHASE_NAMES], [0, SHIFT_S], [SHIFT_S, DURATION_S],
                   colors="grey", linestyles=style, lw=1, label=f"always {policy}")
@@ -267,13 +323,15 @@ save_figure(fig, "07_mdp_regret", mdp_provenance)
 
 # %%
 fig, axes = plt.subplots(1, len(phases), figsize=(12, 3.8), sharey=True)
-for ax, (name, t) in zip(axes, tables.items()):
-    sns.barplot(t, x="policy_name", y="cost_ms", hue="phase", ax=ax)
+for ax, (name, t) in zip(axes, seed_tables.items()):
+    sns.barplot(t, x="policy_name", y="cost_ms", hue="phase", ax=ax,
+                errorbar=lambda x: seed_interval(x)[1:])
     ax.set(title=name, xlabel="", yscale="log")
 axes[0].set_ylabel("simulated cost (ms/request)")
 for ax in axes[1:]:
     ax.get_legend().remove()
-fig.suptitle("Cost per policy before and after the load shift (model, stated parameters)")
+fig.suptitle(f"Cost per policy before and after the load shift: mean and 95% t-interval over "
+             f"{len(MDP_SEEDS)} seeds (model, stated parameters)")
 save_figure(fig, "07_mdp_cost", mdp_provenance)
 
 # %% [markdown]
@@ -733,12 +791,21 @@ save_figure(fig, "07_prefill", prefill_provenance)
 # Every section's key, written to metrics.json at once.
 
 # %%
-FIXED = ("preload", "block", "bypass")
-
-
 def per_phase(t: pd.DataFrame, column: str) -> dict:
     """``{policy: {phase: value}}`` of one key class's table."""
     return {p: dict(zip(rows.phase, rows[column])) for p, rows in t.groupby("policy_name")}
+
+
+def per_phase_ci(t: pd.DataFrame, column: str) -> dict:
+    """``{policy: {phase: [low, high]}}``: the 95% interval of ``column`` over the seeds."""
+    return {p: {ph: [r[f"{column}_lo"], r[f"{column}_hi"]] for ph, r in
+                rows.set_index("phase").iterrows()} for p, rows in t.groupby("policy_name")}
+
+
+def per_phase_seeds(t: pd.DataFrame, column: str) -> dict:
+    """``{policy: {phase: [value per seed]}}`` of one key class's per-seed table."""
+    return {p: {ph: r.sort_values("seed")[column].tolist() for ph, r in rows.groupby("phase")}
+            for p, rows in t.groupby("policy_name")}
 
 
 mdp_metrics = {
@@ -747,21 +814,32 @@ mdp_metrics = {
                    "costs_after": COSTS_AFTER, "failed_wait_ms": FAILED_WAIT_MS,
                    "duration_s": DURATION_S, "shift_s": SHIFT_S, **REPLAY},
     "window_s": WINDOW_S,
+    "seeds": MDP_SEEDS,
+    "how": "cost_ms, regret_ms, excess_cost_ms, oracle_agreement: means over the seeds "
+           "(*_ci95: the 95% Student-t interval); verdicts: estimated − fixed cost per request, "
+           "paired t-interval over the seeds, the claim that it is below 0; policy, "
+           "window_sweep_regret_ms, solves: seed SEED",
+    "everywhere": mdp_everywhere,
     "classes": {name: {
-        "policy": {p: dict(zip(rows.phase, rows.policy)) for p, rows in t.groupby("policy_name")
-                   if p in ("oracle", "estimated")},
+        "policy": {p: dict(zip(rows.phase, rows.policy))
+                   for p, rows in seed_tables[name][seed_tables[name].seed == SEED]
+                   .groupby("policy_name") if p in ("oracle", "estimated")},
         "cost_ms": per_phase(t, "cost_ms"),
+        "cost_ms_ci95": per_phase_ci(t, "cost"),
         "regret_ms": per_phase(t, "regret_ms"),
+        "regret_ms_ci95": per_phase_ci(t, "regret"),
         "excess_cost_ms": per_phase(t, "excess_cost_ms"),
         "oracle_agreement": per_phase(t, "oracle_agreement"),
-        "requests": per_phase(t, "requests")["oracle"],
+        "requests": per_phase_seeds(seed_tables[name], "requests")["oracle"],
+        "per_seed": {c: per_phase_seeds(seed_tables[name], c) for c in ("cost_ms", "regret_ms")},
+        "verdicts": mdp_verdicts[name],
         "worst_fixed_regret_ms": {ph: float(t[(t.phase == ph) & t.policy_name.isin(FIXED)]
                                             .regret_ms.max()) for ph in PHASE_NAMES},
         "window_sweep_regret_ms": {f"{w:g}": dict(zip(rows.phase, rows.regret_ms))
                                    for w, rows in window_regret[window_regret.key_class == name]
                                    .groupby("window_s")},
-        "solves": len(runs[name]["estimated"].solves),
-    } for name, t in tables.items()},
+        "solves": len(seed_runs[name][SEED]["estimated"].solves),
+    } for name, t in table.groupby("key_class", sort=False)},
     "live": {
         "model": "mmcache.sim.invalidation_live: the estimated policy on a real TieredCache "
                  "(L1, fake clock) with a simulated backend of the same stated parameters",

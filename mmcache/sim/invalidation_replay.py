@@ -37,7 +37,9 @@ times (:class:`Phase`), with the same arrivals and random draws for every policy
 :class:`~mmcache.sim.invalidation_mdp.TransitionEstimator` over a sliding window and re-solves
 it every ``resolve_every_s`` seconds (ε-greedy, so that every action keeps being observed);
 ``"oracle"`` solves the true MDP of each phase. :func:`compare_policies` tabulates every
-policy's simulated cost and its exact regret against the oracle, per phase.
+policy's simulated cost and its exact regret against the oracle, per phase;
+:func:`compare_over_seeds` repeats it over seeds (a seed's policies share its arrivals), the
+pairs a test over seeds needs.
 """
 
 from __future__ import annotations
@@ -225,6 +227,10 @@ def replay(phases: Sequence[Phase], duration_s: float, policy: str, *, window_s:
     true = [p.key_class.mdp() for p in phases]
     cumulative = [np.cumsum(m.transition, axis=2) for m in true]
     oracle = [value_iteration(m, discount, SOLVER_TOL).policy for m in true]
+    # the policy in force of a non-learning policy, per phase (it never changes within one)
+    fixed = ([tuple(int(a) for a in oracle[k]) if policy == "oracle"
+              else tuple(int(a) for a in fixed_policy(true[k], _FIXED[policy]))
+              for k in range(len(true))] if policy != "estimated" else [])
     regret_cache: dict[tuple[tuple[int, ...], int], float] = {}
 
     def regret_of(pol: tuple[int, ...], k: int) -> float:
@@ -258,8 +264,7 @@ def replay(phases: Sequence[Phase], duration_s: float, policy: str, *, window_s:
             pol = greedy
             action = int(explore_a[i]) if explore_u[i] < epsilon else pol[state]
         else:
-            pol = (tuple(int(a) for a in oracle[k]) if policy == "oracle"
-                   else tuple(int(a) for a in fixed_policy(true[k], _FIXED[policy])))
+            pol = fixed[k]
             action = pol[state]
         states[i], actions[i] = state, action
         costs[i] = true[k].cost[state, action] * noise[i]
@@ -314,3 +319,29 @@ def compare_policies(phases: Sequence[Phase], duration_s: float,
                                                             for pol in in_phase])),
                          "policy": policy_names(modal)})
     return pd.DataFrame(rows), runs
+
+
+def compare_over_seeds(phases: Sequence[Phase], duration_s: float, seeds: Sequence[int],
+                       policies: Sequence[str] = POLICIES,
+                       phase_names: Sequence[str] | None = None,
+                       **kwargs) -> tuple[pd.DataFrame, dict[int, dict[str, ReplayRun]]]:
+    """:func:`compare_policies` once per seed in ``seeds`` (``kwargs`` passed on, ``seed``
+    excepted): one row per seed, policy and phase, with a ``seed`` column first. Within a
+    seed every policy sees the same arrivals and draws, so two policies' rows of one seed and
+    phase are a pair (a paired test over seeds compares them). Returns the table and the runs
+    per seed."""
+    # deferred: pandas only for this table
+    import pandas as pd
+
+    seeds = [int(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise InvalidInputError(f"compare_over_seeds needs distinct seeds, got {seeds!r}")
+    if "seed" in kwargs:
+        raise InvalidInputError("compare_over_seeds takes its seeds from `seeds`, not `seed`")
+    tables, runs = [], {}
+    for seed in seeds:
+        table, runs[seed] = compare_policies(phases, duration_s, policies, phase_names,
+                                             seed=seed, **kwargs)
+        tables.append(table.assign(seed=seed))
+    out = pd.concat(tables, ignore_index=True)
+    return out[["seed", *(c for c in out.columns if c != "seed")]], runs

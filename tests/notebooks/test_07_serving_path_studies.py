@@ -14,6 +14,8 @@ pytestmark = pytest.mark.notebook
 NAME = "07_serving_path_studies"
 POLICIES = {"estimated", "oracle", "preload", "block", "bypass"}
 PHASES = {"before", "after"}
+FIXED = {"preload", "block", "bypass"}
+MDP_VERDICTS = {"holds", "does not hold", "inconclusive"}
 STATES = {"HIT", "STALE", "MISS_LOADING", "MISS_FAILED"}
 STRATEGIES = {"fixed-256", "geometric-x1.3", "aligned-64", "paged-16"}
 # value_iteration's bound: an exact regret is never below -(1 - γ)·γ·tol/2 (tol 1e-6)
@@ -80,6 +82,36 @@ def test_estimated_policy_beats_the_worst_fixed_policy(metrics):
             worst = max(cls["regret_ms"][p][phase] for p in ("preload", "block", "bypass"))
             assert worst == cls["worst_fixed_regret_ms"][phase]
             assert cls["regret_ms"]["estimated"][phase] < worst, (name, phase)
+
+
+def test_costs_are_means_over_seeds_and_verdicts_paired_differences(metrics):
+    """The table's cost and regret are the means of the per-seed values, inside their
+    intervals; each verdict's effect is the mean of estimated − fixed over the same seeds."""
+    mdp = metrics["mdp"]
+    n = len(mdp["seeds"])
+    assert n >= 2 and mdp["parameters"]["seed"] in mdp["seeds"]
+    assert set(mdp["everywhere"]) == FIXED and set(mdp["everywhere"].values()) <= MDP_VERDICTS
+    for name, cls in mdp["classes"].items():
+        for key in ("cost_ms", "regret_ms"):
+            for policy, by_phase in cls[key].items():
+                for phase, mean in by_phase.items():
+                    seeds = cls["per_seed"][key][policy][phase]
+                    low, high = cls[f"{key}_ci95"][policy][phase]
+                    assert len(seeds) == n and mean == pytest.approx(np.mean(seeds))
+                    assert low - 1e-9 <= mean <= high + 1e-9, (name, key, policy, phase)
+        assert set(cls["verdicts"]) == FIXED
+        cost = cls["per_seed"]["cost_ms"]
+        for fixed, by_phase in cls["verdicts"].items():
+            assert set(by_phase) == PHASES
+            for phase, v in by_phase.items():
+                assert v["verdict"] in MDP_VERDICTS and v["n"] == n
+                diff = np.subtract(cost["estimated"][phase], cost[fixed][phase])
+                assert v["effect"] == pytest.approx(diff.mean())
+                low, high = v["ci95"]
+                assert low <= v["effect"] <= high
+                word = "holds" if high < 0 else "does not hold" if low > 0 else "inconclusive"
+                assert v["verdict"] == word, (name, fixed, phase)
+        assert all(len(r) == n for r in cls["requests"].values())
 
 
 def test_the_shift_changes_the_oracle_and_raises_its_cost(metrics):

@@ -13,8 +13,9 @@ import pytest
 from mmcache.errors import ConfigError, InvalidInputError
 from mmcache.sim.invalidation_mdp import (Action, CostParams, State, cost_matrix, fixed_policy,
                                           value_iteration)
-from mmcache.sim.invalidation_replay import (KeyClass, Phase, arrivals, compare_policies,
-                                             policy_names, regret_per_request, replay)
+from mmcache.sim.invalidation_replay import (KeyClass, Phase, arrivals, compare_over_seeds,
+                                             compare_policies, policy_names, regret_per_request,
+                                             replay)
 
 H, S, L, F = State.HIT, State.STALE, State.MISS_LOADING, State.MISS_FAILED
 P, B, Y = Action.PRELOAD, Action.BLOCK, Action.BYPASS
@@ -158,3 +159,20 @@ def test_refused_input():
         replay([Phase(0, VOLATILE), Phase(20.0, BUSY)], 10.0, "oracle", **REPLAY)
     with pytest.raises(InvalidInputError):
         compare_policies(phases, 10.0, phase_names=["a", "b"], **REPLAY)
+
+
+def test_compare_over_seeds_repeats_compare_policies_per_seed():
+    phases = [Phase(0, VOLATILE), Phase(150, BUSY)]
+    kwargs = {k: v for k, v in REPLAY.items() if k != "seed"}
+    table, runs = compare_over_seeds(phases, 300.0, [3, 4], phase_names=["before", "after"],
+                                     **kwargs)
+    assert list(table.columns[:2]) == ["seed", "policy_name"] and set(runs) == {3, 4}
+    one, _ = compare_policies(phases, 300.0, phase_names=["before", "after"], **REPLAY)
+    same = table[table.seed == 3].drop(columns="seed").reset_index(drop=True)
+    assert same.drop(columns="policy").equals(one.drop(columns="policy"))
+    other = table[table.seed == 4].set_index(["policy_name", "phase"])
+    assert not np.allclose(other.cost_ms, same.set_index(["policy_name", "phase"]).cost_ms)
+    with pytest.raises(InvalidInputError):
+        compare_over_seeds(phases, 300.0, [3, 3], **kwargs)
+    with pytest.raises(InvalidInputError):
+        compare_over_seeds(phases, 300.0, [3], **REPLAY)  # the seed comes from the seeds
