@@ -6,7 +6,9 @@ stated tolerance, names the page that prints it (``page``) and quotes the text t
 that prints it (``readme``). A statistic over seeds is checked against the interval the run
 itself reports: ``{value: v, within: path/of/its/ci95}`` passes when the page's ``v`` lies in
 the run's interval (widened by the entry's ``tol``, the page's rounding), whatever machine
-made it. :func:`check` compares them; :func:`missing_quotes` checks
+made it. Where runs of one machine differ too (the frozen-feature collapse runs),
+``{interval: [low, high], overlaps: path/of/its/ci95}`` passes when the interval the page prints
+and the run's overlap: the two runs agree within their uncertainty. :func:`check` compares them; :func:`missing_quotes` checks
 the quotes alone (no run needed). The command line (what ``make check-docs`` runs,
 after ``make figures``) prints every mismatch and exits 1 if there is one::
 
@@ -34,6 +36,8 @@ from mmcache.paths import PROJECT_ROOT, RUNS_DIR
 EXPECTED_FILE = PROJECT_ROOT / "figures" / "expected.yaml"
 README_FILE = PROJECT_ROOT / "README.md"
 ENTRY_FIELDS = ("page", "readme", "metrics", "tol", "rtol")
+#: The mapping values an entry may hold besides plain values.
+SHAPES = ({"same_as"}, {"value", "within"}, {"interval", "overlaps"})
 #: Float rounding allowed on top of every tolerance (0.8 - 0.6 > 0.2 in binary).
 FLOAT_SLACK = 1e-9
 _MISSING = object()
@@ -49,6 +53,7 @@ class Expectation:
     path: tuple[str, ...]
     value: Any                # number, list, string, bool, {"same_as": path} or
     #                           {"value": v, "within": path of the run's [low, high] interval}
+    #                           or {"interval": [low, high], "overlaps": path of the run's}
     tol: float = 0.0
     rtol: float = 0.0
     page: str = "README.md"   # the page that prints it, relative to the checkout
@@ -141,9 +146,10 @@ def _entry(entry: Any, notebook: str, where: str) -> list[Expectation]:
             raise ConfigError(f"{where}: `{key}` must be a non-negative number, got {value!r}")
         tols[key] = float(value)
     for key, value in metrics.items():
-        if isinstance(value, dict) and set(value) not in ({"same_as"}, {"value", "within"}):
-            raise ConfigError(f"{where}: metric `{key}`: a mapping value must be {{same_as: path}} "
-                              f"or {{value: number, within: path of an interval}}")
+        if isinstance(value, dict) and set(value) not in SHAPES:
+            raise ConfigError(f"{where}: metric `{key}`: a mapping value must be {{same_as: path}}, "
+                              f"{{value: number, within: path of an interval}} or "
+                              f"{{interval: [low, high], overlaps: path of an interval}}")
     return [Expectation(notebook, readme, tuple(str(key).split("/")), value, page=page, **tols)
             for key, value in metrics.items()]
 
@@ -188,6 +194,8 @@ def _compare(exp: Expectation, metrics: dict[str, Any]) -> str | None:
     expected = exp.value
     if isinstance(expected, dict) and "within" in expected:
         return _within(exp, name, expected, metrics)
+    if isinstance(expected, dict) and "overlaps" in expected:
+        return _overlaps(exp, name, expected, metrics)
     if isinstance(expected, dict):
         expected = _lookup(metrics, tuple(expected["same_as"].split("/")))
         if expected is _MISSING:
@@ -210,18 +218,40 @@ def _matches(measured: Any, expected: Any, tol: float, rtol: float) -> bool:
     return measured == expected
 
 
+def _run_interval(metrics: dict[str, Any], path: str) -> tuple[float, float] | None:
+    """The finite ``[low, high]`` interval the run reports at ``path`` (None: there is none)."""
+    interval = _lookup(metrics, tuple(str(path).split("/")))
+    if not (isinstance(interval, list) and len(interval) == 2 and
+            all(isinstance(v, (int, float)) and math.isfinite(v) for v in interval)):
+        return None
+    return float(interval[0]), float(interval[1])
+
+
 def _within(exp: Expectation, name: str, expected: Mapping[str, Any],
             metrics: dict[str, Any]) -> str | None:
     """Whether the page's value lies in the interval the run reports at ``expected["within"]``."""
-    interval = _lookup(metrics, tuple(str(expected["within"]).split("/")))
-    if not (isinstance(interval, list) and len(interval) == 2 and
-            all(isinstance(v, (int, float)) and math.isfinite(v) for v in interval)):
+    interval = _run_interval(metrics, expected["within"])
+    if interval is None:
         return f"{name}: within {expected['within']}: no [low, high] interval in the run"
     value, (low, high) = expected["value"], interval
     slack = exp.tol + FLOAT_SLACK * max(1.0, abs(value))   # ``tol``: the page's rounding
     if not low - slack <= value <= high + slack:
         return (f"{name}: {exp.page} {value!r} is outside the run's 95% interval "
                 f"[{low:.4g}, {high:.4g}] ({expected['within']})")
+    return None
+
+
+def _overlaps(exp: Expectation, name: str, expected: Mapping[str, Any],
+              metrics: dict[str, Any]) -> str | None:
+    """Whether the interval the page prints overlaps the run's at ``expected["overlaps"]``."""
+    interval = _run_interval(metrics, expected["overlaps"])
+    if interval is None:
+        return f"{name}: overlaps {expected['overlaps']}: no [low, high] interval in the run"
+    (page_low, page_high), (low, high) = expected["interval"], interval
+    slack = exp.tol + FLOAT_SLACK   # ``tol``: the page's rounding
+    if page_high + slack < low or high + slack < page_low:
+        return (f"{name}: {exp.page} interval [{page_low:g}, {page_high:g}] does not overlap the "
+                f"run's [{low:.4g}, {high:.4g}] ({expected['overlaps']})")
     return None
 
 

@@ -33,6 +33,13 @@ def _fabricate_runs(runs: Path, expectations, smoke: bool = False) -> None:
                 interval = interval.setdefault(key, {})
             interval[last] = [exp.value["value"], exp.value["value"]]
             continue
+        if isinstance(exp.value, dict) and "overlaps" in exp.value:  # the page's interval
+            node = by_notebook[exp.notebook]
+            *parents, last = exp.value["overlaps"].split("/")
+            for key in parents:
+                node = node.setdefault(key, {})
+            node[last] = list(exp.value["interval"])
+            continue
         node[exp.path[-1]] = 13 if isinstance(exp.value, dict) else exp.value
         if isinstance(exp.value, dict):       # {same_as: path}: give that path the same value
             by_notebook[exp.notebook][exp.value["same_as"]] = 13
@@ -122,6 +129,13 @@ def test_tolerances_lists_and_same_as() -> None:
     assert "outside the run's 95% interval" in readme_check._compare(
         own, {"e": {"effect": -0.1, "ci95": [-0.3, 0.1]}})
     assert "no [low, high] interval" in readme_check._compare(own, {"e": {"effect": -0.1}})
+    # runs that differ on one machine too: the page's interval must overlap the run's
+    agree = readme_check.Expectation("nb", "q", ("e", "ci95"),
+                                     {"interval": [-0.17, 0.11], "overlaps": "e/ci95"}, tol=0.005)
+    assert readme_check._compare(agree, {"e": {"ci95": [-0.083, 0.079]}}) is None
+    assert readme_check._compare(agree, {"e": {"ci95": [0.114, 0.3]}}) is None   # rounding
+    assert "does not overlap" in readme_check._compare(agree, {"e": {"ci95": [0.2, 0.3]}})
+    assert "no [low, high] interval" in readme_check._compare(agree, {"e": {"ci95": [0.1]}})
     # a key holding the separator is found by joining the path's parts
     kind = readme_check.Expectation("nb", "q", ("rejected", "image", "near-duplicate"), 0.3)
     assert readme_check._compare(kind, {"rejected": {"image/near-duplicate": 0.3}}) is None
