@@ -36,6 +36,8 @@ PRIMARY = {"text": "text", "image": "image", "audio": "audio"}
 VERIFIER_PASS = 0.5
 #: GPTCache 0.1.44's default ``similarity_threshold`` (``gptcache.Config``).
 GPTCACHE_DEFAULT_THRESHOLD = 0.8
+#: Decimal places of the cosines a static δ is chosen on.
+SIMILARITY_DECIMALS = 6
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,8 +62,12 @@ class PairScores:
                           self.verifier[mask], self.encoder_ids)
 
     def min_similarity(self) -> np.ndarray:
-        """Each pair's smallest cosine over its modalities (what a multimodal hit needs)."""
-        return np.nanmin(np.vstack(list(self.similarities.values())), axis=0)
+        """Each pair's smallest cosine over its modalities (what a multimodal hit needs), to
+        :data:`SIMILARITY_DECIMALS` places: a cosine of float32 vectors means nothing finer, and a
+        static δ finer than that would rest on one CPU's rounding (identical queries' cosine is
+        1.0 on one and 0.99999994 on another)."""
+        return np.round(np.nanmin(np.vstack(list(self.similarities.values())), axis=0),
+                        SIMILARITY_DECIMALS)
 
     def lookup(self, i: int) -> dict[str, float]:
         """Pair ``i``'s similarity as a rule sees it: its family's primary modality (an image
