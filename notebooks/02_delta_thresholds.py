@@ -729,11 +729,11 @@ def pick(name, budget):
 
 eb2 = runs.get(("error-budget", 0.02), [])
 worst = max((r["realised_error"] for r in eb2), default=float("nan"))
-static2 = hindsight[0.02]
 vc2 = pick("vcache", 0.02)
 eb = pick("error-budget", 0.02)
 # the static δ chosen in hindsight at the realised error the error-budget rule reached
-static_same = ts.best_static(compared, eb["realised_error"]) if eb is not None else static2
+same_error = eb["realised_error"] if eb is not None else 0.02
+static_same = ts.best_static(compared, same_error)
 # Each bar over the stream orders: a count where it says "every seed", otherwise a paired
 # t-interval over the orders (mmcache.studies.verdicts), "inconclusive" when it straddles the line.
 eb_seeds = per_seed(eb2) if eb2 else None
@@ -789,8 +789,7 @@ metrics = {
                               for b in BUDGETS},
     "best_static_hindsight_same_error": {
         **{k: static_same[k] for k in ("hit_rate", "realised_error", "delta")},
-        "hit_rate_ci95": ts.best_static_interval(
-            compared, eb["realised_error"] if eb is not None else 0.02)},
+        "hit_rate_ci95": ts.best_static_interval(compared, same_error)},
     "vcache": vc2,
     "gptcache": None if gpt is None else
     {k: v for k, v in ts.summarise(gpt, compared.same).items() if k in ("hit_rate", "realised_error")},

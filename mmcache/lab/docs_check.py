@@ -8,8 +8,8 @@ itself reports: ``{value: v, within: path/of/its/ci95}`` passes when the page's 
 the run's interval (widened by the entry's ``tol``, the page's rounding), whatever machine
 made it. Where runs of one machine differ too (the frozen-feature collapse runs),
 ``{interval: [low, high], overlaps: path/of/its/ci95}`` passes when the interval the page prints
-and the run's overlap: the two runs agree within their uncertainty. :func:`check` compares them; :func:`missing_quotes` checks
-the quotes alone (no run needed). The command line (what ``make check-docs`` runs,
+and the run's overlap: the two runs agree within their uncertainty. :func:`check` compares
+them; :func:`missing_quotes` checks the quotes alone (no run needed). The command line (what ``make check-docs`` runs,
 after ``make figures``) prints every mismatch and exits 1 if there is one::
 
     python -m mmcache.lab.docs_check [--expected figures/expected.yaml] [--runs runs] [--root .]
