@@ -7,6 +7,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+import warnings
 
 import numpy as np
 import pytest
@@ -515,21 +516,40 @@ class RecordingStandInEncoders:
         return np.stack([np.full((n_frames, self.dim), c.size / 1e5) for c in clips])
 
 
-def test_frozen_features_are_encoded_once_then_read_from_the_cache(tmp_path):
+def test_frozen_features_are_encoded_once_then_read_from_the_cache_after_a_probe(tmp_path):
     stand_in = RecordingStandInEncoders()
-    caps = data.CAPTIONS[:3]
+    caps = tuple(dict.fromkeys(data.CAPTIONS))[:6]
     first = frozen_features(caps, encoders=stand_in, root=tmp_path)
-    assert stand_in.calls == ["load", "text x3", "audio x3"]
-    second = frozen_features(list(caps) + [caps[0]], encoders=stand_in, root=tmp_path)
-    assert stand_in.calls == ["load", "text x3", "audio x3"]       # no second encode
+    assert stand_in.calls == ["load", "text x6", "audio x6"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = frozen_features(list(caps) + [caps[0]], encoders=stand_in, root=tmp_path)
+    assert stand_in.calls[3:] == ["load", "text x4", "audio x4"]   # a probe, no second encode
     assert second.path == first.path and np.array_equal(second.audio, first.audio)
     assert list(tmp_path.glob("*.npz")) == [first.path]
-    frozen_features(data.CAPTIONS[3:5], encoders=stand_in, root=tmp_path)
+    frozen_features(data.CAPTIONS[6:8], encoders=stand_in, root=tmp_path)
     assert stand_in.calls[-2:] == ["text x2", "audio x2"]          # other captions: new file
     assert len(list(tmp_path.glob("*.npz"))) == 2
     assert first.rows([caps[2], caps[0]]).tolist() == [2, 0]
     with pytest.raises(InvalidInputError, match="no frozen features"):
         first.rows(["a red circle in the sky"])
+
+
+def test_a_cached_file_that_a_new_encoding_does_not_reproduce_is_encoded_again(tmp_path):
+    stand_in = RecordingStandInEncoders()
+    caps = tuple(dict.fromkeys(data.CAPTIONS))[:6]
+    good = frozen_features(caps, encoders=stand_in, root=tmp_path)
+    audio = good.audio.copy()
+    audio[0, 3] += 0.2      # as the one caption whose cached Whisper frames no encoding repeated
+    features._write(good.path, good.captions, good.text, audio, *good.encoders)
+    features.load_features.cache_clear()
+    stale = r"rows \[0, 1, 3, 5\] differs from the file by up to 0.2"
+    with pytest.warns(UserWarning, match=stale):
+        again = frozen_features(caps, encoders=stand_in, root=tmp_path)
+    assert stand_in.calls[-2:] == ["text x6", "audio x6"]
+    assert again.path == good.path and np.array_equal(again.audio, good.audio)
+    with np.load(good.path) as f:
+        assert np.array_equal(f["audio"], good.audio)                # the file is the new one
 
 
 def test_frozen_features_reject_captions_of_unequal_token_length(tmp_path):
@@ -559,6 +579,13 @@ def test_real_encoder_features_have_the_documented_shapes(real_features):
     # different captions, different states; pooled frames are not all alike within a clip
     assert not np.allclose(f.text[0], f.text[1]) and not np.allclose(f.audio[0], f.audio[1])
     assert f.audio[0].std(0).mean() > 1e-3
+
+
+def test_real_encoders_reproduce_their_cached_rows_within_the_probe_tolerance(real_features):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")             # a probe that does not match warns
+        again = frozen_features(data.CAPTIONS[:4], root=real_features.path.parent)
+    assert again.path == real_features.path
 
 
 def test_minilm_token_states_do_not_depend_on_batch_padding():

@@ -9,15 +9,19 @@ encoder frames (``np.array_split`` of the frames that hold audio, 20 ms each;
 the audio keys). Image patch keys stay the raw 8 × 8 patches of :mod:`.data`.
 
 Features are computed once and kept in ``data/generated/collapse_features/``
-as one ``.npz`` named by the content hash of the captions, the encoders'
-weight files and the speech and pooling settings; a later call with the same
-inputs reads that file and loads no encoder.
+as one ``.npz`` named by the content hash of what makes them: the captions,
+the synthesised clips' bytes, the encoders' weight files and the pooling
+settings. A later call with the same inputs reads that file after re-encoding
+:data:`PROBE_ROWS` of its rows and comparing them with what it holds; a file
+that does not match (written by other code, or by an encoding that cannot be
+repeated) is encoded again, with a warning saying by how much it differed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -46,6 +50,8 @@ FROZEN = "frozen MiniLM tokens + Whisper tiny.en frames + raw patches"
 AUDIO_FRAMES = 16
 VOICE, RATE = "en-us+f3", 150
 DEFAULT_ROOT = DATA_DIR / "generated" / "collapse_features"
+PROBE_ROWS = 4  # rows re-encoded to check a cached file (the first among them)
+PROBE_ATOL = 1e-3  # float noise of one encoder on one CPU is < 1e-5; a stale file differs by 0.1+
 
 
 class TokenEncoder(Protocol):
@@ -141,20 +147,44 @@ def frozen_features(captions: Sequence[str],
                     root: str | Path = DEFAULT_ROOT) -> FrozenFeatures:
     """Frozen text tokens and audio frames of ``captions``, encoded once and cached on disk.
 
-    ``encoders()`` is called (and the encoders loaded) only when the cache file is missing; the
-    encoding runs under :func:`~mmcache.encoders.base.fixed_torch_state` (one thread, no
-    flush-to-zero), so the features do not depend on what the process ran before.
+    The encoders are loaded on every call: to encode the file when it is missing, or to
+    re-encode :data:`PROBE_ROWS` of its rows and check them against it (a file that differs by
+    more than :data:`PROBE_ATOL` is encoded again, with a warning). Encoding runs under
+    :func:`~mmcache.encoders.base.fixed_torch_state` (one thread, no flush-to-zero), so the
+    features do not depend on what the process ran before.
     """
     captions = tuple(dict.fromkeys(captions))
     if not captions:
         raise InvalidInputError("frozen_features needs at least one caption")
-    path = Path(root) / f"{_cache_key(captions)}.npz"
-    if not path.is_file():
-        with fixed_torch_state():
-            text_encoder, frame_encoder = encoders()
-            text, audio = _encode(captions, text_encoder, frame_encoder)
-        _write(path, captions, text, audio, text_encoder.encoder_id, frame_encoder.encoder_id)
+    clips = [synthesize(c, VOICE, RATE).audio for c in captions]
+    path = Path(root) / f"{_cache_key(captions, clips)}.npz"
+    with fixed_torch_state():
+        text_encoder, frame_encoder = encoders()
+        stale = _probe_mismatch(load_features(str(path)), captions, clips, text_encoder,
+                                frame_encoder) if path.is_file() else None
+        if stale is not None:
+            warnings.warn(f"{path.name}: {stale}; encoding the features again", stacklevel=2)
+        if stale is not None or not path.is_file():
+            text, audio = _encode(captions, clips, text_encoder, frame_encoder)
+            _write(path, captions, text, audio, text_encoder.encoder_id, frame_encoder.encoder_id)
+            load_features.cache_clear()
     return load_features(str(path))
+
+
+def _probe_mismatch(cached: FrozenFeatures, captions: tuple[str, ...], clips: list[np.ndarray],
+                    text_encoder: TokenEncoder, frame_encoder: FrameEncoder) -> str | None:
+    """How the cached file differs from a new encoding of a few of its rows; None if it does not."""
+    if cached.captions != captions:
+        return "its captions are not the ones asked for"
+    spread = np.linspace(0, len(captions) - 1, min(PROBE_ROWS, len(captions)))
+    rows = sorted({int(r) for r in spread})
+    text, audio = _encode(tuple(captions[r] for r in rows), [clips[r] for r in rows],
+                          text_encoder, frame_encoder)
+    worst = max(float(np.abs(text - cached.text[rows]).max()),
+                float(np.abs(audio - cached.audio[rows]).max()))
+    if worst <= PROBE_ATOL:
+        return None
+    return f"re-encoding rows {rows} differs from the file by up to {worst:.3g} (> {PROBE_ATOL})"
 
 
 @lru_cache(maxsize=4)
@@ -178,20 +208,22 @@ def _digest(path: Path) -> str:
     return file_sha256(path)[:12]
 
 
-def _cache_key(captions: tuple[str, ...]) -> str:
-    spec = {"captions": captions, "weights": weights_digests(), "features": FROZEN,
-            "voice": VOICE, "rate": RATE, "audio_frames": AUDIO_FRAMES, "version": 2}
+def _cache_key(captions: tuple[str, ...], clips: Sequence[np.ndarray]) -> str:
+    clip_digest = hashlib.sha256(b"".join(hashlib.sha256(np.ascontiguousarray(c)).digest()
+                                          for c in clips)).hexdigest()
+    spec = {"captions": captions, "clips": clip_digest, "weights": weights_digests(),
+            "features": FROZEN, "voice": VOICE, "rate": RATE, "audio_frames": AUDIO_FRAMES,
+            "version": 3}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def _encode(captions: tuple[str, ...], text_encoder: TokenEncoder,
+def _encode(captions: tuple[str, ...], clips: Sequence[np.ndarray], text_encoder: TokenEncoder,
             frame_encoder: FrameEncoder) -> tuple[np.ndarray, np.ndarray]:
 
     tokens = text_encoder.token_states(captions)
     if len({t.shape for t in tokens}) != 1:
         raise InvalidEmbeddingError(f"captions tokenise to different lengths: "
                                     f"{sorted({t.shape[0] for t in tokens})}")
-    clips = [synthesize(c, VOICE, RATE).audio for c in captions]
     text = np.stack(tokens).astype(np.float32)
     audio = np.asarray(frame_encoder.frame_states(clips, AUDIO_FRAMES), dtype=np.float32)
     if audio.shape[:2] != (len(captions), AUDIO_FRAMES) or not (
