@@ -182,12 +182,36 @@ _Found = tuple[Hit, Entry, float]
 #: A search made outside the lock: the tier's ``writes`` and the floors it was planned with,
 #: its candidates, whether the spherical cap skipped it, and its seconds.
 _Searched = tuple[int, dict[str, float], list[Candidate], bool, float]
+#: Times an exact lookup reads a store-backed tier outside the lock before it counts a miss
+#: there (each read that the tier's view moved past meanwhile is read again).
+STORE_READS = 3
 #: Seconds a display waits for the cache's lock; past it, it shows what needs no lock.
 DISPLAY_LOCK_WAIT = 0.05
 #: A display counts entries per scope only in tiers holding at most this many (bounded hold).
 DISPLAY_SCAN_LIMIT = 100_000
 _T = TypeVar("_T")
 _LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fetch:
+    """A store-backed ``tier`` an exact lookup reached at ``level``: it is read outside the
+    lock."""
+
+    level: int
+    tier: StoreTier
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fetched:
+    """What an exact lookup read from the store-backed tier at ``level`` outside the lock: the
+    entry (None: not stored), the tier's resync count before the read, and the read's
+    seconds."""
+
+    level: int
+    entry: Entry | None
+    resyncs: int
+    seconds: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -822,10 +846,13 @@ class TieredCache:
             if bypass or self._wants_bypass(prepared.text):
                 self._metrics.count("bypasses", modality_set_name(prepared.modalities))
                 return None, False
-            found = self._exact(prepared, self._clock(), origin_failed)
-            if found is not None or not (ready or encodable):
-                return self._answer(query, prepared, found, None, start)
-            plan = self._search_plan(prepared)
+        self._revalidation_view(prepared.scope)  # store I/O without the lock
+        answer, plan, stores = self._exact_then(prepared, origin_failed, lambda found: (
+            self._after_exact(query, prepared, found, start, ready or encodable)))
+        if answer is not None:
+            return answer
+        for store in stores:
+            store.catch_up(prepared.scope, sweep=True)  # what a search of it needs, without the lock
         if ready:
             vectors, turns_vector = prepared.vectors, None
         else:
@@ -841,11 +868,23 @@ class TieredCache:
             if not pending:
                 return self._answer(query, prepared, found, nearest, start)
         verdicts = self._verdicts(query, pending)  # outside the lock: a slow judge blocks no one
+        self._revalidation_view(prepared.scope)
         with self._lock:
             self._check_open()
             found = self._serve_verified(prepared, pending, verdicts, self._clock(),
                                          origin_failed)
             return self._answer(query, prepared, found, nearest, start)
+
+    def _after_exact(self, query: Query, p: PreparedQuery, found: _Found | None, start: float,
+                     searchable: bool) -> tuple[tuple[Hit | None, bool] | None,
+                                                tuple[int, SemanticTier, int, dict[str, float]]
+                                                | None, list[StoreTier]]:
+        """Under the lock, after the exact lookup: the answer when the lookup ends there (a
+        hit, or no vectors to search with), else the in-memory search to make outside the
+        lock (:meth:`_search_plan`) and the store-backed tiers to catch up before searching."""
+        if found is not None or not searchable:
+            return self._answer(query, p, found, None, start), None, []
+        return None, self._search_plan(p), self._searched_stores(p)
 
     def _answer(self, query: Query, p: PreparedQuery, found: _Found | None,
                 nearest: Mapping[str, float] | None,
@@ -891,18 +930,57 @@ class TieredCache:
         self._refreshing[hit.entry_id] = now + REFRESH_TIMEOUT
         return True
 
-    def _exact(self, p: PreparedQuery, now: float, origin_failed: bool) -> _Found | None:
+    def _exact_then(self, p: PreparedQuery, origin_failed: bool,
+                    then: Callable[[_Found | None], _T]) -> _T:
+        """``then(found)`` under the lock, ``found`` being the exact lookup's answer. The tiers
+        in memory are looked up under the lock; a store-backed tier is read outside it, and
+        what was read is used under it only while the tier's view of the entry is the one it
+        had then (else it is read again, at most ``STORE_READS`` times in all; then the lookup
+        is an exact miss)."""
+        fetched: _Fetched | None = None
+        reads = 0
+        while True:
+            with self._lock:
+                self._check_open()
+                found = self._exact(p, self._clock(), origin_failed, fetched)
+                if not isinstance(found, _Fetch) or reads == STORE_READS:
+                    return then(None if isinstance(found, _Fetch) else found)
+            fetched = self._fetch(p, found)
+            reads += 1
+
+    def _fetch(self, p: PreparedQuery, fetch: _Fetch) -> _Fetched:
+        """Read ``p``'s exact key from the store-backed tier ``fetch`` names, without the
+        lock (the tier serializes its own calls)."""
+        resyncs = fetch.tier.resyncs
+        start = time.perf_counter()
+        entry = fetch.tier.get(p.scope, p.key)
+        return _Fetched(fetch.level, entry, resyncs, time.perf_counter() - start)
+
+    def _exact(self, p: PreparedQuery, now: float, origin_failed: bool,
+               fetched: _Fetched | None = None) -> _Found | _Fetch | None:
+        """The exact lookup, under the lock: the first servable copy of ``p``'s key, in tier
+        order; or, on reaching a store-backed tier that ``fetched`` did not read (the lookup
+        went on from its level) or whose view of the entry moved since, a :class:`_Fetch` of
+        it, to read outside the lock and look up again from there."""
         maybe = self.guard is None or self.guard.might_contain(p.key)
         kind = modality_set_name(p.modalities)
         for level, tier in enumerate(self.tiers):
+            if fetched is not None and level < fetched.level:
+                continue  # looked up before the read
             if not self._probes(tier) or kind not in self._routes[level]:
                 continue
             if not maybe and not tier.shared:
                 self._metrics.count("guard_skips", f"{tier.name}:bloom")
                 continue
-            start = time.perf_counter()
-            entry = tier.get(p.scope, p.key)
-            self._metrics.time(f"{tier.name}.exact", time.perf_counter() - start)
+            if isinstance(tier, StoreTier):
+                if fetched is None or fetched.level != level or not _still_read(tier, fetched):
+                    return _Fetch(level, tier)
+                entry, seconds = fetched.entry, fetched.seconds
+            else:
+                start = time.perf_counter()
+                entry = tier.get(p.scope, p.key)
+                seconds = time.perf_counter() - start
+            self._metrics.time(f"{tier.name}.exact", seconds)
             if entry is None or not self._current(entry, level):
                 continue
             freshness = self._freshness(entry, now, origin_failed)
@@ -924,6 +1002,18 @@ class TieredCache:
                         self._served_above(level, kind)):
                 continue
             yield level, tier
+
+    def _searched_stores(self, p: PreparedQuery) -> list[StoreTier]:
+        """The store-backed tiers a lookup of ``p`` searches (under the lock)."""
+        return [tier for _, tier in self._searched_levels(modality_set_name(p.modalities))
+                if isinstance(tier, StoreTier)]
+
+    def _revalidation_view(self, scope: str) -> None:
+        """Bring the shared store's view of ``scope`` as up to date as revalidating a copy of
+        it needs (``max_staleness``), without the lock: copies above the store found under
+        it are then revalidated against that view (:meth:`_current`)."""
+        if self._shared_store is not None:
+            self._shared_store.catch_up(scope, self._shared_store.max_staleness)
 
     def _search_plan(self, p: PreparedQuery) -> tuple[int, SemanticTier, int,
                                                       dict[str, float]] | None:
@@ -1092,9 +1182,9 @@ class TieredCache:
                 floors: Mapping[str, float]) -> list[Candidate]:
         """``tier.search``, counting searches its spherical-cap pre-check skipped (an in-memory
         semantic tier, which other threads search outside the lock, says so itself)."""
-        if isinstance(tier, SemanticTier):
+        if isinstance(tier, (SemanticTier, StoreTier)):  # a store's view: caught up before
             candidates, skipped = tier.find(scope, vectors, floors, SEARCH_K)
-        else:  # only searched under the lock
+        else:  # another semantic tier: searched under the lock
             index = getattr(tier, "index", None)
             before = getattr(index, "skipped", 0)
             candidates = tier.search(scope, vectors, floors, SEARCH_K)
@@ -1137,12 +1227,12 @@ class TieredCache:
 
     def _current(self, entry: Entry, level: int) -> bool:
         """Whether ``entry``, found in tier ``level``, is the version a shared store below holds
-        (as of its ``max_staleness``); a stale private copy is dropped from the tiers above
-        the store."""
+        in its view (which the lookup caught up with before: :meth:`_revalidation_view`); a
+        stale private copy is dropped from the tiers above the store."""
         store = self._shared_store
         if store is None or self.tiers.index(store) <= level:
             return True
-        version = store.current_version(entry.entry_id)
+        version = store.known_version(entry.entry_id)
         above = self.tiers[:self.tiers.index(store)]
         if store.resyncs != self._store_resyncs:  # versions from before may be reused now
             self._store_resyncs = store.resyncs
@@ -1424,6 +1514,14 @@ def _asked_size(question: str | None, context: Sequence[tuple[str, str]],
     turns = sum(len(role.encode()) + len(content.encode()) for role, content in context)
     vector = 0 if turns_vector is None else 4 * len(turns_vector)
     return len((question or "").encode()) + turns + vector
+
+
+def _still_read(tier: StoreTier, fetched: _Fetched) -> bool:
+    """Whether what was read from ``tier`` outside the lock is still its view: no resync since,
+    and the entry read (if any) is the version the tier knows now."""
+    return tier.resyncs == fetched.resyncs and (
+        fetched.entry is None or
+        tier.known_version(fetched.entry.entry_id) == fetched.entry.version)
 
 
 def _same_write(a: Entry, b: Entry) -> bool:

@@ -435,3 +435,92 @@ def test_answers_with_and_without_the_search_outside_the_lock_are_the_same(
     assert snapshot(outside)[:3] == snapshot(under)[:3]
     outside.close()
     under.close()
+
+
+def store_cache(tmp_path: Path, shared: bool) -> mmcache.TieredCache:
+    """Memory L1 + L2 over a SQLite L3 (shared: revalidating a copy needs no round trip for a
+    minute, so an L1 hit needs nothing of the store)."""
+    l3 = {"backend": "sqlite", "path": str(tmp_path / "l3.db")}
+    if shared:
+        l3.update(shared=True, options={"max_staleness": 60})
+    return mmcache.TieredCache({**SEMANTIC, "l2": {"index": "flat"}, "l3": l3})
+
+
+def only_in_l3(cache: mmcache.TieredCache, key: int) -> str:
+    """Put ``key`` and drop it from the tiers above L3, so its get reads the store."""
+    entry_id = cache.put(query(key), {"key": key})
+    for name in ("l1", "l2"):
+        cache.tier(name).delete(entry_id)
+    return entry_id
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
+def test_an_l1_hit_is_served_while_another_thread_is_inside_the_store(tmp_path: Path,
+                                                                      shared: bool) -> None:
+    cache = store_cache(tmp_path, shared)
+    cache.put(query(0), {"key": 0})
+    slow_id = only_in_l3(cache, 1)
+    store, inside, release = cache.tier("l3").store, threading.Event(), threading.Event()
+    inner = store.read
+
+    def read(scope, entry_id):
+        if entry_id == slow_id:
+            inside.set()
+            release.wait(WAIT)
+        return inner(scope, entry_id)
+    store.read = read
+    reading = in_thread(lambda: cache.get(query(1)))
+    try:
+        assert inside.wait(WAIT)
+        reader, hit = in_thread(lambda: cache.get(query(0)))
+        reader.join(WAIT / 5)
+        assert not reader.is_alive(), "an L1 hit waited for another thread's store read"
+        assert hit[0].tier == "l1" and hit[0].value == {"key": 0}
+    finally:
+        release.set()
+        reading[0].join(WAIT)
+    assert reading[1][0].tier == "l3" and reading[1][0].value == {"key": 1}
+    cache.close()
+
+
+@pytest.mark.parametrize("change", ["put", "invalidate", "other key"])
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
+def test_a_write_while_the_store_is_read_outside_the_lock_is_never_missed(
+        tmp_path: Path, shared: bool, change: str) -> None:
+    """What an exact lookup read from the store outside the lock is only served while the
+    tier's view of the entry is unchanged: after a put the new value is read again, after an
+    invalidation it is a miss; a write of another key leaves the read as it was."""
+    cache = store_cache(tmp_path, shared)
+    only_in_l3(cache, 1)
+    inside, release, reads = threading.Event(), threading.Event(), []
+    inner = cache._fetch
+
+    def fetch(*args):
+        fetched = inner(*args)
+        reads.append(fetched.entry)
+        if len(reads) == 1:  # the first read pauses once it has the entry
+            inside.set()
+            release.wait(WAIT)
+        return fetched
+    cache._fetch = fetch
+    reading = in_thread(lambda: cache.get(query(1)))
+    try:
+        assert inside.wait(WAIT)
+        if change == "put":
+            cache.put(query(1), {"key": 1, "v": "new"})
+        elif change == "invalidate":
+            assert cache.invalidate(query(1))
+        else:
+            cache.put(query(7), {"key": 7})
+    finally:
+        release.set()
+        reading[0].join(WAIT)
+    hit = reading[1][0]
+    assert not isinstance(hit, Exception), hit
+    if change == "invalidate":
+        assert hit is None and len(reads) == 2 and reads[1] is None
+    elif change == "put":
+        assert hit.value == {"key": 1, "v": "new"} and len(reads) == 2
+    else:
+        assert (hit.tier, hit.value, len(reads)) == ("l3", {"key": 1}, 1)
+    cache.close()
