@@ -71,8 +71,17 @@ other threads' searches (faiss releases the GIL), guarded by the index's own rea
 lock (:class:`~mmcache.tiers.vectors.SemanticIndex`), and its candidates are used under the
 lock only if the tier has not changed since (its ``writes`` count) and the rule's floors are
 the same; otherwise the tier is searched again under the lock, so every answer is one a
-search under the lock would give. Store-backed tiers (L3) are still searched and read under
-the lock. ``on_stale``
+search under the lock would give. A store-backed tier (L3) does its store round trips without
+the cache's lock too (it serializes its own calls): a get first brings the tier's view of its
+scope up to date as revalidation needs (``max_staleness``), and, before a semantic search,
+as a search needs; under the lock, copies above the store are revalidated against that view
+and the store's own index is searched in it, without I/O. Each entry a get reads from the
+store (its exact key, an accepted candidate, a judged one again) is read outside the lock and
+used under it only while the tier's view of that entry is the one it had when read (no write,
+invalidation or resync of it since); otherwise it is read again, at most ``STORE_READS`` times,
+then taken as not stored. So an L1 hit, or any lookup the store is not needed for, never
+waits for another thread's store call. Writes (``put``, ``put_many``, ``invalidate``, the purge
+of an expired entry) still reach the store under the lock. ``on_stale``
 runs outside it and is single-flight: it is called once per stale entry until that entry
 is put again or ``REFRESH_TIMEOUT`` seconds of the cache's clock pass (then the next stale
 answer calls it again). Processes each open their own cache (the SQLite store may be
@@ -139,7 +148,8 @@ import time
 from collections import Counter, OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Mapping, Sequence, \
+    TypeVar
 
 import numpy as np
 
@@ -195,23 +205,26 @@ _LOG = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class _Fetch:
-    """A store-backed ``tier`` an exact lookup reached at ``level``: it is read outside the
-    lock."""
+    """A read of ``entry_id`` from a store-backed ``tier``, to make outside the lock."""
 
-    level: int
     tier: StoreTier
+    scope: str
+    entry_id: str
 
 
 @dataclasses.dataclass(frozen=True)
 class _Fetched:
-    """What an exact lookup read from the store-backed tier at ``level`` outside the lock: the
-    entry (None: not stored), the tier's resync count before the read, and the read's
-    seconds."""
+    """What a :class:`_Fetch` read: the entry (None: not stored), the tier's resync count
+    before the read, and the read's seconds."""
 
-    level: int
     entry: Entry | None
     resyncs: int
     seconds: float
+
+
+#: Work under the cache's lock that asks for store reads to be made outside it
+#: (:meth:`TieredCache._locked`), returning a ``_T``.
+_Steps = Generator[_Fetch, _Fetched, _T]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -831,7 +844,8 @@ class TieredCache:
         """The answer to ``query`` and whether to call ``on_stale`` for it: the exact tiers
         under the lock, then (after a miss) the query's encoders outside it, then the
         semantic tiers under it again; candidates that need the verifier are judged outside
-        the lock and served under it only if they are still current."""
+        the lock and served under it only if they are still current. Store round trips are
+        made outside the lock throughout (see the module docstring)."""
         self._check_open()
         start = time.perf_counter()
         dims = self._dims_now()
@@ -847,44 +861,113 @@ class TieredCache:
                 self._metrics.count("bypasses", modality_set_name(prepared.modalities))
                 return None, False
         self._revalidation_view(prepared.scope)  # store I/O without the lock
-        answer, plan, stores = self._exact_then(prepared, origin_failed, lambda found: (
-            self._after_exact(query, prepared, found, start, ready or encodable)))
+        answer, plan, stores = self._locked(
+            self._exact_step(query, prepared, origin_failed, start, ready or encodable))
         if answer is not None:
             return answer
-        for store in stores:
-            store.catch_up(prepared.scope, sweep=True)  # what a search of it needs, without the lock
+        for store in stores:  # what a search of it needs, without the lock
+            self._unlocked_io(lambda: store.catch_up(prepared.scope, sweep=True))
         if ready:
             vectors, turns_vector = prepared.vectors, None
         else:
             vectors, _ = self._vectors(prepared, dims)
             turns_vector = self._context_vector(prepared)
         searched = self._search_outside(prepared, vectors, plan)  # faiss without the lock
-        with self._lock:
-            self._check_open()
-            if not ready:
-                self._check_dims([vectors])
-            found, nearest, pending = self._semantic(prepared, vectors, turns_vector,
-                                                     self._clock(), origin_failed, searched)
-            if not pending:
-                return self._answer(query, prepared, found, nearest, start)
+        answer, nearest, pending = self._locked(self._semantic_step(
+            query, prepared, vectors, turns_vector, origin_failed, searched, ready, start))
+        if answer is not None:
+            return answer
         verdicts = self._verdicts(query, pending)  # outside the lock: a slow judge blocks no one
         self._revalidation_view(prepared.scope)
-        with self._lock:
-            self._check_open()
-            found = self._serve_verified(prepared, pending, verdicts, self._clock(),
-                                         origin_failed)
-            return self._answer(query, prepared, found, nearest, start)
+        return self._locked(self._verified_step(query, prepared, pending, verdicts,
+                                                origin_failed, nearest, start))
 
-    def _after_exact(self, query: Query, p: PreparedQuery, found: _Found | None, start: float,
-                     searchable: bool) -> tuple[tuple[Hit | None, bool] | None,
-                                                tuple[int, SemanticTier, int, dict[str, float]]
-                                                | None, list[StoreTier]]:
-        """Under the lock, after the exact lookup: the answer when the lookup ends there (a
-        hit, or no vectors to search with), else the in-memory search to make outside the
-        lock (:meth:`_search_plan`) and the store-backed tiers to catch up before searching."""
+    def _locked(self, steps: _Steps[_T]) -> _T:
+        """Run ``steps`` under the lock, except the store reads it asks for: each is made
+        outside the lock (the tier serializes its own calls) and what it read is sent back."""
+        fetched: _Fetched | None = None
+        while True:
+            with self._lock:
+                self._check_open()
+                try:
+                    fetch = next(steps) if fetched is None else steps.send(fetched)
+                except StopIteration as done:
+                    return done.value
+            fetched = self._unlocked_io(lambda: self._fetch(fetch))
+
+    def _unlocked_io(self, call: Callable[[], _T]) -> _T:
+        """``call()``, store I/O made without the lock; when the store fails because this
+        cache was closed meanwhile, MMCacheError ("closed") instead."""
+        try:
+            return call()
+        except StorageError:
+            self._check_open()
+            raise
+
+    def _fetch(self, fetch: _Fetch) -> _Fetched:
+        """The read ``fetch`` asks for, made without the lock."""
+        resyncs = fetch.tier.resyncs
+        start = time.perf_counter()
+        entry = fetch.tier.get(fetch.scope, fetch.entry_id)
+        return _Fetched(entry, resyncs, time.perf_counter() - start)
+
+    def _read(self, tier: Tier, scope: str, entry_id: str
+              ) -> _Steps[tuple[Entry | None, float]]:
+        """Steps of :meth:`_locked`: ``tier.get(scope, entry_id)`` and its seconds. A
+        store-backed tier is read outside the lock, and what was read is used only while the
+        tier's view of the entry is the one it had then (else it is read again, at most
+        ``STORE_READS`` times in all; then None)."""
+        if not isinstance(tier, StoreTier):
+            start = time.perf_counter()
+            entry = tier.get(scope, entry_id)
+            return entry, time.perf_counter() - start
+        seconds = 0.0
+        for _ in range(STORE_READS):
+            fetched = yield _Fetch(tier, scope, entry_id)
+            seconds += fetched.seconds
+            if _still_read(tier, fetched):
+                return fetched.entry, seconds
+        return None, seconds
+
+    def _exact_step(self, query: Query, p: PreparedQuery, origin_failed: bool, start: float,
+                    searchable: bool) -> _Steps[tuple[tuple[Hit | None, bool] | None,
+                                                      tuple[int, SemanticTier, int,
+                                                            dict[str, float]] | None,
+                                                      list[StoreTier]]]:
+        """Steps of :meth:`_locked`: the exact lookup, then the answer when the lookup ends
+        there (a hit, or no vectors to search with), else the in-memory search to make
+        outside the lock (:meth:`_search_plan`) and the store-backed tiers to catch up
+        before searching."""
+        found = yield from self._exact(p, self._clock(), origin_failed)
         if found is not None or not searchable:
             return self._answer(query, p, found, None, start), None, []
         return None, self._search_plan(p), self._searched_stores(p)
+
+    def _semantic_step(self, query: Query, p: PreparedQuery, vectors: Mapping[str, np.ndarray],
+                       turns_vector: np.ndarray | None, origin_failed: bool,
+                       searched: Mapping[int, _Searched], ready: bool, start: float
+                       ) -> _Steps[tuple[tuple[Hit | None, bool] | None,
+                                         dict[str, float] | None, list[_Pending]]]:
+        """Steps of :meth:`_locked`: the semantic lookup, then its answer, or (None and) the
+        nearest similarities and the candidates to judge outside the lock."""
+        if not ready:
+            self._check_dims([vectors])
+        found, nearest, pending = yield from self._semantic(p, vectors, turns_vector,
+                                                            self._clock(), origin_failed,
+                                                            searched)
+        if pending:
+            return None, nearest, pending
+        return self._answer(query, p, found, nearest, start), nearest, pending
+
+    def _verified_step(self, query: Query, p: PreparedQuery, pending: Sequence[_Pending],
+                       verdicts: Sequence[dict[str, float] | None], origin_failed: bool,
+                       nearest: dict[str, float] | None,
+                       start: float) -> _Steps[tuple[Hit | None, bool]]:
+        """Steps of :meth:`_locked`: serve the first judged candidate still servable, and
+        answer."""
+        found = yield from self._serve_verified(p, pending, verdicts, self._clock(),
+                                                origin_failed)
+        return self._answer(query, p, found, nearest, start)
 
     def _answer(self, query: Query, p: PreparedQuery, found: _Found | None,
                 nearest: Mapping[str, float] | None,
@@ -930,56 +1013,17 @@ class TieredCache:
         self._refreshing[hit.entry_id] = now + REFRESH_TIMEOUT
         return True
 
-    def _exact_then(self, p: PreparedQuery, origin_failed: bool,
-                    then: Callable[[_Found | None], _T]) -> _T:
-        """``then(found)`` under the lock, ``found`` being the exact lookup's answer. The tiers
-        in memory are looked up under the lock; a store-backed tier is read outside it, and
-        what was read is used under it only while the tier's view of the entry is the one it
-        had then (else it is read again, at most ``STORE_READS`` times in all; then the lookup
-        is an exact miss)."""
-        fetched: _Fetched | None = None
-        reads = 0
-        while True:
-            with self._lock:
-                self._check_open()
-                found = self._exact(p, self._clock(), origin_failed, fetched)
-                if not isinstance(found, _Fetch) or reads == STORE_READS:
-                    return then(None if isinstance(found, _Fetch) else found)
-            fetched = self._fetch(p, found)
-            reads += 1
-
-    def _fetch(self, p: PreparedQuery, fetch: _Fetch) -> _Fetched:
-        """Read ``p``'s exact key from the store-backed tier ``fetch`` names, without the
-        lock (the tier serializes its own calls)."""
-        resyncs = fetch.tier.resyncs
-        start = time.perf_counter()
-        entry = fetch.tier.get(p.scope, p.key)
-        return _Fetched(fetch.level, entry, resyncs, time.perf_counter() - start)
-
-    def _exact(self, p: PreparedQuery, now: float, origin_failed: bool,
-               fetched: _Fetched | None = None) -> _Found | _Fetch | None:
-        """The exact lookup, under the lock: the first servable copy of ``p``'s key, in tier
-        order; or, on reaching a store-backed tier that ``fetched`` did not read (the lookup
-        went on from its level) or whose view of the entry moved since, a :class:`_Fetch` of
-        it, to read outside the lock and look up again from there."""
+    def _exact(self, p: PreparedQuery, now: float, origin_failed: bool) -> _Steps[_Found | None]:
+        """Steps of :meth:`_locked`: the first servable copy of ``p``'s key, in tier order."""
         maybe = self.guard is None or self.guard.might_contain(p.key)
         kind = modality_set_name(p.modalities)
         for level, tier in enumerate(self.tiers):
-            if fetched is not None and level < fetched.level:
-                continue  # looked up before the read
             if not self._probes(tier) or kind not in self._routes[level]:
                 continue
             if not maybe and not tier.shared:
                 self._metrics.count("guard_skips", f"{tier.name}:bloom")
                 continue
-            if isinstance(tier, StoreTier):
-                if fetched is None or fetched.level != level or not _still_read(tier, fetched):
-                    return _Fetch(level, tier)
-                entry, seconds = fetched.entry, fetched.seconds
-            else:
-                start = time.perf_counter()
-                entry = tier.get(p.scope, p.key)
-                seconds = time.perf_counter() - start
+            entry, seconds = yield from self._read(tier, p.scope, p.key)
             self._metrics.time(f"{tier.name}.exact", seconds)
             if entry is None or not self._current(entry, level):
                 continue
@@ -1012,8 +1056,9 @@ class TieredCache:
         """Bring the shared store's view of ``scope`` as up to date as revalidating a copy of
         it needs (``max_staleness``), without the lock: copies above the store found under
         it are then revalidated against that view (:meth:`_current`)."""
-        if self._shared_store is not None:
-            self._shared_store.catch_up(scope, self._shared_store.max_staleness)
+        store = self._shared_store
+        if store is not None:
+            self._unlocked_io(lambda: store.catch_up(scope, store.max_staleness))
 
     def _search_plan(self, p: PreparedQuery) -> tuple[int, SemanticTier, int,
                                                       dict[str, float]] | None:
@@ -1047,11 +1092,11 @@ class TieredCache:
     def _semantic(self, p: PreparedQuery, vectors: Mapping[str, np.ndarray],
                   turns_vector: np.ndarray | None, now: float, origin_failed: bool,
                   searched: Mapping[int, _Searched] | None = None
-                  ) -> tuple[_Found | None, dict[str, float] | None, list[_Pending]]:
-        """Over the semantic tiers: the first servable δ-neighbour, served, or, when accepted
-        candidates before it need the verifier, those candidates (and it, as the fallback)
-        to judge; and the similarities of the nearest candidate seen (None: none reached
-        the search floor). ``searched``: searches made outside the lock
+                  ) -> _Steps[tuple[_Found | None, dict[str, float] | None, list[_Pending]]]:
+        """Steps of :meth:`_locked`, over the semantic tiers: the first servable δ-neighbour,
+        served, or, when accepted candidates before it need the verifier, those candidates
+        (and it, as the fallback) to judge; and the similarities of the nearest candidate
+        seen (None: none reached the search floor). ``searched``: searches made outside the lock
         (:meth:`_search_outside`), used where still valid; other tiers are searched here."""
         if len(vectors) != len(p.modalities):
             return None, None, []
@@ -1082,7 +1127,7 @@ class TieredCache:
                 if not explore and \
                         not self.thresholds.accepts(cand.similarities, cand.entry_id, p.scope):
                     continue
-                entry = tier.get(p.scope, cand.entry_id)
+                entry, _ = yield from self._read(tier, p.scope, cand.entry_id)
                 if entry is not None and not self._current(entry, level):
                     entry = None
                 freshness = None if entry is None else self._freshness(entry, now, origin_failed)
@@ -1129,14 +1174,14 @@ class TieredCache:
 
     def _serve_verified(self, p: PreparedQuery, pending: Sequence[_Pending],
                         verdicts: Sequence[dict[str, float] | None], now: float,
-                        origin_failed: bool) -> _Found | None:
-        """Serve the first judged candidate that is still the entry its tier holds, still
-        servable and still accepted with its evidence (under the lock, after judging)."""
+                        origin_failed: bool) -> _Steps[_Found | None]:
+        """Steps of :meth:`_locked`: serve the first judged candidate that is still the entry
+        its tier holds, still servable and still accepted with its evidence."""
         for cand, evidence in zip(pending, verdicts):
             if evidence is None:
                 continue
-            tier = self.tiers[cand.level]
-            entry = tier.get(p.scope, cand.entry.entry_id)
+            entry, _ = yield from self._read(self.tiers[cand.level], p.scope,
+                                             cand.entry.entry_id)
             if entry is None or not _same_write(entry, cand.entry) or \
                     not self._current(entry, cand.level) or \
                     self._freshness(entry, now, origin_failed) is None or \
@@ -1181,8 +1226,9 @@ class TieredCache:
     def _search(self, tier: Tier, scope: str, vectors: Mapping[str, np.ndarray],
                 floors: Mapping[str, float]) -> list[Candidate]:
         """``tier.search``, counting searches its spherical-cap pre-check skipped (an in-memory
-        semantic tier, which other threads search outside the lock, says so itself)."""
-        if isinstance(tier, (SemanticTier, StoreTier)):  # a store's view: caught up before
+        semantic tier, which other threads search outside the lock, says so itself, and so
+        does a store-backed tier, searched in its view without store I/O)."""
+        if isinstance(tier, (SemanticTier, StoreTier)):
             candidates, skipped = tier.find(scope, vectors, floors, SEARCH_K)
         else:  # another semantic tier: searched under the lock
             index = getattr(tier, "index", None)

@@ -21,6 +21,12 @@ revalidation of a private copy (:meth:`StoreTier.current_version`); ``max_stalen
 revalidation and a put under an unlimited capacity replay only the sequences of the
 scopes they touch; the rest replay every sequence.
 
+Threads: a tier serializes its own calls (its view and its store's connection are used by one
+thread at a time), so a cache may call it without holding the cache's lock.
+:meth:`StoreTier.catch_up` does the store I/O a lookup needs before the lookup, after which
+:meth:`StoreTier.known_version` and :meth:`StoreTier.find` answer from the view without I/O
+and without waiting for a call in flight.
+
 A store that loses or rolls back its data is noticed from its :class:`Head` (a new epoch, a
 head below what was seen), and so is a tier left behind by the store's compaction of its log
 (a floor above what it replayed): the tier resyncs those sequences from scratch and counts it
