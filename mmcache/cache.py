@@ -71,8 +71,17 @@ other threads' searches (faiss releases the GIL), guarded by the index's own rea
 lock (:class:`~mmcache.tiers.vectors.SemanticIndex`), and its candidates are used under the
 lock only if the tier has not changed since (its ``writes`` count) and the rule's floors are
 the same; otherwise the tier is searched again under the lock, so every answer is one a
-search under the lock would give. Store-backed tiers (L3) are still searched and read under
-the lock. ``on_stale``
+search under the lock would give. A store-backed tier (L3) does its store round trips without
+the cache's lock too (it serializes its own calls): a get first brings the tier's view of its
+scope up to date as revalidation needs (``max_staleness``), and, before a semantic search,
+as a search needs; under the lock, copies above the store are revalidated against that view
+and the store's own index is searched in it, without I/O. Each entry a get reads from the
+store (its exact key, an accepted candidate, a judged one again) is read outside the lock and
+used under it only while the tier's view of that entry is the one it had when read (no write,
+invalidation or resync of it since); otherwise it is read again, at most ``STORE_READS`` times,
+then taken as not stored. So an L1 hit, or any lookup the store is not needed for, never
+waits for another thread's store call. Writes (``put``, ``put_many``, ``invalidate``, the purge
+of an expired entry) still reach the store under the lock. ``on_stale``
 runs outside it and is single-flight: it is called once per stale entry until that entry
 is put again or ``REFRESH_TIMEOUT`` seconds of the cache's clock pass (then the next stale
 answer calls it again). Processes each open their own cache (the SQLite store may be
@@ -139,7 +148,8 @@ import time
 from collections import Counter, OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Mapping, Sequence, \
+    TypeVar
 
 import numpy as np
 
@@ -182,12 +192,39 @@ _Found = tuple[Hit, Entry, float]
 #: A search made outside the lock: the tier's ``writes`` and the floors it was planned with,
 #: its candidates, whether the spherical cap skipped it, and its seconds.
 _Searched = tuple[int, dict[str, float], list[Candidate], bool, float]
+#: Times an exact lookup reads a store-backed tier outside the lock before it counts a miss
+#: there (each read that the tier's view moved past meanwhile is read again).
+STORE_READS = 3
 #: Seconds a display waits for the cache's lock; past it, it shows what needs no lock.
 DISPLAY_LOCK_WAIT = 0.05
 #: A display counts entries per scope only in tiers holding at most this many (bounded hold).
 DISPLAY_SCAN_LIMIT = 100_000
 _T = TypeVar("_T")
 _LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fetch:
+    """A read of ``entry_id`` from a store-backed ``tier``, to make outside the lock."""
+
+    tier: StoreTier
+    scope: str
+    entry_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fetched:
+    """What a :class:`_Fetch` read: the entry (None: not stored), the tier's resync count
+    before the read, and the read's seconds."""
+
+    entry: Entry | None
+    resyncs: int
+    seconds: float
+
+
+#: Work under the cache's lock that asks for store reads to be made outside it
+#: (:meth:`TieredCache._locked`), returning a ``_T``.
+_Steps = Generator[_Fetch, _Fetched, _T]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -807,7 +844,8 @@ class TieredCache:
         """The answer to ``query`` and whether to call ``on_stale`` for it: the exact tiers
         under the lock, then (after a miss) the query's encoders outside it, then the
         semantic tiers under it again; candidates that need the verifier are judged outside
-        the lock and served under it only if they are still current."""
+        the lock and served under it only if they are still current. Store round trips are
+        made outside the lock throughout (see the module docstring)."""
         self._check_open()
         start = time.perf_counter()
         dims = self._dims_now()
@@ -822,30 +860,114 @@ class TieredCache:
             if bypass or self._wants_bypass(prepared.text):
                 self._metrics.count("bypasses", modality_set_name(prepared.modalities))
                 return None, False
-            found = self._exact(prepared, self._clock(), origin_failed)
-            if found is not None or not (ready or encodable):
-                return self._answer(query, prepared, found, None, start)
-            plan = self._search_plan(prepared)
+        self._revalidation_view(prepared.scope)  # store I/O without the lock
+        answer, plan, stores = self._locked(
+            self._exact_step(query, prepared, origin_failed, start, ready or encodable))
+        if answer is not None:
+            return answer
+        for store in stores:  # what a search of it needs, without the lock
+            self._unlocked_io(lambda: store.catch_up(prepared.scope, sweep=True))
         if ready:
             vectors, turns_vector = prepared.vectors, None
         else:
             vectors, _ = self._vectors(prepared, dims)
             turns_vector = self._context_vector(prepared)
         searched = self._search_outside(prepared, vectors, plan)  # faiss without the lock
-        with self._lock:
-            self._check_open()
-            if not ready:
-                self._check_dims([vectors])
-            found, nearest, pending = self._semantic(prepared, vectors, turns_vector,
-                                                     self._clock(), origin_failed, searched)
-            if not pending:
-                return self._answer(query, prepared, found, nearest, start)
+        answer, nearest, pending = self._locked(self._semantic_step(
+            query, prepared, vectors, turns_vector, origin_failed, searched, ready, start))
+        if answer is not None:
+            return answer
         verdicts = self._verdicts(query, pending)  # outside the lock: a slow judge blocks no one
-        with self._lock:
+        self._revalidation_view(prepared.scope)
+        return self._locked(self._verified_step(query, prepared, pending, verdicts,
+                                                origin_failed, nearest, start))
+
+    def _locked(self, steps: _Steps[_T]) -> _T:
+        """Run ``steps`` under the lock, except the store reads it asks for: each is made
+        outside the lock (the tier serializes its own calls) and what it read is sent back."""
+        fetched: _Fetched | None = None
+        while True:
+            with self._lock:
+                self._check_open()
+                try:
+                    fetch = next(steps) if fetched is None else steps.send(fetched)
+                except StopIteration as done:
+                    return done.value
+            fetched = self._unlocked_io(lambda: self._fetch(fetch))
+
+    def _unlocked_io(self, call: Callable[[], _T]) -> _T:
+        """``call()``, store I/O made without the lock; when the store fails because this
+        cache was closed meanwhile, MMCacheError ("closed") instead."""
+        try:
+            return call()
+        except StorageError:
             self._check_open()
-            found = self._serve_verified(prepared, pending, verdicts, self._clock(),
-                                         origin_failed)
-            return self._answer(query, prepared, found, nearest, start)
+            raise
+
+    def _fetch(self, fetch: _Fetch) -> _Fetched:
+        """The read ``fetch`` asks for, made without the lock."""
+        resyncs = fetch.tier.resyncs
+        start = time.perf_counter()
+        entry = fetch.tier.get(fetch.scope, fetch.entry_id)
+        return _Fetched(entry, resyncs, time.perf_counter() - start)
+
+    def _read(self, tier: Tier, scope: str, entry_id: str
+              ) -> _Steps[tuple[Entry | None, float]]:
+        """Steps of :meth:`_locked`: ``tier.get(scope, entry_id)`` and its seconds. A
+        store-backed tier is read outside the lock, and what was read is used only while the
+        tier's view of the entry is the one it had then (else it is read again, at most
+        ``STORE_READS`` times in all; then None)."""
+        if not isinstance(tier, StoreTier):
+            start = time.perf_counter()
+            entry = tier.get(scope, entry_id)
+            return entry, time.perf_counter() - start
+        seconds = 0.0
+        for _ in range(STORE_READS):
+            fetched = yield _Fetch(tier, scope, entry_id)
+            seconds += fetched.seconds
+            if _still_read(tier, fetched):
+                return fetched.entry, seconds
+        return None, seconds
+
+    def _exact_step(self, query: Query, p: PreparedQuery, origin_failed: bool, start: float,
+                    searchable: bool) -> _Steps[tuple[tuple[Hit | None, bool] | None,
+                                                      tuple[int, SemanticTier, int,
+                                                            dict[str, float]] | None,
+                                                      list[StoreTier]]]:
+        """Steps of :meth:`_locked`: the exact lookup, then the answer when the lookup ends
+        there (a hit, or no vectors to search with), else the in-memory search to make
+        outside the lock (:meth:`_search_plan`) and the store-backed tiers to catch up
+        before searching."""
+        found = yield from self._exact(p, self._clock(), origin_failed)
+        if found is not None or not searchable:
+            return self._answer(query, p, found, None, start), None, []
+        return None, self._search_plan(p), self._searched_stores(p)
+
+    def _semantic_step(self, query: Query, p: PreparedQuery, vectors: Mapping[str, np.ndarray],
+                       turns_vector: np.ndarray | None, origin_failed: bool,
+                       searched: Mapping[int, _Searched], ready: bool, start: float
+                       ) -> _Steps[tuple[tuple[Hit | None, bool] | None,
+                                         dict[str, float] | None, list[_Pending]]]:
+        """Steps of :meth:`_locked`: the semantic lookup, then its answer, or (None and) the
+        nearest similarities and the candidates to judge outside the lock."""
+        if not ready:
+            self._check_dims([vectors])
+        found, nearest, pending = yield from self._semantic(p, vectors, turns_vector,
+                                                            self._clock(), origin_failed,
+                                                            searched)
+        if pending:
+            return None, nearest, pending
+        return self._answer(query, p, found, nearest, start), nearest, pending
+
+    def _verified_step(self, query: Query, p: PreparedQuery, pending: Sequence[_Pending],
+                       verdicts: Sequence[dict[str, float] | None], origin_failed: bool,
+                       nearest: dict[str, float] | None,
+                       start: float) -> _Steps[tuple[Hit | None, bool]]:
+        """Steps of :meth:`_locked`: serve the first judged candidate still servable, and
+        answer."""
+        found = yield from self._serve_verified(p, pending, verdicts, self._clock(),
+                                                origin_failed)
+        return self._answer(query, p, found, nearest, start)
 
     def _answer(self, query: Query, p: PreparedQuery, found: _Found | None,
                 nearest: Mapping[str, float] | None,
@@ -891,7 +1013,8 @@ class TieredCache:
         self._refreshing[hit.entry_id] = now + REFRESH_TIMEOUT
         return True
 
-    def _exact(self, p: PreparedQuery, now: float, origin_failed: bool) -> _Found | None:
+    def _exact(self, p: PreparedQuery, now: float, origin_failed: bool) -> _Steps[_Found | None]:
+        """Steps of :meth:`_locked`: the first servable copy of ``p``'s key, in tier order."""
         maybe = self.guard is None or self.guard.might_contain(p.key)
         kind = modality_set_name(p.modalities)
         for level, tier in enumerate(self.tiers):
@@ -900,9 +1023,8 @@ class TieredCache:
             if not maybe and not tier.shared:
                 self._metrics.count("guard_skips", f"{tier.name}:bloom")
                 continue
-            start = time.perf_counter()
-            entry = tier.get(p.scope, p.key)
-            self._metrics.time(f"{tier.name}.exact", time.perf_counter() - start)
+            entry, seconds = yield from self._read(tier, p.scope, p.key)
+            self._metrics.time(f"{tier.name}.exact", seconds)
             if entry is None or not self._current(entry, level):
                 continue
             freshness = self._freshness(entry, now, origin_failed)
@@ -924,6 +1046,19 @@ class TieredCache:
                         self._served_above(level, kind)):
                 continue
             yield level, tier
+
+    def _searched_stores(self, p: PreparedQuery) -> list[StoreTier]:
+        """The store-backed tiers a lookup of ``p`` searches (under the lock)."""
+        return [tier for _, tier in self._searched_levels(modality_set_name(p.modalities))
+                if isinstance(tier, StoreTier)]
+
+    def _revalidation_view(self, scope: str) -> None:
+        """Bring the shared store's view of ``scope`` as up to date as revalidating a copy of
+        it needs (``max_staleness``), without the lock: copies above the store found under
+        it are then revalidated against that view (:meth:`_current`)."""
+        store = self._shared_store
+        if store is not None:
+            self._unlocked_io(lambda: store.catch_up(scope, store.max_staleness))
 
     def _search_plan(self, p: PreparedQuery) -> tuple[int, SemanticTier, int,
                                                       dict[str, float]] | None:
@@ -957,11 +1092,11 @@ class TieredCache:
     def _semantic(self, p: PreparedQuery, vectors: Mapping[str, np.ndarray],
                   turns_vector: np.ndarray | None, now: float, origin_failed: bool,
                   searched: Mapping[int, _Searched] | None = None
-                  ) -> tuple[_Found | None, dict[str, float] | None, list[_Pending]]:
-        """Over the semantic tiers: the first servable δ-neighbour, served, or, when accepted
-        candidates before it need the verifier, those candidates (and it, as the fallback)
-        to judge; and the similarities of the nearest candidate seen (None: none reached
-        the search floor). ``searched``: searches made outside the lock
+                  ) -> _Steps[tuple[_Found | None, dict[str, float] | None, list[_Pending]]]:
+        """Steps of :meth:`_locked`, over the semantic tiers: the first servable δ-neighbour,
+        served, or, when accepted candidates before it need the verifier, those candidates
+        (and it, as the fallback) to judge; and the similarities of the nearest candidate
+        seen (None: none reached the search floor). ``searched``: searches made outside the lock
         (:meth:`_search_outside`), used where still valid; other tiers are searched here."""
         if len(vectors) != len(p.modalities):
             return None, None, []
@@ -992,7 +1127,7 @@ class TieredCache:
                 if not explore and \
                         not self.thresholds.accepts(cand.similarities, cand.entry_id, p.scope):
                     continue
-                entry = tier.get(p.scope, cand.entry_id)
+                entry, _ = yield from self._read(tier, p.scope, cand.entry_id)
                 if entry is not None and not self._current(entry, level):
                     entry = None
                 freshness = None if entry is None else self._freshness(entry, now, origin_failed)
@@ -1039,14 +1174,14 @@ class TieredCache:
 
     def _serve_verified(self, p: PreparedQuery, pending: Sequence[_Pending],
                         verdicts: Sequence[dict[str, float] | None], now: float,
-                        origin_failed: bool) -> _Found | None:
-        """Serve the first judged candidate that is still the entry its tier holds, still
-        servable and still accepted with its evidence (under the lock, after judging)."""
+                        origin_failed: bool) -> _Steps[_Found | None]:
+        """Steps of :meth:`_locked`: serve the first judged candidate that is still the entry
+        its tier holds, still servable and still accepted with its evidence."""
         for cand, evidence in zip(pending, verdicts):
             if evidence is None:
                 continue
-            tier = self.tiers[cand.level]
-            entry = tier.get(p.scope, cand.entry.entry_id)
+            entry, _ = yield from self._read(self.tiers[cand.level], p.scope,
+                                             cand.entry.entry_id)
             if entry is None or not _same_write(entry, cand.entry) or \
                     not self._current(entry, cand.level) or \
                     self._freshness(entry, now, origin_failed) is None or \
@@ -1091,10 +1226,11 @@ class TieredCache:
     def _search(self, tier: Tier, scope: str, vectors: Mapping[str, np.ndarray],
                 floors: Mapping[str, float]) -> list[Candidate]:
         """``tier.search``, counting searches its spherical-cap pre-check skipped (an in-memory
-        semantic tier, which other threads search outside the lock, says so itself)."""
-        if isinstance(tier, SemanticTier):
+        semantic tier, which other threads search outside the lock, says so itself, and so
+        does a store-backed tier, searched in its view without store I/O)."""
+        if isinstance(tier, (SemanticTier, StoreTier)):
             candidates, skipped = tier.find(scope, vectors, floors, SEARCH_K)
-        else:  # only searched under the lock
+        else:  # another semantic tier: searched under the lock
             index = getattr(tier, "index", None)
             before = getattr(index, "skipped", 0)
             candidates = tier.search(scope, vectors, floors, SEARCH_K)
@@ -1137,12 +1273,12 @@ class TieredCache:
 
     def _current(self, entry: Entry, level: int) -> bool:
         """Whether ``entry``, found in tier ``level``, is the version a shared store below holds
-        (as of its ``max_staleness``); a stale private copy is dropped from the tiers above
-        the store."""
+        in its view (which the lookup caught up with before: :meth:`_revalidation_view`); a
+        stale private copy is dropped from the tiers above the store."""
         store = self._shared_store
         if store is None or self.tiers.index(store) <= level:
             return True
-        version = store.current_version(entry.entry_id)
+        version = store.known_version(entry.entry_id)
         above = self.tiers[:self.tiers.index(store)]
         if store.resyncs != self._store_resyncs:  # versions from before may be reused now
             self._store_resyncs = store.resyncs
@@ -1424,6 +1560,14 @@ def _asked_size(question: str | None, context: Sequence[tuple[str, str]],
     turns = sum(len(role.encode()) + len(content.encode()) for role, content in context)
     vector = 0 if turns_vector is None else 4 * len(turns_vector)
     return len((question or "").encode()) + turns + vector
+
+
+def _still_read(tier: StoreTier, fetched: _Fetched) -> bool:
+    """Whether what was read from ``tier`` outside the lock is still its view: no resync since,
+    and the entry read (if any) is the version the tier knows now."""
+    return tier.resyncs == fetched.resyncs and (
+        fetched.entry is None or
+        tier.known_version(fetched.entry.entry_id) == fetched.entry.version)
 
 
 def _same_write(a: Entry, b: Entry) -> bool:

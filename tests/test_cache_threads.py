@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ import pytest
 import mmcache
 from mmcache.cache import REFRESH_TIMEOUT
 from mmcache.encoders.base import HashingTestEncoder
-from mmcache.errors import InvalidEmbeddingError
+from mmcache.errors import InvalidEmbeddingError, MMCacheError
 from mmcache.inputs import prepare
 from mmcache.lab.testing import FakeClock
 from mmcache.types import Query
@@ -435,3 +436,174 @@ def test_answers_with_and_without_the_search_outside_the_lock_are_the_same(
     assert snapshot(outside)[:3] == snapshot(under)[:3]
     outside.close()
     under.close()
+
+
+def store_cache(tmp_path: Path, shared: bool) -> tuple[mmcache.TieredCache, str]:
+    """Memory L1 + L2 of one entry each over a SQLite L3 (shared: revalidating a copy needs no
+    round trip for a minute, so an L1 hit needs nothing of the store), holding key 0 in every
+    tier and key 1 (whose id is returned) only in L3, so its get reads the store."""
+    l3 = {"backend": "sqlite", "path": str(tmp_path / "l3.db")}
+    if shared:
+        l3.update(shared=True, options={"max_staleness": 60})
+    cache = mmcache.TieredCache({**SEMANTIC, "l1": {"max_entries": 1},
+                                 "l2": {"max_entries": 1, "index": "flat"}, "l3": l3})
+    slow_id = cache.put(query(1), {"key": 1})
+    cache.put(query(0), {"key": 0})
+    return cache, slow_id
+
+
+@pytest.mark.parametrize("lookup", ["exact", "semantic"])
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
+def test_an_l1_hit_is_served_while_another_thread_is_inside_the_store(
+        tmp_path: Path, shared: bool, lookup: str) -> None:
+    """The blocked thread reads its L3 entry by its exact key, or as a candidate of the L3
+    search."""
+    cache, slow_id = store_cache(tmp_path, shared)
+    store, inside, release = cache.tier("l3").store, threading.Event(), threading.Event()
+    inner = store.read
+
+    def read(scope, entry_id):
+        if entry_id == slow_id:
+            inside.set()
+            release.wait(WAIT)
+        return inner(scope, entry_id)
+    store.read = read
+    reading = in_thread(lambda: cache.get(query(1) if lookup == "exact" else near(1)))
+    try:
+        assert inside.wait(WAIT)
+        reader, hit = in_thread(lambda: cache.get(query(0)))
+        reader.join(WAIT / 5)
+        assert not reader.is_alive(), "an L1 hit waited for another thread's store read"
+        assert hit[0].tier == "l1" and hit[0].value == {"key": 0}
+    finally:
+        release.set()
+        reading[0].join(WAIT)
+    assert reading[1][0].tier == "l3" and reading[1][0].value == {"key": 1}
+    cache.close()
+
+
+@pytest.mark.parametrize("change", ["put", "invalidate", "other key"])
+@pytest.mark.parametrize("lookup", ["exact", "semantic"])
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
+def test_a_write_while_the_store_is_read_outside_the_lock_is_never_missed(
+        tmp_path: Path, shared: bool, lookup: str, change: str) -> None:
+    """What a lookup read from the store outside the lock is only served while the tier's view
+    of the entry is unchanged: after a put the new value is read again, after an invalidation
+    it is not served; a write of another key leaves the read as it was."""
+    cache, slow_id = store_cache(tmp_path, shared)
+    inside, release, reads = threading.Event(), threading.Event(), []
+    inner = cache._fetch
+
+    def fetch(request):
+        fetched = inner(request)
+        if request.entry_id == slow_id:
+            reads.append(fetched.entry)
+            if len(reads) == 1:  # the first read of it pauses once it has the entry
+                inside.set()
+                release.wait(WAIT)
+        return fetched
+    cache._fetch = fetch
+    reading = in_thread(lambda: cache.get(query(1) if lookup == "exact" else near(1)))
+    try:
+        assert inside.wait(WAIT)
+        if change == "put":
+            cache.put(query(1), {"key": 1, "v": "new"})
+        elif change == "invalidate":
+            assert cache.invalidate(query(1))
+        else:
+            cache.put(query(7), {"key": 7})
+    finally:
+        release.set()
+        reading[0].join(WAIT)
+    hit = reading[1][0]
+    assert not isinstance(hit, Exception), hit
+    if change == "invalidate":
+        assert hit is None and reads[1:] == [None]
+    elif change == "put":
+        assert hit.value == {"key": 1, "v": "new"} and len(reads) == 2
+    else:
+        assert (hit.tier, hit.value, len(reads)) == ("l3", {"key": 1}, 1)
+    cache.close()
+
+
+def reads_under_the_lock(cache: mmcache.TieredCache) -> None:
+    """Make ``cache`` read its store with the lock held (as before reads moved outside it)."""
+    def run(steps):
+        fetched = None
+        with cache._lock:
+            while True:
+                try:
+                    fetch = next(steps) if fetched is None else steps.send(fetched)
+                except StopIteration as done:
+                    return done.value
+                fetched = cache._fetch(fetch)
+    cache._locked = run
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu"])
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
+def test_answers_with_and_without_store_reads_outside_the_lock_are_the_same(
+        tmp_path: Path, shared: bool, policy: str) -> None:
+    """One thread, small L1 and L2 so that most answers come from the store: the same answers,
+    state and metrics whether the store is read outside the lock or under it."""
+    clock = FakeClock()
+
+    def make(name: str) -> mmcache.TieredCache:
+        l3 = {"backend": "sqlite", "path": str(tmp_path / name), "policy": policy,
+              **({"shared": True} if shared else {"max_entries": 12})}
+        return mmcache.TieredCache({**SEMANTIC, "l1": {"max_entries": 3, "policy": policy},
+                                    "l2": {"max_entries": 6, "index": "flat", "policy": policy},
+                                    "freshness": {"ttl": 50, "stale_while_revalidate": 20},
+                                    "l3": l3}, clock=clock)
+
+    outside, under = make("outside.db"), make("under.db")
+    reads_under_the_lock(under)
+    rng = np.random.default_rng(11)
+    for i in range(300):
+        key, op, cos = int(rng.integers(25)), rng.random(), float(rng.uniform(0.85, 0.99))
+        results = []
+        for cache in (outside, under):
+            if op < 0.3:
+                results.append(cache.put(query(key), {"key": key, "i": i}))
+            elif op < 0.9:
+                hit = cache.get(near(key, cos) if op < 0.7 else query(key))
+                results.append(None if hit is None else
+                               (hit.value, hit.tier, hit.entry_id, hit.freshness,
+                                hit.similarities))
+            else:
+                results.append(cache.invalidate(query(key)))
+        assert results[0] == results[1], (i, results)
+        clock.advance(float(rng.uniform(0, 2)))
+    assert snapshot(outside)[:3] == snapshot(under)[:3]
+    counts = [(m.hits, m.misses, m.evictions)
+              for m in (cache.metrics.snapshot() for cache in (outside, under))]
+    assert counts[0] == counts[1]
+    assert sum(n for (tier, _), n in counts[0][0].items() if tier == "l3") > 20
+    outside.close()
+    under.close()
+
+
+def test_a_get_whose_store_read_outlives_close_raises_closed(tmp_path: Path) -> None:
+    """``close`` waits for a store read in flight outside the lock; that get then raises
+    MMCacheError ("closed") rather than answering from a closed cache."""
+    cache, slow_id = store_cache(tmp_path, shared=False)
+    store, inside, release = cache.tier("l3").store, threading.Event(), threading.Event()
+    inner = store.read
+
+    def read(scope, entry_id):
+        if entry_id == slow_id:
+            inside.set()
+            release.wait(WAIT)
+        return inner(scope, entry_id)
+    store.read = read
+    reading = in_thread(lambda: cache.get(query(1)))
+    assert inside.wait(WAIT)
+    closing = in_thread(cache.close)
+    deadline = time.monotonic() + WAIT
+    while not cache._closed and time.monotonic() < deadline:  # close is waiting for the read
+        time.sleep(0.001)
+    release.set()
+    for thread, _ in (reading, closing):
+        thread.join(WAIT)
+    assert isinstance(reading[1][0], MMCacheError) and "closed" in str(reading[1][0])
+    assert closing[1] == [None] and cache.metrics.snapshot().errors == {}

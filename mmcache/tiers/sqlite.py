@@ -407,7 +407,8 @@ class SQLiteTier(StoreTier):
 
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` result (``"ok"`` when the file is sound)."""
-        return self.store.integrity_check()
+        with self._lock:
+            return self.store.integrity_check()
 
 
 def _hold_open_lock(path: Path, shared: bool) -> int:

@@ -21,6 +21,12 @@ revalidation of a private copy (:meth:`StoreTier.current_version`); ``max_stalen
 revalidation and a put under an unlimited capacity replay only the sequences of the
 scopes they touch; the rest replay every sequence.
 
+Threads: a tier serializes its own calls (its view and its store's connection are used by one
+thread at a time), so a cache may call it without holding the cache's lock.
+:meth:`StoreTier.catch_up` does the store I/O a lookup needs before the lookup, after which
+:meth:`StoreTier.known_version` and :meth:`StoreTier.find` answer from the view without I/O
+and without waiting for a call in flight.
+
 A store that loses or rolls back its data is noticed from its :class:`Head` (a new epoch, a
 head below what was seen), and so is a tier left behind by the store's compaction of its log
 (a floor above what it replayed): the tier resyncs those sequences from scratch and counts it
@@ -47,12 +53,15 @@ no client ever evicts other tenants' entries to meet a budget of its own.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Collection, Iterator, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping, NamedTuple, \
+    Sequence, TypeVar
 
 import numpy as np
 
@@ -77,6 +86,17 @@ EXPIRY_SLACK = 1024
 MAX_CLOCK_SKEW_S = 5.0
 #: Entries read from the store at a time while a tier replays its changes.
 REPLAY_CHUNK = 1000
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _serialized(method: _F) -> _F:
+    """Run a :class:`StoreTier` method under the tier's own lock (its view and its store's
+    connection are used by one thread at a time)."""
+    @functools.wraps(method)
+    def serialized(self: "StoreTier", *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return serialized  # type: ignore[return-value]
 
 
 class Change(NamedTuple):
@@ -230,6 +250,9 @@ class StoreTier(BudgetedTier):
                 not 0 <= max_staleness < float("inf"):
             raise ConfigError(f"max_staleness must be a finite number of seconds >= 0, "
                               f"got {max_staleness!r}")
+        #: Held by every call that reads or changes this tier's view or uses its store, so
+        #: threads may call it without the cache's lock (:meth:`known_version` needs neither).
+        self._lock = threading.RLock()
         self.store = store
         self.name = name
         self.shared = store.shared
@@ -263,6 +286,7 @@ class StoreTier(BudgetedTier):
             self.evict()  # a private store reopened with a smaller capacity
 
     # -- Tier protocol -------------------------------------------------------------------
+    @_serialized
     def put_many(self, entries: Sequence[Entry]) -> list[str]:
         """Write ``entries`` in one store batch (setting each stored one's ``version``); the
         budget admits them one by one first."""
@@ -288,6 +312,7 @@ class StoreTier(BudgetedTier):
         self._index(kept)
         return victims
 
+    @_serialized
     def get(self, scope: str, entry_id: str) -> Entry | None:
         entry = self.store.read(scope, entry_id)
         known = self._known.get(entry_id)
@@ -302,12 +327,14 @@ class StoreTier(BudgetedTier):
             self._remove(dropped)
         return None if entry_id in dropped else entry
 
+    @_serialized
     def search(self, scope: str, vectors: Mapping[str, np.ndarray],
                floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
         self._sync({scope})
         self._sweep_expired()
         return self.index.search(scope, vectors, floors, k)
 
+    @_serialized
     def delete(self, entry_id: str, version: int | None = None) -> bool:
         """Remove an entry; with ``version``, only while the store still holds that version
         (a newer write by another process stays). False when nothing was deleted."""
@@ -321,15 +348,18 @@ class StoreTier(BudgetedTier):
             self._forget(entry_id)
         return bool(deleted)
 
+    @_serialized
     def evict(self) -> str | None:
         victim = self._budget.pick_victim()
         if victim is not None:
             self._remove([victim])
         return victim
 
+    @_serialized
     def scan(self) -> Iterator[Entry]:
         return self.store.scan()
 
+    @_serialized
     def ids(self) -> Iterator[str]:
         self._sync()
         return iter(list(self._known))
@@ -337,14 +367,17 @@ class StoreTier(BudgetedTier):
     def dims(self) -> dict[str, int]:
         return self.index.dims()
 
+    @_serialized
     def __len__(self) -> int:
         return self.store.count()
 
+    @_serialized
     def __contains__(self, entry_id: str) -> bool:
         self._sync()
         known = self._known.get(entry_id)
         return known is not None and self.store.read(known.scope, entry_id) is not None
 
+    @_serialized
     def close(self) -> None:
         self.index.close()
         self.store.close()
@@ -357,18 +390,47 @@ class StoreTier(BudgetedTier):
         return Counter(k.scope for k in list(self._known.values()))
 
     # -- coherence -----------------------------------------------------------------------
+    @_serialized
     def current_version(self, entry_id: str) -> int | None:
         """The store's version of ``entry_id`` (None: not stored), as seen at most
         ``max_staleness`` seconds ago; a private copy of another version is stale."""
         known = self._known.get(entry_id)
         scopes = None if known is None else {known.scope}
         log = None if known is None else self.store.log_of(known.scope)
-        synced_at = max(self._synced_at.get(log, -float("inf")), self._synced_at[None])
-        if time.monotonic() - synced_at >= self.max_staleness:
+        if self._older_than(log, self.max_staleness):
             self._sync(scopes)
+        return self.known_version(entry_id)
+
+    def known_version(self, entry_id: str) -> int | None:
+        """The version of ``entry_id`` in this tier's view as it stands (None: not stored
+        there), without store I/O and without waiting for a call in flight."""
         known = self._known.get(entry_id)
         return None if known is None else known.version
 
+    def catch_up(self, scope: str, max_staleness: float = 0.0, sweep: bool = False) -> None:
+        """The store I/O a lookup in ``scope`` needs, done before it: replay the changes of
+        ``scope``'s sequence unless the view of it is less than ``max_staleness`` seconds old
+        (0: always), and with ``sweep`` sweep out expired entries when due (as a search
+        does). A cache calls it outside its lock, then :meth:`known_version` and :meth:`find`
+        under it. When neither is due it returns at once, without waiting for a call in
+        flight."""
+        log = self.store.log_of(scope)
+        if not (self._older_than(log, max_staleness) or (sweep and self._sweep_due())):
+            return
+        with self._lock:
+            if self._older_than(log, max_staleness):
+                self._sync({scope})
+            if sweep:
+                self._sweep_expired()
+
+    def find(self, scope: str, vectors: Mapping[str, np.ndarray],
+             floors: Mapping[str, float], k: int = 1) -> tuple[list[Candidate], bool]:
+        """:meth:`search` over the view as it stands (after :meth:`catch_up`), without store
+        I/O, and whether the spherical-cap pre-check skipped it; safe beside other threads
+        (:meth:`SemanticIndex.find`)."""
+        return self.index.find(scope, vectors, floors, k)
+
+    @_serialized
     def require_facts(self, facts: Mapping[str, str]) -> None:
         """Record ``facts`` in a store that has none of them yet; ConfigError naming the
         first one the store records otherwise (its vectors would be compared with vectors
@@ -381,6 +443,7 @@ class StoreTier(BudgetedTier):
                                   "would not be comparable; use another store (path, prefix) "
                                   "or the same encoder", code="MM-ENCODER-IDENTITY")
 
+    @_serialized
     def check_fact(self, name: str, value: str, code: str) -> str:
         """Record ``value`` under ``name`` in a store that has none yet and return the one
         recorded; one that differs is reported as a failure event of ``code``, not refused."""
@@ -390,11 +453,18 @@ class StoreTier(BudgetedTier):
                                      f"{recorded!r}, this process has {value!r}")
         return recorded
 
+    @_serialized
     def refresh(self) -> None:
         """Apply the changes other processes made since the last sync, now."""
         self._sync()
 
     # -- internals -----------------------------------------------------------------------
+    def _older_than(self, log: str | None, seconds: float) -> bool:
+        """Whether the view of sequence ``log`` (None: of every one) was last brought up to
+        date ``seconds`` ago or more."""
+        synced_at = max(self._synced_at.get(log, -float("inf")), self._synced_at[None])
+        return time.monotonic() - synced_at >= seconds
+
     def _sync(self, scopes: Collection[str] | None = None) -> None:
         """Bring a shared store's view up to date: of the sequences of ``scopes`` (None:
         of every sequence)."""
@@ -507,12 +577,16 @@ class StoreTier(BudgetedTier):
             return None
         return max(entry.expires_at + self.expiry_grace - now, 0.0) + SWEEP_EVERY_S
 
+    def _sweep_due(self) -> bool:
+        """Whether :data:`SWEEP_EVERY_S` seconds have passed since the last sweep."""
+        return time.monotonic() - self._swept_at >= SWEEP_EVERY_S
+
     def _sweep_expired(self) -> None:
         """At most every :data:`SWEEP_EVERY_S` seconds, delete the entries past their last
         stale window from the store (compare-and-delete: a newer write of one stays), so
         they leave every client's index and budget, and the store's files. Costs what has
         expired (popped off :attr:`_expiries`), not what lives."""
-        if time.monotonic() - self._swept_at < SWEEP_EVERY_S:
+        if not self._sweep_due():
             return
         self._swept_at = time.monotonic()
         now = self.clock()
