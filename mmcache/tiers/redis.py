@@ -140,6 +140,20 @@ redis.call('ZADD', KEYS[2], seq, KEYS[3])
 return 1
 """
 
+# KEYS: an entry key. Returns the entry hash's field/value pairs (flat, as HGETALL) but its
+# stored value, read in one step so the vectors and the version come from one write.
+_METADATA_SCRIPT = """
+local fields = redis.call('HGETALL', KEYS[1])
+local kept = {}
+for i = 1, #fields, 2 do
+  if fields[i] ~= 'value' then
+    kept[#kept + 1] = fields[i]
+    kept[#kept + 1] = fields[i + 1]
+  end
+end
+return kept
+"""
+
 # KEYS: seq, log, entry key, epoch, quarantine key, quarantined set; ARGV: the raw version
 # field of the hash that failed to decode ('' when it had none), a new epoch, the reason.
 # Moves the entry hash to the quarantine key (its fields kept, no expiry) with the reason and
@@ -221,6 +235,7 @@ class RedisStore(Store):
             self._delete_script = self._script(_DELETE_SCRIPT)
             self._compact_script = self._script(_COMPACT_SCRIPT)
             self._quarantine_script = self._script(_QUARANTINE_SCRIPT)
+            self._metadata_script = self._script(_METADATA_SCRIPT)
             self.skew = SkewWatch(self._shards(), window=skew_window, where=self.location)
             layout = self.record_fact("layout", LAYOUT)
             if layout != LAYOUT:
@@ -310,17 +325,27 @@ class RedisStore(Store):
         return [Change(int(seq), key.decode()[self._id_offset:], key.decode(), name)
                 for name, changes in zip(names, logged) for key, seq in changes]
 
-    def fetch(self, refs: Sequence[str]) -> list[Entry | None]:
-        raws = self._pipelined("read", "hgetall", [(r,) for r in refs])
-        return [self._readable(raw, ref) for ref, raw in zip(refs, raws)]
+    def fetch(self, refs: Sequence[str], values: bool = True) -> list[Entry | None]:
+        raws = self._pipelined("read", "hgetall", [(r,) for r in refs]) if values \
+            else self._metadata(refs)
+        return [self._readable(raw, ref, values) for ref, raw in zip(refs, raws)]
 
-    def _readable(self, raw: Mapping[bytes, bytes], key: str) -> Entry | None:
-        """The entry one hash holds (None: none); one that does not decode is quarantined
-        (:meth:`_quarantine`) and served as absent."""
+    def _metadata(self, refs: Sequence[str]) -> list[dict[bytes, bytes]]:
+        """The hashes under ``refs`` without their ``value`` field, in one pipeline."""
+        pipe = self._db.pipeline(transaction=False)
+        for ref in refs:
+            self._metadata_script(keys=[self._counted(ref)], args=[], client=pipe)
+        flat = self._call("read", pipe.execute) if refs else []
+        return [dict(zip(fields[::2], fields[1::2])) for fields in flat]
+
+    def _readable(self, raw: Mapping[bytes, bytes], key: str,
+                  values: bool = True) -> Entry | None:
+        """The entry one hash holds (None: none), without its value unless ``values``; one
+        that does not decode is quarantined (:meth:`_quarantine`) and served as absent."""
         if not raw:
             return None
         try:
-            return _decode_entry(raw, self.location)
+            return _decode_entry(raw, self.location, values)
         except StorageError as exc:
             self._quarantine(key, raw.get(b"version", b""), str(exc))
             return None
@@ -646,8 +671,9 @@ def _entry_fields(entry: Entry) -> list[Any]:
     return [x for pair in fields.items() for x in pair]
 
 
-def _decode_entry(raw: Mapping[bytes, bytes], where: str) -> Entry:
-    """The Entry stored in one Redis hash; StorageError when it is malformed."""
+def _decode_entry(raw: Mapping[bytes, bytes], where: str, values: bool = True) -> Entry:
+    """The Entry stored in one Redis hash (without ``values``: a hash read without its
+    ``value`` field, the entry's ``value`` None); StorageError when it is malformed."""
     try:
         text = {k.decode(): v for k, v in raw.items()}
         embeddings = {k[len(VECTOR_FIELD):]: vector_from_bytes(v)
@@ -655,7 +681,8 @@ def _decode_entry(raw: Mapping[bytes, bytes], where: str) -> Entry:
         expires, label = text["expires_at"].decode(), text["ground_truth"].decode()
         return Entry(entry_id=text["entry_id"].decode(), scope=text["scope"].decode(),
                      exact_key=text["exact_key"].decode(),
-                     value=decode_value(text["value_type"].decode(), text["value"]),
+                     value=decode_value(text["value_type"].decode(), text["value"])
+                     if values else None,
                      embeddings=embeddings, size=int(text["size"]),
                      created_at=float(text["created_at"]),
                      expires_at=float(expires) if expires else None,

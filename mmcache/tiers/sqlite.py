@@ -99,9 +99,12 @@ CREATE TABLE IF NOT EXISTS quarantine (
     context TEXT, context_vector BLOB, image_fingerprint BLOB, version INTEGER,
     reason TEXT NOT NULL, quarantined_at REAL NOT NULL);
 """
-_ENTRY_COLS = "entry_id, scope, exact_key, value_type, value, size, created_at, " \
-              "expires_at, ground_truth, hints, question, context, context_vector, image_fingerprint, " \
-              "version"
+_COLUMNS = ("entry_id", "scope", "exact_key", "value_type", "value", "size", "created_at",
+            "expires_at", "ground_truth", "hints", "question", "context", "context_vector",
+            "image_fingerprint", "version")
+_ENTRY_COLS = ", ".join(_COLUMNS)
+#: An entry's columns without its stored value (NULL in its place: the column is NOT NULL).
+_META_COLS = ", ".join("NULL" if c == "value" else c for c in _COLUMNS)
 _VECTORS = "SELECT entry_id, modality, dim, vector FROM embeddings"
 _INSERT = f"INSERT INTO entries ({_ENTRY_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
@@ -199,14 +202,15 @@ class SQLiteStore(Store):
             return self._db.execute("SELECT value FROM meta WHERE key = ?",
                                     (f"fact:{name}",)).fetchone()[0]
 
-    def fetch(self, refs: Sequence[str]) -> list[Entry | None]:
+    def fetch(self, refs: Sequence[str], values: bool = True) -> list[Entry | None]:
+        columns = _ENTRY_COLS if values else _META_COLS
         rows, vectors = [], []
         with self._failing_as("read"), _Snapshot(self._db):
             for start in range(0, len(refs), FETCH_CHUNK):
                 chunk = list(refs[start:start + FETCH_CHUNK])
                 marks = ",".join("?" * len(chunk))
                 vectors += self._db.execute(f"{_VECTORS} WHERE entry_id IN ({marks})", chunk)
-                rows += self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries "
+                rows += self._db.execute(f"SELECT {columns} FROM entries "
                                          f"WHERE entry_id IN ({marks})", chunk)
         found = {e.entry_id: e for e in self._decoded(rows, vectors) if e is not None}
         return [found.get(ref) for ref in refs]
@@ -370,7 +374,8 @@ class SQLiteStore(Store):
         entry_id, scope, exact_key, tag, payload, size, created, expires, label, hints, \
             question, turns, turns_vector, fingerprint, version = row
         return Entry(entry_id=entry_id, scope=scope, exact_key=exact_key,
-                     value=decode_value(tag, payload), embeddings=embeddings,
+                     value=None if payload is None else decode_value(tag, payload),
+                     embeddings=embeddings,
                      size=int(size), created_at=float(created),
                      expires_at=None if expires is None else float(expires),
                      ground_truth=decode_label(label), hints=_decode_hints(hints, self.path),

@@ -186,8 +186,11 @@ class Store(ABC):
         return self.changes(since.get("", 0))
 
     @abstractmethod
-    def fetch(self, refs: Sequence[str]) -> list[Entry | None]:
-        """The entries stored under the :attr:`Change.ref` s ``refs`` (None: none stored)."""
+    def fetch(self, refs: Sequence[str], values: bool = True) -> list[Entry | None]:
+        """The entries stored under the :attr:`Change.ref` s ``refs`` (None: none stored);
+        with ``values=False``, each without its stored value (``value`` None, not read from
+        the store): what a tier's index and budget need, the value being read when the
+        entry is served (:meth:`read`)."""
 
     @abstractmethod
     def record_capacity(self, capacity: Capacity, replace: bool = False) -> Capacity:
@@ -512,13 +515,15 @@ class StoreTier(BudgetedTier):
 
     def _replay(self, changes: list[Change]) -> None:
         """Adopt the entries ``changes`` wrote and forget those they deleted, reading
-        :data:`REPLAY_CHUNK` entries at a time (opening a large store never holds every
-        value at once)."""
+        :data:`REPLAY_CHUNK` entries at a time, without their values (opening a store reads
+        its live entries' metadata and vectors; :meth:`get` reads a value when it serves
+        it, at the version the store holds then)."""
         todo = [c for c in changes if not self._holds(c)]
         for start in range(0, len(todo), REPLAY_CHUNK):
             chunk = todo[start:start + REPLAY_CHUNK]
             written = []
-            for change, entry in zip(chunk, self.store.fetch([c.ref for c in chunk])):
+            entries = self.store.fetch([c.ref for c in chunk], values=False)
+            for change, entry in zip(chunk, entries):
                 if entry is None:
                     if change.entry_id in self._known:
                         self._forget(change.entry_id)

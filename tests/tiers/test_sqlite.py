@@ -407,7 +407,8 @@ def test_opening_reads_the_stored_entries_a_chunk_at_a_time(tmp_path, monkeypatc
     fetched = []
     fetch = sqlite.SQLiteStore.fetch
     monkeypatch.setattr(sqlite.SQLiteStore, "fetch",
-                        lambda self, refs: fetched.append(len(refs)) or fetch(self, refs))
+                        lambda self, refs, values=True: fetched.append(len(refs))
+                        or fetch(self, refs, values))
     reopened = SQLiteTier(tmp_path / "l3.db")
     assert fetched == [2, 2, 1] and sorted(reopened.ids()) == [f"s-{i}" for i in range(5)]
     reopened.close()
