@@ -17,7 +17,8 @@ another mmcache version or host would differ in:
 * ``schema-version``: B, a newer mmcache, created the store with the next SQLite schema version:
   A's open is refused (StorageError), ``MM-SCHEMA-VERSION`` in A;
 * ``serializer``: B writes its entry's value under a type tag A's codec does not know: A
-  quarantines it when it replays B's write, ``MM-ENTRY-UNREADABLE`` in A;
+  quarantines it when it first reads that value (its lookup of B's entry; replaying B's write
+  reads no value), ``MM-ENTRY-UNREADABLE`` in A;
 * ``clock-skew``: B's clock runs :data:`SKEW_S` seconds ahead: A adopts B's entry,
   ``MM-CLOCK-SKEW`` in A.
 
