@@ -35,7 +35,7 @@ from mmcache.paths import PROJECT_ROOT, RUNS_DIR
 
 EXPECTED_FILE = PROJECT_ROOT / "figures" / "expected.yaml"
 README_FILE = PROJECT_ROOT / "README.md"
-ENTRY_FIELDS = ("page", "readme", "metrics", "tol", "rtol")
+ENTRY_FIELDS = ("page", "readme", "metrics", "tol", "rtol", "why")
 #: The mapping values an entry may hold besides plain values.
 SHAPES = ({"same_as"}, {"value", "within"}, {"interval", "overlaps"})
 #: Float rounding allowed on top of every tolerance (0.8 - 0.6 > 0.2 in binary).
@@ -57,6 +57,7 @@ class Expectation:
     tol: float = 0.0
     rtol: float = 0.0
     page: str = "README.md"   # the page that prints it, relative to the checkout
+    why: str = ""             # why the tolerance is what it is (required when tol or rtol > 0)
 
 
 @dataclass(frozen=True)
@@ -145,12 +146,24 @@ def _entry(entry: Any, notebook: str, where: str) -> list[Expectation]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ConfigError(f"{where}: `{key}` must be a non-negative number, got {value!r}")
         tols[key] = float(value)
+    why = entry.get("why", "")
+    if not isinstance(why, str) or "\n" in why.strip():
+        raise ConfigError(f"{where}: `why` must be one line of text saying why the tolerance "
+                          f"is what it is, got {why!r}")
+    why = why.strip()
+    if (tols["tol"] or tols["rtol"]) and not why:
+        raise ConfigError(f"{where} ({readme!r}): a nonzero `tol`/`rtol` needs a `why:` line "
+                          f"saying what it allows (e.g. \"the page's rounding (3 decimals)\", "
+                          f"or the cause and the size of one flipped decision); or drop the "
+                          f"tolerance, or check a statistic against the run's own interval "
+                          f"({{value: v, within: path}})")
     for key, value in metrics.items():
         if isinstance(value, dict) and set(value) not in SHAPES:
             raise ConfigError(f"{where}: metric `{key}`: a mapping value must be {{same_as: path}}, "
                               f"{{value: number, within: path of an interval}} or "
                               f"{{interval: [low, high], overlaps: path of an interval}}")
-    return [Expectation(notebook, readme, tuple(str(key).split("/")), value, page=page, **tols)
+    return [Expectation(notebook, readme, tuple(str(key).split("/")), value, page=page, why=why,
+                        **tols)
             for key, value in metrics.items()]
 
 

@@ -179,3 +179,19 @@ def test_cli_exit_status(tmp_path, capsys) -> None:
     shutil.rmtree(root / "docs")
     assert readme_check.main(["--quotes-only", "--root", str(root)]) == 1
     assert f"no page {EVICTION}" in capsys.readouterr().out
+
+
+def test_a_tolerance_without_a_reason_is_refused(tmp_path) -> None:
+    bad = tmp_path / "expected.yaml"
+    entry = "03_x:\n  - page: README.md\n    readme: q\n    metrics: {a: 1}\n"
+    for tol in ("tol: 0.01", "rtol: 0.05", "tol: 0.01\n    why: '  '"):
+        bad.write_text(f"{entry}    {tol}\n")
+        with pytest.raises(ConfigError, match=r"03_x\[0\] \('q'\): a nonzero `tol`/`rtol` needs a `why:`"):
+            load_expectations(bad)
+    bad.write_text(f"{entry}    tol: 0.01\n    why: [rounding]\n")
+    with pytest.raises(ConfigError, match="`why` must be one line"):
+        load_expectations(bad)
+    bad.write_text(f"{entry}    tol: 0.0005\n    why: the page's rounding (3 decimals)\n")
+    assert [e.why for e in load_expectations(bad)] == ["the page's rounding (3 decimals)"]
+    bad.write_text(f"{entry}    tol: 0\n")   # exactly: no reason needed
+    assert [e.why for e in load_expectations(bad)] == [""]
