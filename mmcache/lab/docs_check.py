@@ -232,8 +232,11 @@ def _matches(measured: Any, expected: Any, tol: float, rtol: float) -> bool:
 
 
 def _run_interval(metrics: dict[str, Any], path: str) -> tuple[float, float] | None:
-    """The finite ``[low, high]`` interval the run reports at ``path`` (None: there is none)."""
+    """The finite ``[low, high]`` interval the run reports at ``path``: a pair, or a mapping
+    with ``low`` and ``high`` (beside its ``mean``); None when there is none."""
     interval = _lookup(metrics, tuple(str(path).split("/")))
+    if isinstance(interval, dict) and {"low", "high"} <= set(interval):
+        interval = [interval["low"], interval["high"]]
     if not (isinstance(interval, list) and len(interval) == 2 and
             all(isinstance(v, (int, float)) and math.isfinite(v) for v in interval)):
         return None

@@ -25,20 +25,22 @@ def _fabricate_runs(runs: Path, expectations, smoke: bool = False) -> None:
         node = by_notebook.setdefault(exp.notebook, {"smoke": smoke})
         for key in exp.path[:-1]:
             node = node.setdefault(key, {})
+        # intervals as {low, high} (the run's may be a pair or sit beside a mean)
         if isinstance(exp.value, dict) and "within" in exp.value:   # an interval around it
             node[exp.path[-1]] = exp.value["value"]
             interval = by_notebook[exp.notebook]
             *parents, last = exp.value["within"].split("/")
             for key in parents:
                 interval = interval.setdefault(key, {})
-            interval[last] = [exp.value["value"], exp.value["value"]]
+            interval.setdefault(last, {}).update(low=exp.value["value"], high=exp.value["value"])
             continue
         if isinstance(exp.value, dict) and "overlaps" in exp.value:  # the page's interval
             node = by_notebook[exp.notebook]
             *parents, last = exp.value["overlaps"].split("/")
             for key in parents:
                 node = node.setdefault(key, {})
-            node[last] = list(exp.value["interval"])
+            low, high = exp.value["interval"]
+            node.setdefault(last, {}).update(low=low, high=high)
             continue
         node[exp.path[-1]] = 13 if isinstance(exp.value, dict) else exp.value
         if isinstance(exp.value, dict):       # {same_as: path}: give that path the same value
@@ -129,6 +131,10 @@ def test_tolerances_lists_and_same_as() -> None:
     assert "outside the run's 95% interval" in readme_check._compare(
         own, {"e": {"effect": -0.1, "ci95": [-0.3, 0.1]}})
     assert "no [low, high] interval" in readme_check._compare(own, {"e": {"effect": -0.1}})
+    mean = readme_check.Expectation("nb", "q", ("g", "mean"), {"value": 0.059, "within": "g"},
+                                    tol=0.0005)   # an interval as {mean, low, high}
+    assert readme_check._compare(mean, {"g": {"mean": 0.0588, "low": 0.0435, "high": 0.0741}}) is None
+    assert "outside" in readme_check._compare(mean, {"g": {"mean": 0.03, "low": 0.02, "high": 0.04}})
     # runs that differ on one machine too: the page's interval must overlap the run's
     agree = readme_check.Expectation("nb", "q", ("e", "ci95"),
                                      {"interval": [-0.17, 0.11], "overlaps": "e/ci95"}, tol=0.005)
