@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -239,6 +240,23 @@ def test_on_stale_fires_once_for_concurrent_stale_gets_until_the_refresh_put() -
 
 
 # -- L2 searches run outside the cache's lock (issue 27 item 3) --------------------------------
+def l1_hit_beside(cache: mmcache.TieredCache, blocked: Callable[[], Any],
+                  inside: threading.Event, release: threading.Event, what: str) -> Any:
+    """Run ``blocked`` in a thread until it is held inside (``inside`` set), assert that an L1
+    hit of key 0 completes meanwhile, then release it and return its answer."""
+    held = in_thread(blocked)
+    try:
+        assert inside.wait(WAIT)
+        reader, hit = in_thread(lambda: cache.get(query(0)))
+        reader.join(WAIT / 5)
+        assert not reader.is_alive(), f"an L1 hit waited for another thread's {what}"
+        assert hit[0].tier == "l1" and hit[0].value == {"key": 0}
+    finally:
+        release.set()
+        held[0].join(WAIT)
+    return held[1][0]
+
+
 def near(key: int, cos: float = 0.97, scope: str = "shared") -> Query:
     """A paraphrase of ``key``'s vector (cosine ``cos``): never its exact key, always an L2
     search, a hit at δ = 0.1."""
@@ -291,17 +309,8 @@ def test_an_l1_hit_is_served_while_another_thread_is_inside_an_l2_search() -> No
         release.wait(WAIT)
         return inner(*args, **kwargs)
     tier.find = find
-    searching = in_thread(lambda: cache.get(near(1)))
-    try:
-        assert inside.wait(WAIT)
-        reader, hit = in_thread(lambda: cache.get(query(0)))
-        reader.join(WAIT / 5)
-        assert not reader.is_alive(), "an L1 hit waited for another thread's L2 search"
-        assert hit[0].tier == "l1" and hit[0].value == {"key": 0}
-    finally:
-        release.set()
-        searching[0].join(WAIT)
-    assert searching[1][0].value == {"key": 1}
+    hit = l1_hit_beside(cache, lambda: cache.get(near(1)), inside, release, "L2 search")
+    assert hit.value == {"key": 1}
     cache.close()
 
 
@@ -417,15 +426,25 @@ def test_answers_with_and_without_the_search_outside_the_lock_are_the_same(
 
     outside, under = make("outside.db"), make("under.db")
     under._search_outside = lambda *args: {}  # every search under the lock
+    same_answers(outside, under, clock, n_ops=400, near_share=0.5)
+    outside.close()
+    under.close()
+
+
+def same_answers(a: mmcache.TieredCache, b: mmcache.TieredCache, clock: FakeClock,
+                 n_ops: int, near_share: float) -> None:
+    """Feed ``a`` and ``b`` the same seeded puts (30%), gets (60%: ``near_share`` of all
+    operations paraphrases, the rest exact) and invalidations, asserting equal answers, then
+    equal tier contents."""
     rng = np.random.default_rng(11)
-    for i in range(400):
+    for i in range(n_ops):
         key, op, cos = int(rng.integers(25)), rng.random(), float(rng.uniform(0.85, 0.99))
         results = []
-        for cache in (outside, under):
+        for cache in (a, b):
             if op < 0.3:
                 results.append(cache.put(query(key), {"key": key, "i": i}))
             elif op < 0.9:
-                hit = cache.get(near(key, cos) if op < 0.8 else query(key))
+                hit = cache.get(near(key, cos) if op < 0.3 + near_share else query(key))
                 results.append(None if hit is None else
                                (hit.value, hit.tier, hit.entry_id, hit.freshness,
                                 hit.similarities))
@@ -433,9 +452,7 @@ def test_answers_with_and_without_the_search_outside_the_lock_are_the_same(
                 results.append(cache.invalidate(query(key)))
         assert results[0] == results[1], (i, results)
         clock.advance(float(rng.uniform(0, 2)))
-    assert snapshot(outside)[:3] == snapshot(under)[:3]
-    outside.close()
-    under.close()
+    assert snapshot(a)[:3] == snapshot(b)[:3]
 
 
 def store_cache(tmp_path: Path, shared: bool) -> tuple[mmcache.TieredCache, str]:
@@ -452,6 +469,21 @@ def store_cache(tmp_path: Path, shared: bool) -> tuple[mmcache.TieredCache, str]
     return cache, slow_id
 
 
+def pause_store_reads(cache: mmcache.TieredCache,
+                      entry_id: str) -> tuple[threading.Event, threading.Event]:
+    """Make every L3 store read of ``entry_id`` set the first event, then wait for the second."""
+    store, inside, release = cache.tier("l3").store, threading.Event(), threading.Event()
+    inner = store.read
+
+    def read(scope, read_id):
+        if read_id == entry_id:
+            inside.set()
+            release.wait(WAIT)
+        return inner(scope, read_id)
+    store.read = read
+    return inside, release
+
+
 @pytest.mark.parametrize("lookup", ["exact", "semantic"])
 @pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
 def test_an_l1_hit_is_served_while_another_thread_is_inside_the_store(
@@ -459,26 +491,10 @@ def test_an_l1_hit_is_served_while_another_thread_is_inside_the_store(
     """The blocked thread reads its L3 entry by its exact key, or as a candidate of the L3
     search."""
     cache, slow_id = store_cache(tmp_path, shared)
-    store, inside, release = cache.tier("l3").store, threading.Event(), threading.Event()
-    inner = store.read
-
-    def read(scope, entry_id):
-        if entry_id == slow_id:
-            inside.set()
-            release.wait(WAIT)
-        return inner(scope, entry_id)
-    store.read = read
-    reading = in_thread(lambda: cache.get(query(1) if lookup == "exact" else near(1)))
-    try:
-        assert inside.wait(WAIT)
-        reader, hit = in_thread(lambda: cache.get(query(0)))
-        reader.join(WAIT / 5)
-        assert not reader.is_alive(), "an L1 hit waited for another thread's store read"
-        assert hit[0].tier == "l1" and hit[0].value == {"key": 0}
-    finally:
-        release.set()
-        reading[0].join(WAIT)
-    assert reading[1][0].tier == "l3" and reading[1][0].value == {"key": 1}
+    inside, release = pause_store_reads(cache, slow_id)
+    hit = l1_hit_beside(cache, lambda: cache.get(query(1) if lookup == "exact" else near(1)),
+                        inside, release, "store read")
+    assert hit.tier == "l3" and hit.value == {"key": 1}
     cache.close()
 
 
@@ -558,23 +574,7 @@ def test_answers_with_and_without_store_reads_outside_the_lock_are_the_same(
 
     outside, under = make("outside.db"), make("under.db")
     reads_under_the_lock(under)
-    rng = np.random.default_rng(11)
-    for i in range(300):
-        key, op, cos = int(rng.integers(25)), rng.random(), float(rng.uniform(0.85, 0.99))
-        results = []
-        for cache in (outside, under):
-            if op < 0.3:
-                results.append(cache.put(query(key), {"key": key, "i": i}))
-            elif op < 0.9:
-                hit = cache.get(near(key, cos) if op < 0.7 else query(key))
-                results.append(None if hit is None else
-                               (hit.value, hit.tier, hit.entry_id, hit.freshness,
-                                hit.similarities))
-            else:
-                results.append(cache.invalidate(query(key)))
-        assert results[0] == results[1], (i, results)
-        clock.advance(float(rng.uniform(0, 2)))
-    assert snapshot(outside)[:3] == snapshot(under)[:3]
+    same_answers(outside, under, clock, n_ops=300, near_share=0.4)
     counts = [(m.hits, m.misses, m.evictions)
               for m in (cache.metrics.snapshot() for cache in (outside, under))]
     assert counts[0] == counts[1]
@@ -587,15 +587,7 @@ def test_a_get_whose_store_read_outlives_close_raises_closed(tmp_path: Path) -> 
     """``close`` waits for a store read in flight outside the lock; that get then raises
     MMCacheError ("closed") rather than answering from a closed cache."""
     cache, slow_id = store_cache(tmp_path, shared=False)
-    store, inside, release = cache.tier("l3").store, threading.Event(), threading.Event()
-    inner = store.read
-
-    def read(scope, entry_id):
-        if entry_id == slow_id:
-            inside.set()
-            release.wait(WAIT)
-        return inner(scope, entry_id)
-    store.read = read
+    inside, release = pause_store_reads(cache, slow_id)
     reading = in_thread(lambda: cache.get(query(1)))
     assert inside.wait(WAIT)
     closing = in_thread(cache.close)
