@@ -16,7 +16,7 @@ the local vector index (FAISS, :class:`~mmcache.tiers.vectors.SemanticIndex`), t
 entries' scopes, the budget restored when a write fails, and the entries adopted when
 it opens or replays changes. A shared store (``shared = True``: other processes write
 it) is brought up to date, by replaying its changes, before each search and before each
-revalidation of a private copy (:meth:`StoreTier.current_version`); ``max_staleness``
+revalidation of a private copy (:meth:`StoreTier.catch_up`); ``max_staleness``
 (seconds, default 0) bounds how old the view used for revalidation may be. A search, a
 revalidation and a put under an unlimited capacity replay only the sequences of the
 scopes they touch; the rest replay every sequence.
@@ -393,17 +393,6 @@ class StoreTier(BudgetedTier):
         return Counter(k.scope for k in list(self._known.values()))
 
     # -- coherence -----------------------------------------------------------------------
-    @_serialized
-    def current_version(self, entry_id: str) -> int | None:
-        """The store's version of ``entry_id`` (None: not stored), as seen at most
-        ``max_staleness`` seconds ago; a private copy of another version is stale."""
-        known = self._known.get(entry_id)
-        scopes = None if known is None else {known.scope}
-        log = None if known is None else self.store.log_of(known.scope)
-        if self._older_than(log, self.max_staleness):
-            self._sync(scopes)
-        return self.known_version(entry_id)
-
     def known_version(self, entry_id: str) -> int | None:
         """The version of ``entry_id`` in this tier's view as it stands (None: not stored
         there), without store I/O and without waiting for a call in flight."""
