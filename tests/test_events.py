@@ -180,17 +180,20 @@ def test_a_writer_clock_ahead_beyond_the_bound_is_an_event(tmp_path, ahead_s):
         assert b.events() == []  # A's entries lie in B's past: a clock behind is not told
 
 
-def test_events_of_a_store_opened_with_a_bad_row_reach_the_cache(tmp_path):
+def test_events_of_a_bad_stored_value_reach_the_cache_at_its_first_read(tmp_path):
     path = tmp_path / "s.db"
     with open_cache(path) as a:
         a.put(query(0), "answer 0")
     with sqlite3.connect(str(path)) as db:
         db.execute("UPDATE entries SET value_type = 'msgpack'")
     seen: list[FailureEvent] = []
-    with open_cache(path, seen) as reopened:  # quarantined while the tier opened
+    with open_cache(path, seen) as reopened:  # opening reads no values: nothing seen yet
+        assert reopened.events() == [] and seen == []
+        assert reopened.get(query(0)) is None       # quarantined at the first read of its value
         assert_counted(reopened, "MM-ENTRY-UNREADABLE")
         assert seen == reopened.events()
-        assert reopened.get(query(0)) is None
+        assert reopened.get(query(0)) is None       # reported once
+        assert_counted(reopened, "MM-ENTRY-UNREADABLE")
 
 
 def test_the_event_log_keeps_the_last_events_and_survives_a_failing_listener(caplog):
