@@ -257,6 +257,31 @@ def l1_hit_beside(cache: mmcache.TieredCache, blocked: Callable[[], Any],
     return held[1][0]
 
 
+def change_beside(cache: mmcache.TieredCache, blocked: Callable[[], Any],
+                  inside: threading.Event, release: threading.Event, change: str) -> Any:
+    """Run ``blocked`` in a thread until it is held inside (``inside`` set), make ``change``
+    meanwhile (``put`` a new value of key 1, ``invalidate`` it, ``put elsewhere``: move it far
+    from the query; else put another key), then release it and return its answer."""
+    held = in_thread(blocked)
+    try:
+        assert inside.wait(WAIT)
+        if change == "invalidate":
+            assert cache.invalidate(query(1))
+        elif change == "put":
+            cache.put(query(1), {"key": 1, "v": "new"})
+        elif change == "put elsewhere":  # the same key's value moves far away from the query
+            cache.invalidate(query(1))
+            cache.put(Query(embeddings={"text": VECTORS[30]}, scope="shared"), {"key": 30})
+        else:
+            cache.put(query(7), {"key": 7})
+    finally:
+        release.set()
+        held[0].join(WAIT)
+    answer = held[1][0]
+    assert not isinstance(answer, Exception), answer
+    return answer
+
+
 def near(key: int, cos: float = 0.97, scope: str = "shared") -> Query:
     """A paraphrase of ``key``'s vector (cosine ``cos``): never its exact key, always an L2
     search, a hit at δ = 0.1."""
@@ -332,23 +357,7 @@ def test_a_write_while_a_search_is_outside_the_lock_is_never_missed(change: str)
             release.wait(WAIT)
         return found
     tier.find = find
-    searching = in_thread(lambda: cache.get(near(1)))
-    try:
-        assert inside.wait(WAIT)
-        if change == "invalidate":
-            assert cache.invalidate(query(1))
-        elif change == "put":
-            cache.put(query(1), {"key": 1, "v": "new"})
-        elif change == "put elsewhere":  # the same key's value moves far away from the query
-            cache.invalidate(query(1))
-            cache.put(Query(embeddings={"text": VECTORS[30]}, scope="shared"), {"key": 30})
-        else:
-            cache.put(query(7), {"key": 7})
-    finally:
-        release.set()
-        searching[0].join(WAIT)
-    hit = searching[1][0]
-    assert not isinstance(hit, Exception), hit
+    hit = change_beside(cache, lambda: cache.get(near(1)), inside, release, change)
     if change in ("invalidate", "put elsewhere"):
         assert hit is None
     else:
@@ -519,20 +528,8 @@ def test_a_write_while_the_store_is_read_outside_the_lock_is_never_missed(
                 release.wait(WAIT)
         return fetched
     cache._fetch = fetch
-    reading = in_thread(lambda: cache.get(query(1) if lookup == "exact" else near(1)))
-    try:
-        assert inside.wait(WAIT)
-        if change == "put":
-            cache.put(query(1), {"key": 1, "v": "new"})
-        elif change == "invalidate":
-            assert cache.invalidate(query(1))
-        else:
-            cache.put(query(7), {"key": 7})
-    finally:
-        release.set()
-        reading[0].join(WAIT)
-    hit = reading[1][0]
-    assert not isinstance(hit, Exception), hit
+    hit = change_beside(cache, lambda: cache.get(query(1) if lookup == "exact" else near(1)),
+                        inside, release, change)
     if change == "invalidate":
         assert hit is None and reads[1:] == [None]
     elif change == "put":
