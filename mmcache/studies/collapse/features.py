@@ -160,14 +160,15 @@ def frozen_features(captions: Sequence[str],
     path = Path(root) / f"{_cache_key(captions, clips)}.npz"
     with fixed_torch_state():
         text_encoder, frame_encoder = encoders()
-        stale = _probe_mismatch(load_features(str(path)), captions, clips, text_encoder,
-                                frame_encoder) if path.is_file() else None
-        if stale is not None:
+        if path.is_file():
+            stale = _probe_mismatch(load_features(str(path)), captions, clips, text_encoder,
+                                    frame_encoder)
+            if stale is None:
+                return load_features(str(path))
             warnings.warn(f"{path.name}: {stale}; encoding the features again", stacklevel=2)
-        if stale is not None or not path.is_file():
-            text, audio = _encode(captions, clips, text_encoder, frame_encoder)
-            _write(path, captions, text, audio, text_encoder.encoder_id, frame_encoder.encoder_id)
-            load_features.cache_clear()
+        text, audio = _encode(captions, clips, text_encoder, frame_encoder)
+        _write(path, captions, text, audio, text_encoder.encoder_id, frame_encoder.encoder_id)
+    load_features.cache_clear()
     return load_features(str(path))
 
 
