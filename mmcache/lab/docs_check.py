@@ -9,11 +9,17 @@ the run's interval (widened by the entry's ``tol``, the page's rounding), whatev
 made it. Where runs of one machine differ too (the frozen-feature collapse runs),
 ``{interval: [low, high], overlaps: path/of/its/ci95}`` passes when the interval the page prints
 and the run's overlap: the two runs agree within their uncertainty. :func:`check` compares
-them; :func:`missing_quotes` checks the quotes alone (no run needed). The command line (what ``make check-docs`` runs,
-after ``make figures``) prints every mismatch and exits 1 if there is one::
+them; :func:`missing_quotes` checks the quotes alone (no run needed).
+
+A section named ``bench/<benchmark>`` holds the numbers of the benchmarks page: its run is the
+benchmark ledger's record ``runs/bench/<benchmark>.json`` (what ``make bench`` writes), read as
+``figures/<figure name>`` and ``params/<parameter>``. The command line checks the notebooks'
+numbers (what ``make check-docs`` runs, after ``make figures``) or, with ``--bench``, the
+benchmarks' (the last step of ``make bench``); it prints every mismatch and exits 1 if there
+is one::
 
     python -m mmcache.lab.docs_check [--expected figures/expected.yaml] [--runs runs] [--root .]
-                                     [--quotes-only]
+                                     [--quotes-only | --bench]
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import Any, Mapping
 import yaml
 
 from mmcache.errors import ConfigError
+from mmcache.lab.bench import ledger
 from mmcache.paths import PROJECT_ROOT, RUNS_DIR
 
 EXPECTED_FILE = PROJECT_ROOT / "figures" / "expected.yaml"
@@ -40,6 +47,8 @@ ENTRY_FIELDS = ("page", "readme", "metrics", "tol", "rtol", "why")
 SHAPES = ({"same_as"}, {"value", "within"}, {"interval", "overlaps"})
 #: Float rounding allowed on top of every tolerance (0.8 - 0.6 > 0.2 in binary).
 FLOAT_SLACK = 1e-9
+#: The prefix of a section whose run is a benchmark's ledger record, not a notebook's.
+BENCH = "bench/"
 _MISSING = object()
 
 
@@ -167,8 +176,15 @@ def _entry(entry: Any, notebook: str, where: str) -> list[Expectation]:
             for key, value in metrics.items()]
 
 
+def is_bench(expectation: Expectation) -> bool:
+    """Whether the expectation's run is a benchmark's record (``make bench``)."""
+    return expectation.notebook.startswith(BENCH)
+
+
 def _read_run(runs_dir: Path, notebook: str) -> dict[str, Any] | str:
     """A full run's metrics, or the problem that stops reading them."""
+    if notebook.startswith(BENCH):
+        return _read_bench(runs_dir, notebook.removeprefix(BENCH))
     path = runs_dir / notebook / "metrics.json"
     if not path.is_file():
         return f"no {path}: run `make figures` (or `python -m mmcache.lab.runbook {notebook}`) first"
@@ -176,6 +192,17 @@ def _read_run(runs_dir: Path, notebook: str) -> dict[str, Any] | str:
     if metrics.get("smoke"):
         return f"{path} is from a smoke run; the docs' numbers come from full runs"
     return metrics
+
+
+def _read_bench(runs_dir: Path, bench: str) -> dict[str, Any] | str:
+    """A benchmark's recorded figures, or the problem that stops reading them."""
+    path = runs_dir / "bench" / f"{bench}.json"
+    if not path.is_file():
+        return f"no {path}: run `make bench` first"
+    run = ledger.load(path)
+    if run["params"].get("quick"):
+        return f"{path} is from a --quick run; the docs' numbers come from full runs"
+    return ledger.figures(run)
 
 
 def _lookup(metrics: Any, path: tuple[str, ...]) -> Any:
@@ -283,24 +310,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default=str(RUNS_DIR), help="the folder of runs/<notebook>/")
     parser.add_argument("--root", default=str(PROJECT_ROOT),
                         help="the checkout whose pages (README.md, docs/...) are quoted")
-    parser.add_argument("--quotes-only", action="store_true",
-                        help="check only that every quoted text is on its page (no run needed)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--quotes-only", action="store_true",
+                       help="check only that every quoted text is on its page (no run needed)")
+    which.add_argument("--bench", action="store_true",
+                       help="check the benchmarks' numbers against <runs>/bench (after `make "
+                            "bench`) instead of the notebooks' against <runs>/<notebook>")
     args = parser.parse_args(argv)
     try:
         expectations = load_expectations(args.expected)
     except ConfigError as err:
         print(f"[docs-check] {err}", file=sys.stderr)
         return 2
+    if not args.quotes_only:
+        left = [e for e in expectations if is_bench(e) != args.bench]
+        expectations = [e for e in expectations if is_bench(e) == args.bench]
+        print(f"[docs-check] {len(left)} numbers of the " + (
+            "notebooks are checked by `make check-docs`" if args.bench else
+            "benchmarks are checked by `make bench` (`--bench`)"))
     pages = read_pages(expectations, args.root)
     mismatches = (missing_quotes(expectations, pages) if args.quotes_only
                   else check(expectations, args.runs, pages))
     for (notebook, problem), n in Counter((m.expectation.notebook, m.problem)
                                           for m in mismatches).items():
         print(f"[docs-check] {notebook}: {problem}" + (f" ({n} numbers)" if n > 1 else ""))
-    notebooks = len({e.notebook for e in expectations})
+    runs = len({e.notebook for e in expectations})
     what = "quoted on their pages" if args.quotes_only else f"reproduced by {args.runs}"
     print(f"[docs-check] {len(expectations) - len(mismatches)} of {len(expectations)} numbers "
-          f"on {len(pages)} pages from {notebooks} notebooks {what}")
+          f"on {len(pages)} pages from {runs} runs {what}")
     return 1 if mismatches else 0
 
 

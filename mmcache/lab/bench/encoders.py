@@ -1,7 +1,8 @@
 """Encoder benchmark: trimmed vs full Whisper context, and the embedding store's second pass.
 
 ``python -m mmcache.lab.bench.encoders`` prints two ratios, each against a
-baseline measured side by side in the same run:
+baseline measured side by side in the same run, and records them in the benchmark ledger
+(``runs/bench/encoders.json``):
 
 1. Whisper tiny.en encoder on real Asterisk prompts (< 10 s, 8 kHz → 16 kHz):
    seconds per clip with the full 30 s context ÷ with the trimmed context (the
@@ -26,6 +27,7 @@ from mmcache.datasets.images import FASHION_CLASSES, FASHION_TEMPLATES
 from mmcache.encoders import get_encoder
 from mmcache.encoders.store import EmbeddingStore
 from mmcache.encoders.whisper import WhisperEncoder, load_whisper
+from mmcache.lab.bench.ledger import Ratio, machine, record
 
 CHUNK = 4
 
@@ -50,7 +52,7 @@ def ridge_r_at_1(audio: np.ndarray, text: np.ndarray, seeds: int = 5, lam: float
     return float(np.mean(scores))
 
 
-def whisper_context(n_clips: int) -> None:
+def whisper_context(n_clips: int) -> list[Ratio]:
     """Ratio 1: full-context ÷ trimmed-context encoder time per clip, and equivalence."""
 
     model = load_whisper()
@@ -73,14 +75,26 @@ def whisper_context(n_clips: int) -> None:
     print(f"RATIO whisper full/trimmed time: {seconds['full'] / seconds['trimmed']:.1f}x  "
           f"(cosine trimmed vs full: min {cos.min():.3f}, mean {cos.mean():.3f}; "
           f"twin R@1 {r1:.2f})")
+    full_context = "the full 30 s context"
+    ratios = [Ratio("Whisper encoder time per clip, full over trimmed context",
+                    seconds["full"] / seconds["trimmed"], "trimmed context (the default)"),
+              Ratio("cosine of trimmed and full embeddings, min", float(cos.min()), full_context,
+                    unit="cosine"),
+              Ratio("cosine of trimmed and full embeddings, mean", float(cos.mean()),
+                    full_context, unit="cosine"),
+              Ratio("trimmed embeddings retrieving their full twin first", r1, full_context,
+                    unit="fraction", at_least=1.0)]
     if len(clips) >= 50:
         text = get_encoder("minilm").encode(texts)
+        r_trimmed, r_full = ridge_r_at_1(a, text), ridge_r_at_1(b, text)
         print(f"  audio→transcript R@1, ridge to MiniLM, 5 splits of {len(clips)} prompts "
-              f"(chance {5 / len(clips):.2f}): trimmed {ridge_r_at_1(a, text):.2f}, "
-              f"full {ridge_r_at_1(b, text):.2f}")
+              f"(chance {5 / len(clips):.2f}): trimmed {r_trimmed:.2f}, full {r_full:.2f}")
+        ratios.append(Ratio("audio→transcript R@1 (ridge to MiniLM), trimmed over full",
+                            r_trimmed / r_full, "full context"))
+    return ratios
 
 
-def store_second_pass(n_texts: int) -> None:
+def store_second_pass(n_texts: int) -> list[Ratio]:
     """Ratio 2: first pass (encode + store) ÷ second pass (read back) through the store."""
 
     texts = [f"{FASHION_TEMPLATES[i % len(FASHION_TEMPLATES)].format(FASHION_CLASSES[i % 10])} "
@@ -96,6 +110,8 @@ def store_second_pass(n_texts: int) -> None:
     print(f"embedding store, {len(texts)} captions, MiniLM: first pass {t1 - t0:.2f} s, "
           f"second pass {t2 - t1:.3f} s")
     print(f"RATIO store first/second pass: {(t1 - t0) / (t2 - t1):.0f}x")
+    return [Ratio(f"embedding store, {len(texts):,} captions: first pass over second",
+                  (t1 - t0) / (t2 - t1), "the second pass (read from disk)")]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,8 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(1)
-    whisper_context(8 if args.quick else 150)
-    store_second_pass(200 if args.quick else 2000)
+    started = machine()
+    ratios = whisper_context(8 if args.quick else 150)
+    ratios += store_second_pass(200 if args.quick else 2000)
+    record("encoders", ratios, vars(args), started=started)
 
 
 if __name__ == "__main__":

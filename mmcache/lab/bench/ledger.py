@@ -7,6 +7,9 @@ A benchmark calls :func:`record` once at its end; that writes ``runs/bench/<name
 (the ratios, the command line, the commit, the machine's CPU and its load average before
 and after). Every ratio is mmcache's figure over a baseline measured in the same process,
 interleaved with it, so machine load hits both alike; absolute times are not recorded here.
+``--markdown`` prints the same as one table per benchmark, the form
+``docs/results/benchmarks.md`` carries (the docs check compares that page with a new
+``make bench``'s records through :func:`figures`).
 """
 
 from __future__ import annotations
@@ -44,9 +47,12 @@ class Ratio:
     @property
     def target(self) -> str:
         """The target as text ("" when there is none)."""
-        parts = [f">= {self.at_least:g}" if self.at_least is not None else "",
-                 f"<= {self.at_most:g}" if self.at_most is not None else ""]
+        parts = [f">= {self._bound(self.at_least)}" if self.at_least is not None else "",
+                 f"<= {self._bound(self.at_most)}" if self.at_most is not None else ""]
         return " and ".join(p for p in parts if p)
+
+    def _bound(self, value: float) -> str:
+        return f"{value:.0%}" if self.unit == "fraction" else f"{value:g}"
 
     @property
     def met(self) -> bool | None:
@@ -88,12 +94,19 @@ def record(bench: str, ratios: Iterable[Ratio], params: dict[str, object],
 def read(out_dir: Path | None = None) -> list[dict]:
     """Every recorded benchmark under ``out_dir`` (default :func:`bench_dir`), by name
     (ratios as :class:`Ratio`)."""
-    runs = []
-    for path in sorted((out_dir or bench_dir()).glob("*.json")):
-        payload = json.loads(path.read_text())
-        payload["ratios"] = [Ratio(**r) for r in payload["ratios"]]
-        runs.append(payload)
-    return runs
+    return [load(path) for path in sorted((out_dir or bench_dir()).glob("*.json"))]
+
+
+def load(path: Path) -> dict:
+    """One benchmark's record (ratios as :class:`Ratio`)."""
+    payload = json.loads(path.read_text())
+    payload["ratios"] = [Ratio(**r) for r in payload["ratios"]]
+    return payload
+
+
+def figures(run: dict) -> dict[str, object]:
+    """A record as the docs check reads a run: ``figures`` (name -> value) and ``params``."""
+    return {"figures": {r.name: r.value for r in run["ratios"]}, "params": run["params"]}
 
 
 def table(runs: Sequence[dict]) -> str:
@@ -115,23 +128,45 @@ def table(runs: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def markdown(runs: Sequence[dict]) -> str:
+    """One Markdown table per run (figure, value, target, baseline), under its command line,
+    commit, CPU and load average."""
+    blocks = []
+    for run in runs:
+        before, after = run["machine_before"], run["machine_after"]
+        rows = [f"| {r.name} | {_fmt(r)} | {_md_target(r)} | {r.baseline} |"
+                for r in run["ratios"]]
+        blocks.append("\n".join([
+            f"`{run['command']}` ({run['bench']}) at {run['commit'][:7]} on {after.get('cpu')} "
+            f"({after.get('cores')} cores), load average {before.get('load_1min', '?')} before, "
+            f"{after.get('load_1min')} after:", "",
+            "| figure | value | target | baseline |", "|---|---|---|---|", *rows]))
+    return "\n\n".join(blocks)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Print the table of every recorded benchmark (exit 1 when none was recorded)."""
     parser = argparse.ArgumentParser(prog="python -m mmcache.lab.bench.ledger",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=None,
                         help="where benchmarks recorded (default $MMCACHE_BENCH_DIR or runs/bench)")
+    parser.add_argument("--markdown", action="store_true",
+                        help="one Markdown table per benchmark (the benchmarks page's form)")
     args = parser.parse_args(argv)
     runs = read(args.dir)
     if not runs:
         sys.exit(f"no benchmark recorded under {args.dir or bench_dir()}: run `make bench` first")
-    print(table(runs))
+    print(markdown(runs) if args.markdown else table(runs))
 
 
 def _fmt(r: Ratio) -> str:
     if r.unit == "fraction":
         return f"{r.value:.2%}"
     return f"{r.value:.2f}{'' if r.unit == 'x' else ' ' + r.unit}"
+
+
+def _md_target(r: Ratio) -> str:
+    return r.target.replace(">=", "≥").replace("<=", "≤")
 
 
 def _load() -> float | None:

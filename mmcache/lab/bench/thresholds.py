@@ -5,7 +5,7 @@ over the same N entries (STAND-IN data: random 384-d unit vectors, the dimension
 MiniLM; default L1 + L2 with ``index: auto``, so HNSW at 10k), asks both the same M
 queries in alternating chunks — half near an entry (cosine ≈ 0.99: candidates the rule
 must judge), half random (misses) — and prints the mean get() time of each in µs and
-their ratio. The error-budget rule uses the shipped (text, minilm) prior with a loose
+their ratio (recorded in the benchmark ledger, ``runs/bench/thresholds.json``). The error-budget rule uses the shipped (text, minilm) prior with a loose
 budget (0.5) so that its hit path, not only its miss path, is timed.
 
 ``--pairs`` instead replays the held-out (test) split of
@@ -26,6 +26,7 @@ import numpy as np
 from mmcache.cache import TieredCache
 from mmcache.datasets.pairs import PairSizes, text_pairs
 from mmcache.encoders import get_encoder
+from mmcache.lab.bench.ledger import Ratio, machine, record
 from mmcache.studies.priors import PRIOR_SEED
 from mmcache.thresholds import (
     CalibratedThreshold,
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parser.parse_args(argv)
     if args.pairs:
         return heldout_pairs()
+    started = machine()
     rng = np.random.default_rng(0)
     stored = unit_rows(rng, args.entries)
     picks = rng.integers(args.entries, size=args.lookups // 2)
@@ -117,6 +119,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for name in caches:
         print(f"  {name:>12}: {result[name + '_us']:8.1f} µs per get, {hits[name]} hits")
     print(f"  error-budget / static: {result['ratio']:.2f}")
+    record("thresholds", [Ratio(f"get() with the error-budget rule, {args.entries:,} entries",
+                                result["ratio"], "the same gets with a static threshold")],
+           vars(args), started=started)
     for cache in caches.values():
         cache.close()
     return result
