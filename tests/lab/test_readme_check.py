@@ -10,6 +10,7 @@ import pytest
 
 from mmcache.errors import ConfigError
 from mmcache.lab import docs_check as readme_check
+from mmcache.lab.bench.ledger import Ratio, record
 from mmcache.lab.docs_check import check, load_expectations, missing_quotes, read_pages
 from mmcache.paths import PROJECT_ROOT
 
@@ -46,8 +47,21 @@ def _fabricate_runs(runs: Path, expectations, smoke: bool = False) -> None:
         if isinstance(exp.value, dict):       # {same_as: path}: give that path the same value
             by_notebook[exp.notebook][exp.value["same_as"]] = 13
     for notebook, metrics in by_notebook.items():
+        if notebook.startswith(readme_check.BENCH):     # a benchmark's ledger record
+            ratios = [Ratio(name, value, "baseline")
+                      for name, value in _flat(metrics.get("figures", {}))]
+            params = {"quick": smoke, **dict(_flat(metrics.get("params", {})))}
+            record(notebook.removeprefix(readme_check.BENCH), ratios, params, runs / "bench")
+            continue
         (runs / notebook).mkdir(parents=True, exist_ok=True)
         (runs / notebook / "metrics.json").write_text(json.dumps(metrics))
+
+
+def _flat(tree: dict, prefix: str = "") -> list[tuple[str, object]]:
+    """(path joined by "/", value) of every leaf: a figure's name may hold a "/"."""
+    return [pair for key, value in tree.items()
+            for pair in (_flat(value, f"{prefix}{key}/") if isinstance(value, dict)
+                         else [(f"{prefix}{key}", value)])]
 
 
 def test_every_committed_quote_is_on_the_page_it_names() -> None:
@@ -201,3 +215,37 @@ def test_a_tolerance_without_a_reason_is_refused(tmp_path) -> None:
     assert [e.why for e in load_expectations(bad)] == ["the page's rounding (3 decimals)"]
     bad.write_text(f"{entry}    tol: 0\n")   # exactly: no reason needed
     assert [e.why for e in load_expectations(bad)] == [""]
+
+
+def test_a_bench_section_is_checked_against_its_ledger_record(tmp_path, capsys) -> None:
+    expected = tmp_path / "expected.yaml"
+    expected.write_text(
+        "bench/demo:\n  - page: README.md\n    readme: every lookup goes as expected\n"
+        "    rtol: 0.3\n    why: wall-clock ratios move by up to 30% between runs\n"
+        "    metrics: {figures/lookups/s at 10 entries: 31.0, params/n: 10}\n"
+        "00_quickstart:\n  - page: README.md\n    readme: every lookup goes as expected\n"
+        "    metrics: {n_as_expected: {same_as: n_lookups}}\n")
+    runs = tmp_path / "runs"
+    (bench,) = [e for e in load_expectations(expected) if e.path[0] == "figures"]
+    assert check([bench], runs, PAGES)[0].problem.startswith(f"no {runs / 'bench' / 'demo.json'}")
+
+    def record_demo(value: float, **params) -> None:
+        record("demo", [Ratio("lookups/s at 10 entries", value, "GPTCache")], params,
+               out_dir=runs / "bench")
+
+    record_demo(38.0, n=10)                                      # within 30% of the page's 31
+    assert check(load_expectations(expected)[:2], runs, PAGES) == []
+    record_demo(45.0, n=10)
+    (mismatch,) = check([bench], runs, PAGES)
+    assert mismatch.problem == ("figures/lookups/s at 10 entries: README.md 31.0, run 45.0 "
+                                "(tol 0, rtol 0.3)")
+    record_demo(31.0, n=10, quick=True)
+    assert "from a --quick run" in check([bench], runs, PAGES)[0].problem
+    record_demo(31.0, n=10)
+    # the command line checks the notebooks' sections, or with --bench the benchmarks'
+    assert readme_check.main(["--expected", str(expected), "--runs", str(runs), "--bench"]) == 0
+    out = capsys.readouterr().out
+    assert "1 numbers of the notebooks are checked by `make check-docs`" in out
+    assert "2 of 2 numbers on 1 pages from 1 runs reproduced" in out
+    assert readme_check.main(["--expected", str(expected), "--runs", str(runs)]) == 1
+    assert "2 numbers of the benchmarks are checked by `make bench`" in capsys.readouterr().out

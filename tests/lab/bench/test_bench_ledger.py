@@ -38,3 +38,15 @@ def test_record_then_read_round_trips_and_table_counts_misses(tmp_path):
 def test_no_recorded_run_says_how_to_make_one(tmp_path):
     with pytest.raises(SystemExit, match="make bench"):
         ledger.main(["--dir", str(tmp_path)])
+
+
+def test_markdown_prints_one_table_per_run_and_figures_reads_it_back(tmp_path):
+    ratios = [Ratio("lookups/s at 10 entries", 31.0, "GPTCache", at_least=30.0),
+              Ratio("decisions equal", 0.995, "exact", unit="fraction", at_least=0.99)]
+    ledger.record("demo", ratios, {"n": 10}, out_dir=tmp_path, started=ledger.machine())
+    (run,) = ledger.read(tmp_path)
+    text = ledger.markdown([run])
+    assert "| lookups/s at 10 entries | 31.00 | ≥ 30 | GPTCache |" in text
+    assert "| decisions equal | 99.50% | ≥ 99% | exact |" in text
+    assert ledger.figures(run) == {"figures": {"lookups/s at 10 entries": 31.0,
+                                               "decisions equal": 0.995}, "params": {"n": 10}}
