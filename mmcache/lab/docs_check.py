@@ -42,7 +42,7 @@ from mmcache.paths import PROJECT_ROOT, RUNS_DIR
 
 EXPECTED_FILE = PROJECT_ROOT / "figures" / "expected.yaml"
 README_FILE = PROJECT_ROOT / "README.md"
-ENTRY_FIELDS = ("page", "readme", "metrics", "tol", "rtol", "why")
+ENTRY_FIELDS = ("page", "readme", "metrics", "tol", "rtol", "factor", "why")
 #: The mapping values an entry may hold besides plain values.
 SHAPES = ({"same_as"}, {"value", "within"}, {"interval", "overlaps"})
 #: Float rounding allowed on top of every tolerance (0.8 - 0.6 > 0.2 in binary).
@@ -65,8 +65,9 @@ class Expectation:
     #                           or {"interval": [low, high], "overlaps": path of the run's}
     tol: float = 0.0
     rtol: float = 0.0
+    factor: float = 0.0       # > 1: the run's value lies within this factor of the page's
     page: str = "README.md"   # the page that prints it, relative to the checkout
-    why: str = ""             # why the tolerance is what it is (required when tol or rtol > 0)
+    why: str = ""             # why the tolerance is what it is (required with any tolerance)
 
 
 @dataclass(frozen=True)
@@ -150,18 +151,21 @@ def _entry(entry: Any, notebook: str, where: str) -> list[Expectation]:
     if not isinstance(metrics, dict) or not metrics:
         raise ConfigError(f"{where}: `metrics` must map metric paths (a/b/c) to the page's values")
     tols = {}
-    for key in ("tol", "rtol"):
+    for key in ("tol", "rtol", "factor"):
         value = entry.get(key, 0.0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ConfigError(f"{where}: `{key}` must be a non-negative number, got {value!r}")
         tols[key] = float(value)
+    if 0 < tols["factor"] <= 1:
+        raise ConfigError(f"{where}: `factor` must be above 1 (the run's value within that "
+                          f"factor of the page's, either way), got {tols['factor']!r}")
     why = entry.get("why", "")
     if not isinstance(why, str) or "\n" in why.strip():
         raise ConfigError(f"{where}: `why` must be one line of text saying why the tolerance "
                           f"is what it is, got {why!r}")
     why = why.strip()
-    if (tols["tol"] or tols["rtol"]) and not why:
-        raise ConfigError(f"{where} ({readme!r}): a nonzero `tol`/`rtol` needs a `why:` line "
+    if any(tols.values()) and not why:
+        raise ConfigError(f"{where} ({readme!r}): a nonzero `tol`/`rtol`/`factor` needs a `why:` line "
                           f"saying what it allows (e.g. \"the page's rounding (3 decimals)\", "
                           f"or the cause and the size of one flipped decision); or drop the "
                           f"tolerance, or check a statistic against the run's own interval "
@@ -240,7 +244,9 @@ def _compare(exp: Expectation, metrics: dict[str, Any]) -> str | None:
         expected = _lookup(metrics, tuple(expected["same_as"].split("/")))
         if expected is _MISSING:
             return f"{name}: same_as {exp.value['same_as']}: no such metric"
-    if not _matches(measured, expected, exp.tol, exp.rtol):
+    if exp.factor and not _within_factor(measured, expected, exp.factor):
+        return f"{name}: {exp.page} {expected!r}, run {measured!r} (not within ×{exp.factor:g})"
+    if not exp.factor and not _matches(measured, expected, exp.tol, exp.rtol):
         tolerance = f" (tol {exp.tol:g}, rtol {exp.rtol:g})" if exp.tol or exp.rtol else ""
         return f"{name}: {exp.page} {expected!r}, run {measured!r}{tolerance}"
     return None
@@ -256,6 +262,15 @@ def _matches(measured: Any, expected: Any, tol: float, rtol: float) -> bool:
         bound = tol + rtol * abs(expected) + FLOAT_SLACK * max(1.0, abs(expected))
         return math.isfinite(measured) and abs(measured - expected) <= bound
     return measured == expected
+
+
+def _within_factor(measured: Any, expected: Any, factor: float) -> bool:
+    """Whether a positive ``measured`` lies in [``expected`` / factor, ``expected`` × factor]."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                  for v in (measured, expected))
+    return (numbers and expected > 0 and math.isfinite(measured)
+            and expected / factor * (1 - FLOAT_SLACK) <= measured
+            <= expected * factor * (1 + FLOAT_SLACK))
 
 
 def _run_interval(metrics: dict[str, Any], path: str) -> tuple[float, float] | None:

@@ -11,7 +11,13 @@ import pytest
 from mmcache.errors import ConfigError
 from mmcache.lab import docs_check as readme_check
 from mmcache.lab.bench.ledger import Ratio, record
-from mmcache.lab.docs_check import check, load_expectations, missing_quotes, read_pages
+from mmcache.lab.docs_check import (
+    Expectation,
+    check,
+    load_expectations,
+    missing_quotes,
+    read_pages,
+)
 from mmcache.paths import PROJECT_ROOT
 
 EXPECTATIONS = load_expectations()
@@ -204,9 +210,9 @@ def test_cli_exit_status(tmp_path, capsys) -> None:
 def test_a_tolerance_without_a_reason_is_refused(tmp_path) -> None:
     bad = tmp_path / "expected.yaml"
     entry = "03_x:\n  - page: README.md\n    readme: q\n    metrics: {a: 1}\n"
-    for tol in ("tol: 0.01", "rtol: 0.05", "tol: 0.01\n    why: '  '"):
+    for tol in ("tol: 0.01", "rtol: 0.05", "factor: 3", "tol: 0.01\n    why: '  '"):
         bad.write_text(f"{entry}    {tol}\n")
-        with pytest.raises(ConfigError, match=r"03_x\[0\] \('q'\): a nonzero `tol`/`rtol` needs a `why:`"):
+        with pytest.raises(ConfigError, match=r"03_x\[0\] \('q'\): a nonzero `tol`/`rtol`/`factor` needs a `why:`"):
             load_expectations(bad)
     bad.write_text(f"{entry}    tol: 0.01\n    why: [rounding]\n")
     with pytest.raises(ConfigError, match="`why` must be one line"):
@@ -219,12 +225,13 @@ def test_a_tolerance_without_a_reason_is_refused(tmp_path) -> None:
 
 def test_a_bench_section_is_checked_against_its_ledger_record(tmp_path, capsys) -> None:
     expected = tmp_path / "expected.yaml"
-    expected.write_text(
+    yaml_text = (
         "bench/demo:\n  - page: README.md\n    readme: every lookup goes as expected\n"
         "    rtol: 0.3\n    why: wall-clock ratios move by up to 30% between runs\n"
         "    metrics: {figures/lookups/s at 10 entries: 31.0, params/n: 10}\n"
         "00_quickstart:\n  - page: README.md\n    readme: every lookup goes as expected\n"
         "    metrics: {n_as_expected: {same_as: n_lookups}}\n")
+    expected.write_text(yaml_text)
     runs = tmp_path / "runs"
     (bench,) = [e for e in load_expectations(expected) if e.path[0] == "figures"]
     assert check([bench], runs, PAGES)[0].problem.startswith(f"no {runs / 'bench' / 'demo.json'}")
@@ -239,6 +246,16 @@ def test_a_bench_section_is_checked_against_its_ledger_record(tmp_path, capsys) 
     (mismatch,) = check([bench], runs, PAGES)
     assert mismatch.problem == ("figures/lookups/s at 10 entries: README.md 31.0, run 45.0 "
                                 "(tol 0, rtol 0.3)")
+    factor = [Expectation("bench/demo", "q", ("figures", "lookups/s at 10 entries"), 10.0,
+                          factor=5.0, why="spread")]
+    assert check(factor, runs, PAGES) == []                 # 45 is within 5x of 10 ...
+    record_demo(1.9, n=10)                                  # ... and 1.9 is not
+    assert check(factor, runs, PAGES)[0].problem.endswith("run 1.9 (not within ×5)")
+    with pytest.raises(ConfigError, match="`factor` must be above 1"):
+        expected.write_text("bench/x:\n  - page: README.md\n    readme: q\n    factor: 1\n"
+                            "    why: w\n    metrics: {a: 1}\n")
+        load_expectations(expected)
+    expected.write_text(yaml_text)
     record_demo(31.0, n=10, quick=True)
     assert "from a --quick run" in check([bench], runs, PAGES)[0].problem
     record_demo(31.0, n=10)
