@@ -19,7 +19,7 @@ comma := ,
 # core); Python compiles and caches the modules a run imports instead, so this must not be off.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup setup-bench sysdeps test smoke figures check-docs check-readme docs models priors verifier lab pair bench bench-cache bench-cache-20k bench-async bench-replay bench-cachebench bench-guard bench-dashboard bench-encoders bench-thresholds latency-profile clean
+.PHONY: help setup setup-bench sysdeps test smoke figures check-docs check-readme docs models priors verifier lab pair bench bench-cache bench-cache-20k bench-async bench-replay bench-cachebench bench-guard bench-dashboard bench-encoders bench-thresholds bench-threads bench-faults bench-soak latency-profile clean
 
 help:
 	@echo "make figures   regenerate every figure (full notebooks) into figures/, with index.html and MANIFEST.md"
@@ -117,12 +117,14 @@ pair: setup
 	$(VENV)/bin/jupytext --to ipynb --update notebooks/[0-9][0-9]_*.py
 	$(VENV)/bin/nbstripout notebooks/[0-9][0-9]_*.ipynb
 
-# Every benchmark, then one table of every ratio they recorded beside its target.
+# Every benchmark, then one table of every ratio they recorded beside its target, then the
+# numbers of docs/results/benchmarks.md and docs/design/coherence.md against those records.
 bench: setup-bench
 	rm -rf runs/bench
-	$(MAKE) bench-cache bench-cache-20k bench-replay bench-async bench-cachebench bench-guard \
-	        bench-dashboard bench-encoders bench-thresholds
+	$(MAKE) bench-cache bench-cache-20k bench-threads bench-replay bench-async bench-cachebench \
+	        bench-guard bench-dashboard bench-encoders bench-thresholds bench-faults bench-soak
 	$(PY) -m mmcache.lab.bench.ledger
+	$(PY) -m mmcache.lab.docs_check --bench
 
 # CacheBench-MM's measured latencies (encoders, cache tiers) on this machine; committed.
 latency-profile: setup
@@ -133,6 +135,10 @@ bench-cache: setup-bench
 
 bench-cache-20k: setup-bench
 	$(PY) -m mmcache.lab.bench.tiered_cache --n 20000 --fill-gets 1000
+
+# L2 lookups/s of 1, 2 and 4 threads sharing one cache (target: 2 threads >= 1.6x one).
+bench-threads: setup-bench
+	$(PY) -m mmcache.lab.bench.tiered_cache --n 20000 --threads-only --threads 1,2,4 --queries 4000
 
 bench-async: setup
 	$(PY) -m mmcache.lab.bench.async_twins
@@ -155,6 +161,14 @@ bench-encoders: setup
 
 bench-thresholds: setup
 	$(PY) -m mmcache.lab.bench.thresholds
+
+# The store fault matrix on private redis-servers (about 20 s).
+bench-faults: setup
+	$(PY) -m mmcache.lab.bench.faults
+
+# The long soak: 10^6 operations with churn and TTLs over a shared SQLite L3 (about 12 min).
+bench-soak: setup
+	$(PY) -m mmcache.lab.bench.soak
 
 clean:
 	rm -rf runs site figures/*.png figures/*.pdf figures/*.json figures/MANIFEST.md \

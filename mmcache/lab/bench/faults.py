@@ -19,7 +19,9 @@ private redis-server on loopback behind a TCP proxy the run controls, and three
   with the store.
 
 The store itself loses data in some faults (that is the fault); what is measured is whether
-the caches notice. ``tests/lab/bench/test_faults_bench.py`` runs the matrix small in ``make test``.
+the caches notice. The rows are printed as a Markdown table and recorded in the benchmark
+ledger (``runs/bench/faults.json``; ``make bench-faults``).
+``tests/lab/bench/test_faults_bench.py`` runs the matrix small in ``make test``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import redis
 
 from mmcache.cache import TieredCache
 from mmcache.errors import MMCacheError
+from mmcache.lab.bench.ledger import Ratio, machine, record
 from mmcache.lab.testing import FaultProxy, LocalRedis
 from mmcache.types import Query
 
@@ -238,8 +241,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keys", type=int, default=50, help="keys per fault (default 50)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds after it (default 5)")
     args = parser.parse_args(argv)
+    started = machine()
     rows = [run_fault(fault, args.keys, args.rounds) for fault in FAULTS]
     print(markdown(rows))
+    record("faults", [ratio for row in rows for ratio in figures(row)], vars(args),
+           started=started)
+
+
+def figures(row: dict[str, Any]) -> list[Ratio]:
+    """A row of the matrix as the ledger's figures (each count's target: none)."""
+    truth = "what the store held"
+    counts = [Ratio(f"{row['fault']}: {name}", row[key], truth, unit="count", at_most=bound)
+              for name, key, bound in (("reads", "reads", None), ("stale reads", "stale", 0),
+                                       ("acknowledged puts lost", "acked lost", 0),
+                                       ("typed errors", "typed", 0),
+                                       ("untyped errors", "untyped", 0))]
+    recover = row["recover s"]
+    return counts + [Ratio(f"{row['fault']}: seconds to recover",
+                           float("inf") if recover is None else recover, truth, unit="s")]
 
 
 if __name__ == "__main__":

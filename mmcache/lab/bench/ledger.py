@@ -34,8 +34,8 @@ def bench_dir() -> Path:
 
 @dataclass(frozen=True)
 class Ratio:
-    """One measured figure: ``value`` (mmcache ÷ ``baseline``, or a fraction or a latency as
-    ``unit`` says) and its target, ``at_least`` and/or ``at_most`` (None: informational)."""
+    """One measured figure: ``value`` (mmcache ÷ ``baseline``, or a fraction, a count or a
+    latency as ``unit`` says) and its target, ``at_least`` and/or ``at_most`` (None: informational)."""
 
     name: str
     value: float
@@ -162,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _fmt(r: Ratio) -> str:
     if r.unit == "fraction":
         return f"{r.value:.2%}"
+    if r.unit == "count":
+        return f"{r.value:,.0f}"
     return f"{r.value:.2f}{'' if r.unit == 'x' else ' ' + r.unit}"
 
 

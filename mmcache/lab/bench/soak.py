@@ -10,7 +10,9 @@ second tier on the same file syncs after each chunk. After each of ``samples`` c
 prints one row: operations so far, live entries, log rows, file bytes (database + WAL), this
 process's resident memory, the seconds to open the store afresh, and the seconds the second
 tier took to sync. Each must stay within a small multiple of the live entries, however long
-the run: ``tests/lab/bench/test_soak_bench.py`` runs it short in ``make test``.
+the run: ``tests/lab/bench/test_soak_bench.py`` runs it short in ``make test``. The rows are
+printed, and what they show is recorded in the benchmark ledger (``runs/bench/soak.json``,
+:func:`figures`; ``make bench-soak``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 
 from mmcache.cache import TieredCache
 from mmcache.lab.bench.faults import markdown, query
+from mmcache.lab.bench.ledger import Ratio, machine, record
 from mmcache.metrics import progress_bar
 from mmcache.tiers.sqlite import SQLiteTier
 
@@ -111,8 +114,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keys", type=int, default=2_000)
     parser.add_argument("--samples", type=int, default=10)
     args = parser.parse_args(argv)
+    started = machine()
     with tempfile.TemporaryDirectory() as tmp:
-        print(markdown(soak(Path(tmp), args.ops, args.keys, args.samples)))
+        rows = soak(Path(tmp), args.ops, args.keys, args.samples)
+    print(markdown(rows))
+    record("soak", figures(rows), vars(args), started=started)
+
+
+def figures(rows: list[dict[str, Any]]) -> list[Ratio]:
+    """What the soak's samples show, as the ledger's figures: the store's size against its
+    live entries, its growth after the first sample, and the slowest open and sync."""
+    live = [max(1, r["live"]) for r in rows]
+    later = rows[1:] or rows
+    return [
+        Ratio("log rows over live entries, largest", max(r["log rows"] / n for r, n in
+                                                         zip(rows, live)), "live entries"),
+        Ratio("file bytes, last sample over the second", rows[-1]["file bytes"]
+              / later[0]["file bytes"], "the second sample", at_most=1.5),
+        Ratio("file bytes per live entry, last sample", rows[-1]["file bytes"] / live[-1],
+              "live entries", unit="bytes"),
+        Ratio("resident memory, last sample over the first", rows[-1]["rss MiB"]
+              / rows[0]["rss MiB"], "the first sample"),
+        Ratio("open, slowest sample", max(r["open s"] for r in rows) * 1e3, "", unit="ms"),
+        Ratio("sync of a second tier, slowest sample", max(r["sync s"] for r in rows) * 1e3, "",
+              unit="ms")]
 
 
 if __name__ == "__main__":

@@ -25,3 +25,13 @@ def test_the_matrix_prints_one_row_per_fault(capsys, monkeypatch):
     faults.main(["--keys", "2", "--rounds", "1"])
     table = capsys.readouterr().out.splitlines()
     assert table[0].startswith("| fault | kind | reads | stale |") and len(table) == 3
+
+
+def test_a_row_becomes_the_ledgers_figures():
+    row = {"fault": "FLUSHALL", "kind": "data loss", "reads": 300, "stale": 0, "acked lost": 1,
+           "typed": 0, "untyped": 0, "recover s": None}
+    got = {r.name: (r.value, r.met) for r in faults.figures(row)}
+    assert got == {"FLUSHALL: reads": (300, None), "FLUSHALL: stale reads": (0, True),
+                   "FLUSHALL: acknowledged puts lost": (1, False),
+                   "FLUSHALL: typed errors": (0, True), "FLUSHALL: untyped errors": (0, True),
+                   "FLUSHALL: seconds to recover": (float("inf"), None)}
