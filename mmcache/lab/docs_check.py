@@ -2,7 +2,8 @@
 
 ``figures/expected.yaml`` maps each number of the docs (README.md and the pages under
 ``docs/``) to the metric a full run writes (``runs/<notebook>/metrics.json``) with a
-stated tolerance, names the page that prints it (``page``) and quotes the text there
+stated tolerance (``tol``, ``rtol``, or ``factor``: the run's value within that factor of the
+page's, either way), names the page that prints it (``page``) and quotes the text there
 that prints it (``readme``). A statistic over seeds is checked against the interval the run
 itself reports: ``{value: v, within: path/of/its/ci95}`` passes when the page's ``v`` lies in
 the run's interval (widened by the entry's ``tol``, the page's rounding), whatever machine
@@ -13,7 +14,8 @@ them; :func:`missing_quotes` checks the quotes alone (no run needed).
 
 A section named ``bench/<benchmark>`` holds the numbers of the benchmarks page: its run is the
 benchmark ledger's record ``runs/bench/<benchmark>.json`` (what ``make bench`` writes), read as
-``figures/<figure name>`` and ``params/<parameter>``. The command line checks the notebooks'
+``figures/<figure name>`` and ``params/<parameter>``. A notebook's run published by
+``make figures`` also gives ``point/elapsed_s``, its wall time (from ``runs/<notebook>/point.json``). The command line checks the notebooks'
 numbers (what ``make check-docs`` runs, after ``make figures``) or, with ``--bench``, the
 benchmarks' (the last step of ``make bench``); it prints every mismatch and exits 1 if there
 is one::
@@ -38,6 +40,7 @@ import yaml
 
 from mmcache.errors import ConfigError
 from mmcache.lab.bench import ledger
+from mmcache.lab.sweep.store import RECORD_FILE
 from mmcache.paths import PROJECT_ROOT, RUNS_DIR
 
 EXPECTED_FILE = PROJECT_ROOT / "figures" / "expected.yaml"
@@ -195,6 +198,9 @@ def _read_run(runs_dir: Path, notebook: str) -> dict[str, Any] | str:
     metrics = json.loads(path.read_text())
     if metrics.get("smoke"):
         return f"{path} is from a smoke run; the docs' numbers come from full runs"
+    record = runs_dir / notebook / RECORD_FILE      # `make figures`' record of the run
+    if record.is_file():
+        metrics = {**metrics, "point": {"elapsed_s": json.loads(record.read_text())["elapsed_s"]}}
     return metrics
 
 
@@ -234,7 +240,8 @@ def _compare(exp: Expectation, metrics: dict[str, Any]) -> str | None:
     name = "/".join(exp.path)
     measured = _lookup(metrics, exp.path)
     if measured is _MISSING:
-        return f"{name}: no such metric"
+        written_by = " (`make figures` writes it)" if exp.path[0] == "point" else ""
+        return f"{name}: no such metric{written_by}"
     expected = exp.value
     if isinstance(expected, dict) and "within" in expected:
         return _within(exp, name, expected, metrics)

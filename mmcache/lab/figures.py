@@ -36,7 +36,7 @@ from mmcache.lab.plotting import figure_dir
 from mmcache.lab.runbook import NOTEBOOK_DIR
 from mmcache.lab.sweep import SweepSpec, load_spec, run_sweep
 from mmcache.lab.sweep.point import METRICS_FILE
-from mmcache.lab.sweep.store import read_record
+from mmcache.lab.sweep.store import RECORD_FILE, read_record
 
 FIGURES_SPEC = NOTEBOOK_DIR / "sweeps" / "figures.yaml"
 MANIFEST_FILE = "MANIFEST.md"
@@ -106,8 +106,9 @@ def current_commit(root: Path = PROJECT_ROOT) -> str:
 
 
 def publish(spec: SweepSpec, sweep_dir: Path, figures: Path, runs: Path) -> list[FigureEntry]:
-    """Copy every successful point's figures to ``figures`` and its executed notebook and
-    metrics to ``runs/<notebook>/``; returns the published figures, in spec order."""
+    """Copy every successful point's figures to ``figures`` and its executed notebook, metrics
+    and record (``point.json``: parameters, wall time) to ``runs/<notebook>/``; returns the
+    published figures, in spec order."""
     entries = []
     figures.mkdir(parents=True, exist_ok=True)
     for point in spec.points:
@@ -118,7 +119,7 @@ def publish(spec: SweepSpec, sweep_dir: Path, figures: Path, runs: Path) -> list
         point_dir = sweep_dir / point.id
         run_dir = runs / stem
         run_dir.mkdir(parents=True, exist_ok=True)
-        for name in (METRICS_FILE, f"{stem}.ipynb"):
+        for name in (METRICS_FILE, RECORD_FILE, f"{stem}.ipynb"):
             if (point_dir / name).is_file():
                 shutil.copy2(point_dir / name, run_dir / name)
         point_figures = point_dir / "figures"

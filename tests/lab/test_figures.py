@@ -62,7 +62,8 @@ def _fabricated_sweep(tmp_path: Path):
     sweep = tmp_path / "sweep"
     for point, status in zip(spec.points, ("ok", "failed")):
         (sweep / point.id / "figures").mkdir(parents=True)
-        (sweep / point.id / RECORD_FILE).write_text(json.dumps({"status": status}))
+        (sweep / point.id / RECORD_FILE).write_text(json.dumps({"status": status,
+                                                               "elapsed_s": 12.5}))
         (sweep / point.id / "metrics.json").write_text('{"x": 1}')
         stem = Path(point.target).stem
         (sweep / point.id / "figures" / f"{stem}_fig.png").write_bytes(b"png")
@@ -80,6 +81,7 @@ def test_publish_copies_ok_points_and_the_manifest_names_their_provenance(tmp_pa
     assert (tmp_path / "figs" / "00_a_fig.png").read_bytes() == b"png"
     assert not (tmp_path / "figs" / "01_b_fig.png").exists()
     assert json.loads((tmp_path / "runs" / "00_a" / "metrics.json").read_text()) == {"x": 1}
+    assert json.loads((tmp_path / "runs" / "00_a" / RECORD_FILE).read_text())["elapsed_s"] == 12.5
 
     text = figures.render_manifest(entries, "abc123", "notebooks/sweeps/figures.yaml",
                                    failed=["01_b"])

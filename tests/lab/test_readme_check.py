@@ -266,3 +266,15 @@ def test_a_bench_section_is_checked_against_its_ledger_record(tmp_path, capsys) 
     assert "2 of 2 numbers on 1 pages from 1 runs reproduced" in out
     assert readme_check.main(["--expected", str(expected), "--runs", str(runs)]) == 1
     assert "2 numbers of the benchmarks are checked by `make bench`" in capsys.readouterr().out
+
+
+def test_a_run_published_by_make_figures_gives_its_wall_time(tmp_path) -> None:
+    exp = Expectation("00_quickstart", "q", ("point", "elapsed_s"), 20.0, factor=4.0, why="w")
+    (tmp_path / "00_quickstart").mkdir()
+    (tmp_path / "00_quickstart" / "metrics.json").write_text(json.dumps({"n_lookups": 3}))
+    assert check([exp], tmp_path)[0].problem == ("point/elapsed_s: no such metric "
+                                                 "(`make figures` writes it)")
+    (tmp_path / "00_quickstart" / "point.json").write_text(json.dumps({"elapsed_s": 70.0}))
+    assert check([exp], tmp_path) == []
+    (tmp_path / "00_quickstart" / "point.json").write_text(json.dumps({"elapsed_s": 90.0}))
+    assert check([exp], tmp_path)[0].problem.endswith("run 90.0 (not within ×4)")
