@@ -44,12 +44,20 @@ from mmcache.lab.sweep.store import RECORD_FILE
 from mmcache.paths import PROJECT_ROOT, RUNS_DIR
 
 EXPECTED_FILE = PROJECT_ROOT / "figures" / "expected.yaml"
+SETTINGS_FILE = PROJECT_ROOT / "figures" / "settings.yaml"
 README_FILE = PROJECT_ROOT / "README.md"
 ENTRY_FIELDS = ("page", "readme", "metrics", "tol", "rtol", "factor", "why")
 #: The mapping values an entry may hold besides plain values.
 SHAPES = ({"same_as"}, {"value", "within"}, {"interval", "overlaps"})
 #: Float rounding allowed on top of every tolerance (0.8 - 0.6 > 0.2 in binary).
 FLOAT_SLACK = 1e-9
+#: A number as a page prints it (not one inside a word, a version or a section sign's).
+_NUMBER = re.compile(r"(?<![\w.§−-])[−-]?\d[\d,]*(?:\.\d+)?%?")
+_FENCED = re.compile(r"```.*?```", re.S)
+_HEADING = re.compile(r"^#+ .*$", re.M)
+#: What of a page's text is not counted besides code blocks and headings: inline code, link
+#: targets, references to the seeds' sections ("seed 002 §2.4").
+_NOT_COUNTED = re.compile(r"`[^`]*`|\]\([^)]*\)|§[\d.]+(?:–[\d.]+)?|[Ss]eeds? \d{3}\b")
 #: The prefix of a section whose run is a benchmark's ledger record, not a notebook's.
 BENCH = "bench/"
 _MISSING = object()
@@ -97,6 +105,44 @@ def load_expectations(path: str | Path = EXPECTED_FILE) -> list[Expectation]:
         for i, entry in enumerate(entries):
             out += _entry(entry, notebook, f"{path.name}: {notebook}[{i}]")
     return out
+
+
+def load_settings(path: str | Path = SETTINGS_FILE) -> dict[str, list[str]]:
+    """Read the settings file: page -> the quoted texts of that page whose numbers are the
+    runs' inputs (parameters, sizes, the code's constants), not results; raises
+    :class:`ConfigError` naming a malformed entry."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"cannot read settings {path}: {err}") from err
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of page -> list of quoted texts")
+    for page, quotes in raw.items():
+        if not isinstance(quotes, list) or not all(isinstance(q, str) and q.strip()
+                                                   for q in quotes or []):
+            raise ConfigError(f"{path}: `{page}` must be a list of texts quoted from the page")
+    return {page: list(quotes or []) for page, quotes in raw.items()}
+
+
+def uncovered_numbers(page: str, text: str, expectations: list[Expectation],
+                      settings: Mapping[str, list[str]]) -> list[str]:
+    """The numbers ``text`` (the page ``page``) prints outside every expectation's quote and
+    every setting's, each with the words around it. Numbers in code (fenced or inline), link
+    targets and headings are not counted."""
+    squashed = _squash(_HEADING.sub(lambda m: "\0" * len(m.group()), _FENCED.sub(" ", text)))
+    covered = bytearray(len(squashed))
+    quotes = [e.readme for e in expectations if e.page == page] + list(settings.get(page, []))
+    for quote in quotes:
+        quote = _squash(quote)
+        start = 0
+        while (at := squashed.find(quote, start)) >= 0:
+            covered[at:at + len(quote)] = b"\1" * len(quote)
+            start = at + 1
+    for exempt in _NOT_COUNTED.finditer(squashed):
+        covered[exempt.start():exempt.end()] = b"\1" * (exempt.end() - exempt.start())
+    return [f"{m.group()} in \"…{squashed[max(0, m.start() - 40):m.end() + 10]}…\"".replace(
+                "\0", "") for m in _NUMBER.finditer(squashed) if not covered[m.start()]]
 
 
 def read_pages(expectations: list[Expectation], root: str | Path = PROJECT_ROOT,
@@ -320,6 +366,27 @@ def _overlaps(exp: Expectation, name: str, expected: Mapping[str, Any],
     return None
 
 
+def _print_coverage(expectations: list[Expectation], root: Path) -> int:
+    """``--coverage``: print how many numbers each page of the docs (README.md, docs/) prints
+    that nothing quotes, and those of a page the settings file lists (a page held to full
+    coverage); 1 when such a page has one."""
+    try:
+        settings = load_settings(root / SETTINGS_FILE.relative_to(PROJECT_ROOT))
+    except ConfigError as err:
+        print(f"[docs-check] {err}", file=sys.stderr)
+        return 2
+    held = 0
+    pages = ["README.md"] + sorted(str(p.relative_to(root)) for p in (root / "docs").rglob("*.md"))
+    for page in pages:
+        numbers = uncovered_numbers(page, (root / page).read_text(), expectations, settings)
+        where = "held to full coverage" if page in settings else "not yet held to it"
+        print(f"[docs-check] {page} ({where}): {len(numbers)} numbers no entry or setting quotes")
+        for number in numbers if page in settings else []:
+            print(f"    {number}")
+        held += len(numbers) if page in settings else 0
+    return 1 if held else 0
+
+
 def _squash(text: str) -> str:
     """Text with every run of whitespace made one space (the pages are hard-wrapped)."""
     return re.sub(r"\s+", " ", text).strip()
@@ -335,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--quotes-only", action="store_true",
                        help="check only that every quoted text is on its page (no run needed)")
+    which.add_argument("--coverage", action="store_true",
+                       help="list the numbers each page prints that no entry quotes (and no "
+                            "setting of figures/settings.yaml); fails on a page listed there")
     which.add_argument("--bench", action="store_true",
                        help="check the benchmarks' numbers against <runs>/bench (after `make "
                             "bench`) instead of the notebooks' against <runs>/<notebook>")
@@ -344,6 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"[docs-check] {err}", file=sys.stderr)
         return 2
+    if args.coverage:
+        return _print_coverage(expectations, Path(args.root))
     if not args.quotes_only:
         left = [e for e in expectations if is_bench(e) != args.bench]
         expectations = [e for e in expectations if is_bench(e) == args.bench]

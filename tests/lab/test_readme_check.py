@@ -15,8 +15,10 @@ from mmcache.lab.docs_check import (
     Expectation,
     check,
     load_expectations,
+    load_settings,
     missing_quotes,
     read_pages,
+    uncovered_numbers,
 )
 from mmcache.paths import PROJECT_ROOT
 
@@ -278,3 +280,24 @@ def test_a_run_published_by_make_figures_gives_its_wall_time(tmp_path) -> None:
     assert check([exp], tmp_path) == []
     (tmp_path / "00_quickstart" / "point.json").write_text(json.dumps({"elapsed_s": 90.0}))
     assert check([exp], tmp_path)[0].problem.endswith("run 90.0 (not within ×4)")
+
+
+def test_coverage_finds_the_numbers_nothing_quotes() -> None:
+    page = ("# Study 3 of 2026\n\nWe ran 12 seeds (`seed=7`, [the run](runs/5.md)) at seed 002 §2.4:"
+            " the hit rate was 0.42 and p99 1,250 ms; 95% of lookups... took −3.5%.\n"
+            "```\nprint(99)\n```\n")
+    entry = Expectation("x", "the hit rate was 0.42", ("hit",), 0.42, page="p.md")
+    assert [n.split(" in ")[0] for n in uncovered_numbers("p.md", page, [entry], {})] == [
+        "12", "1,250", "95%", "−3.5%"]
+    settings = {"p.md": ["We ran 12 seeds", "95% of lookups"]}
+    assert [n.split(" in ")[0] for n in uncovered_numbers("p.md", page, [entry], settings)] == [
+        "1,250", "−3.5%"]
+
+
+def test_every_page_held_to_full_coverage_quotes_all_its_numbers() -> None:
+    settings = load_settings()
+    for page, quotes in settings.items():
+        text = (PROJECT_ROOT / page).read_text()
+        squashed = readme_check._squash(text)
+        assert [q for q in quotes if readme_check._squash(q) not in squashed] == [], page
+        assert uncovered_numbers(page, text, EXPECTATIONS, settings) == [], page
