@@ -14,9 +14,10 @@ them; :func:`missing_quotes` checks the quotes alone (no run needed).
 
 A section named ``bench/<benchmark>`` holds the numbers of the benchmarks page: its run is the
 benchmark ledger's record ``runs/bench/<benchmark>.json`` (what ``make bench`` writes), read as
-``figures/<figure name>`` and ``params/<parameter>``. A notebook's run published by
-``make figures`` also gives ``point/elapsed_s``, its wall time (from ``runs/<notebook>/point.json``). The command line checks the notebooks'
-numbers (what ``make check-docs`` runs, after ``make figures``) or, with ``--bench``, the
+``figures/<figure name>``, ``params/<parameter>`` and ``machine_before/`` / ``machine_after/``
+(``cores``, ``load_1min``). A notebook's run published by ``make figures`` also gives
+``point/elapsed_s``, its wall time (from ``runs/<notebook>/point.json``). The command line
+checks the notebooks' numbers (what ``make check-docs`` runs, after ``make figures``) or, with ``--bench``, the
 benchmarks' (the last step of ``make bench``); it prints every mismatch and exits 1 if there
 is one::
 

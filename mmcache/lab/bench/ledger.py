@@ -105,8 +105,10 @@ def load(path: Path) -> dict:
 
 
 def figures(run: dict) -> dict[str, object]:
-    """A record as the docs check reads a run: ``figures`` (name -> value) and ``params``."""
-    return {"figures": {r.name: r.value for r in run["ratios"]}, "params": run["params"]}
+    """A record as the docs check reads a run: ``figures`` (name -> value), ``params`` and the
+    machine before and after (``machine_before``, ``machine_after``: CPU, cores, load)."""
+    return {"figures": {r.name: r.value for r in run["ratios"]}, "params": run["params"],
+            "machine_before": run["machine_before"], "machine_after": run["machine_after"]}
 
 
 def table(runs: Sequence[dict]) -> str:
@@ -137,7 +139,7 @@ def markdown(runs: Sequence[dict]) -> str:
         rows = [f"| {r.name} | {_fmt(r)} | {_md_target(r)} | {r.baseline} |"
                 for r in run["ratios"]]
         blocks.append("\n".join([
-            f"`{run['command']}` ({run['bench']}) at {run['commit'][:7]} on {after.get('cpu')} "
+            f"`{run['command']}` ({run['bench']}) at `{run['commit'][:7]}` on {after.get('cpu')} "
             f"({after.get('cores')} cores), load average {before.get('load_1min', '?')} before, "
             f"{after.get('load_1min')} after:", "",
             "| figure | value | target | baseline |", "|---|---|---|---|", *rows]))

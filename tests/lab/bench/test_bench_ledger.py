@@ -1,8 +1,8 @@
 """The benchmark ledger: ratios recorded by a benchmark come back with their targets judged."""
-
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -48,5 +48,8 @@ def test_markdown_prints_one_table_per_run_and_figures_reads_it_back(tmp_path):
     text = ledger.markdown([run])
     assert "| lookups/s at 10 entries | 31.00 | ≥ 30 | GPTCache |" in text
     assert "| decisions equal | 99.50% | ≥ 99% | exact |" in text
-    assert ledger.figures(run) == {"figures": {"lookups/s at 10 entries": 31.0,
-                                               "decisions equal": 0.995}, "params": {"n": 10}}
+    read = ledger.figures(run)
+    assert read["figures"] == {"lookups/s at 10 entries": 31.0, "decisions equal": 0.995}
+    assert read["params"] == {"n": 10}
+    assert read["machine_after"]["cores"] == os.cpu_count()
+    assert f"({os.cpu_count()} cores), load average" in text
