@@ -59,7 +59,11 @@ def _fabricate_runs(runs: Path, expectations, smoke: bool = False) -> None:
             ratios = [Ratio(name, value, "baseline")
                       for name, value in _flat(metrics.get("figures", {}))]
             params = {"quick": smoke, **dict(_flat(metrics.get("params", {})))}
-            record(notebook.removeprefix(readme_check.BENCH), ratios, params, runs / "bench")
+            path = record(notebook.removeprefix(readme_check.BENCH), ratios, params,
+                          runs / "bench", started=metrics.get("machine_before", {}))
+            payload = json.loads(path.read_text())   # the machine the page names
+            payload["machine_after"].update(metrics.get("machine_after", {}))
+            path.write_text(json.dumps(payload))
             continue
         (runs / notebook).mkdir(parents=True, exist_ok=True)
         (runs / notebook / "metrics.json").write_text(json.dumps(metrics))
