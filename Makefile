@@ -122,7 +122,8 @@ pair: setup
 bench: setup-bench
 	rm -rf runs/bench
 	$(MAKE) bench-cache bench-cache-20k bench-threads bench-replay bench-async bench-cachebench \
-	        bench-guard bench-dashboard bench-encoders bench-thresholds bench-faults bench-soak
+	        bench-guard bench-dashboard bench-encoders bench-thresholds bench-faults bench-soak \
+	        bench-verifier
 	$(PY) -m mmcache.lab.bench.ledger
 	$(PY) -m mmcache.lab.docs_check --bench
 
@@ -161,6 +162,10 @@ bench-encoders: setup
 
 bench-thresholds: setup
 	$(PY) -m mmcache.lab.bench.thresholds
+
+# The learned pair verifier's leave-one-source-out report (make verifier refits the shipped model).
+bench-verifier: setup
+	$(PY) -m mmcache.lab.bench.verifier_report
 
 # The store fault matrix on private redis-servers (about 20 s).
 bench-faults: setup

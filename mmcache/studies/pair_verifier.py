@@ -172,6 +172,26 @@ def format_report(results: Mapping[str, Mapping[str, object]]) -> str:
     return "\n".join(lines)
 
 
+def fit_and_report(held_out_files: Sequence[Path] = HELD_OUT_FILES
+                   ) -> tuple[PairModel, dict[str, dict[str, object]]]:
+    """The model fitted on the training split of every source, and the leave-one-source-out
+    report (:func:`leave_one_source_out`; ``held_out_files`` measured with that model)."""
+    encoder = get_encoder("minilm")
+    idf = idf_table(encoder)
+    data = {name: featurise(pairs, encoder, idf) for name, pairs in training_sources().items()}
+    held_out = {f"{path.parent.name}/{path.stem}": featurise(read_pairs(path), encoder, idf)
+                for path in held_out_files}
+    provenance = {
+        "sources": {name: {"pairs": int(len(d.part("train").same)), "split": "train"}
+                    for name, d in data.items()},
+        "data": {"generated": PAIRS_PROVENANCE, "contradish": CONTRADISH_PROVENANCE,
+                 "idf": f"{IDF_PROMPTS} prompts of {PROMPTS_PROVENANCE}"},
+        "encoder": encoder.encoder_id, "seed": SEED, "C": C,
+        "command": "python -m mmcache.studies.pair_verifier (make verifier)"}
+    model = fit([d.part("train") for d in data.values()], idf, provenance)
+    return model, leave_one_source_out(data, idf, held_out)
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     """Fit on the training split of every source, write the model, print the leave-one-source-out
     report (held-out files measured with the model fitted on every source)."""
@@ -181,23 +201,11 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser.add_argument("--held-out", type=Path, nargs="*", default=list(HELD_OUT_FILES),
                         help="pairs files (JSONL) to measure the model on")
     args = parser.parse_args(argv)
-    encoder = get_encoder("minilm")
-    idf = idf_table(encoder)
-    data = {name: featurise(pairs, encoder, idf) for name, pairs in training_sources().items()}
-    held_out = {f"{path.parent.name}/{path.stem}": featurise(read_pairs(path), encoder, idf)
-                for path in args.held_out}
-    provenance = {
-        "sources": {name: {"pairs": int(len(d.part("train").same)), "split": "train"}
-                    for name, d in data.items()},
-        "data": {"generated": PAIRS_PROVENANCE, "contradish": CONTRADISH_PROVENANCE,
-                 "idf": f"{IDF_PROMPTS} prompts of {PROMPTS_PROVENANCE}"},
-        "encoder": encoder.encoder_id, "seed": SEED, "C": C,
-        "command": "python -m mmcache.studies.pair_verifier (make verifier)"}
-    model = fit([d.part("train") for d in data.values()], idf, provenance)
+    model, results = fit_and_report(args.held_out)
     args.model.write_text(json.dumps(model.to_json(), separators=(",", ":")) + "\n")
     print(f"wrote {args.model}; coefficients (standardised features): " + ", ".join(
         f"{name} {coef:+.2f}" for name, coef in zip(FEATURES, model.coef)))
-    print(format_report(leave_one_source_out(data, idf, held_out)))
+    print(format_report(results))
     return args.model
 
 
