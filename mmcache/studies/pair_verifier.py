@@ -30,6 +30,7 @@ from mmcache.datasets.pairs_file import read_pairs
 from mmcache.datasets.prompts import PROMPTS_PROVENANCE, load_prompts
 from mmcache.encoders import get_encoder
 from mmcache.encoders.text import MAX_TOKENS, MiniLMEncoder
+from mmcache.metrics import progress_bar
 from mmcache.paths import DATA_DIR
 from mmcache.verify.pair_model import FEATURES, MODEL_PATH, SIGNS, PairModel, pair_features, text_views
 
@@ -177,10 +178,19 @@ def fit_and_report(held_out_files: Sequence[Path] = HELD_OUT_FILES
     """The model fitted on the training split of every source, and the leave-one-source-out
     report (:func:`leave_one_source_out`; ``held_out_files`` measured with that model)."""
     encoder = get_encoder("minilm")
-    idf = idf_table(encoder)
-    data = {name: featurise(pairs, encoder, idf) for name, pairs in training_sources().items()}
-    held_out = {f"{path.parent.name}/{path.stem}": featurise(read_pairs(path), encoder, idf)
-                for path in held_out_files}
+    sources = training_sources()
+    with progress_bar(1 + len(sources) + len(held_out_files), "pair verifier: encoding",
+                      unit="set") as bar:
+        idf = idf_table(encoder)
+        bar.update(1)
+        data = {}
+        for name, pairs in sources.items():
+            data[name] = featurise(pairs, encoder, idf)
+            bar.update(1)
+        held_out = {}
+        for path in held_out_files:
+            held_out[f"{path.parent.name}/{path.stem}"] = featurise(read_pairs(path), encoder, idf)
+            bar.update(1)
     provenance = {
         "sources": {name: {"pairs": int(len(d.part("train").same)), "split": "train"}
                     for name, d in data.items()},
