@@ -189,7 +189,8 @@ def fit_and_report(held_out_files: Sequence[Path] = HELD_OUT_FILES
             bar.update(1)
         held_out = {}
         for path in held_out_files:
-            held_out[f"{path.parent.name}/{path.stem}"] = featurise(read_pairs(path), encoder, idf)
+            name = f"{path.parent.name}/{path.stem}"
+            held_out[name] = featurise(read_pairs(path), encoder, idf)
             bar.update(1)
     provenance = {
         "sources": {name: {"pairs": int(len(d.part("train").same)), "split": "train"}
