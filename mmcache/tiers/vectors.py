@@ -369,8 +369,9 @@ class VectorIndex:
             _building.add(self)
 
     def _live_vectors(self) -> np.ndarray:
-        return self._vecs[[self._slot[i] for i in self._slot]] if self._slot else \
-            np.zeros((0, self.dim), np.float32)
+        if len(self._ids) == len(self._slot):  # no tombstones: every slot, without a copy
+            return self._vecs[:len(self._ids)]
+        return self._vecs[[self._slot[i] for i in self._slot]]
 
     def _compact(self) -> None:
         order = list(self._slot)
