@@ -386,6 +386,7 @@ def bench_threads(w: Workload, cosine: float, workdir: Path, counts: Sequence[in
     cache = TieredCache({"thresholds": {"delta": {"text": 1 - cosine}},
                          "l3": {"backend": "sqlite", "path": str(workdir / "threads.db")}})
     fill_bulk(cache, w.stored)
+    cache.tier("l2").index.flush()  # steady lookups: no backlog, no builder beside them
     queries = [_query(q) for q in w.queries]
     for q in queries[:50]:
         cache.get(q)
