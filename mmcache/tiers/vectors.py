@@ -14,11 +14,11 @@ Inserts into the ANN index are batched behind a backlog: a vector is stored (and
 and covered by the spherical cap) at once, and slots not yet in the ANN index are searched
 exactly beside it (``faiss.knn`` over that contiguous tail of the array), so a search never
 builds the ANN structure and costs one ANN search plus a scan of the backlog. With
-``background`` (the default) a daemon thread per ANN index inserts the whole backlog once it
-exceeds ``max_backlog``: it adds the oldest ``BUILDER_BATCH`` of it to a copy of the ANN
-index and swaps the copy in, batch after batch until the backlog is back under
-``max_backlog``, so no search or add waits for a build (the backlog may outgrow
-``max_backlog`` meanwhile; a bulk ``add_many`` leaves it all pending); ``close()`` stops it. Without it, an add (or compacting remove) that takes
+``background`` (the default) a daemon thread per ANN index inserts the backlog once it
+exceeds ``max_backlog``: batch after batch, it adds the oldest ``BUILDER_BATCH`` vectors of
+it to a copy of the ANN index and swaps the copy in, so no search or add waits for a build
+(the backlog may outgrow ``max_backlog`` meanwhile, and a bulk ``add_many`` leaves all of it
+pending); ``close()`` stops it. Without it, an add (or compacting remove) that takes
 the backlog past ``max_backlog`` inserts its oldest vectors beyond that bound on the
 caller's thread (one per add once the backlog is full; the switch to ANN and a rebuild after
 compaction insert all but ``max_backlog`` at once). ``flush()`` returns once all of it is
@@ -344,8 +344,9 @@ class VectorIndex:
         self.cap.include(rows[int(np.argmin(rows @ self.cap.centre))])
 
     def defer_ann(self, deferred: bool) -> None:
-        """Build no ANN index while ``deferred`` (searches stay exact); once not, switch to
-        one if the index is large enough (its vectors then wait in the backlog)."""
+        """Build no ANN index while ``deferred`` (searches stay exact; one already built
+        stays); once not, switch to one if the index is large enough (its vectors then wait
+        in the backlog)."""
         self.deferred = deferred
         if self._ann is None and self._wants_ann():
             self._switch_to_ann()
