@@ -394,9 +394,9 @@ class TieredCache:
         admitted, tiers, evictions and metrics), writing each tier in one batch.
 
         Every item is checked first: a bad one raises its typed error naming its index,
-        and nothing is stored. The ANN indexes that lookups search are built before it
-        returns (after single puts, a background builder keeps a backlog per index outside
-        them, searched exactly; see :mod:`mmcache.tiers.vectors`).
+        and nothing is stored. It does not wait for ANN indexes to be built: as after single
+        puts, the new vectors wait in a backlog per index, searched exactly beside it, that
+        a background builder inserts batch by batch (see :mod:`mmcache.tiers.vectors`).
         """
         queries, values = list(queries), list(values)
         if len(queries) != len(values):
@@ -418,10 +418,8 @@ class TieredCache:
             self._check_open()
             self._check_dims([e.embeddings for e in entries])
             self._record_encodes(encode_times)
-            ids = self._unless_the_store_fails(lambda: self._write(entries, kinds),
-                                               [None] * len(entries))
-            self._build_searched_indexes()
-            return ids
+            return self._unless_the_store_fails(lambda: self._write(entries, kinds),
+                                                [None] * len(entries))
 
     def get(self, query: Query, *, bypass: bool = False, origin_failed: bool = False,
             degrade: str = "full-modal") -> Hit | None:
@@ -817,14 +815,6 @@ class TieredCache:
                 self.guard.add(entry.entry_id)
             self._refreshing.pop(entry.entry_id, None)
         return ids
-
-    def _build_searched_indexes(self) -> None:
-        """Insert pending vectors into the ANN indexes of the semantic tiers lookups search, so
-        that a bulk load, not the first lookup after it, pays for building them."""
-        for tier in self.tiers:
-            index = getattr(tier, "index", None)
-            if tier.semantic and not self._covered[tier.name] and index is not None:
-                index.flush()
 
     def _missing(self, tier: Tier, run: list[Entry]) -> bool:
         """Whether semantic ``tier`` lacks an entry of ``run`` (its policy declined it) while a
@@ -1297,7 +1287,15 @@ class TieredCache:
         """Entries may have left semantic ``tier`` while staying below it: search below again."""
         if tier.semantic:
             for lower in self.tiers[self.tiers.index(tier) + 1:]:
-                self._covered[lower.name] = False
+                self._cover(lower, False)
+
+    def _cover(self, tier: Tier, covered: bool) -> None:
+        """Record whether ``tier`` is covered; a covered tier builds no ANN index."""
+        if self._covered[tier.name] != covered:
+            self._covered[tier.name] = covered
+            index = getattr(tier, "index", None)
+            if tier.semantic and index is not None:
+                index.defer_ann(covered)
 
     def _forget_rule_state(self, tier: Tier, victims: Sequence[str]) -> None:
         """Drop the threshold rule's state of entries evicted from the last tier, their most
@@ -1439,7 +1437,7 @@ class TieredCache:
         private tier below a semantic one starts covered by it."""
         above_semantic = False
         for tier in self.tiers:
-            self._covered[tier.name] = above_semantic and not tier.shared and len(tier) == 0
+            self._cover(tier, above_semantic and not tier.shared and len(tier) == 0)
             above_semantic = above_semantic or tier.semantic
             for modality, dim in tier.dims().items():
                 if self._dims.setdefault(modality, dim) != dim:

@@ -174,9 +174,11 @@ def test_guard_learns_every_key_of_a_batch(cache) -> None:
     assert cache.get(query(7)).value == "seven"
 
 
-def test_put_many_builds_the_searched_ann_index_but_not_a_covered_one(tmp_path: Path) -> None:
-    """After a bulk load the first lookup does not pay for L2's HNSW build; L3, covered by L2,
-    keeps its vectors pending (it is never searched)."""
+def test_put_many_leaves_the_build_to_the_builder_and_a_covered_tier_builds_nothing(
+        tmp_path: Path) -> None:
+    """After a bulk load L2's vectors wait in its backlog (searched exactly, built in the
+    background); L3, covered by L2, stays exact and builds no ANN index until an eviction
+    from L2 uncovers it."""
     rng = np.random.default_rng(1)
     vectors = rng.standard_normal((40, DIM)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -187,10 +189,12 @@ def test_put_many_builds_the_searched_ann_index_but_not_a_covered_one(tmp_path: 
                         for i, v in enumerate(vectors)], [f"a{i}" for i in range(len(vectors))])
         scope = prepare(Query(embeddings={"text": vectors[0]}, scope="s"), {}).scope
         l2, l3 = (cache.tier(name).index.index(scope, "text") for name in ("l2", "l3"))
-        assert l2.uses_ann and l2.pending == 0
+        assert l2.uses_ann and l2.pending == len(vectors)
+        assert not l3.uses_ann and len(l3) == len(vectors)
+        hit = cache.get(Query(embeddings={"text": vectors[3]}, scope="s"))
+        assert hit is not None and hit.value == "a3"
+        cache.evict("l2")
         assert l3.uses_ann and l3.pending == len(vectors)
-        cache.put(Query(text="one more", embeddings={"text": vectors[0]}, scope="s"), "b")
-        assert l2.pending == 1  # single puts wait in the backlog, searched exactly
 
 
 def test_a_lookup_after_many_single_puts_inserts_nothing_into_the_ann_index() -> None:

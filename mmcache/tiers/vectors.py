@@ -14,16 +14,19 @@ Inserts into the ANN index are batched behind a backlog: a vector is stored (and
 and covered by the spherical cap) at once, and slots not yet in the ANN index are searched
 exactly beside it (``faiss.knn`` over that contiguous tail of the array), so a search never
 builds the ANN structure and costs one ANN search plus a scan of the backlog. With
-``background`` (the default) a daemon thread per ANN index inserts the whole backlog once it
-exceeds ``max_backlog``: it adds a batch to a copy of the ANN index and swaps the copy in, so
-no search or add waits for a build (the backlog may then outgrow ``max_backlog`` while a
-batch builds); ``close()`` stops it. Without it, an add (or compacting remove) that takes
+``background`` (the default) a daemon thread per ANN index inserts the backlog once it
+exceeds ``max_backlog``: batch after batch, it adds the oldest ``BUILDER_BATCH`` vectors of
+it to a copy of the ANN index and swaps the copy in, so no search or add waits for a build
+(the backlog may outgrow ``max_backlog`` meanwhile, and a bulk ``add_many`` leaves all of it
+pending); ``close()`` stops it. Without it, an add (or compacting remove) that takes
 the backlog past ``max_backlog`` inserts its oldest vectors beyond that bound on the
 caller's thread (one per add once the backlog is full; the switch to ANN and a rebuild after
 compaction insert all but ``max_backlog`` at once). ``flush()`` returns once all of it is
 inserted. Removing or replacing a vector not yet in the ANN index drops it from that
 backlog (one in a batch being built becomes a tombstone instead).
-The flat array is searched directly, so exact search has no backlog at all.
+The flat array is searched directly, so exact search has no backlog at all. A
+``deferred`` index (a tier no lookup searches, see :meth:`SemanticIndex.defer_ann`) stays
+exact whatever its size until it is no longer deferred.
 
 Single-query search runs on one faiss/OpenMP thread (restored afterwards).
 :class:`SemanticIndex` adds scopes, modality sets and the every-modality rule, and a
@@ -139,6 +142,9 @@ class IndexSpec:
 
 #: Seconds an idle builder thread sleeps before it checks whether its index was collected.
 BUILDER_RECHECK_S = 1.0
+#: Most vectors a builder thread inserts per swap, so that a large backlog (a bulk load)
+#: shrinks batch by batch; each swap copies the ANN index, so smaller costs more copies.
+BUILDER_BATCH = 8192
 
 
 def on_batch_built(count: int) -> None:
@@ -186,6 +192,8 @@ class VectorIndex:
         self._closed = False
         self.cap = SphericalCap()
         self._refit_at = 64
+        #: While set, the index stays exact (no ANN index is built) whatever its size.
+        self.deferred = False
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -335,8 +343,18 @@ class VectorIndex:
             self.cap.include(rows[0])
         self.cap.include(rows[int(np.argmin(rows @ self.cap.centre))])
 
+    def defer_ann(self, deferred: bool) -> None:
+        """Build no ANN index while ``deferred`` (searches stay exact; one already built
+        stays); once not, switch to one if the index is large enough (its vectors then wait
+        in the backlog)."""
+        self.deferred = deferred
+        if self._ann is None and self._wants_ann():
+            self._switch_to_ann()
+            self._drain_overflow()
+
     def _wants_ann(self) -> bool:
-        return self.spec.index == "auto" and len(self._slot) >= self.spec.ann_min_size
+        return self.spec.index == "auto" and not self.deferred and \
+            len(self._slot) >= self.spec.ann_min_size
 
     def _switch_to_ann(self) -> None:
         """Search through a new, empty ANN index (every slot pending, tombstones dropped),
@@ -352,8 +370,9 @@ class VectorIndex:
             _building.add(self)
 
     def _live_vectors(self) -> np.ndarray:
-        return self._vecs[[self._slot[i] for i in self._slot]] if self._slot else \
-            np.zeros((0, self.dim), np.float32)
+        if len(self._ids) == len(self._slot):  # no tombstones: every slot, without a copy
+            return self._vecs[:len(self._ids)]
+        return self._vecs[[self._slot[i] for i in self._slot]]
 
     def _compact(self) -> None:
         order = list(self._slot)
@@ -404,9 +423,10 @@ class VectorIndex:
         return self._closed or self.pending > (0 if self._flushing else self.spec.max_backlog)
 
     def _take_batch(self) -> tuple[faiss.Index, np.ndarray, int, int, bool]:
-        """The ANN index, a copy of the backlog's rows, where they end, the generation and
-        whether a flush waits; the rows keep their slots until the batch is swapped in."""
-        end = len(self._ids)
+        """The ANN index, a copy of the backlog's oldest rows (at most
+        :data:`BUILDER_BATCH`), where they end, the generation and whether a flush waits;
+        the rows keep their slots until the batch is swapped in."""
+        end = min(len(self._ids), self._indexed + BUILDER_BATCH)
         self._fixed = end
         return self._ann, self._vecs[self._indexed:end].copy(), end, self._generation, \
             self._flushing > 0
@@ -503,6 +523,8 @@ class SemanticIndex:
         #: serialise their changes, as the tiers do; searches need no caller's lock).
         self.guard = ReadWriteLock()
         self._counting = threading.Lock()
+        #: Whether new and existing indexes build no ANN index (see :meth:`defer_ann`).
+        self.deferred = False
 
     def dims(self) -> dict[str, int]:
         """Embedding dimension per modality over every scope."""
@@ -547,6 +569,7 @@ class SemanticIndex:
             idx = self._indexes.get(key)
             if idx is None:
                 idx = self._indexes[key] = VectorIndex(rows.shape[1], self.spec)
+                idx.deferred = self.deferred
             idx.add_many(list(group), rows)
 
     def remove(self, scope: str, entry_id: str, modalities: Iterable[str]) -> None:
@@ -564,6 +587,15 @@ class SemanticIndex:
                 if not len(idx):
                     del self._indexes[key]
                     idx.close()
+
+    def defer_ann(self, deferred: bool) -> None:
+        """Build no ANN index while ``deferred``, for a tier no lookup searches (it keeps
+        its vectors, searched exactly if it is searched after all); once not, every index
+        large enough switches to ANN, its builder inserting the backlog."""
+        with self.guard.writing():
+            self.deferred = deferred
+            for idx in self._indexes.values():
+                idx.defer_ann(deferred)
 
     def flush(self) -> None:
         """Return once every pending vector is in its ANN index (searches wait meanwhile)."""

@@ -379,3 +379,26 @@ def test_a_similarity_equal_to_the_floor_in_float32_is_kept(spec):
     assert found == [("edge", float(np.float32(0.9)))]
     assert float(np.float32(0.9)) < 0.9
     assert index.uses_ann == (spec.index != "flat") and index.pending == 0 or spec.index == "flat"
+
+
+def test_a_deferred_index_stays_exact_until_it_is_no_longer_deferred():
+    """Past ann_min_size a deferred index builds nothing and answers as exact search; once
+    not deferred it switches to ANN, every vector pending, with the same answers."""
+    rng = np.random.default_rng(9)
+    data = np.stack([unit(rng, DIM) for _ in range(120)])
+    index, exact = SemanticIndex(IndexSpec(ann_min_size=50)), SemanticIndex(IndexSpec("flat"))
+    index.defer_ann(True)
+    for i in range(0, 120, 40):
+        for idx in (index, exact):
+            idx.add_many(("s", f"e{j}", {"text": data[j]}) for j in range(i, i + 40))
+    queries = [near(rng, v, 0.95) for v in data[::7]]
+
+    def answers(idx: SemanticIndex) -> list[list[str]]:
+        return [[c.entry_id for c in idx.search("s", {"text": q}, {"text": 0.8}, 3)]
+                for q in queries]
+
+    vectors = index.index("s", "text")
+    assert not vectors.uses_ann and answers(index) == answers(exact)
+    index.defer_ann(False)
+    assert vectors.uses_ann and vectors.pending == 120 and answers(index) == answers(exact)
+    index.close()

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import mmcache
+from mmcache.inputs import prepare
 from mmcache.lab.testing import near, unit
 from mmcache.tiers import vectors
 from mmcache.tiers.vectors import IndexSpec, SemanticIndex, VectorIndex
@@ -102,6 +103,64 @@ def test_gets_and_puts_never_wait_for_a_slow_build(monkeypatch):
         cache.close()
     assert max(put_s) < SLOW_BUILD_S / 5 and max(get_s) < SLOW_BUILD_S / 5, \
         (max(put_s), max(get_s), len(stored))
+
+
+def test_put_many_and_the_gets_after_it_never_wait_for_a_build(gate, monkeypatch):
+    """A bulk load far past one batch, every built batch held at the gate: put_many returns
+    and gets answer right (the backlog searched exactly) while nothing has been swapped in,
+    and the builder then shrinks the backlog batch by batch, each BUILDER_BATCH vectors."""
+    monkeypatch.setattr(vectors, "BUILDER_BATCH", 300)
+    rng = np.random.default_rng(5)
+    data = np.stack([unit(rng, DIM) for _ in range(2000)])
+    with mmcache.TieredCache({"thresholds": {"delta": {"text": 0.1}},
+                              "l2": {"ann_min_size": 200, "ann_factory": "HNSW16"}}) as cache:
+        cache.put_many([mmcache.Query(embeddings={"text": v}, scope="s") for v in data],
+                       [f"a{i}" for i in range(len(data))])
+        scope = prepare(mmcache.Query(embeddings={"text": data[0]}, scope="s"), {}).scope
+        idx = cache.tier("l2").index.index(scope, "text")
+        assert gate.wait_held() and idx.pending == len(data)  # built, held before its swap
+        for i in rng.choice(len(data), 20, replace=False):
+            hit = cache.get(mmcache.Query(embeddings={"text": near(rng, data[i], 0.99)},
+                                          scope="s"))
+            assert hit is not None and hit.value == f"a{i}"
+        pending = [idx.pending]
+        for _ in range(4):
+            gate.step()
+            deadline = time.monotonic() + 30
+            while idx.pending == pending[-1] and time.monotonic() < deadline:
+                time.sleep(0.01)
+            pending.append(idx.pending)
+        gate.open()
+        assert pending == [2000, 1700, 1400, 1100, 800] and ntotal(idx) == 1200
+
+
+def test_put_many_answers_equal_with_and_without_the_builder_and_exact_search():
+    """The same bulk load into a cache whose L2 builds in the background, one that inserts
+    on the caller's thread, and an exact one: the same answer to every query, while the
+    builder still has a backlog and after it is flushed."""
+    rng = np.random.default_rng(6)
+    data = np.stack([unit(rng, DIM) for _ in range(1500)])
+    queries = [near(rng, data[i], 0.97) if i % 2 else unit(rng, DIM) for i in range(300)]
+    settings = {"thresholds": {"delta": {"text": 0.1}}, "l2": {"ann_min_size": 200}}
+    caches = [mmcache.TieredCache(settings) for _ in range(2)]
+    caches.append(mmcache.TieredCache({**settings, "l2": {"index": "flat"}}))
+    inline = caches[1].tier("l2").index
+    inline.spec = replace(inline.spec, background=False)
+    for cache in caches:
+        cache.put_many([mmcache.Query(embeddings={"text": v}, scope="s") for v in data],
+                       [f"a{i}" for i in range(len(data))])
+
+    def answers(cache: mmcache.TieredCache) -> list[str | None]:
+        hits = [cache.get(mmcache.Query(embeddings={"text": q}, scope="s")) for q in queries]
+        return [None if h is None else h.value for h in hits]
+
+    before = [answers(cache) for cache in caches]
+    caches[0].tier("l2").index.flush()
+    after = answers(caches[0])
+    for cache in caches:
+        cache.close()
+    assert before[0] == before[1] == before[2] == after
+    assert sum(a is not None for a in after) >= 100
 
 
 def test_answers_equal_inline_inserts_and_exact_search_while_batches_build(gate):
