@@ -4,6 +4,7 @@ MMCacheError, quickly, and a refused call changes nothing."""
 from __future__ import annotations
 
 import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -21,6 +22,9 @@ from cache_helpers import snapshot
 
 #: A generous bound on one refused or accepted call: a hang or a runaway allocation, not speed.
 CALL_BOUND_S = 2.0
+#: A bound on what one call allocates (tracemalloc's peak; numpy's arrays are traced too): the
+#: fuzzed inputs are small, so more means a size taken from the input (a rate, a length).
+CALL_MEMORY_BOUND = 64 * 2**20
 
 #: Text, with lone surrogates (which ``st.text`` never draws), combining marks and odd spaces.
 TEXTS = st.one_of(st.text(max_size=50), st.lists(st.sampled_from(
@@ -67,14 +71,22 @@ def cache_for_fuzzing(tmp_path_factory):
     cache.close()
 
 
-def timed(call, *args, **kwargs) -> None:
-    """Run ``call``: it may return or raise an MMCacheError, within :data:`CALL_BOUND_S`."""
+def bounded(call, *args, **kwargs) -> bool:
+    """Run ``call``: it may return or raise an MMCacheError, within :data:`CALL_BOUND_S` and
+    :data:`CALL_MEMORY_BOUND`; whether it returned."""
+    tracemalloc.start()
     started = time.monotonic()
     try:
         call(*args, **kwargs)
+        returned = True
     except MMCacheError:
-        pass
+        returned = False
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
     assert time.monotonic() - started < CALL_BOUND_S, (call, args, kwargs)
+    assert peak < CALL_MEMORY_BOUND, (peak, call, args, kwargs)
+    return returned
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -82,15 +94,10 @@ def timed(call, *args, **kwargs) -> None:
 def test_any_query_value_and_ttl_works_or_raises_a_typed_error_that_changes_nothing(
         cache_for_fuzzing, query, value, ttl):
     before = snapshot(cache_for_fuzzing)
-    try:
-        cache_for_fuzzing.put(query, value, ttl=ttl)
-        stored = True
-    except MMCacheError:
-        stored = False
-    if not stored:
+    if not bounded(cache_for_fuzzing.put, query, value, ttl=ttl):
         assert snapshot(cache_for_fuzzing) == before
-    timed(cache_for_fuzzing.get, query)
-    timed(cache_for_fuzzing.put_many, [query, query], [value, value], ttl=ttl)
+    bounded(cache_for_fuzzing.get, query)
+    bounded(cache_for_fuzzing.put_many, [query, query], [value, value], ttl=ttl)
 
 
 KEYS = st.sampled_from(["l1", "l2", "l3", "thresholds", "freshness", "guard", "limits", "dims",
@@ -107,4 +114,4 @@ CONFIG_VALUES = st.recursive(NUMBERS, lambda inner: st.one_of(
 @given(data=st.one_of(st.dictionaries(KEYS, st.one_of(
     CONFIG_VALUES, st.dictionaries(SUBKEYS, CONFIG_VALUES, max_size=4)), max_size=4), NUMBERS))
 def test_any_config_loads_or_raises_a_config_error(data):
-    timed(CacheConfig.load, data)
+    bounded(CacheConfig.load, data)
