@@ -19,8 +19,8 @@ benchmark ledger's record ``runs/bench/<benchmark>.json`` (what ``make bench`` w
 ``point/elapsed_s``, its wall time (from ``runs/<notebook>/point.json``). The command line
 checks the notebooks' numbers (what ``make check-docs`` runs, after ``make figures``) or, with
 ``--bench``, the benchmarks' (the last step of ``make bench``); it prints every mismatch and
-exits 1 if there is one; ``--coverage`` lists every number of the docs that nothing quotes (``make test``
-holds every page to none)::
+exits 1 if there is one; ``--coverage`` lists every number of the docs that nothing quotes
+(``make test`` holds every page to none)::
 
     python -m mmcache.lab.docs_check [--expected figures/expected.yaml] [--runs runs] [--root .]
                                      [--quotes-only | --bench | --coverage]

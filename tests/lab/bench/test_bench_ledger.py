@@ -1,4 +1,5 @@
 """The benchmark ledger: ratios recorded by a benchmark come back with their targets judged."""
+
 from __future__ import annotations
 
 import json
