@@ -16,6 +16,8 @@ import pytest
 
 import mmcache
 
+from disk_fault_worker import query
+
 WORKER = Path(__file__).with_name("disk_fault_worker.py")
 PUTS = 300
 
@@ -37,8 +39,6 @@ def test_puts_on_a_failing_disk_are_acked_and_kept_or_refused_and_absent(tmp_pat
     assert outcome["after"]                                       # stores again once it answers
     with sqlite3.connect(db) as raw:
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    sys.path.insert(0, str(WORKER.parent))
-    from disk_fault_worker import query
     cache = mmcache.TieredCache({"l2": {"index": "flat"},
                                  "l3": {"backend": "sqlite", "path": str(db)}})
     served = {i: cache.get(query(i)) for i in range(PUTS + 1)}
