@@ -51,8 +51,9 @@ semantic side, a context channel with its own threshold (:mod:`mmcache.context`)
 
 Benchmark settings: ``{"l2": {"index": "flat"}}`` is exact flat search at every
 size; the default ``{"l2": {"index": "auto"}}`` switches each (scope, modality set,
-modality) index to ``l2.ann_factory`` (HNSW32, ``ef_search`` 128) at ``l2.ann_min_size``
-vectors; ``make bench-cache`` measures how often its hit-or-miss decisions equal exact search.
+modality) index to ``l2.ann_factory`` (an inverted file, ``IVF{nlist},Flat``, probing
+``ef_search`` / 4 = 32 lists) at ``l2.ann_min_size`` vectors; ``make bench-cache`` measures
+how often its hit-or-miss decisions equal exact search.
 
 Eviction signals: ``put(q, v, hints={"cost": 2.5, "entropy": 0.2})`` gives the tiers'
 policies the entry's miss cost (e.g. seconds of inference it saves; value-per-byte keeps

@@ -89,7 +89,7 @@ class SemanticTierConfig:
     policy_options: dict[str, Any] = field(default_factory=dict)
     modality_sets: list[str] | None = None
     index: str = "auto"
-    ann_factory: str = "HNSW32"
+    ann_factory: str = "IVF{nlist},Flat"
     ann_min_size: int = 10_000
     ef_search: int = 128
     ef_construction: int = 64
@@ -296,11 +296,13 @@ KEY_HELP: dict[type, dict[str, str]] = {
         "index": "`auto`: exact inner-product search below `ann_min_size` vectors per (scope, "
                  "modality set, modality) index, `ann_factory` above; `flat`: exact at every "
                  "size.",
-        "ann_factory": "The faiss factory string of the ANN index (`index: auto`); checked when "
+        "ann_factory": "The faiss factory string of the ANN index (`index: auto`); `{nlist}` "
+                       "stands for the inverted lists, about 8 x sqrt(n) for the n vectors it "
+                       "is trained on, trained again once it holds 4x as many. Checked when "
                        "the config is loaded, at every dimension of `dims`.",
         "ann_min_size": "Vectors an index holds before it becomes `ann_factory`.",
-        "ef_search": "HNSW `efSearch`: candidates explored per search (higher: closer to exact, "
-                     "slower).",
+        "ef_search": "HNSW `efSearch`, or an inverted file's lists probed x 4: how much of the "
+                     "index a search explores (higher: closer to exact, slower).",
         "ef_construction": "HNSW `efConstruction`: candidates explored per insertion while the "
                            "graph is built.",
         "candidates": "Nearest neighbours fetched per search of a modality's index, before the "
@@ -416,7 +418,7 @@ KEY_HELP: dict[type, dict[str, str]] = {
 #: A config with most sections set: the configuration reference's example (a test loads it).
 EXAMPLE_YAML = """\
 l1: {max_entries: 10000, policy: lru}
-l2: {max_entries: 200000, index: auto, ann_factory: HNSW32, ef_search: 128}
+l2: {max_entries: 200000, index: auto, ann_factory: "IVF{nlist},Flat", ef_search: 128}
 l3: {backend: sqlite, path: runs/cache.db, synchronous: NORMAL}
 # l3: {backend: redis, url: "redis://127.0.0.1:6379/0"}   # remote tier instead
 # l3: {backend: redis, url: "redis://127.0.0.1:7000", options: {cluster: true}}
@@ -516,7 +518,8 @@ def _validate(cfg: CacheConfig) -> None:
     for key in ("ann_min_size", "ef_search", "ef_construction", "candidates"):
         _positive(getattr(l2, key), f"l2.{key}")
     if not l2.ann_factory.strip():
-        raise ConfigError("l2.ann_factory must be a faiss factory string such as 'HNSW32'")
+        raise ConfigError("l2.ann_factory must be a faiss factory string such as "
+                          "'IVF{nlist},Flat' or 'HNSW32'")
     l3 = cfg.l3
     if l3.backend is not None:
         _choice(l3.backend, STORE_BACKENDS, "l3.backend")
@@ -686,13 +689,13 @@ def check_ann_factory(l2: SemanticTierConfig, dims: Mapping[str, int]) -> None:
     factory, errors = l2.ann_factory, {}
     for dim in sorted(set(dims.values())) or PROBE_DIMS:
         try:
-            faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+            faiss.index_factory(dim, factory.replace("{nlist}", "1"), faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as exc:
             errors[dim] = re.sub(r"^Error in .*? at \S+:\d+: ", "", str(exc))
     if errors and (dims or len(errors) == len(PROBE_DIMS)):
         dim, error = next(iter(errors.items()))
         raise ConfigError(f"l2.ann_factory {factory!r} is not a faiss factory string for "
-                          f"{dim}-d vectors: {error}; use one such as 'HNSW32' or set "
+                          f"{dim}-d vectors: {error}; use one such as 'IVF{{nlist}},Flat' or set "
                           "l2.index: flat")
 
 

@@ -7,8 +7,12 @@ contiguous array (slots; deleted slots are tombstones until compaction).
   (``faiss.knn``, the same kernel as ``IndexFlatIP``; nothing is copied);
 * ``index="auto"`` (default) — exact while the index holds fewer than
   ``ann_min_size`` vectors, then an ANN index built with ``faiss.index_factory``
-  (``ann_factory``, HNSW by default; any factory string works) and searched with
-  ``ef_search``. Every ANN candidate is re-scored exactly against the stored vector.
+  (``ann_factory``; any factory string works) and searched with ``ef_search`` (an inverted
+  file probes ``ef_search / 4`` lists). Every ANN candidate is re-scored exactly against the
+  stored vector. The default, ``IVF{nlist},Flat``, is an inverted file whose ``{nlist}`` is
+  filled in when it is trained (:func:`lists_for`: about 8·√n lists for n vectors), so it is
+  trained again, on every vector, once it holds :data:`RETRAIN_GROWTH` times the vectors it
+  was trained on.
 
 Inserts into the ANN index are batched behind a backlog: a vector is stored (and counted,
 and covered by the spherical cap) at once, and slots not yet in the ANN index are searched
@@ -16,7 +20,8 @@ exactly beside it (``faiss.knn`` over that contiguous tail of the array), so a s
 builds the ANN structure and costs one ANN search plus a scan of the backlog. With
 ``background`` (the default) a daemon thread per ANN index inserts the backlog once it
 exceeds ``max_backlog``: batch after batch, it adds the oldest ``BUILDER_BATCH`` vectors of
-it to a copy of the ANN index and swaps the copy in, so no search or add waits for a build
+it to a copy of the ANN index and swaps the copy in (or, when the index is due for training,
+trains a new one on every slot and adds them all), so no search or add waits for a build
 (the backlog may outgrow ``max_backlog`` meanwhile, and a bulk ``add_many`` leaves all of it
 pending); ``close()`` stops it. Without it, an add (or compacting remove) that takes
 the backlog past ``max_backlog`` inserts its oldest vectors beyond that bound on the
@@ -126,7 +131,7 @@ class IndexSpec:
     ``CacheConfig.l2``'s, so a tier built directly behaves like one built from a config."""
 
     index: str = "auto"
-    ann_factory: str = "HNSW32"
+    ann_factory: str = "IVF{nlist},Flat"
     ann_min_size: int = 10_000
     ef_search: int = 128
     ef_construction: int = 64
@@ -145,6 +150,23 @@ BUILDER_RECHECK_S = 1.0
 #: Most vectors a builder thread inserts per swap, so that a large backlog (a bulk load)
 #: shrinks batch by batch; each swap copies the ANN index, so smaller costs more copies.
 BUILDER_BATCH = 8192
+
+
+#: An index whose factory names ``{nlist}`` is trained again, on every vector, once it holds
+#: this many times the vectors it was last trained on.
+RETRAIN_GROWTH = 4
+
+
+def lists_for(size: int) -> int:
+    """Inverted lists for an index trained on ``size`` vectors: the power of two nearest
+    8·√size (more lists, fewer vectors scanned per probe), at most one per 8 vectors."""
+    nearest = 2 ** round(math.log2(max(8 * math.sqrt(size), 1)))
+    return max(1, min(nearest, 2 ** int(math.log2(max(size // 8, 1)))))
+
+
+def factory_for(factory: str, size: int) -> str:
+    """``factory`` with ``{nlist}`` replaced by :func:`lists_for` of ``size``."""
+    return factory.replace("{nlist}", str(lists_for(size)))
 
 
 def on_batch_built(count: int) -> None:
@@ -180,6 +202,8 @@ class VectorIndex:
         #: The ANN index once the index has switched to it; holds slots ``[0, _indexed)``.
         self._ann: faiss.Index | None = None
         self._indexed = 0
+        #: Vectors the ANN index was last trained on (0 while it is untrained).
+        self._trained_on = 0
         #: Slots below it keep their place: in the ANN index or in the batch being built.
         self._fixed = 0
         #: Bumped when a compaction renumbers the slots (a batch built before is discarded).
@@ -361,7 +385,7 @@ class VectorIndex:
         built by a builder thread if ``spec.background``."""
         if len(self._ids) != len(self._slot):
             self._compact()
-        self._ann = self._new_ann()
+        self._ann = self._new_ann(len(self._slot))
         if self.spec.background and not self._closed:
             self._builder = threading.Thread(target=_build_loop, daemon=True,
                                              args=(weakref.ref(self), self._wake),
@@ -384,12 +408,15 @@ class VectorIndex:
         self.cap.refit(vecs)
         self._generation += 1
         if self._ann is not None:  # rebuilt when the backlog overflows
-            self._ann, self._indexed, self._fixed = self._new_ann(), 0, 0
+            self._ann, self._indexed, self._fixed = self._new_ann(len(order)), 0, 0
+            self._trained_on = 0
 
-    def _new_ann(self) -> faiss.Index:
-        """An empty ANN index made from ``ann_factory`` (a bad string is a ConfigError)."""
+    def _new_ann(self, size: int) -> faiss.Index:
+        """An empty ANN index made from ``ann_factory`` for ``size`` vectors (a bad string is
+        a ConfigError)."""
         try:
-            index = faiss.index_factory(self.dim, self.spec.ann_factory, faiss.METRIC_INNER_PRODUCT)
+            index = faiss.index_factory(self.dim, factory_for(self.spec.ann_factory, size),
+                                        faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as exc:
             raise ConfigError(f"ann_factory {self.spec.ann_factory!r} is not a faiss "
                               f"factory string: {exc}") from None
@@ -411,38 +438,59 @@ class VectorIndex:
         if self._ann is None or self.pending <= keep:
             return
         end = len(self._ids) - keep
-        rows = self._vecs[self._indexed:end]
-        if not self._ann.is_trained:
-            self._ann.train(rows)
-        self._ann.add(rows)
+        if self._training_due():
+            self._ann, self._trained_on = self._trained(self._vecs[:end])
+            self._indexed = 0
+        self._ann.add(self._vecs[self._indexed:end])
         self._indexed = self._fixed = end
+
+    def _training_due(self) -> bool:
+        """Whether the ANN index is to be trained afresh on every slot: it is untrained, or
+        its ``{nlist}`` was chosen for fewer than 1 / :data:`RETRAIN_GROWTH` of the vectors."""
+        return not self._ann.is_trained or (
+            "{nlist}" in self.spec.ann_factory
+            and len(self._slot) >= RETRAIN_GROWTH * self._trained_on)
+
+    def _trained(self, rows: np.ndarray) -> tuple[faiss.Index, int]:
+        """A new empty ANN index sized for and trained on ``rows`` (tombstones, all zeros,
+        left out), and how many vectors it was trained on."""
+        live = rows[rows.any(axis=1)]
+        ann = self._new_ann(len(live))
+        if not ann.is_trained:
+            ann.train(live)
+        return ann, len(live)
 
     def _batch_due(self) -> bool:
         """Whether the builder thread should stop (closed) or build: the backlog is past
         ``max_backlog``, or past 0 while a flush waits."""
         return self._closed or self.pending > (0 if self._flushing else self.spec.max_backlog)
 
-    def _take_batch(self) -> tuple[faiss.Index, np.ndarray, int, int, bool]:
-        """The ANN index, a copy of the backlog's oldest rows (at most
-        :data:`BUILDER_BATCH`), where they end, the generation and whether a flush waits;
-        the rows keep their slots until the batch is swapped in."""
-        end = min(len(self._ids), self._indexed + BUILDER_BATCH)
-        self._fixed = end
+    def _take_batch(self) -> tuple[faiss.Index | None, np.ndarray, int, int, bool]:
+        """The ANN index to add to, a copy of the rows to add (the backlog's oldest, at most
+        :data:`BUILDER_BATCH`; or, when training is due, None and every slot, for a new
+        index), where they end, the generation and whether a flush waits; the rows keep their
+        slots until the batch is swapped in."""
+        if self._training_due():  # every slot, uncopied: slots below _fixed change only to
+            end = self._fixed = len(self._ids)  # tombstones, which searches leave out
+            return None, self._vecs[:end], end, self._generation, self._flushing > 0
+        end = self._fixed = min(len(self._ids), self._indexed + BUILDER_BATCH)
         return self._ann, self._vecs[self._indexed:end].copy(), end, self._generation, \
             self._flushing > 0
 
-    def _build(self, ann: faiss.Index, rows: np.ndarray, end: int, generation: int,
+    def _build(self, ann: faiss.Index | None, rows: np.ndarray, end: int, generation: int,
                urgent: bool) -> None:
-        """Add ``rows`` to a copy of ``ann`` and swap it in, unless a compaction came first."""
+        """Add ``rows`` to a copy of ``ann`` (None: to a new index trained on them) and swap
+        it in, unless a compaction came first."""
         with nullcontext() if urgent else one_faiss_thread():  # a flush waits: every thread
-            built = faiss.clone_index(ann)
-            if not built.is_trained:
-                built.train(rows)
+            if ann is None:
+                built, trained_on = self._trained(rows)
+            else:
+                built, trained_on = faiss.clone_index(ann), self._trained_on
             built.add(rows)
         on_batch_built(len(rows))
         with self._wake:
             if generation == self._generation:
-                self._ann, self._indexed = built, end
+                self._ann, self._indexed, self._trained_on = built, end, trained_on
             self._wake.notify_all()
 
     def _builder_stopped(self) -> None:
