@@ -15,6 +15,7 @@ acknowledged puts, which is SQLite's documented behaviour and shows the check ca
 
 from __future__ import annotations
 
+import bisect
 import os
 import random
 import shutil
@@ -141,7 +142,7 @@ def traced_run(tmp_path: Path, shim: Path, synchronous: str) -> tuple[list[Recor
     acked = [line.split() for line in acks.read_text().splitlines()]
     assert [int(i) for i, _ in acked] == list(range(OPERATIONS))  # no faults: all acknowledged
     assert {r.op for r in records} >= {"C", "W", "S"}
-    ack_records = [sum(1 for end in ends if end <= int(size)) for _, size in acked]
+    ack_records = [bisect.bisect_right(ends, int(size)) for _, size in acked]
     return records, ack_records
 
 
@@ -188,7 +189,7 @@ def losses(tmp_path: Path, shim: Path, synchronous: str) -> dict[tuple[int, str]
     lost = {}
     for point, mode, files in power_loss_states(records, crash_points(records, ack_records, 7),
                                                 seed=11):
-        acked = sum(1 for n in ack_records if n <= point)
+        acked = bisect.bisect_right(ack_records, point)
         lost[point, mode] = check_state(tmp_path / f"{mode}-{point}", files, acked)
     return lost
 
