@@ -6,11 +6,12 @@ PIP := $(PY) -m pip
 # Pinned in every pip call: an unpinned open_clip_torch resolves to other torch builds.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 # fiu-utils: libfiu, whose POSIX preload fails the disk I/O of tests/tiers/test_disk_faults.py.
+# gcc: builds the LD_PRELOAD shim that traces the SQLite writes of tests/tiers/test_power_loss.py.
 # chromium + chromium-driver: the browser in which tests/lab/test_figures_report.py opens
 # figures/index.html and tests/lab/test_jupyterlab.py runs notebook 00 in JupyterLab.
 APT_PACKAGES := espeak-ng dataset-fashion-mnist asterisk-core-sounds-en-wav \
                 asterisk-core-sounds-en pocketsphinx-testdata redis-server sox wordnet-base \
-                chromium chromium-driver fiu-utils
+                chromium chromium-driver fiu-utils gcc
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
