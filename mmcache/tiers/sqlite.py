@@ -19,7 +19,16 @@ per live entry, and opening costs O(live entries), not O(history).
 Older files (schema 1 and 2) gain ``hints``, ``version`` and the log on open; schema 1–3
 files gain ``question``, ``context`` (the entry's conversation turns, JSON) and
 ``context_vector`` (raw float32), and schema 1–4 files ``image_fingerprint`` (the
-entry's grey thumbnail, :mod:`mmcache.verify.image_check`), empty for the entries they already hold.
+entry's grey thumbnail, :mod:`mmcache.verify.image_check`), empty for the entries they already hold;
+schema 1–5 files gain ``touched``, each entry's place in the store's recency (its version
+until it is next used).
+
+Capacity of a shared file is enforced by the store (:attr:`SQLiteStore.evicts`): every row
+written, and every served get a tier sends, takes the next number of the store's recency
+counter (``meta`` key ``recency``) as its ``touched``; inside the write's transaction, after
+each entry, the rows of the lowest ``touched`` are deleted, each logged like a delete, until
+the file is within its recorded capacity. A private file is kept within it by its one tier's
+budget and policy.
 
 Sharing: with ``shared=True`` several caches (in any processes) may open the file.
 Without it the file is private: a second cache opening it while the first is open
@@ -62,11 +71,11 @@ from mmcache.tiers.base import Capacity
 from mmcache.tiers.codec import (decode_hints, decode_label, decode_turns, decode_value, encode_hints,
                     encode_label, encode_turns, encode_value, vector_from_bytes,
                     vector_to_bytes)
-from mmcache.tiers.store import Change, Head, Removal, Store, StoreTier
+from mmcache.tiers.store import Change, Head, Removal, Store, StoreTier, Written
 from mmcache.tiers.vectors import IndexSpec
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 #: Seconds opening a file waits for other processes opening it at the same moment.
 OPEN_TIMEOUT_S = 30.0
 #: Entries read per query when a tier replays many changes (on open).
@@ -86,7 +95,7 @@ CREATE TABLE IF NOT EXISTS entries (
     entry_id TEXT PRIMARY KEY, scope TEXT NOT NULL, exact_key TEXT NOT NULL,
     value_type TEXT NOT NULL, value BLOB NOT NULL, size INTEGER NOT NULL,
     created_at REAL NOT NULL, expires_at REAL, ground_truth TEXT, hints TEXT, version INTEGER,
-    question TEXT, context TEXT, context_vector BLOB, image_fingerprint BLOB);
+    question TEXT, context TEXT, context_vector BLOB, image_fingerprint BLOB, touched INTEGER);
 CREATE TABLE IF NOT EXISTS embeddings (
     entry_id TEXT NOT NULL REFERENCES entries(entry_id) ON DELETE CASCADE,
     modality TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL,
@@ -106,7 +115,10 @@ _ENTRY_COLS = ", ".join(_COLUMNS)
 #: An entry's columns without its stored value (NULL in its place: the column is NOT NULL).
 _META_COLS = ", ".join("NULL" if c == "value" else c for c in _COLUMNS)
 _VECTORS = "SELECT entry_id, modality, dim, vector FROM embeddings"
-_INSERT = f"INSERT INTO entries ({_ENTRY_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+_INSERT = f"INSERT INTO entries ({_ENTRY_COLS}, touched) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+#: Entries by recency, least recently used first, with their sizes (so counting the live
+#: entries and bytes reads only this index).
+_RECENCY_INDEX = "CREATE INDEX IF NOT EXISTS entries_by_recency ON entries (touched, version, size)"
 
 
 class SQLiteStore(Store):
@@ -118,7 +130,9 @@ class SQLiteStore(Store):
         self.path = Path(path)
         self.location = str(self.path)
         self.shared = shared
+        self.evicts = shared
         self.synchronous = synchronous.upper()
+        self._capacity = Capacity()
         self._lock = _hold_open_lock(self.path, shared)
         try:
             self._db = self._connect_waiting()
@@ -142,21 +156,24 @@ class SQLiteStore(Store):
                 [(entry.entry_id, m, len(v), vector_to_bytes(v))
                  for m, v in entry.embeddings.items()])
 
-    def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal]) -> list[int]:
+    def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal],
+              touched: Sequence[tuple[str, str]] = ()) -> Written:
         with self._failing_as("write"), self._transaction():
             before = self._next_seq() - 1
+            if self.evicts:
+                self._touch_in_transaction(touched)
             self._delete_in_transaction(removed)
-            first = self._next_seq()
-            versions = list(range(first, first + len(batch)))
-            ids = [(entry.entry_id,) for entry, _ in batch]
-            self._db.executemany("DELETE FROM entries WHERE entry_id = ?", ids)
-            self._db.executemany("INSERT OR REPLACE INTO log (seq, entry_id) VALUES (?, ?)",
-                                 [(v, e.entry_id) for v, (e, _) in zip(versions, batch)])
-            self._db.executemany(_INSERT, [(*row, v) for v, (_, (row, _)) in zip(versions, batch)])
-            self._db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)",
-                                 [r for _, (_, vecs) in batch for r in vecs])
-            self._compact_if_due(before, first + len(batch) - 1)
-        return versions
+            limited = self.evicts and self._capacity != Capacity()
+            usage = self._usage() if limited else [0, 0]
+            versions, evicted = [], []
+            for entry, (row, vectors) in batch:
+                version, freed = self._insert(entry.entry_id, row, vectors)
+                versions.append(version)
+                if limited:
+                    usage = [usage[0] + (freed is None), usage[1] + entry.size - (freed or 0)]
+                    evicted += self._evict_to_capacity(usage)
+            self._compact_if_due(before, self._next_seq() - 1)
+        return Written(versions, evicted)
 
     def read(self, scope: str, entry_id: str) -> Entry | None:
         with self._failing_as("read"), _Snapshot(self._db):
@@ -223,7 +240,8 @@ class SQLiteStore(Store):
             self._db.executemany(f"{verb} INTO meta VALUES (?, ?)", values)
             stored = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN "
                                            "('max_entries', 'max_bytes')").fetchall())
-        return Capacity(_number(stored["max_entries"]), _number(stored["max_bytes"]))
+        self._capacity = Capacity(_number(stored["max_entries"]), _number(stored["max_bytes"]))
+        return self._capacity
 
     def count(self) -> int:
         with self._failing_as("read"):
@@ -322,6 +340,52 @@ class SQLiteStore(Store):
     def _next_seq(self) -> int:
         row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'log'").fetchone()
         return 1 + (0 if row is None else int(row[0]))
+
+    def _insert(self, entry_id: str, row: tuple, vectors: Sequence[tuple]) -> tuple[int, int | None]:
+        """Inside a write transaction, store one encoded entry (replacing any stored one) at
+        the next sequence number and the next recency; that number and the size of the row
+        it replaced (None: none)."""
+        old = self._db.execute("SELECT size FROM entries WHERE entry_id = ?",
+                               (entry_id,)).fetchone()
+        self._db.execute("DELETE FROM entries WHERE entry_id = ?", (entry_id,))
+        version = self._db.execute("INSERT OR REPLACE INTO log (entry_id) VALUES (?)",
+                                   (entry_id,)).lastrowid
+        self._db.execute(_INSERT, (*row, version, self._next_recency()))
+        self._db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)", vectors)
+        return int(version), None if old is None else int(old[0])
+
+    def _next_recency(self) -> int:
+        """The next number of the store's recency counter (inside a write transaction)."""
+        return int(self._db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 "
+                                    "WHERE key = 'recency' RETURNING value").fetchone()[0])
+
+    def _touch_in_transaction(self, touched: Sequence[tuple[str, str]]) -> None:
+        """Give each of the entries ``touched`` (``(scope, entry_id)``, oldest first) the next
+        recency, as if used now."""
+        for _, entry_id in touched:
+            self._db.execute("UPDATE entries SET touched = ? WHERE entry_id = ?",
+                             (self._next_recency(), entry_id))
+
+    def _usage(self) -> list[int]:
+        """``[entries, bytes]`` the store holds (read from the recency index)."""
+        count, nbytes = self._db.execute("SELECT COUNT(*), TOTAL(size) FROM entries").fetchone()
+        return [int(count), int(nbytes)]
+
+    def _evict_to_capacity(self, usage: list[int]) -> list[tuple[str, int]]:
+        """Inside a write transaction, delete the least recently used entries, each logged
+        like a delete, while ``usage`` (``[entries, bytes]``, kept up to date) breaks the
+        recorded capacity; the ``(entry_id, version)`` of each."""
+        evicted = []
+        while self._capacity.exceeded(*usage):
+            row = self._db.execute("SELECT entry_id, version, size FROM entries "
+                                   "ORDER BY touched, version LIMIT 1").fetchone()
+            if row is None:
+                break
+            entry_id, version, size = row
+            self._delete_in_transaction([Removal("", entry_id, version)])
+            usage[0], usage[1] = usage[0] - 1, usage[1] - int(size)
+            evicted.append((entry_id, int(version)))
+        return evicted
 
     def _delete_in_transaction(self, removed: Sequence[Removal]) -> list[str]:
         """Compare-and-delete each removal, logging a new sequence number for each delete."""
@@ -461,8 +525,17 @@ def _upgrade(db: sqlite3.Connection) -> str:
                                  ("context_vector", "BLOB"), ("image_fingerprint", "BLOB")):
                 if column not in columns:
                     db.execute(f"ALTER TABLE entries ADD COLUMN {column} {kind}")
+        if version in ("1", "2", "3", "4", "5"):
+            if "touched" not in columns:
+                db.execute("ALTER TABLE entries ADD COLUMN touched INTEGER")
+            db.execute("UPDATE entries SET touched = version")
+            db.execute("INSERT OR REPLACE INTO meta SELECT 'recency', "
+                       "COALESCE(MAX(version), 0) FROM entries")
             db.execute("UPDATE meta SET value = ? WHERE key='schema_version'", (SCHEMA_VERSION,))
             version = SCHEMA_VERSION
+        if version == SCHEMA_VERSION:
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('recency', '0')")
+            db.execute(_RECENCY_INDEX)
     return version
 
 
