@@ -21,13 +21,14 @@ files gain ``question``, ``context`` (the entry's conversation turns, JSON) and
 ``context_vector`` (raw float32), and schema 1–4 files ``image_fingerprint`` (the
 entry's grey thumbnail, :mod:`mmcache.verify.image_check`), empty for the entries they already hold;
 schema 1–5 files gain ``touched``, each entry's place in the store's recency (its version
-until it is next used).
+until it is next used), and ``meta`` counts of the live entries and bytes.
 
 Capacity of a shared file is enforced by the store (:attr:`SQLiteStore.evicts`): every row
 written, and every served get a tier sends, takes the next number of the store's recency
 counter (``meta`` key ``recency``) as its ``touched``; inside the write's transaction, after
 each entry, the rows of the lowest ``touched`` are deleted, each logged like a delete, until
-the file is within its recorded capacity. A private file is kept within it by its one tier's
+the file is within its recorded capacity (the ``live_entries`` and ``live_bytes`` of
+``meta``, kept by every insert and delete). A private file is kept within it by its one tier's
 budget and policy.
 
 Sharing: with ``shared=True`` several caches (in any processes) may open the file.
@@ -116,9 +117,8 @@ _ENTRY_COLS = ", ".join(_COLUMNS)
 _META_COLS = ", ".join("NULL" if c == "value" else c for c in _COLUMNS)
 _VECTORS = "SELECT entry_id, modality, dim, vector FROM embeddings"
 _INSERT = f"INSERT INTO entries ({_ENTRY_COLS}, touched) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-#: Entries by recency, least recently used first, with their sizes (so counting the live
-#: entries and bytes reads only this index).
-_RECENCY_INDEX = "CREATE INDEX IF NOT EXISTS entries_by_recency ON entries (touched, version, size)"
+#: Entries by recency, least recently used first.
+_RECENCY_INDEX = "CREATE INDEX IF NOT EXISTS entries_by_recency ON entries (touched, version)"
 
 
 class SQLiteStore(Store):
@@ -164,14 +164,11 @@ class SQLiteStore(Store):
                 self._touch_in_transaction(touched)
             self._delete_in_transaction(removed)
             limited = self.evicts and self._capacity != Capacity()
-            usage = self._usage() if limited else [0, 0]
             versions, evicted = [], []
             for entry, (row, vectors) in batch:
-                version, freed = self._insert(entry.entry_id, row, vectors)
-                versions.append(version)
+                versions.append(self._insert(entry, row, vectors))
                 if limited:
-                    usage = [usage[0] + (freed is None), usage[1] + entry.size - (freed or 0)]
-                    evicted += self._evict_to_capacity(usage)
+                    evicted += self._evict_to_capacity()
             self._compact_if_due(before, self._next_seq() - 1)
         return Written(versions, evicted)
 
@@ -341,18 +338,22 @@ class SQLiteStore(Store):
         row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'log'").fetchone()
         return 1 + (0 if row is None else int(row[0]))
 
-    def _insert(self, entry_id: str, row: tuple, vectors: Sequence[tuple]) -> tuple[int, int | None]:
+    def _insert(self, entry: Entry, row: tuple, vectors: Sequence[tuple]) -> int:
         """Inside a write transaction, store one encoded entry (replacing any stored one) at
-        the next sequence number and the next recency; that number and the size of the row
-        it replaced (None: none)."""
-        old = self._db.execute("SELECT size FROM entries WHERE entry_id = ?",
-                               (entry_id,)).fetchone()
-        self._db.execute("DELETE FROM entries WHERE entry_id = ?", (entry_id,))
+        the next sequence number and the next recency; return that number."""
+        old = self._db.execute("DELETE FROM entries WHERE entry_id = ? RETURNING size",
+                               (entry.entry_id,)).fetchone()
         version = self._db.execute("INSERT OR REPLACE INTO log (entry_id) VALUES (?)",
-                                   (entry_id,)).lastrowid
+                                   (entry.entry_id,)).lastrowid
         self._db.execute(_INSERT, (*row, version, self._next_recency()))
         self._db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)", vectors)
-        return int(version), None if old is None else int(old[0])
+        self._count_live(0 if old else 1, entry.size - (int(old[0]) if old else 0))
+        return int(version)
+
+    def _count_live(self, entries: int, nbytes: int) -> None:
+        """Add ``entries`` and ``nbytes`` to the live entries and bytes ``meta`` counts."""
+        self._db.executemany("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key = ?",
+                             [(entries, "live_entries"), (nbytes, "live_bytes")])
 
     def _next_recency(self) -> int:
         """The next number of the store's recency counter (inside a write transaction)."""
@@ -366,25 +367,24 @@ class SQLiteStore(Store):
             self._db.execute("UPDATE entries SET touched = ? WHERE entry_id = ?",
                              (self._next_recency(), entry_id))
 
-    def _usage(self) -> list[int]:
-        """``[entries, bytes]`` the store holds (read from the recency index)."""
-        count, nbytes = self._db.execute("SELECT COUNT(*), TOTAL(size) FROM entries").fetchone()
-        return [int(count), int(nbytes)]
+    def _usage(self) -> tuple[int, int]:
+        """``(entries, bytes)`` the store holds, as ``meta`` counts them."""
+        counts = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN "
+                                       "('live_entries', 'live_bytes')").fetchall())
+        return int(counts["live_entries"]), int(counts["live_bytes"])
 
-    def _evict_to_capacity(self, usage: list[int]) -> list[tuple[str, int]]:
+    def _evict_to_capacity(self) -> list[tuple[str, int]]:
         """Inside a write transaction, delete the least recently used entries, each logged
-        like a delete, while ``usage`` (``[entries, bytes]``, kept up to date) breaks the
-        recorded capacity; the ``(entry_id, version)`` of each."""
+        like a delete, while the store breaks its recorded capacity; the
+        ``(entry_id, version)`` of each."""
         evicted = []
-        while self._capacity.exceeded(*usage):
-            row = self._db.execute("SELECT entry_id, version, size FROM entries "
+        while self._capacity.exceeded(*self._usage()):
+            row = self._db.execute("SELECT entry_id, version FROM entries "
                                    "ORDER BY touched, version LIMIT 1").fetchone()
             if row is None:
                 break
-            entry_id, version, size = row
-            self._delete_in_transaction([Removal("", entry_id, version)])
-            usage[0], usage[1] = usage[0] - 1, usage[1] - int(size)
-            evicted.append((entry_id, int(version)))
+            self._delete_in_transaction([Removal("", *row)])
+            evicted.append((row[0], int(row[1])))
         return evicted
 
     def _delete_in_transaction(self, removed: Sequence[Removal]) -> list[str]:
@@ -392,11 +392,13 @@ class SQLiteStore(Store):
         deleted = []
         for _, entry_id, version in removed:
             if version is None:
-                cursor = self._db.execute("DELETE FROM entries WHERE entry_id = ?", (entry_id,))
+                gone = self._db.execute("DELETE FROM entries WHERE entry_id = ? RETURNING size",
+                                        (entry_id,)).fetchone()
             else:
-                cursor = self._db.execute("DELETE FROM entries WHERE entry_id = ? AND version = ?",
-                                          (entry_id, version))
-            if cursor.rowcount > 0:
+                gone = self._db.execute("DELETE FROM entries WHERE entry_id = ? AND version = ? "
+                                        "RETURNING size", (entry_id, version)).fetchone()
+            if gone is not None:
+                self._count_live(-1, -int(gone[0]))
                 self._db.execute("INSERT OR REPLACE INTO log (entry_id) VALUES (?)", (entry_id,))
                 deleted.append(entry_id)
         return deleted
@@ -535,6 +537,9 @@ def _upgrade(db: sqlite3.Connection) -> str:
             version = SCHEMA_VERSION
         if version == SCHEMA_VERSION:
             db.execute("INSERT OR IGNORE INTO meta VALUES ('recency', '0')")
+            db.execute("INSERT OR IGNORE INTO meta SELECT 'live_entries', COUNT(*) FROM entries")
+            db.execute("INSERT OR IGNORE INTO meta SELECT 'live_bytes', CAST(TOTAL(size) AS "
+                       "INTEGER) FROM entries")
             db.execute(_RECENCY_INDEX)
     return version
 

@@ -72,6 +72,14 @@ def store(request, tmp_path, redis_url) -> dict:
     return {"url": redis_url, "prefix": f"cap-{time.monotonic_ns()}"}
 
 
+def counted_usage(tier: StoreTier) -> tuple[int, int]:
+    """The live entries and bytes as the store counts them for its capacity."""
+    if isinstance(tier, SQLiteTier):
+        return tier.store._usage()
+    db, prefix = tier.store._db, tier.prefix
+    return int(db.zcard(f"{prefix}:recency")), int(db.get(f"{prefix}:bytes"))
+
+
 def longest_suffix_within(puts: list[tuple[str, int, int]], capacity: Capacity) -> set[str]:
     """The ids of the most recent of ``puts`` (id, version, size) that fit ``capacity``
     together, newest first: what a store evicting its least recently used keeps."""
@@ -109,6 +117,7 @@ def test_processes_putting_at_once_leave_the_store_exactly_full_of_the_most_rece
         assert set(live) == longest_suffix_within(puts, capacity)
         assert not capacity.exceeded(len(live), sum(live.values()))
         assert len(live) == (capacity.max_entries or len(live))   # exactly full, not fewer
+        assert counted_usage(observer) == (len(live), sum(live.values()))
         assert all(count <= (capacity.max_entries or count)
                    for done in results for _, _, _, count, _ in done)
         evictions = [victim for done in results for *_, evicted in done for victim in evicted]
