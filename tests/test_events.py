@@ -132,17 +132,17 @@ def test_another_encoder_is_refused_with_its_code(tmp_path):
 
 def test_another_schema_version_is_refused_with_its_code(tmp_path, monkeypatch):
     path = tmp_path / "s.db"
-    monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", "6")  # a newer mmcache wrote the file
+    monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", "7")  # a newer mmcache wrote the file
     with open_cache(path) as newer:
         newer.put(query(0), "answer 0")
     monkeypatch.undo()
     before = meta(path)
     seen: list[FailureEvent] = []
-    with pytest.raises(StorageError, match="schema 6") as refused:
+    with pytest.raises(StorageError, match="schema 7") as refused:
         open_cache(path, seen)
     assert refused.value.code == "MM-SCHEMA-VERSION"
     assert [e.code for e in seen] == ["MM-SCHEMA-VERSION"] and seen[0].tier == "l3"
-    assert meta(path) == before and before["schema_version"] == "6"
+    assert meta(path) == before and before["schema_version"] == "7"
 
 
 def test_an_entry_another_serializer_wrote_is_an_event_and_still_not_served(tmp_path,

@@ -43,6 +43,15 @@ Layout under ``prefix`` (default ``"mmcache"``) on one server, no pickle anywher
   like a delete (so every client drops the entry, and it no longer counts), done only while
   the key still holds the version that failed to decode; it is reported once
   (``MM-ENTRY-UNREADABLE``) and served as absent (:meth:`RedisStore.quarantined` lists them).
+* ``{prefix}:recency`` — sorted set of entry keys scored by their place in the store's
+  recency, ``{prefix}:tick`` the counter that numbers it, ``{prefix}:sizes`` — hash of each
+  entry key's size, ``{prefix}:bytes`` — their sum. The write scripts keep them; a put
+  takes the next number, and so does each served get a tier sends (``ZADD XX``, with its
+  next write or after :data:`~mmcache.tiers.store.TOUCH_BATCH` of them). On one server the
+  put script then deletes the keys of the lowest numbers, each logged like a delete, until
+  the store is within its recorded capacity (:attr:`RedisStore.evicts`), so every client
+  evicts by one view; it returns their keys and versions. An entry Redis expired stays
+  counted until it comes up as a victim or a sweep deletes it.
 * ``{prefix}:capacity`` — the capacity recorded by the first client (JSON);
   ``{prefix}:fact:{name}`` — what every client must agree on, recorded by the first one: the
   key layout (``layout``) and the encoder of each modality (``encoder:<modality>``).
@@ -52,9 +61,11 @@ of any node) a script and a MULTI/EXEC may only touch keys of one hash slot, so 
 scope keeps its own sequence and change log next to its entries, in the slot of a hash
 tag (Redis hashes only the part in braces, which are literal here; ``H`` is the scope
 hash): ``mmcache:{H}:<entry_id>``, ``mmcache:seq:{H}``, ``mmcache:log:{H}``,
-``mmcache:epoch:{H}``, ``mmcache:quarantine:{H}:<entry_id>`` and ``mmcache:quarantined:{H}``,
-with ``mmcache:scopes`` the set of scope hashes that have a log (and
-no brace in the prefix).
+``mmcache:epoch:{H}``, ``mmcache:quarantine:{H}:<entry_id>``, ``mmcache:quarantined:{H}``
+and the recency keys ``mmcache:recency:{H}``, ``mmcache:tick:{H}``, ``mmcache:sizes:{H}``,
+``mmcache:bytes:{H}``, with ``mmcache:scopes`` the set of scope hashes that have a log (and
+no brace in the prefix). A script cannot see the other scopes' entries, so a cluster does
+not evict by itself: each client keeps it within capacity by its own budget.
 Scopes spread over the shards while a write stays one atomic step in one slot; a batch
 over several scopes is one transaction per scope, in order, so a failure part-way keeps
 the scopes written before it (every client replays them). One scope never spans shards:
@@ -86,13 +97,13 @@ from mmcache.tiers.codec import (decode_hints, decode_label, decode_turns, decod
                     encode_label, encode_turns, encode_value, vector_from_bytes,
                     vector_to_bytes)
 from mmcache.tiers.skew import SKEW_WINDOW, SkewWatch
-from mmcache.tiers.store import Change, Head, Removal, Store, StoreTier
+from mmcache.tiers.store import Change, Head, Removal, Store, StoreTier, Written
 from mmcache.tiers.vectors import IndexSpec
 
 _LOG = logging.getLogger(__name__)
 VECTOR_FIELD = "vec:"
 #: The version of the key layout below; a store of another one is refused.
-LAYOUT = "3"
+LAYOUT = "4"
 #: Seconds a request waits to connect or read before the store counts as failing.
 SOCKET_TIMEOUT_S = 1.0
 #: A sequence's log is compacted each time its head passes a multiple of this many numbers.
@@ -113,31 +124,78 @@ if top and tonumber(top) >= seq then
 end
 """
 
-# KEYS: seq, log, entry key, epoch; ARGV: milliseconds to keep it (0: no expiry), a new
-# epoch, then the field/value pairs of the entry hash. Returns the entry's version. The
-# arguments are checked before the first write: a script that fails part-way keeps what it
-# already wrote.
+# Drops the entry key ``key`` from the recency (KEYS[5]), sizes (KEYS[6]) and bytes (KEYS[7]).
+_UNCOUNT = """
+local function uncount(key)
+  local size = redis.call('HGET', KEYS[6], key)
+  if size then
+    redis.call('HDEL', KEYS[6], key)
+    redis.call('DECRBY', KEYS[7], size)
+  end
+  redis.call('ZREM', KEYS[5], key)
+end
+"""
+
+# KEYS: seq, log, entry key, epoch, recency, sizes, bytes, tick; ARGV: milliseconds to keep
+# it (0: no expiry), a new epoch, the store's max_entries and max_bytes ('': unlimited), then
+# the field/value pairs of the entry hash. Returns the entry's version, then the key and
+# version of each entry evicted (least recent first) to bring the store within those limits.
+# The arguments are checked before the first write: a script that fails part-way keeps what
+# it already wrote.
 _PUT_SCRIPT = """
 local keep = tonumber(ARGV[1])
 if keep == nil or keep < 0 or keep > 1e15 or keep ~= math.floor(keep) or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR mmcache put: bad expiry or fields')
 end
-""" + _NEXT_SEQ + """
+""" + _UNCOUNT + _NEXT_SEQ + """
+uncount(KEYS[3])
 redis.call('DEL', KEYS[3])
-redis.call('HSET', KEYS[3], 'version', seq, unpack(ARGV, 3))
+redis.call('HSET', KEYS[3], 'version', seq, unpack(ARGV, 5))
 if keep > 0 then redis.call('PEXPIRE', KEYS[3], ARGV[1]) end
 redis.call('ZADD', KEYS[2], seq, KEYS[3])
-return seq
+local size = redis.call('HGET', KEYS[3], 'size')
+redis.call('HSET', KEYS[6], KEYS[3], size)
+redis.call('INCRBY', KEYS[7], size)
+redis.call('ZADD', KEYS[5], redis.call('INCR', KEYS[8]), KEYS[3])
+local max_entries, max_bytes = tonumber(ARGV[3]), tonumber(ARGV[4])
+local result = {seq}
+while (max_entries and redis.call('ZCARD', KEYS[5]) > max_entries) or
+    (max_bytes and tonumber(redis.call('GET', KEYS[7]) or '0') > max_bytes) do
+  local victim = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+  if not victim then break end
+  local version = redis.call('HGET', victim, 'version') or '0'
+  uncount(victim)
+  if redis.call('DEL', victim) == 1 then
+    redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[1]), victim)
+    result[#result + 1] = victim
+    result[#result + 1] = version
+  end
+end
+return result
 """
 
-# KEYS: seq, log, entry key, epoch; ARGV: the version to delete ('' for any), a new epoch.
-# Returns 1 if deleted.
-_DELETE_SCRIPT = """
+# KEYS: seq, log, entry key, epoch, recency, sizes, bytes; ARGV: the version to delete ('' for
+# any), a new epoch. Returns 1 if deleted (a key Redis expired leaves the recency too).
+_DELETE_SCRIPT = _UNCOUNT + """
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  uncount(KEYS[3])
+  return 0
+end
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[3], 'version') ~= ARGV[1] then return 0 end
-if redis.call('DEL', KEYS[3]) == 0 then return 0 end
+uncount(KEYS[3])
+redis.call('DEL', KEYS[3])
 """ + _NEXT_SEQ + """
 redis.call('ZADD', KEYS[2], seq, KEYS[3])
 return 1
+"""
+
+# KEYS: recency, tick; ARGV: entry keys served, oldest first. Gives each one still counted the
+# next number of the recency, as if written now.
+_TOUCH_SCRIPT = """
+for i = 1, #ARGV do
+  redis.call('ZADD', KEYS[1], 'XX', redis.call('INCR', KEYS[2]), ARGV[i])
+end
+return #ARGV
 """
 
 # KEYS: an entry key. Returns the entry hash's field/value pairs (flat, as HGETALL) but its
@@ -154,21 +212,23 @@ end
 return kept
 """
 
-# KEYS: seq, log, entry key, epoch, quarantine key, quarantined set; ARGV: the raw version
-# field of the hash that failed to decode ('' when it had none), a new epoch, the reason.
-# Moves the entry hash to the quarantine key (its fields kept, no expiry) with the reason and
-# the server's time, lists it in the quarantined set (scored by that time) and logs the
-# removal like a delete, only while the entry still holds that version; returns 1 if moved.
-_QUARANTINE_SCRIPT = """
+# KEYS: seq, log, entry key, epoch, recency, sizes, bytes, tick, quarantine key, quarantined
+# set; ARGV: the raw version field of the hash that failed to decode ('' when it had none), a
+# new epoch, the reason. Moves the entry hash to the quarantine key (its fields kept, no
+# expiry) with the reason and the server's time, lists it in the quarantined set (scored by
+# that time) and logs the removal like a delete, only while the entry still holds that
+# version; returns 1 if moved.
+_QUARANTINE_SCRIPT = _UNCOUNT + """
 if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
 if (redis.call('HGET', KEYS[3], 'version') or '') ~= ARGV[1] then return 0 end
 local now = redis.call('TIME')
 local at = now[1] .. '.' .. string.format('%06d', tonumber(now[2]))
-redis.call('RENAME', KEYS[3], KEYS[5])
-redis.call('PERSIST', KEYS[5])
-redis.call('HSET', KEYS[5], 'quarantine_reason', ARGV[3], 'quarantined_at', at,
+uncount(KEYS[3])
+redis.call('RENAME', KEYS[3], KEYS[9])
+redis.call('PERSIST', KEYS[9])
+redis.call('HSET', KEYS[9], 'quarantine_reason', ARGV[3], 'quarantined_at', at,
            'quarantined_key', KEYS[3])
-redis.call('ZADD', KEYS[6], at, KEYS[5])
+redis.call('ZADD', KEYS[10], at, KEYS[9])
 """ + _NEXT_SEQ + """
 redis.call('ZADD', KEYS[2], seq, KEYS[3])
 return 1
@@ -219,6 +279,9 @@ class RedisStore(Store):
         self.location = redacted_url(url)
         self.prefix = prefix
         self.cluster = cluster
+        #: One server evicts by itself; a cluster's scripts cannot see the other shards.
+        self.evicts = not cluster
+        self._capacity = Capacity()
         self._capacity_key = f"{prefix}:capacity"
         self._scopes_key = f"{prefix}:scopes"
         self._id_offset = len(self.key("", ""))
@@ -233,6 +296,7 @@ class RedisStore(Store):
         try:
             self._put_script = self._script(_PUT_SCRIPT)
             self._delete_script = self._script(_DELETE_SCRIPT)
+            self._touch_script = self._script(_TOUCH_SCRIPT)
             self._compact_script = self._script(_COMPACT_SCRIPT)
             self._quarantine_script = self._script(_QUARANTINE_SCRIPT)
             self._metadata_script = self._script(_METADATA_SCRIPT)
@@ -261,14 +325,19 @@ class RedisStore(Store):
 
     # -- Store protocol ------------------------------------------------------------------
     def encode(self, entry: Entry, keep_for: float | None) -> list[Any]:
-        """``[milliseconds to keep, epoch, field, value, ...]`` (SerializationError first)."""
+        """``[milliseconds to keep, epoch, max_entries, max_bytes, field, value, ...]``: the
+        limits the put script evicts down to (``''``: none); SerializationError first."""
+        limits = self._capacity if self.evicts else Capacity()
         return [0 if keep_for is None else max(1, int(keep_for * 1000)), _new_epoch(),
+                *("" if n is None else int(n) for n in (limits.max_entries, limits.max_bytes)),
                 *_entry_fields(entry)]
 
-    def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal]) -> list[int]:
-        versions = self._call("write", self._transactions, batch, removed)[0]
+    def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal],
+              touched: Sequence[tuple[str, str]] = ()) -> Written:
+        written = self._call("write", self._transactions, batch, removed,
+                             touched if self.evicts else ())[0]
         self._count_changes([e.scope for e, _ in batch] + [r.scope for r in removed])
-        return versions
+        return written
 
     def read(self, scope: str, entry_id: str) -> Entry | None:
         key = self.key(scope, entry_id)
@@ -284,7 +353,7 @@ class RedisStore(Store):
     def delete(self, removed: Sequence[Removal]) -> list[str]:
         if not removed:
             return []
-        done = self._call("delete", self._transactions, [], removed)[1]
+        done = self._call("delete", self._transactions, [], removed, ())[1]
         self._count_changes([r.scope for r in removed])
         return [r.entry_id for r, ok in zip(removed, done) if int(ok)]
 
@@ -371,7 +440,8 @@ class RedisStore(Store):
         else:
             self._call("write", self._db.set, self._counted(key), text, nx=True)
         max_entries, max_bytes = json.loads(self._call("read", self._db.get, self._counted(key)))
-        return Capacity(max_entries, max_bytes)
+        self._capacity = Capacity(max_entries, max_bytes)
+        return self._capacity
 
     def record_fact(self, name: str, value: str) -> str:
         key = self._counted(f"{self.prefix}:fact:{name}")
@@ -433,8 +503,8 @@ class RedisStore(Store):
         (``MM-ENTRY-UNREADABLE``, with a warning) once. A move that fails leaves the hash
         at its key, reported once by this client."""
         log = self._log_of_key(key)
-        keys = [self._seq_key(log), self._log_key(log), key, self._epoch_key(log),
-                self._quarantine_key(key), self._quarantined_key(log)]
+        keys = [*self._script_keys_of(log, key), self._quarantine_key(key),
+                self._quarantined_key(log)]
         self._counted(key)
         try:
             moved = int(self._call("write", self._quarantine_script, keys=keys,
@@ -451,7 +521,7 @@ class RedisStore(Store):
                            "quarantined", self.location, key)
                 return
             self._changes[log] += 1
-            where = f"moved to key {keys[4]!r}"
+            where = f"moved to key {keys[8]!r}"
         _LOG.warning("Redis tier %s: the entry at key %r cannot be read (%s); it is served as "
                      "absent and %s for inspection", self.location, key, reason, where)
         if self.events is not None:
@@ -462,9 +532,17 @@ class RedisStore(Store):
         return f"{self.prefix}:epoch:{{{log}}}" if log else f"{self.prefix}:epoch"
 
     def _script_keys(self, scope: str, entry_id: str) -> list[str]:
-        log = self.log_of(scope)
-        return [self._seq_key(log), self._log_key(log), self.key(scope, entry_id),
-                self._epoch_key(log)]
+        return self._script_keys_of(self.log_of(scope), self.key(scope, entry_id))
+
+    def _script_keys_of(self, log: str, key: str) -> list[str]:
+        """The keys a write script of the entry key ``key`` of sequence ``log`` touches:
+        seq, log, the entry, epoch, recency, sizes, bytes, tick."""
+        return [self._seq_key(log), self._log_key(log), key, self._epoch_key(log),
+                *(self._counter_key(name, log) for name in ("recency", "sizes", "bytes", "tick"))]
+
+    def _counter_key(self, name: str, log: str) -> str:
+        """The recency key ``name`` of sequence ``log`` (in its hash slot on a cluster)."""
+        return f"{self.prefix}:{name}:{{{log}}}" if log else f"{self.prefix}:{name}"
 
     def _logs(self) -> list[str]:
         """Every sequence's name (a cluster's scopes that have one)."""
@@ -479,32 +557,41 @@ class RedisStore(Store):
                                                     for n in self._logs()])
         return [key.decode() for keys in logged for key in keys]
 
-    def _transactions(self, batch: Sequence[tuple[Entry, Any]],
-                      removed: Sequence[Removal]) -> tuple[list[int], list[Any]]:
-        """Compare-and-delete ``removed`` and write ``batch`` in one MULTI/EXEC per sequence
-        (its deletes first); the versions written and the deletes' results, each in order
-        (redis errors pass through)."""
-        groups: dict[str, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+    def _transactions(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal],
+                      touched: Sequence[tuple[str, str]]) -> tuple[Written, list[Any]]:
+        """Record ``touched``, compare-and-delete ``removed`` and write ``batch`` in one
+        MULTI/EXEC per sequence (in that order); what was written and the deletes' results,
+        each in order (redis errors pass through)."""
+        groups: dict[str, tuple[list[int], list[int], list[str]]] = \
+            defaultdict(lambda: ([], [], []))
+        for scope, entry_id in touched:
+            groups[self.log_of(scope)][2].append(self.key(scope, entry_id))
         for i, r in enumerate(removed):
             groups[self.log_of(r.scope)][1].append(i)
         for i, (entry, _) in enumerate(batch):
             groups[self.log_of(entry.scope)][0].append(i)
-        self._register([log for log, (puts, _) in groups.items() if puts])
-        versions, deleted = [0] * len(batch), [0] * len(removed)
-        for puts, deletes in groups.values():
+        self._register([log for log, (puts, _, _) in groups.items() if puts])
+        versions, deleted, evicted = [0] * len(batch), [0] * len(removed), []
+        for log, (puts, deletes, served) in groups.items():
             pipe = self._db.pipeline(transaction=True)
+            if served:
+                keys = [self._counter_key("recency", log), self._counter_key("tick", log)]
+                self._touch_script(keys=[self._counted(k) for k in keys], args=served,
+                                   client=pipe)
             self._queue_deletes(pipe, [removed[i] for i in deletes])
             for i in puts:
                 entry, args = batch[i]
                 keys = self._script_keys(entry.scope, entry.entry_id)
                 self._put_script(keys=keys, args=args, client=pipe)
                 self._counted(keys[2])
-            done = pipe.execute()
+            done = pipe.execute()[1 if served else 0:]
             for i, ok in zip(deletes, done):
                 deleted[i] = ok
-            for i, version in zip(puts, done[len(deletes):]):
+            for i, (version, *gone) in zip(puts, done[len(deletes):]):
                 versions[i] = int(version)
-        return versions, deleted
+                evicted += [(key.decode()[self._id_offset:], int(v))
+                            for key, v in zip(gone[::2], gone[1::2])]
+        return Written(versions, evicted), deleted
 
     def _queue_deletes(self, pipe: Any, removed: Sequence[Removal]) -> None:
         for scope, entry_id, version in removed:

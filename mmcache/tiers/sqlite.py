@@ -19,7 +19,17 @@ per live entry, and opening costs O(live entries), not O(history).
 Older files (schema 1 and 2) gain ``hints``, ``version`` and the log on open; schema 1–3
 files gain ``question``, ``context`` (the entry's conversation turns, JSON) and
 ``context_vector`` (raw float32), and schema 1–4 files ``image_fingerprint`` (the
-entry's grey thumbnail, :mod:`mmcache.verify.image_check`), empty for the entries they already hold.
+entry's grey thumbnail, :mod:`mmcache.verify.image_check`), empty for the entries they already hold;
+schema 1–5 files gain ``touched``, each entry's place in the store's recency (its version
+until it is next used), and ``meta`` counts of the live entries and bytes.
+
+Capacity of a shared file is enforced by the store (:attr:`SQLiteStore.evicts`): every row
+written, and every served get a tier sends, takes the next number of the store's recency
+counter (``meta`` key ``recency``) as its ``touched``; inside the write's transaction, after
+each entry, the rows of the lowest ``touched`` are deleted, each logged like a delete, until
+the file is within its recorded capacity (the ``live_entries`` and ``live_bytes`` of
+``meta``, kept by every insert and delete). A private file is kept within it by its one tier's
+budget and policy.
 
 Sharing: with ``shared=True`` several caches (in any processes) may open the file.
 Without it the file is private: a second cache opening it while the first is open
@@ -62,11 +72,11 @@ from mmcache.tiers.base import Capacity
 from mmcache.tiers.codec import (decode_hints, decode_label, decode_turns, decode_value, encode_hints,
                     encode_label, encode_turns, encode_value, vector_from_bytes,
                     vector_to_bytes)
-from mmcache.tiers.store import Change, Head, Removal, Store, StoreTier
+from mmcache.tiers.store import Change, Head, Removal, Store, StoreTier, Written
 from mmcache.tiers.vectors import IndexSpec
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 #: Seconds opening a file waits for other processes opening it at the same moment.
 OPEN_TIMEOUT_S = 30.0
 #: Entries read per query when a tier replays many changes (on open).
@@ -86,7 +96,7 @@ CREATE TABLE IF NOT EXISTS entries (
     entry_id TEXT PRIMARY KEY, scope TEXT NOT NULL, exact_key TEXT NOT NULL,
     value_type TEXT NOT NULL, value BLOB NOT NULL, size INTEGER NOT NULL,
     created_at REAL NOT NULL, expires_at REAL, ground_truth TEXT, hints TEXT, version INTEGER,
-    question TEXT, context TEXT, context_vector BLOB, image_fingerprint BLOB);
+    question TEXT, context TEXT, context_vector BLOB, image_fingerprint BLOB, touched INTEGER);
 CREATE TABLE IF NOT EXISTS embeddings (
     entry_id TEXT NOT NULL REFERENCES entries(entry_id) ON DELETE CASCADE,
     modality TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL,
@@ -106,7 +116,9 @@ _ENTRY_COLS = ", ".join(_COLUMNS)
 #: An entry's columns without its stored value (NULL in its place: the column is NOT NULL).
 _META_COLS = ", ".join("NULL" if c == "value" else c for c in _COLUMNS)
 _VECTORS = "SELECT entry_id, modality, dim, vector FROM embeddings"
-_INSERT = f"INSERT INTO entries ({_ENTRY_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+_INSERT = f"INSERT INTO entries ({_ENTRY_COLS}, touched) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+#: Entries by recency, least recently used first.
+_RECENCY_INDEX = "CREATE INDEX IF NOT EXISTS entries_by_recency ON entries (touched, version)"
 
 
 class SQLiteStore(Store):
@@ -118,7 +130,9 @@ class SQLiteStore(Store):
         self.path = Path(path)
         self.location = str(self.path)
         self.shared = shared
+        self.evicts = shared
         self.synchronous = synchronous.upper()
+        self._capacity = Capacity()
         self._lock = _hold_open_lock(self.path, shared)
         try:
             self._db = self._connect_waiting()
@@ -142,21 +156,21 @@ class SQLiteStore(Store):
                 [(entry.entry_id, m, len(v), vector_to_bytes(v))
                  for m, v in entry.embeddings.items()])
 
-    def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal]) -> list[int]:
+    def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal],
+              touched: Sequence[tuple[str, str]] = ()) -> Written:
         with self._failing_as("write"), self._transaction():
             before = self._next_seq() - 1
+            if self.evicts:
+                self._touch_in_transaction(touched)
             self._delete_in_transaction(removed)
-            first = self._next_seq()
-            versions = list(range(first, first + len(batch)))
-            ids = [(entry.entry_id,) for entry, _ in batch]
-            self._db.executemany("DELETE FROM entries WHERE entry_id = ?", ids)
-            self._db.executemany("INSERT OR REPLACE INTO log (seq, entry_id) VALUES (?, ?)",
-                                 [(v, e.entry_id) for v, (e, _) in zip(versions, batch)])
-            self._db.executemany(_INSERT, [(*row, v) for v, (_, (row, _)) in zip(versions, batch)])
-            self._db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)",
-                                 [r for _, (_, vecs) in batch for r in vecs])
-            self._compact_if_due(before, first + len(batch) - 1)
-        return versions
+            limited = self.evicts and self._capacity != Capacity()
+            versions, evicted = [], []
+            for entry, (row, vectors) in batch:
+                versions.append(self._insert(entry, row, vectors))
+                if limited:
+                    evicted += self._evict_to_capacity()
+            self._compact_if_due(before, self._next_seq() - 1)
+        return Written(versions, evicted)
 
     def read(self, scope: str, entry_id: str) -> Entry | None:
         with self._failing_as("read"), _Snapshot(self._db):
@@ -223,7 +237,8 @@ class SQLiteStore(Store):
             self._db.executemany(f"{verb} INTO meta VALUES (?, ?)", values)
             stored = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN "
                                            "('max_entries', 'max_bytes')").fetchall())
-        return Capacity(_number(stored["max_entries"]), _number(stored["max_bytes"]))
+        self._capacity = Capacity(_number(stored["max_entries"]), _number(stored["max_bytes"]))
+        return self._capacity
 
     def count(self) -> int:
         with self._failing_as("read"):
@@ -323,16 +338,67 @@ class SQLiteStore(Store):
         row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'log'").fetchone()
         return 1 + (0 if row is None else int(row[0]))
 
+    def _insert(self, entry: Entry, row: tuple, vectors: Sequence[tuple]) -> int:
+        """Inside a write transaction, store one encoded entry (replacing any stored one) at
+        the next sequence number and the next recency; return that number."""
+        old = self._db.execute("DELETE FROM entries WHERE entry_id = ? RETURNING size",
+                               (entry.entry_id,)).fetchone()
+        version = self._db.execute("INSERT OR REPLACE INTO log (entry_id) VALUES (?)",
+                                   (entry.entry_id,)).lastrowid
+        self._db.execute(_INSERT, (*row, version, self._next_recency()))
+        self._db.executemany("INSERT INTO embeddings VALUES (?,?,?,?)", vectors)
+        self._count_live(0 if old else 1, entry.size - (int(old[0]) if old else 0))
+        return int(version)
+
+    def _count_live(self, entries: int, nbytes: int) -> None:
+        """Add ``entries`` and ``nbytes`` to the live entries and bytes ``meta`` counts."""
+        self._db.executemany("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key = ?",
+                             [(entries, "live_entries"), (nbytes, "live_bytes")])
+
+    def _next_recency(self) -> int:
+        """The next number of the store's recency counter (inside a write transaction)."""
+        return int(self._db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 "
+                                    "WHERE key = 'recency' RETURNING value").fetchone()[0])
+
+    def _touch_in_transaction(self, touched: Sequence[tuple[str, str]]) -> None:
+        """Give each of the entries ``touched`` (``(scope, entry_id)``, oldest first) the next
+        recency, as if used now."""
+        for _, entry_id in touched:
+            self._db.execute("UPDATE entries SET touched = ? WHERE entry_id = ?",
+                             (self._next_recency(), entry_id))
+
+    def _usage(self) -> tuple[int, int]:
+        """``(entries, bytes)`` the store holds, as ``meta`` counts them."""
+        counts = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN "
+                                       "('live_entries', 'live_bytes')").fetchall())
+        return int(counts["live_entries"]), int(counts["live_bytes"])
+
+    def _evict_to_capacity(self) -> list[tuple[str, int]]:
+        """Inside a write transaction, delete the least recently used entries, each logged
+        like a delete, while the store breaks its recorded capacity; the
+        ``(entry_id, version)`` of each."""
+        evicted = []
+        while self._capacity.exceeded(*self._usage()):
+            row = self._db.execute("SELECT entry_id, version FROM entries "
+                                   "ORDER BY touched, version LIMIT 1").fetchone()
+            if row is None:
+                break
+            self._delete_in_transaction([Removal("", *row)])
+            evicted.append((row[0], int(row[1])))
+        return evicted
+
     def _delete_in_transaction(self, removed: Sequence[Removal]) -> list[str]:
         """Compare-and-delete each removal, logging a new sequence number for each delete."""
         deleted = []
         for _, entry_id, version in removed:
             if version is None:
-                cursor = self._db.execute("DELETE FROM entries WHERE entry_id = ?", (entry_id,))
+                gone = self._db.execute("DELETE FROM entries WHERE entry_id = ? RETURNING size",
+                                        (entry_id,)).fetchone()
             else:
-                cursor = self._db.execute("DELETE FROM entries WHERE entry_id = ? AND version = ?",
-                                          (entry_id, version))
-            if cursor.rowcount > 0:
+                gone = self._db.execute("DELETE FROM entries WHERE entry_id = ? AND version = ? "
+                                        "RETURNING size", (entry_id, version)).fetchone()
+            if gone is not None:
+                self._count_live(-1, -int(gone[0]))
                 self._db.execute("INSERT OR REPLACE INTO log (entry_id) VALUES (?)", (entry_id,))
                 deleted.append(entry_id)
         return deleted
@@ -461,8 +527,20 @@ def _upgrade(db: sqlite3.Connection) -> str:
                                  ("context_vector", "BLOB"), ("image_fingerprint", "BLOB")):
                 if column not in columns:
                     db.execute(f"ALTER TABLE entries ADD COLUMN {column} {kind}")
+        if version in ("1", "2", "3", "4", "5"):
+            if "touched" not in columns:
+                db.execute("ALTER TABLE entries ADD COLUMN touched INTEGER")
+            db.execute("UPDATE entries SET touched = version")
+            db.execute("INSERT OR REPLACE INTO meta SELECT 'recency', "
+                       "COALESCE(MAX(version), 0) FROM entries")
             db.execute("UPDATE meta SET value = ? WHERE key='schema_version'", (SCHEMA_VERSION,))
             version = SCHEMA_VERSION
+        if version == SCHEMA_VERSION:
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('recency', '0')")
+            db.execute("INSERT OR IGNORE INTO meta SELECT 'live_entries', COUNT(*) FROM entries")
+            db.execute("INSERT OR IGNORE INTO meta SELECT 'live_bytes', CAST(TOTAL(size) AS "
+                       "INTEGER) FROM entries")
+            db.execute(_RECENCY_INDEX)
     return version
 
 

@@ -48,7 +48,17 @@ every such entry is adopted, or not, as before.
 
 Capacity belongs to the store: the first tier that opens a store records its capacity,
 later tiers adopt it (``capacity=None``) or must ask for the same one (ConfigError), so
-no client ever evicts other tenants' entries to meet a budget of its own.
+no client ever evicts other tenants' entries to meet a budget of its own. A store that
+evicts by itself (:attr:`Store.evicts`: a shared SQLite file, one Redis server) enforces it
+inside each write, atomically with it, by one recency all its clients share: the store
+numbers each write, and each served get, from one counter of its own, and deletes the entries
+of the lowest numbers until it is within its capacity, logging each deletion like a delete
+(so every client drops its copy on replay) and reporting it to the writer (its evictions).
+A get is not written to the store when it is served: a tier sends the ids it served with its
+next write, or after :data:`TOUCH_BATCH` of them, so a get costs no store write. Over such a
+store the tier's own policy decides nothing (a warning says so when it is not LRU); it
+applies to a private store, and to a Redis Cluster, where a write cannot span the shards and
+each client evicts by its own recency as before.
 """
 
 from __future__ import annotations
@@ -69,7 +79,8 @@ from mmcache.errors import ConfigError
 from mmcache.metrics import EventLog
 from mmcache.policies import EvictionPolicy
 from mmcache.types import Entry
-from mmcache.tiers.base import Budget, BudgetedTier, Candidate, Capacity, admit_all, gone_ids, policy_hints
+from mmcache.tiers.base import Budget, BudgetedTier, Candidate, Capacity, admit_all, gone_ids, \
+    last_versions, policy_hints
 from mmcache.tiers.vectors import IndexSpec, SemanticIndex
 
 if TYPE_CHECKING:
@@ -86,6 +97,9 @@ EXPIRY_SLACK = 1024
 MAX_CLOCK_SKEW_S = 5.0
 #: Entries read from the store at a time while a tier replays its changes.
 REPLAY_CHUNK = 1000
+#: Served gets a tier over a store that evicts by itself holds before it sends them to the
+#: store's recency without waiting for its next write.
+TOUCH_BATCH = 64
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -134,6 +148,14 @@ class Removal(NamedTuple):
     version: int | None
 
 
+class Written(NamedTuple):
+    """What one :meth:`Store.write` did: the version of each written entry, in order, and the
+    ``(entry_id, version)`` of each entry the store evicted to stay within its capacity."""
+
+    versions: list[int]
+    evicted: list[tuple[str, int]]
+
+
 class Store(ABC):
     """Where a :class:`StoreTier` keeps its entries (see the module docstring)."""
 
@@ -145,6 +167,8 @@ class Store(ABC):
     metrics: "CacheMetrics | None" = None
     #: Where the store reports the failures it detects (set by the tier over it).
     events: EventLog | None = None
+    #: True when :meth:`write` keeps the store within its recorded capacity by itself.
+    evicts: bool = False
 
     @abstractmethod
     def encode(self, entry: Entry, keep_for: float | None) -> Any:
@@ -152,9 +176,14 @@ class Store(ABC):
         ``keep_for``: seconds after which the store may drop it by itself (None: never)."""
 
     @abstractmethod
-    def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal]) -> list[int]:
-        """In one atomic step, delete ``removed`` (compare-and-delete) and store every encoded
-        entry of ``batch`` (replacing any stored one); return each entry's new version."""
+    def write(self, batch: Sequence[tuple[Entry, Any]], removed: Sequence[Removal],
+              touched: Sequence[tuple[str, str]] = ()) -> Written:
+        """In one atomic step, record ``touched`` (``(scope, entry_id)`` served since the
+        last write, oldest first) as used now, delete ``removed`` (compare-and-delete) and
+        store every encoded entry of ``batch`` in order (replacing any stored one; an id may
+        come more than once), as one write each would; a store that :attr:`evicts` evicts
+        after each one until it is within its capacity. Only a store that evicts records
+        ``touched``."""
 
     @abstractmethod
     def read(self, scope: str, entry_id: str) -> Entry | None:
@@ -232,7 +261,8 @@ class StoreTier(BudgetedTier):
 
     ``capacity=None`` adopts the store's recorded capacity (unlimited for a new store). A
     capacity other than the recorded one is a ConfigError on a shared store; a private
-    store records the new one and evicts down to it.
+    store records the new one and evicts down to it. Over a store that :attr:`~Store.evicts`
+    (with a limited capacity) the store evicts, by its own recency, and ``policy`` is unused.
     """
 
     semantic = True
@@ -266,7 +296,15 @@ class StoreTier(BudgetedTier):
         #: Seconds an expired entry is still kept (stale-while-revalidate / stale-if-error);
         #: a store that drops expired entries by itself keeps them this much longer.
         self.expiry_grace = 0.0
-        self._budget = Budget(_store_capacity(store, capacity), policy, undoable=True)
+        self._capacity = _store_capacity(store, capacity)
+        #: Whether the store evicts by itself (then the budget only accounts, without limits).
+        self._store_evicts = store.evicts and self._capacity != Capacity()
+        self._budget = Budget(Capacity(), _accounting_policy(policy, store.location),
+                              undoable=True) if self._store_evicts \
+            else Budget(self._capacity, policy, undoable=True)
+        #: Entry id -> scope of the entries served since the last write, oldest first (sent to
+        #: the store's recency when it evicts by itself).
+        self._touched: dict[str, str] = {}
         self.index = SemanticIndex(spec, precheck=precheck)
         self._known: dict[str, _Known] = {}
         #: Sequence name -> the last number of it this tier has replayed.
@@ -289,10 +327,17 @@ class StoreTier(BudgetedTier):
             self.evict()  # a private store reopened with a smaller capacity
 
     # -- Tier protocol -------------------------------------------------------------------
+    @property
+    def capacity(self) -> Capacity:
+        return self._capacity
+
     @_serialized
     def put_many(self, entries: Sequence[Entry]) -> list[str]:
         """Write ``entries`` in one store batch (setting each stored one's ``version``); the
-        budget admits them one by one first."""
+        budget admits them one by one first, or, where the store evicts by itself, the
+        store does as it writes them."""
+        if self._store_evicts:
+            return self._put_evicting_in_store(entries)
         now = self.clock()
         encoded = {e.entry_id: self.store.encode(e, self._keep_for(e, now)) for e in entries}
         # a budget that may evict must see what others wrote first
@@ -304,7 +349,8 @@ class StoreTier(BudgetedTier):
         known = {g: self._known[g] for g in gone if g in self._known}
         removed = [Removal(k.scope, g, k.version) for g, k in known.items() if g not in stored]
         try:
-            versions = self.store.write([(e, encoded[e.entry_id]) for e in kept], removed)
+            versions = self.store.write([(e, encoded[e.entry_id]) for e in kept],
+                                        removed).versions
         except BaseException:
             self._budget.rollback()
             raise
@@ -328,6 +374,8 @@ class StoreTier(BudgetedTier):
         dropped = self._budget.touch(entry_id, **policy_hints(entry, self.clock()))
         if dropped:
             self._remove(dropped)
+        if self._store_evicts and entry_id not in dropped:
+            self._record_touch(scope, entry_id)
         return None if entry_id in dropped else entry
 
     @_serialized
@@ -451,6 +499,45 @@ class StoreTier(BudgetedTier):
         self._sync()
 
     # -- internals -----------------------------------------------------------------------
+    def _put_evicting_in_store(self, entries: Sequence[Entry]) -> list[str]:
+        """:meth:`put_many` over a store that evicts by itself: every entry is written in
+        order, as one put each would, with the gets served since the last write; the
+        entries the store evicted leave this tier's view and are returned."""
+        now = self.clock()
+        batch = [(e, self.store.encode(e, self._keep_for(e, now))) for e in entries]
+        self._sync({e.scope for e in entries})
+        self._sweep_expired()
+        admit_all(self._budget, entries, now)  # accounting only: nothing is evicted here
+        try:
+            written = self.store.write(batch, [], self._served())
+        except BaseException:
+            self._budget.rollback()
+            raise
+        self._touched.clear()
+        for entry, version in zip(entries, written.versions):
+            entry.version = version
+        evicted = set(written.evicted)
+        kept = [e for e in last_versions(entries) if (e.entry_id, e.version) not in evicted]
+        for entry_id in {e.entry_id for e in entries} | {e for e, _ in evicted}:
+            self._unindex(entry_id)
+        for entry_id in {e for e, _ in evicted} - {e.entry_id for e in kept}:
+            self._budget.remove(entry_id)
+        self._index(kept)
+        return [entry_id for entry_id, _ in written.evicted]
+
+    def _record_touch(self, scope: str, entry_id: str) -> None:
+        """Remember that ``entry_id`` was served, for the store's recency; past
+        :data:`TOUCH_BATCH` of them, send them now."""
+        self._touched.pop(entry_id, None)
+        self._touched[entry_id] = scope
+        if len(self._touched) >= TOUCH_BATCH:
+            self.store.write([], [], self._served())
+            self._touched.clear()
+
+    def _served(self) -> list[tuple[str, str]]:
+        """``(scope, entry_id)`` of the entries served since the last write, oldest first."""
+        return [(scope, entry_id) for entry_id, scope in self._touched.items()]
+
     def _older_than(self, log: str | None, seconds: float) -> bool:
         """Whether the view of sequence ``log`` (None: of every one) was last brought up to
         date ``seconds`` ago or more."""
@@ -618,6 +705,17 @@ class StoreTier(BudgetedTier):
 
 
 _NOWHERE = _Known("", (), 0, {}, None)
+
+
+def _accounting_policy(policy: EvictionPolicy | str, location: str) -> str:
+    """The policy of a budget that only accounts a store that evicts by itself (LRU, used
+    by :meth:`StoreTier.evict` alone); a warning when ``policy`` asked for another one."""
+    name = policy if isinstance(policy, str) else getattr(policy, "name", type(policy).__name__)
+    if str(name).lower() != "lru":
+        _LOG.warning("L3 store %s evicts its least recently used entries by itself, as one "
+                     "view for every client: eviction policy %r applies to private stores "
+                     "only", location, name)
+    return "lru"
 
 
 def _store_capacity(store: Store, requested: Capacity | None) -> Capacity:

@@ -412,3 +412,18 @@ def test_opening_reads_the_stored_entries_a_chunk_at_a_time(tmp_path, monkeypatc
     reopened = SQLiteTier(tmp_path / "l3.db")
     assert fetched == [2, 2, 1] and sorted(reopened.ids()) == [f"s-{i}" for i in range(5)]
     reopened.close()
+
+
+def test_a_schema_5_file_gains_the_stores_recency_in_the_order_it_was_written(tmp_path):
+    path = tmp_path / "v5.db"
+    _old_file(path, "5", "hints TEXT, version INTEGER, question TEXT, context TEXT, "
+              "context_vector BLOB, image_fingerprint BLOB")
+    SQLiteTier(path, Capacity(max_entries=2), shared=True).close()
+    tier = SQLiteTier(path, shared=True)
+    try:
+        rng = np.random.default_rng(5)
+        assert tier.put(entry(2, rng)) == []
+        assert tier.put(entry(3, rng)) == ["s-1"]   # the old entry is the least recently used
+        assert sorted(tier.ids()) == ["s-2", "s-3"]
+    finally:
+        tier.close()
