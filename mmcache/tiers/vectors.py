@@ -9,7 +9,8 @@ contiguous array (slots; deleted slots are tombstones until compaction).
   ``ann_min_size`` vectors, then an ANN index built with ``faiss.index_factory``
   (``ann_factory``; any factory string works) and searched with ``ef_search`` (an inverted
   file probes ``ef_search / 4`` lists). Every ANN candidate is re-scored exactly against the
-  stored vector. The default, ``IVF{nlist},Flat``, is an inverted file whose ``{nlist}`` is
+  stored vector. The default, ``IVF{nlist},SQfp16``, is an inverted file of half-precision
+  codes (they rank the candidates; the stored float32 vectors score them) whose ``{nlist}`` is
   filled in when it is trained (:func:`lists_for`: about 8·√n lists for n vectors), so it is
   trained again, on every vector, once it holds :data:`RETRAIN_GROWTH` times the vectors it
   was trained on.
@@ -131,7 +132,7 @@ class IndexSpec:
     ``CacheConfig.l2``'s, so a tier built directly behaves like one built from a config."""
 
     index: str = "auto"
-    ann_factory: str = "IVF{nlist},Flat"
+    ann_factory: str = "IVF{nlist},SQfp16"
     ann_min_size: int = 10_000
     ef_search: int = 128
     ef_construction: int = 64
@@ -547,14 +548,13 @@ def _nearest(search: Callable[[int], tuple[np.ndarray, np.ndarray]], size: int,
 
 def _set_index_params(index: faiss.Index, spec: IndexSpec) -> None:
     hnsw = getattr(faiss.downcast_index(index), "hnsw", None)
+    ivf = faiss.try_extract_index_ivf(index)
     if hnsw is not None:
         hnsw.efConstruction = spec.ef_construction
         hnsw.efSearch = spec.ef_search
-    else:
-        try:
-            faiss.ParameterSpace().set_index_parameter(index, "nprobe", max(1, spec.ef_search // 4))
-        except RuntimeError:
-            pass
+    elif ivf is not None:
+        ivf.nprobe = max(1, spec.ef_search // 4)
+        ivf.cp.min_points_per_centroid = 1  # lists_for chose the lists: no warning on stderr
 
 
 class SemanticIndex:
