@@ -439,8 +439,8 @@ class VectorIndex:
         if self._ann is None or self.pending <= keep:
             return
         end = len(self._ids) - keep
-        if self._training_due():
-            self._ann, self._trained_on = self._trained(self._vecs[:end])
+        if self._training_due():  # trained on every slot, as the builder trains
+            self._ann, self._trained_on = self._trained(self._vecs[:len(self._ids)])
             self._indexed = 0
         self._ann.add(self._vecs[self._indexed:end])
         self._indexed = self._fixed = end

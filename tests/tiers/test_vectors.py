@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from mmcache.errors import ConfigError
 from mmcache.guard import SphericalCap
 from mmcache.lab.testing import near, unit
-from mmcache.tiers.vectors import IndexSpec, SemanticIndex, VectorIndex
+from mmcache.tiers.vectors import (RETRAIN_GROWTH, IndexSpec, SemanticIndex, VectorIndex,
+                                   lists_for)
 
 DIM = 24
 
@@ -181,6 +182,42 @@ def test_semantic_search_sees_only_entries_with_the_query_modality_set(seed, ent
                 and entry == (mods, pick)}
     assert {c.entry_id for c in found} == expected
     assert all(set(c.similarities) == set(mods) for c in found)
+
+
+@pytest.mark.parametrize("size, lists", [(1, 1), (50, 4), (1_000, 64), (10_000, 1024),
+                                         (40_000, 2048), (100_000, 2048), (400_000, 4096)])
+def test_an_inverted_file_has_about_8_sqrt_n_lists_and_at_most_one_per_8_vectors(size, lists):
+    assert lists_for(size) == lists
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_the_default_inverted_file_is_trained_again_once_it_holds_four_times_its_training(
+        background):
+    """Trained on what it holds at the switch, the default index keeps its lists until it
+    holds RETRAIN_GROWTH times that, then is trained on every vector, with the lists of its
+    new size; searches find each vector's near duplicate throughout, as exact search does."""
+    spec = IndexSpec(ann_min_size=100, max_backlog=10, background=background)
+    idx, data = filled(100, spec)
+    idx.flush()
+    first = idx._trained_on
+    assert first == 100 and faiss.extract_index_ivf(idx._ann).nlist == lists_for(first)
+    rng = np.random.default_rng(3)
+    more = np.stack([unit(rng, DIM) for _ in range(RETRAIN_GROWTH * first)])
+    for i, vec in enumerate(more[:RETRAIN_GROWTH * first - 101]):
+        idx.add(f"m{i}", vec)
+    idx.flush()
+    assert idx._trained_on == first                        # one short of the growth
+    for i, vec in enumerate(more[RETRAIN_GROWTH * first - 101:], RETRAIN_GROWTH * first - 101):
+        idx.add(f"m{i}", vec)
+    idx.flush()
+    assert idx._trained_on >= RETRAIN_GROWTH * first - spec.max_backlog
+    assert faiss.extract_index_ivf(idx._ann).nlist == lists_for(idx._trained_on) > \
+        lists_for(first)
+    stored = np.concatenate([data, more])
+    names = [f"e{i}" for i in range(len(data))] + [f"m{i}" for i in range(len(more))]
+    for i in range(0, len(stored), 7):
+        assert found_ids(idx, near(rng, stored[i], 0.97), floor=0.9, k=1) == [names[i]]
+    idx.close()
 
 
 # -- the backlog: vectors not yet in the ANN index, searched exactly, drained on overflow ----
