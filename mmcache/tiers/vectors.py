@@ -231,6 +231,16 @@ class VectorIndex:
         """Whether searches currently go through the ANN index."""
         return self._ann is not None
 
+    def describe(self) -> str:
+        """What searches go through: ``exact``, or the ANN index's factory string and how far
+        a search explores it."""
+        if self._ann is None or not self._indexed:
+            return "exact"
+        factory = factory_for(self.spec.ann_factory, self._trained_on)
+        ivf = faiss.try_extract_index_ivf(self._ann)
+        return f"{factory} nprobe={ivf.nprobe}" if ivf is not None else \
+            f"{factory} efSearch={self.spec.ef_search}"
+
     @property
     def pending(self) -> int:
         """Vectors stored but not yet inserted into the ANN index (0 for exact search)."""
@@ -582,6 +592,11 @@ class SemanticIndex:
     def uses_ann(self) -> bool:
         """Whether any index currently searches through its ANN structure."""
         return any(idx.uses_ann for idx in self._indexes.values())
+
+    def describe(self) -> str:
+        """:meth:`VectorIndex.describe` of the largest index (``exact`` when there is none)."""
+        largest = max(self._indexes.values(), key=len, default=None)
+        return "exact" if largest is None else largest.describe()
 
     def index(self, scope: str, modality: str,
               modalities: Iterable[str] | None = None) -> VectorIndex | None:

@@ -660,9 +660,8 @@ def _agreement(answers: list, should_hit: np.ndarray, exact_id: np.ndarray) -> t
 
 
 def _ann_description(cache: TieredCache) -> str:
-    l2 = cache.config.l2
-    uses_ann = getattr(cache.tier("l2").index, "uses_ann", False)
-    return f"{l2.ann_factory} efSearch={l2.ef_search}" if uses_ann else "exact flat (below ann_min_size)"
+    described = cache.tier("l2").index.describe()
+    return "exact flat (below ann_min_size)" if described == "exact" else described
 
 
 if __name__ == "__main__":
