@@ -72,14 +72,16 @@ def found(idx: VectorIndex, query: np.ndarray, floor: float = 0.999, k: int = 3)
     return sorted(entry_id for entry_id, _ in idx.search(query, floor, k)[0])
 
 
-def test_gets_and_puts_never_wait_for_a_slow_build(monkeypatch):
+@pytest.mark.parametrize("factory", ["HNSW16", IndexSpec.ann_factory])
+def test_gets_and_puts_never_wait_for_a_slow_build(monkeypatch, factory):
     """Every batch takes SLOW_BUILD_S longer; puts and gets through a TieredCache run on
-    while two batches build, each far faster than one batch."""
+    while two batches build, each far faster than one batch (for the default inverted file
+    the first batch trains it)."""
     batches = []
     monkeypatch.setattr(vectors, "on_batch_built",
                         lambda count: (time.sleep(SLOW_BUILD_S), batches.append(count)))
     cache = mmcache.TieredCache({"thresholds": {"delta": {"text": 0.1}},
-                                 "l2": {"ann_min_size": 200, "ann_factory": "HNSW16"}})
+                                 "l2": {"ann_min_size": 200, "ann_factory": factory}})
     rng = np.random.default_rng(0)
     stored, put_s, get_s = [], [], []
     gc.disable()  # a full collection of the test process's heap is no wait for a build
