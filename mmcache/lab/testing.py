@@ -1,5 +1,6 @@
 """Helpers for tests and experiments: a hand-driven clock, vectors at a chosen cosine, a
-private redis-server that faults can be injected into, and a throwaway local Redis Cluster."""
+private redis-server that faults can be injected into, a throwaway local Redis Cluster, and
+processes started at one signal."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -33,6 +34,24 @@ def near(rng: np.random.Generator, v: np.ndarray, cos: float) -> np.ndarray:
     w -= (w @ v) * v
     w /= np.linalg.norm(w)
     return (cos * v + np.sqrt(1 - cos**2) * w).astype(np.float32)
+
+
+def started_together(ctx: Any, target: Callable[..., None], arg_lists: Sequence[tuple],
+                     timeout: float = 30.0) -> list[Any]:
+    """Run ``target(*args, start, pipe)`` in one process of ``ctx`` (a multiprocessing
+    context) per ``args`` of ``arg_lists``, set ``start`` once all have started, and return
+    the first thing each sent through its ``pipe``, in order, after joining them."""
+    start, pipes, procs = ctx.Event(), [], []
+    for args in arg_lists:
+        mine, theirs = ctx.Pipe(duplex=False)
+        procs.append(ctx.Process(target=target, args=(*args, start, theirs)))
+        procs[-1].start()
+        pipes.append(mine)
+    start.set()
+    results = [pipe.recv() for pipe in pipes]
+    for proc in procs:
+        proc.join(timeout)
+    return results
 
 
 class FakeClock:

@@ -15,6 +15,7 @@ from typing import Iterator
 import numpy as np
 import pytest
 
+from mmcache.lab.testing import started_together
 from mmcache.tiers import Capacity, SQLiteTier
 from mmcache.tiers.redis import RedisTier
 from mmcache.tiers.store import StoreTier
@@ -100,16 +101,7 @@ def test_processes_putting_at_once_leave_the_store_exactly_full_of_the_most_rece
     open_tier(store, capacity).close()  # records the capacity
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["mmcache.tiers.sqlite", "mmcache.tiers.redis"])
-    start, pipes, procs = ctx.Event(), [], []
-    for w in range(WORKERS):
-        mine, theirs = ctx.Pipe(duplex=False)
-        procs.append(ctx.Process(target=putter, args=(store, capacity, w, start, theirs)))
-        procs[-1].start()
-        pipes.append(mine)
-    start.set()
-    results = [pipe.recv() for pipe in pipes]
-    for proc in procs:
-        proc.join(30)
+    results = started_together(ctx, putter, [(store, capacity, w) for w in range(WORKERS)])
     puts = [(entry_id, version, size) for done in results for entry_id, version, size, _, _ in done]
     observer = open_tier(store, None)
     try:

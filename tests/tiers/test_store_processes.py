@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
 import mmcache
-from mmcache.lab.testing import FakeClock, near, unit
+from mmcache.lab.testing import FakeClock, near, started_together, unit
 
 WORKERS = 2
 KEYS = 5
@@ -198,16 +198,6 @@ def test_processes_opening_one_new_shared_store_together_all_open(tmp_path) -> N
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["mmcache.cache", "mmcache.tiers.sqlite"])
     for round_no in range(4):
-        start = ctx.Event()
         path = str(tmp_path / f"fresh{round_no}.db")
-        pipes, procs = [], []
-        for _ in range(4):
-            mine, theirs = ctx.Pipe(duplex=False)
-            procs.append(ctx.Process(target=opener, args=(path, start, theirs)))
-            procs[-1].start()
-            pipes.append(mine)
-        start.set()
-        errors = [pipe.recv() for pipe in pipes]
-        for proc in procs:
-            proc.join(30)
+        errors = started_together(ctx, opener, [(path,)] * 4)
         assert errors == [None] * 4
