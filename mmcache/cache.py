@@ -81,8 +81,17 @@ store (its exact key, an accepted candidate, a judged one again) is read outside
 used under it only while the tier's view of that entry is the one it had when read (no write,
 invalidation or resync of it since); otherwise it is read again, at most ``STORE_READS`` times,
 then taken as not stored. So an L1 hit, or any lookup the store is not needed for, never
-waits for another thread's store call. Writes (``put``, ``put_many``, ``invalidate``, the purge
-of an expired entry) still reach the store under the lock. ``on_stale``
+waits for another thread's store call. Writes do the same (:meth:`TieredCache._write`): ``put``,
+``put_many`` and ``invalidate`` are checked and registered as in flight under the lock, make
+their store call without it (:meth:`~mmcache.tiers.store.StoreTier.put_landed`, ``delete_landed``)
+and are applied to the tiers above the store under it again; a write that reaches no store is
+made in one hold. While a write of a key is in flight a get does not serve that key's copies
+above the store (it reads the store: the old value until the write lands, the new one after),
+and the tier numbers its store calls in the order they land, which is the order they are applied
+above it in: one applied after a later one of its key is left out there, so the tiers end with
+the store's version. ``feedback`` asks the store whether an entry is stored without the lock;
+``close`` waits for the writes in flight (and refuses new ones). The purge of an expired entry a
+get finds, and ``evict``, still reach the store under the lock. ``on_stale``
 runs outside it and is single-flight: it is called once per stale entry until that entry
 is put again or ``REFRESH_TIMEOUT`` seconds of the cache's clock pass (then the next stale
 answer calls it again). Processes each open their own cache (the SQLite store may be
@@ -530,7 +539,8 @@ class TieredCache:
             return victim
 
     def close(self) -> None:
-        """Close every tier (files, connections); further calls raise MMCacheError. Async
+        """Close every tier (files, connections); further calls raise MMCacheError. It waits for
+        the writes in flight (their store calls run without the lock) and refuses new ones. Async
         calls still in flight either finished before it or raise MMCacheError having stored
         nothing (:meth:`aclose` waits for them instead); the async executor's threads exit
         once those calls end, without ``close`` waiting for them."""
@@ -574,8 +584,8 @@ class TieredCache:
         return await self._in_thread(self.put_many, queries, values, ttl=ttl, hints=hints)
 
     async def afeedback(self, hit: Hit, correct: bool) -> bool:
-        """:meth:`feedback` for asyncio callers, run on the cache's worker thread (it waits
-        for the cache's lock, which a slow store call may hold)."""
+        """:meth:`feedback` for asyncio callers, run on the cache's worker thread (its store
+        call, when it makes one, is made without the cache's lock)."""
         return await self._in_thread(self.feedback, hit, correct)
 
     async def aclose(self) -> None:
@@ -1443,7 +1453,9 @@ class TieredCache:
     def _current(self, entry: Entry, level: int) -> bool:
         """Whether ``entry``, found in tier ``level``, is the version a shared store below holds
         in its view (which the lookup caught up with before: :meth:`_revalidation_view`); a
-        stale private copy is dropped from the tiers above the store."""
+        stale private copy is dropped from the tiers above the store. A copy above a store is
+        not current while a write of its key is in flight (:meth:`_write`): it is kept, and the
+        lookup goes on to the store."""
         if level < self._store_level and entry.entry_id in self._writing:
             return False  # a write of it is in flight: the store has the answer (kept here)
         store = self._shared_store

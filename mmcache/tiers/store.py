@@ -25,7 +25,10 @@ Threads: a tier serializes its own calls (its view and its store's connection ar
 thread at a time), so a cache may call it without holding the cache's lock.
 :meth:`StoreTier.catch_up` does the store I/O a lookup needs before the lookup, after which
 :meth:`StoreTier.known_version` and :meth:`StoreTier.find` answer from the view without I/O
-and without waiting for a call in flight.
+and without waiting for a call in flight. A cache writes without its lock too:
+:meth:`StoreTier.put_landed` and :meth:`StoreTier.delete_landed` return, from the same
+serialized call, what the write did and its place in the order this tier's writes landed in
+(:class:`Landed`), for the cache to apply to the tiers above in that order.
 
 A store that loses or rolls back its data is noticed from its :class:`Head` (a new epoch, a
 head below what was seen), and so is a tier left behind by the store's compaction of its log
