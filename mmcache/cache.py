@@ -524,6 +524,10 @@ class TieredCache:
             landed = self._unlocked_io(lambda: [(t, t.delete_landed([key])) for t in stores])
             with self._lock:
                 return self._apply_invalidation(key, landed)
+        except StorageError:
+            with self._lock:  # the store may still hold it: no copy above it is served either
+                self._drop_above_stores(key)
+            raise
         finally:
             self._end_writes([key], [])
 
@@ -991,6 +995,13 @@ class TieredCache:
         self.thresholds.forget(key)
         self._refreshing.pop(key, None)
         return removed
+
+    def _drop_above_stores(self, entry_id: str) -> None:
+        """Under the lock: delete ``entry_id`` from the tiers that are not store-backed (an
+        invalidation the store failed), searching below them again."""
+        for tier in self.tiers:
+            if not isinstance(tier, StoreTier) and tier.delete(entry_id):
+                self._uncover_below(tier)
 
     def _held_in_memory(self, entry_id: str) -> bool:
         """Under the lock: whether a tier other than a store-backed one holds ``entry_id``."""

@@ -944,3 +944,21 @@ def test_close_waits_for_a_write_in_flight_and_refuses_new_ones(tmp_path: Path,
     reopened = write_cache(tmp_path, "private", request)
     assert reopened.get(query(1)).value == {"key": 1} and reopened.get(query(3)) is None
     reopened.close()
+
+
+def test_an_invalidate_the_store_fails_raises_and_drops_the_copies_above_it(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    cache = write_cache(tmp_path, "private", request)
+    key = prepare(query(0), {}).key
+
+    def fail(removed):
+        raise StorageError("the store is unreachable")
+    cache.tier("l3").store.delete = fail
+    with pytest.raises(StorageError):
+        cache.invalidate(query(0))
+    assert key not in cache.tier("l1") and key not in cache.tier("l2") and key in cache.tier("l3")
+    assert not cache._writing and cache.get(query(0)).tier == "l3"  # what the store holds
+    for tier in cache.tiers:
+        entries = list(tier.scan())
+        assert cache.usage()[tier.name] == (len(entries), sum(e.size for e in entries))
+    cache.close()
