@@ -81,8 +81,17 @@ store (its exact key, an accepted candidate, a judged one again) is read outside
 used under it only while the tier's view of that entry is the one it had when read (no write,
 invalidation or resync of it since); otherwise it is read again, at most ``STORE_READS`` times,
 then taken as not stored. So an L1 hit, or any lookup the store is not needed for, never
-waits for another thread's store call. Writes (``put``, ``put_many``, ``invalidate``, the purge
-of an expired entry) still reach the store under the lock. ``on_stale``
+waits for another thread's store call. Writes do the same (:meth:`TieredCache._write`): ``put``,
+``put_many`` and ``invalidate`` are checked and registered as in flight under the lock, make
+their store call without it (:meth:`~mmcache.tiers.store.StoreTier.put_landed`, ``delete_landed``)
+and are applied to the tiers above the store under it again; a write that reaches no store is
+made in one hold. While a write of a key is in flight a get does not serve that key's copies
+above the store (it reads the store: the old value until the write lands, the new one after),
+and the tier numbers its store calls in the order they land, which is the order they are applied
+above it in: one applied after a later one of its key is left out there, so the tiers end with
+the store's version. ``feedback`` asks the store whether an entry is stored without the lock;
+``close`` waits for the writes in flight (and refuses new ones). The purge of an expired entry a
+get finds, and ``evict``, still reach the store under the lock. ``on_stale``
 runs outside it and is single-flight: it is called once per stale entry until that entry
 is put again or ``REFRESH_TIMEOUT`` seconds of the cache's clock pass (then the next stale
 answer calls it again). Processes each open their own cache (the SQLite store may be
@@ -171,7 +180,7 @@ from mmcache.thresholds import ThresholdRule
 from mmcache.tiers import Candidate, Tier
 from mmcache.tiers.semantic import SemanticTier
 from mmcache.tiers.codec import canonical_value, detached, encode_label, value_size
-from mmcache.tiers.store import StoreTier
+from mmcache.tiers.store import Landed, StoreTier
 from mmcache.types import (HINT_NAMES, MODALITIES, SET_NAMES, VIDEO, Entry, Hit, Query, fmt,
                            fmt_bytes, html_card, html_fields, html_table, modality_set_name,
                            safe_display)
@@ -226,6 +235,22 @@ class _Fetched:
 #: Work under the cache's lock that asks for store reads to be made outside it
 #: (:meth:`TieredCache._locked`), returning a ``_T``.
 _Steps = Generator[_Fetch, _Fetched, _T]
+
+
+@dataclasses.dataclass(frozen=True)
+class _StoreWrite:
+    """The store part of a write, made without the lock: the entries routed to store-backed
+    ``tier`` (``routed``: their indexes), and per run of them (:func:`_runs`) whether the tier's
+    capacity can hold it, the index of its first entry, the run, and what its write (or, for a
+    run it cannot hold, the delete of older versions) did."""
+
+    tier: StoreTier
+    routed: list[int]
+    runs: list[tuple[bool, int, list[Entry], Landed]]
+
+    def orders(self) -> dict[str, int]:
+        """Entry id -> the landing order of the last of this write's store calls that wrote it."""
+        return {e.entry_id: landed.order for _, _, run, landed in self.runs for e in run}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,6 +378,21 @@ class TieredCache:
             for tier in self.tiers:
                 tier.close()
             raise
+        #: Entry id -> writes and invalidations of it in flight (their store calls run without
+        #: the lock); a copy of it above the store is not served meanwhile (:meth:`_current`).
+        self._writing: Counter[str] = Counter()
+        #: Entry id (while writes of it are in flight) -> the landing order of the last store
+        #: call of it applied to the tiers above; one that landed before it is not applied.
+        self._applied: dict[str, int] = {}
+        #: Modality -> [dim, writes in flight] of the dims those writes fix once applied.
+        self._reserved_dims: dict[str, list[int]] = {}
+        #: Writes in flight and, on the cache's lock, the condition ``close`` waits for them on.
+        self._writes = 0
+        self._writes_done = threading.Condition(self._lock)
+        #: The level of the first store-backed tier (the number of tiers: none).
+        self._store_level = next((i for i, t in enumerate(self.tiers)
+                                  if isinstance(t, StoreTier)), len(self.tiers))
+        self._closing = False
         self._closed = False
         #: Whether the last call that reached the store saw it fail (for logging once).
         self._store_failing = False
@@ -380,11 +420,8 @@ class TieredCache:
         kinds: list[str] = []
         entry = self._entry(query, value, self._lifetime(ttl), _checked_hints(hints),
                             self._dims_now(), encode_times, kinds)  # encoders run outside the lock
-        with self._lock:
-            self._check_open()
-            self._check_dims([entry.embeddings])
-            self._record_encodes(encode_times)
-            return self._unless_the_store_fails(lambda: self._write([entry], kinds)[0], None)
+        return self._unless_the_store_fails(
+            lambda: self._write([entry], kinds, encode_times)[0], None)
 
     def put_many(self, queries: Sequence[Query], values: Sequence[Any], *,
                  ttl: float | None = None,
@@ -415,12 +452,8 @@ class TieredCache:
                                            dims, encode_times, kinds))
             except MMCacheError as exc:
                 raise type(exc)(f"put_many item {i}: {exc}") from exc
-        with self._lock:
-            self._check_open()
-            self._check_dims([e.embeddings for e in entries])
-            self._record_encodes(encode_times)
-            return self._unless_the_store_fails(lambda: self._write(entries, kinds),
-                                                [None] * len(entries))
+        return self._unless_the_store_fails(lambda: self._write(entries, kinds, encode_times),
+                                            [None] * len(entries))
 
     def get(self, query: Query, *, bypass: bool = False, origin_failed: bool = False,
             degrade: str = "full-modal") -> Hit | None:
@@ -466,17 +499,37 @@ class TieredCache:
                                       "returned, once")
             del self._served[hit.lookup]
             entry_id, scope, sims, semantic, charged = served
-            if not semantic or not any(entry_id in tier for tier in self.tiers):
+            if not semantic:
                 return False
+            held = self._held_in_memory(entry_id)
+        if not held:  # is it stored? asked of the store without the lock
+            held = self._unlocked_io(lambda: self._held_in_stores(entry_id))
+        with self._lock:
+            self._check_open()
+            if not held or not (self._held_in_memory(entry_id) or self._known_in_stores(entry_id)):
+                return False  # not stored, or invalidated while the store was asked
             self.thresholds.feedback(sims, entry_id, correct, scope, charged)
             return True
 
     def invalidate(self, query: Query) -> bool:
         """Remove the entry stored under ``query``'s exact key from every tier."""
         with self._lock:
-            self._check_open()
-            prepared = prepare(query, self._dims, self.config.limits)
-            return self._purge(prepared.key)
+            self._check_writable()
+            key = prepare(query, self._dims, self.config.limits).key
+            stores = [t for t in self.tiers if isinstance(t, StoreTier)]
+            if not stores:
+                return self._purge(key)
+            self._begin_writes([key], [])
+        try:  # the store deletes without the lock; the tiers above follow under it
+            landed = self._unlocked_io(lambda: [(t, t.delete_landed([key])) for t in stores])
+            with self._lock:
+                return self._apply_invalidation(key, landed)
+        except StorageError:
+            with self._lock:  # the store may still hold it: no copy above it is served either
+                self._drop_above_stores(key)
+            raise
+        finally:
+            self._end_writes([key], [])
 
     def evict(self, tier: str) -> str | None:
         """Evict one entry from the named tier by its policy; return its id."""
@@ -490,11 +543,15 @@ class TieredCache:
             return victim
 
     def close(self) -> None:
-        """Close every tier (files, connections); further calls raise MMCacheError. Async
+        """Close every tier (files, connections); further calls raise MMCacheError. It waits for
+        the writes in flight (their store calls run without the lock) and refuses new ones. Async
         calls still in flight either finished before it or raise MMCacheError having stored
         nothing (:meth:`aclose` waits for them instead); the async executor's threads exit
         once those calls end, without ``close`` waiting for them."""
         with self._lock:
+            self._closing = True  # new writes are refused; those in flight land and apply
+            while self._writes and not self._closed:
+                self._writes_done.wait()
             if self._closed:
                 return
             self._closed = True
@@ -531,8 +588,8 @@ class TieredCache:
         return await self._in_thread(self.put_many, queries, values, ttl=ttl, hints=hints)
 
     async def afeedback(self, hit: Hit, correct: bool) -> bool:
-        """:meth:`feedback` for asyncio callers, run on the cache's worker thread (it waits
-        for the cache's lock, which a slow store call may hold)."""
+        """:meth:`feedback` for asyncio callers, run on the cache's worker thread (its store
+        call, when it makes one, is made without the cache's lock)."""
         return await self._in_thread(self.feedback, hit, correct)
 
     async def aclose(self) -> None:
@@ -783,28 +840,136 @@ class TieredCache:
                      context=prepared.context, context_vector=turns_vector,
                      image_fingerprint=fingerprint)
 
-    def _write(self, entries: list[Entry], kinds: list[str]) -> list[str | None]:
+    def _write(self, entries: list[Entry], kinds: list[str],
+               encode_times: list[float]) -> list[str | None]:
         """Write checked entries (of modality sets ``kinds``) through every tier that serves
         their set, durable first, one batch per run of entries a tier can hold; the result is
         that of one ``put`` per entry in order. Returns each entry's id, or None where no tier
-        admitted it."""
-        stored = [False] * len(entries)
+        admitted it. Called without the lock: the store-backed tiers are written without it
+        (:meth:`_write_stores`), then the tiers above under it (:meth:`_apply_write`); a write
+        that reaches no store is made in one hold of the lock."""
+        ids = [e.entry_id for e in entries]
+        with self._lock:
+            self._check_writable()
+            self._check_dims([e.embeddings for e in entries])
+            self._record_encodes(encode_times)
+            if not self._reaches_store(kinds):
+                return self._apply_write(entries, kinds, [])
+            reserved = self._begin_writes(ids, entries)
+        try:
+            landed = self._unlocked_io(lambda: self._write_stores(entries, kinds))
+            with self._lock:
+                return self._apply_write(entries, kinds, landed)
+        finally:
+            self._end_writes(ids, reserved)
+
+    def _reaches_store(self, kinds: Sequence[str]) -> bool:
+        """Whether a store-backed tier serves one of the modality sets ``kinds``."""
+        return any(isinstance(tier, StoreTier) and not served.isdisjoint(kinds)
+                   for tier, served in zip(self.tiers, self._routes))
+
+    def _begin_writes(self, entry_ids: Sequence[str], entries: Sequence[Entry]) -> list[str]:
+        """Under the lock: register a write (or invalidation) of ``entry_ids`` as in flight, and
+        reserve the dims its ``entries`` fix (the modalities reserved are returned)."""
+        self._writing.update(entry_ids)
+        self._writes += 1
+        reserved = []
+        for modality, vec in {m: v for e in entries for m, v in e.embeddings.items()}.items():
+            if modality not in self._dims:
+                self._reserved_dims.setdefault(modality, [len(vec), 0])[1] += 1
+                reserved.append(modality)
+        return reserved
+
+    def _end_writes(self, entry_ids: Sequence[str], reserved: Sequence[str]) -> None:
+        """Take the lock and end what :meth:`_begin_writes` began (the write applied or
+        failed); ``close`` waits for the last one."""
+        with self._lock:
+            self._writing.subtract(entry_ids)
+            for entry_id in entry_ids:
+                if self._writing[entry_id] <= 0:
+                    del self._writing[entry_id]
+                    self._applied.pop(entry_id, None)
+            for modality in reserved:
+                self._reserved_dims[modality][1] -= 1
+                if self._reserved_dims[modality][1] == 0:
+                    del self._reserved_dims[modality]
+            self._writes -= 1
+            if self._writes == 0:
+                self._writes_done.notify_all()
+
+    def _write_stores(self, entries: list[Entry], kinds: list[str]) -> list[_StoreWrite]:
+        """The store part of :meth:`_write`, without the lock (each tier serializes its own
+        calls): every store-backed tier, durable first, writes the runs of the entries routed
+        to it that it can hold and deletes older versions of the others."""
+        done = []
         for tier, served in zip(reversed(self.tiers), reversed(self._routes)):
+            if not isinstance(tier, StoreTier):
+                continue
             routed = [i for i, kind in enumerate(kinds) if kind in served]
+            runs = [(fits, start, run, tier.put_landed(run) if fits
+                     else tier.delete_landed([e.entry_id for e in run]))
+                    for fits, start, run in _runs([entries[i] for i in routed], tier)]
+            done.append(_StoreWrite(tier, routed, runs))
+        return done
+
+    def _apply_write(self, entries: list[Entry], kinds: list[str],
+                     landed: Sequence[_StoreWrite]) -> list[str | None]:
+        """Under the lock: account what the store part of a write did (``landed``), then write
+        the tiers above the stores. An entry whose store call landed before another store call
+        of its id already applied here is left out of them: that later one's result stands."""
+        stored = [False] * len(entries)
+        superseded: set[str] = set()
+        for write in landed:
+            for fits, start, run, done in write.runs:
+                if fits:
+                    self._account_run(write.tier, run, done.victims, done.admitted,
+                                      write.routed[start:], stored)
+                else:
+                    self._uncover_below(write.tier)
+            superseded |= self._claim_order(write.orders())
+        for tier, served in zip(reversed(self.tiers), reversed(self._routes)):
+            if isinstance(tier, StoreTier):
+                continue
+            routed = [i for i, kind in enumerate(kinds)
+                      if kind in served and entries[i].entry_id not in superseded]
             for fits, start, run in _runs([entries[i] for i in routed], tier):
                 if fits:
                     victims = tier.put_many(run)
-                    self._forget_rule_state(tier, victims)
-                    for i, admitted in zip(routed[start:], tier.admitted(run)):
-                        stored[i] = stored[i] or admitted
-                    self._metrics.count("evictions", tier.name, len(victims))
-                    self._metrics.count("puts", tier.name, len(run))
-                    if victims or self._missing(tier, run):
-                        self._uncover_below(tier)
+                    self._account_run(tier, run, victims, tier.admitted(run), routed[start:],
+                                      stored)
                 else:
                     for entry in run:
                         tier.delete(entry.entry_id)  # an older, smaller version must not linger
                     self._uncover_below(tier)
+        return self._finish_write(entries, stored)
+
+    def _claim_order(self, orders: Mapping[str, int]) -> set[str]:
+        """Under the lock: record, per entry id, the landing order of the store call about to be
+        applied to the tiers above; return the ids a store call that landed later has already
+        been applied for (this one is then superseded there)."""
+        superseded = set()
+        for entry_id, order in orders.items():
+            if self._applied.get(entry_id, 0) > order:
+                superseded.add(entry_id)
+            else:
+                self._applied[entry_id] = order
+        return superseded
+
+    def _account_run(self, tier: Tier, run: list[Entry], victims: list[str],
+                     admitted: Sequence[bool], indexes: Sequence[int], stored: list[bool]) -> None:
+        """Under the lock: the rule state, metrics and coverage after ``tier`` wrote ``run`` (the
+        entries at ``indexes``), evicting ``victims``; ``stored`` marks those it admitted."""
+        self._forget_rule_state(tier, victims)
+        for i, ok in zip(indexes, admitted):
+            stored[i] = stored[i] or ok
+        self._metrics.count("evictions", tier.name, len(victims))
+        self._metrics.count("puts", tier.name, len(run))
+        if victims or self._missing(tier, run):
+            self._uncover_below(tier)
+
+    def _finish_write(self, entries: list[Entry], stored: list[bool]) -> list[str | None]:
+        """Under the lock: each entry's id (None: no tier admitted it, counted), and the dims,
+        guard and pending refreshes of those stored."""
         ids = [e.entry_id if ok else None for e, ok in zip(entries, stored)]
         for entry, entry_id in zip(entries, ids):
             if entry_id is None:
@@ -816,6 +981,40 @@ class TieredCache:
                 self.guard.add(entry.entry_id)
             self._refreshing.pop(entry.entry_id, None)
         return ids
+
+    def _apply_invalidation(self, key: str, landed: Sequence[tuple[StoreTier, Landed]]) -> bool:
+        """Under the lock: after the store-backed tiers deleted ``key`` (``landed``), delete it
+        from the tiers above, unless a store call of it that landed later was applied here
+        already; whether any tier held it."""
+        removed = any(done.victims for _, done in landed)
+        superseded = set().union(*(self._claim_order({key: done.order}) for _, done in landed))
+        if not superseded:
+            for tier in self.tiers:
+                if not isinstance(tier, StoreTier):
+                    removed = tier.delete(key) or removed
+        self.thresholds.forget(key)
+        self._refreshing.pop(key, None)
+        return removed
+
+    def _drop_above_stores(self, entry_id: str) -> None:
+        """Under the lock: delete ``entry_id`` from the tiers that are not store-backed (an
+        invalidation the store failed), searching below them again."""
+        for tier in self.tiers:
+            if not isinstance(tier, StoreTier) and tier.delete(entry_id):
+                self._uncover_below(tier)
+
+    def _held_in_memory(self, entry_id: str) -> bool:
+        """Under the lock: whether a tier other than a store-backed one holds ``entry_id``."""
+        return any(entry_id in tier for tier in self.tiers if not isinstance(tier, StoreTier))
+
+    def _held_in_stores(self, entry_id: str) -> bool:
+        """Whether a store-backed tier holds ``entry_id`` (store I/O: without the lock)."""
+        return any(entry_id in tier for tier in self.tiers if isinstance(tier, StoreTier))
+
+    def _known_in_stores(self, entry_id: str) -> bool:
+        """Under the lock, without I/O: whether a store-backed tier's view holds ``entry_id``."""
+        return any(tier.known_version(entry_id) is not None
+                   for tier in self.tiers if isinstance(tier, StoreTier))
 
     def _missing(self, tier: Tier, run: list[Entry]) -> bool:
         """Whether semantic ``tier`` lacks an entry of ``run`` (its policy declined it) while a
@@ -1265,7 +1464,11 @@ class TieredCache:
     def _current(self, entry: Entry, level: int) -> bool:
         """Whether ``entry``, found in tier ``level``, is the version a shared store below holds
         in its view (which the lookup caught up with before: :meth:`_revalidation_view`); a
-        stale private copy is dropped from the tiers above the store."""
+        stale private copy is dropped from the tiers above the store. A copy above a store is
+        not current while a write of its key is in flight (:meth:`_write`): it is kept, and the
+        lookup goes on to the store."""
+        if level < self._store_level and entry.entry_id in self._writing:
+            return False  # a write of it is in flight: the store has the answer (kept here)
         store = self._shared_store
         if store is None or self.tiers.index(store) <= level:
             return True
@@ -1372,7 +1575,8 @@ class TieredCache:
         """Under the lock: InvalidEmbeddingError if a vector's dimension differs from the one
         this cache expects now (another thread may have fixed it since the check outside the
         lock); vector sets earlier in the sequence fix dims for later ones, as a batch does."""
-        dims = dict(self._dims)
+        dims = {m: dim for m, (dim, _) in self._reserved_dims.items()}
+        dims.update(self._dims)
         for vectors in vector_sets:
             for modality, vec in vectors.items():
                 expected = dims.setdefault(modality, len(vec))
@@ -1457,6 +1661,12 @@ class TieredCache:
 
     def _check_open(self) -> None:
         if self._closed:
+            raise MMCacheError("this TieredCache is closed")
+
+    def _check_writable(self) -> None:
+        """Under the lock: MMCacheError when closed, or closing (``close`` waits for the writes
+        in flight and refuses new ones)."""
+        if self._closed or self._closing:
             raise MMCacheError("this TieredCache is closed")
 
     def _unless_the_store_fails(self, call: Callable[[], _T], failed: _T) -> _T:

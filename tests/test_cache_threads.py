@@ -13,6 +13,7 @@ import dataclasses
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,9 +23,9 @@ import pytest
 import mmcache
 from mmcache.cache import REFRESH_TIMEOUT
 from mmcache.encoders.base import HashingTestEncoder
-from mmcache.errors import InvalidEmbeddingError, MMCacheError
+from mmcache.errors import InvalidEmbeddingError, MMCacheError, StorageError
 from mmcache.inputs import prepare
-from mmcache.lab.testing import FakeClock
+from mmcache.lab.testing import FakeClock, LocalRedis
 from mmcache.types import Query
 
 from cache_helpers import snapshot
@@ -596,3 +597,368 @@ def test_a_get_whose_store_read_outlives_close_raises_closed(tmp_path: Path) -> 
         thread.join(WAIT)
     assert isinstance(reading[1][0], MMCacheError) and "closed" in str(reading[1][0])
     assert closing[1] == [None] and cache.metrics.snapshot().errors == {}
+
+
+# -- writes reach the store without the cache's lock (issue 26 item 3) ------------------------
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory) -> Any:
+    """URL of a private redis-server for this module's tests (skipped when none can start)."""
+    try:
+        server = LocalRedis(tmp_path_factory.mktemp("redis"), timeout_s=10.0).start()
+    except StorageError as exc:
+        pytest.skip(f"no local redis-server: {exc}")
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def write_cache(tmp_path: Path, backend: str,
+                request: pytest.FixtureRequest) -> mmcache.TieredCache:
+    """Memory L1 of one entry and L2 of two over an L3 (``private``/``shared`` SQLite or
+    ``redis``; shared ones revalidate copies against a view up to a minute old, so a hit above
+    the store needs no round trip), holding key 2 in L2 and L3 and key 0 in every tier."""
+    if backend == "redis":
+        url = request.getfixturevalue("redis_server")
+        l3 = {"backend": "redis", "url": url,
+              "options": {"prefix": f"w{time.monotonic_ns()}", "max_staleness": 60}}
+    else:
+        l3 = {"backend": "sqlite", "path": str(tmp_path / "l3.db")}
+        if backend == "shared":
+            l3.update(shared=True, options={"max_staleness": 60})
+    cache = mmcache.TieredCache({**SEMANTIC, "l1": {"max_entries": 1},
+                                 "l2": {"max_entries": 2, "index": "flat"}, "l3": l3})
+    cache.put(query(2), {"key": 2})
+    cache.put(query(0), {"key": 0})
+    return cache
+
+
+def pause_store_calls(cache: mmcache.TieredCache, call: str,
+                      entry_id: str) -> tuple[threading.Event, threading.Event]:
+    """Make every L3 store ``write`` (``call="write"``) or ``delete`` that touches ``entry_id``
+    set the first event, then wait for the second, as a black-holed store would."""
+    store, inside, release = cache.tier("l3").store, threading.Event(), threading.Event()
+    inner = getattr(store, call)
+
+    def paused(items, *args, **kwargs):
+        if entry_id in {(item[0] if call == "write" else item).entry_id for item in items}:
+            inside.set()
+            release.wait(WAIT)
+        return inner(items, *args, **kwargs)
+    setattr(store, call, paused)
+    return inside, release
+
+
+def hits_beside(cache: mmcache.TieredCache, blocked: Callable[[], Any],
+                inside: threading.Event, release: threading.Event,
+                lookups: list[tuple[Query, str, int]], what: str) -> Any:
+    """Run ``blocked`` in a thread until it is held inside (``inside`` set), assert that each
+    of ``lookups`` (query, tier, key) is a hit in that tier with that key's value meanwhile,
+    then release it and return its answer."""
+    held = in_thread(blocked)
+    try:
+        assert inside.wait(WAIT)
+        for q, tier, key in lookups:
+            reader, hit = in_thread(lambda q=q: cache.get(q))
+            reader.join(WAIT / 5)
+            assert not reader.is_alive(), f"an {tier.upper()} hit waited for another thread's {what}"
+            assert (hit[0].tier, hit[0].value) == (tier, {"key": key})
+    finally:
+        release.set()
+        held[0].join(WAIT)
+    answer = held[1][0]
+    assert not isinstance(answer, Exception), answer
+    return answer
+
+
+BACKENDS = ["private", "shared", "redis"]
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["put", "put_many"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hits_are_served_while_another_thread_is_inside_a_store_write(
+        tmp_path: Path, request: pytest.FixtureRequest, backend: str, batch: bool) -> None:
+    """An L1 hit and an L2 exact hit do not wait for a put stuck in the store; once it lands
+    its value is served."""
+    cache = write_cache(tmp_path, backend, request)
+    slow_id = prepare(query(1), {}).key
+    inside, release = pause_store_calls(cache, "write", slow_id)
+    write = (lambda: cache.put_many([query(1), query(3)], [{"key": 1}, {"key": 3}])) if batch \
+        else (lambda: cache.put(query(1), {"key": 1}))
+    hits_beside(cache, write, inside, release,
+                [(query(0), "l1", 0), (query(2), "l2", 2)], "store write")
+    assert cache.get(query(1)).value == {"key": 1}
+    cache.close()
+
+
+def test_a_semantic_l2_hit_is_served_while_another_thread_is_inside_a_store_write(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    cache = write_cache(tmp_path, "private", request)
+    inside, release = pause_store_calls(cache, "write", prepare(query(1), {}).key)
+    hits_beside(cache, lambda: cache.put(query(1), {"key": 1}), inside, release,
+                [(near(2), "l2", 2)], "store write")
+    cache.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_invalidate_stuck_in_the_store_does_not_block_gets_of_other_keys(
+        tmp_path: Path, request: pytest.FixtureRequest, backend: str) -> None:
+    cache = write_cache(tmp_path, backend, request)
+    slow_id = prepare(query(2), {}).key  # in L2 and L3
+    inside, release = pause_store_calls(cache, "delete", slow_id)
+    lookups = [(query(0), "l1", 0)] + ([(near(0), "l2", 0)] if backend == "private" else [])
+    assert hits_beside(cache, lambda: cache.invalidate(query(2)), inside, release, lookups,
+                       "invalidation") is True
+    assert cache.get(query(2)) is None
+    assert all(slow_id not in tier for tier in cache.tiers)
+    cache.close()
+
+
+@pytest.mark.parametrize("change", ["put", "invalidate"])
+@pytest.mark.parametrize("backend", ["private", "shared"])
+def test_a_copy_above_the_store_is_not_served_while_a_write_of_its_key_is_in_flight(
+        tmp_path: Path, request: pytest.FixtureRequest, backend: str, change: str) -> None:
+    """Once a write has landed in the store, no get serves the copy it replaces from L1 or L2,
+    even before the write is applied there: a get of the key meanwhile reads the store."""
+    cache = write_cache(tmp_path, backend, request)
+    tier, landed, release = cache.tier("l3"), threading.Event(), threading.Event()
+    call = "put_landed" if change == "put" else "delete_landed"
+    inner = getattr(tier, call)
+
+    def land(*args, **kwargs):  # the store call returns, then waits before it is applied
+        done = inner(*args, **kwargs)
+        landed.set()
+        release.wait(WAIT)
+        return done
+    setattr(tier, call, land)
+    write = (lambda: cache.put(query(0), {"key": 0, "v": "new"})) if change == "put" \
+        else (lambda: cache.invalidate(query(0)))
+    held = in_thread(write)
+    try:
+        assert landed.wait(WAIT)
+        hit = cache.get(query(0))
+        assert (None if hit is None else hit.value) == \
+            ({"key": 0, "v": "new"} if change == "put" else None)
+    finally:
+        release.set()
+        held[0].join(WAIT)
+    assert not isinstance(held[1][0], Exception), held[1][0]
+    hit = cache.get(query(0))
+    assert (None if hit is None else (hit.tier, hit.value)) == \
+        (("l1", {"key": 0, "v": "new"}) if change == "put" else None)
+    cache.close()
+
+
+@pytest.mark.parametrize("second", ["put", "invalidate"])
+@pytest.mark.parametrize("backend", ["private", "shared"])
+def test_a_write_applied_after_a_later_one_of_its_key_does_not_undo_it(
+        tmp_path: Path, request: pytest.FixtureRequest, backend: str, second: str) -> None:
+    """A put lands in the store, then waits; a second write of the same key lands and is
+    applied; the first one's late apply leaves the second's result in every tier."""
+    cache = write_cache(tmp_path, backend, request)
+    tier, landed, release = cache.tier("l3"), threading.Event(), threading.Event()
+    inner = tier.put_landed
+
+    def land(entries):
+        done = inner(entries)
+        if entries[0].value == {"key": 1, "v": "first"}:
+            landed.set()
+            release.wait(WAIT)
+        return done
+    tier.put_landed = land
+    first = in_thread(lambda: cache.put(query(1), {"key": 1, "v": "first"}))
+    try:
+        assert landed.wait(WAIT)
+        if second == "put":
+            assert cache.put(query(1), {"key": 1, "v": "second"}) is not None
+        else:
+            assert cache.invalidate(query(1)) is True
+    finally:
+        release.set()
+        first[0].join(WAIT)
+    assert first[1][0] == prepare(query(1), {}).key
+    expected = {"key": 1, "v": "second"} if second == "put" else None
+    for _ in range(2):  # from the store, then from the copy above it
+        hit = cache.get(query(1))
+        assert (None if hit is None else hit.value) == expected
+    stored = {t.name: [(e.value, e.version) for e in t.scan()
+                       if e.entry_id == prepare(query(1), {}).key] for t in cache.tiers}
+    if second == "put":
+        version = stored["l3"][0][1]
+        assert all(s == [(expected, version)] for s in stored.values()), stored
+    else:
+        assert all(s == [] for s in stored.values()), stored
+    cache.close()
+
+
+def same_key_puts(cache: mmcache.TieredCache, seed: int, start: threading.Barrier,
+                  put_values: list, errors: list[str]) -> None:
+    """Puts of key 1 (some in batches) and gets of it; a get may miss (its store read was
+    overtaken by other threads' writes of the key on every try) but never serves a value not
+    put, nor one of this thread's that its own later put had replaced."""
+    start.wait()
+    try:
+        for i in range(40):
+            value = {"key": 1, "by": seed, "i": i}
+            put_values.append(value)  # before the put: a get may see it as soon as it lands
+            if i % 5 == 4:
+                cache.put_many([query(1), query(4 + seed)], [value, {"key": 4 + seed}])
+            else:
+                cache.put(query(1), value)
+            hit = cache.get(query(1))
+            if hit is not None and (hit.value not in put_values or
+                                    (hit.value["by"] == seed and hit.value["i"] < i)):
+                errors.append(f"thread {seed} op {i}: key 1 answered {hit.value}")
+    except Exception as exc:  # noqa: BLE001 - every failure of a thread is the finding
+        errors.append(f"thread {seed}: {exc!r}")
+
+
+def jitter_store(cache: mmcache.TieredCache, seed: int) -> None:
+    """Make the L3 store's writes, deletes and reads pause for a random short while, now and
+    then (a slow store), so that threads' store calls and their applies interleave."""
+    store, rng, lock = cache.tier("l3").store, np.random.default_rng(seed), threading.Lock()
+    for name in ("write", "delete", "read"):
+        inner = getattr(store, name)
+
+        def slow(*args, inner=inner, **kwargs):
+            with lock:
+                pause = float(rng.random()) < 0.3
+            if pause:
+                time.sleep(0.002)
+            return inner(*args, **kwargs)
+        setattr(store, name, slow)
+
+
+@pytest.mark.parametrize("backend", ["private", "shared"])
+def test_concurrent_puts_of_one_key_end_with_one_value_everywhere(
+        tmp_path: Path, request: pytest.FixtureRequest, backend: str) -> None:
+    """Threads put the same key at once through a slow store: every get serves a value put,
+    and at the end every tier holds the store's version of the key, which a get serves."""
+    cache = write_cache(tmp_path, backend, request)
+    jitter_store(cache, 5)
+    put_values: list = []
+    assert run_threads(cache, same_key_puts, put_values) == []
+    key = prepare(query(1), {}).key
+    stored = {t.name: [(e.value, e.version) for e in t.scan() if e.entry_id == key]
+              for t in cache.tiers}
+    [(value, version)] = stored["l3"]
+    assert value in put_values and version == cache.tier("l3").known_version(key)
+    assert all(s in ([], [(value, version)]) for s in stored.values()), stored
+    assert cache.get(query(1)).value == value and cache.get(query(1)).value == value
+    cache.close()
+
+
+def storm(cache: mmcache.TieredCache, seed: int, start: threading.Barrier,
+          counts: list, errors: list[str]) -> None:
+    """Overlapping puts, batches, invalidations and gets of a few keys; what each did is
+    counted in ``counts`` (items written, gets, invalidations that found the key)."""
+    rng = np.random.default_rng(100 + seed)
+    start.wait()
+    mine = Counter()
+    try:
+        for i in range(120):
+            key, op = int(rng.integers(8)), rng.random()
+            if op < 0.35:
+                mine["written"] += cache.put(query(key), {"key": key, "by": seed, "i": i}) \
+                    is not None
+            elif op < 0.45:
+                keys = [int(k) for k in rng.integers(8, size=3)]
+                ids = cache.put_many([query(k) for k in keys], [{"key": k} for k in keys])
+                mine["written"] += sum(i is not None for i in ids)
+            elif op < 0.85:
+                hit = cache.get(query(key))
+                mine["gets"] += 1
+                if hit is not None and hit.value["key"] != key:
+                    errors.append(f"thread {seed} op {i}: key {key} answered {hit.value}")
+            else:
+                cache.invalidate(query(key))
+    except Exception as exc:  # noqa: BLE001 - every failure of a thread is the finding
+        errors.append(f"thread {seed}: {exc!r}")
+    counts.append(mine)
+
+
+@pytest.mark.parametrize("backend", ["private", "shared"])
+def test_usage_and_metrics_are_exact_after_a_storm_of_writes_through_a_slow_store(
+        tmp_path: Path, request: pytest.FixtureRequest, backend: str) -> None:
+    cache = write_cache(tmp_path, backend, request)
+    cache.metrics.reset()
+    jitter_store(cache, 9)
+    counts: list = []
+    assert run_threads(cache, storm, counts) == []
+    total = sum(counts, Counter())
+    for tier in cache.tiers:
+        entries = list(tier.scan())
+        assert cache.usage()[tier.name] == (len(entries), sum(e.size for e in entries))
+        if tier.semantic:
+            index = tier.index.index("shared", "text")
+            assert {e.entry_id for e in entries} == (set() if index is None else set(index._slot))
+    snap = cache.metrics.snapshot()
+    assert snap.lookups == total["gets"] == snap.latency["get"].count
+    assert snap.puts["l3"] == total["written"]  # the store (unlimited) admits every item
+    assert not snap.errors and not snap.not_stored
+    l3 = {e.entry_id: (e.version, e.value) for e in cache.tier("l3").scan()}
+    for tier in cache.tiers[:2]:  # every copy above the store is the store's version
+        for e in tier.scan():
+            assert l3.get(e.entry_id) == (e.version, e.value), (tier.name, e.entry_id)
+    assert not cache._writing and not cache._applied and not cache._reserved_dims
+    cache.close()
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
+def test_an_l1_hit_is_served_while_another_thread_s_feedback_asks_the_store(
+        tmp_path: Path, shared: bool) -> None:
+    """Feedback on a semantic hit whose entry is now only in L3 asks the store whether it is
+    still stored, without the cache's lock; the label still reaches the rule."""
+    cache, slow_id = store_cache(tmp_path, shared)
+    hit = cache.get(near(1))
+    assert (hit.tier, hit.entry_id) == ("l3", slow_id)
+    cache.put(query(0), {"key": 0})  # key 1 leaves L1 and L2 again
+    labelled = []
+    cache.thresholds.feedback = lambda *args, **kwargs: labelled.append(args[1])
+    inside, release = pause_store_reads(cache, slow_id)
+    assert l1_hit_beside(cache, lambda: cache.feedback(hit, True), inside, release,
+                         "feedback") is True
+    assert labelled == [slow_id]
+    cache.close()
+
+
+def test_close_waits_for_a_write_in_flight_and_refuses_new_ones(tmp_path: Path,
+                                                                request: pytest.FixtureRequest
+                                                                ) -> None:
+    cache = write_cache(tmp_path, "private", request)
+    inside, release = pause_store_calls(cache, "write", prepare(query(1), {}).key)
+    writing = in_thread(lambda: cache.put(query(1), {"key": 1}))
+    assert inside.wait(WAIT)
+    closing = in_thread(cache.close)
+    deadline = time.monotonic() + WAIT
+    while not cache._closing and time.monotonic() < deadline:
+        time.sleep(0.001)
+    with pytest.raises(MMCacheError, match="closed"):
+        cache.put(query(3), {"key": 3})
+    closing[0].join(WAIT / 5)
+    assert closing[0].is_alive(), "close did not wait for the write in flight"
+    release.set()
+    for thread, _ in (writing, closing):
+        thread.join(WAIT)
+    assert writing[1] == [prepare(query(1), {}).key] and closing[1] == [None]
+    reopened = write_cache(tmp_path, "private", request)
+    assert reopened.get(query(1)).value == {"key": 1} and reopened.get(query(3)) is None
+    reopened.close()
+
+
+def test_an_invalidate_the_store_fails_raises_and_drops_the_copies_above_it(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    cache = write_cache(tmp_path, "private", request)
+    key = prepare(query(0), {}).key
+
+    def fail(removed):
+        raise StorageError("the store is unreachable")
+    cache.tier("l3").store.delete = fail
+    with pytest.raises(StorageError):
+        cache.invalidate(query(0))
+    assert key not in cache.tier("l1") and key not in cache.tier("l2") and key in cache.tier("l3")
+    assert not cache._writing and cache.get(query(0)).tier == "l3"  # what the store holds
+    for tier in cache.tiers:
+        entries = list(tier.scan())
+        assert cache.usage()[tier.name] == (len(entries), sum(e.size for e in entries))
+    cache.close()

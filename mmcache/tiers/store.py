@@ -25,7 +25,10 @@ Threads: a tier serializes its own calls (its view and its store's connection ar
 thread at a time), so a cache may call it without holding the cache's lock.
 :meth:`StoreTier.catch_up` does the store I/O a lookup needs before the lookup, after which
 :meth:`StoreTier.known_version` and :meth:`StoreTier.find` answer from the view without I/O
-and without waiting for a call in flight.
+and without waiting for a call in flight. A cache writes without its lock too:
+:meth:`StoreTier.put_landed` and :meth:`StoreTier.delete_landed` return, from the same
+serialized call, what the write did and its place in the order this tier's writes landed in
+(:class:`Landed`), for the cache to apply to the tiers above in that order.
 
 A store that loses or rolls back its data is noticed from its :class:`Head` (a new epoch, a
 head below what was seen), and so is a tier left behind by the store's compaction of its log
@@ -65,6 +68,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import logging
 import threading
 import time
@@ -154,6 +158,17 @@ class Written(NamedTuple):
 
     versions: list[int]
     evicted: list[tuple[str, int]]
+
+
+class Landed(NamedTuple):
+    """What one write of a :class:`StoreTier` did, read in the same serialized call: the ids it
+    evicted (for a delete: the ids it deleted), whether it admitted each entry, and its place
+    in the order this tier's writes and deletes landed in (:attr:`StoreTier.landings`), which
+    is the order a cache applies them to the tiers above it in."""
+
+    victims: list[str]
+    admitted: list[bool]
+    order: int
 
 
 class Store(ABC):
@@ -316,6 +331,9 @@ class StoreTier(BudgetedTier):
         #: How many times this tier found a sequence rolled back or lost and resynced it;
         #: copies taken from it before then may carry reused versions.
         self.resyncs = 0
+        #: Numbers the writes and deletes made through :meth:`put_landed` and
+        #: :meth:`delete_landed` in the order they landed (under this tier's lock).
+        self.landings = itertools.count(1)
         #: When (monotonic) expired entries were last swept out of the store.
         self._swept_at = -float("inf")
         #: A heap of (expires_at, entry id, version) of indexed entries that expire; an item
@@ -360,6 +378,20 @@ class StoreTier(BudgetedTier):
             entry.version = version
         self._index(kept)
         return victims
+
+    @_serialized
+    def put_landed(self, entries: Sequence[Entry]) -> Landed:
+        """:meth:`put_many`, and what it did (:class:`Landed`) read in the same serialized
+        call, so a cache may write without its lock and apply the result under it."""
+        victims = self.put_many(entries)
+        return Landed(victims, self.admitted(entries), next(self.landings))
+
+    @_serialized
+    def delete_landed(self, entry_ids: Sequence[str]) -> Landed:
+        """Delete every version of each of ``entry_ids`` (:meth:`delete`); the ids deleted are
+        the ``victims`` of the :class:`Landed` it returns (``admitted`` is empty)."""
+        deleted = [entry_id for entry_id in entry_ids if self.delete(entry_id)]
+        return Landed(deleted, [], next(self.landings))
 
     @_serialized
     def get(self, scope: str, entry_id: str) -> Entry | None:
