@@ -55,7 +55,10 @@ Horizon: arrivals fall in [0, ``duration_s``); the simulation runs until every f
 is served; background bytes count the transfers completed before ``duration_s``. One seed gives
 every scheduler the same arrivals, tiers and leads (common random numbers). :func:`offered_load`
 and :func:`at_load` relate the foreground rate to the source channel's offered load;
-:func:`sweep` tabulates schedulers × loads.
+:func:`sweep` tabulates schedulers × loads. The event loop is :func:`run_streams`, which takes
+the streams as stated arrays (per-lookup sizes, the transfer each lookup depends on, the tier it
+reads from when that transfer is complete and when not): :func:`simulate` is one driver of it,
+:mod:`mmcache.sim.preemption_replay` (the streams of a CacheBench-MM replay) another.
 """
 
 from __future__ import annotations
