@@ -106,10 +106,16 @@ class ReplayStreams:
         if (np.asarray(self.bg_ms)[on] > np.asarray(self.lookup_ms)[dep >= 0]).any():
             raise InvalidInputError("a lookup cannot depend on a transfer issued after it")
 
-    def describe(self) -> dict[str, Any]:
-        """Counts and bytes, JSON-ready."""
+    def describe(self, source: str | None = None) -> dict[str, Any]:
+        """Counts and bytes, JSON-ready; ``source_foreground_share``: the foreground's share of
+        the bytes offered to the ``source`` channel (default: the last tier), the part of its
+        load no freezing of background removes."""
         pre = np.asarray(self.bg_prefetch, bool)
-        return {"requests": self.requests, "hits": int(len(self.lookup_ms)),
+        src = _source_index(self, source)
+        fg_src = int(np.sum(self.lookup_bytes[_else_tier(self, src) == src]))
+        bg = int(np.sum(self.bg_bytes))
+        return {"source": self.tiers[src].name, "source_foreground_bytes": fg_src,
+                "source_foreground_share": fg_src / max(1, fg_src + bg),"requests": self.requests, "hits": int(len(self.lookup_ms)),
                 "hit_rate": len(self.lookup_ms) / max(1, self.requests),
                 "hits_per_tier": {t.name: int((self.lookup_tier == k).sum())
                                   for k, t in enumerate(self.tiers)},

@@ -42,6 +42,10 @@ def test_offered_load_counts_late_reads_and_every_transfer():
     # on A: the hit at 1 and both dependent hits (as if late), 3 MB preload, 3 MB prefetched
     assert replay_offered_load(hand_streams(), "A") == pytest.approx(9e6 / 0.02 / 1e9)
     assert replay_offered_load(hand_streams()) == replay_offered_load(hand_streams(), "A")
+    d = hand_streams().describe()
+    assert d["source"] == "A" and d["source_foreground_bytes"] == 3_000_000
+    assert d["source_foreground_share"] == pytest.approx(1 / 3)
+    assert (d["prefetches"], d["prefetches_used"], d["preloads"], d["preloads_used"]) == (3, 2, 1, 0)
 
 
 def test_no_preemption_by_hand():
