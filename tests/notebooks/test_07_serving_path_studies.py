@@ -234,6 +234,7 @@ def test_replay_driven_preemption_keys_ranges_and_ordering(metrics):
     assert streams["preloads"] > 0 and streams["prefetches"] > 0
     assert 0 < streams["prefetches_used"] <= streams["prefetches"]
     assert 0 <= streams["preloads_used"] <= streams["preloads"]
+    assert streams["source"] == "L3-nvme" and 0 < streams["source_foreground_share"] < 1
     n = len(rep["loads"])
     for name, by_key in rep["schedulers"].items():
         assert set(by_key) == REPLAY_KEYS, name
