@@ -130,6 +130,16 @@ PREEMPT_TRAFFIC = {
 PREEMPT_QUOTA = 0.7  # the seed's foreground share of the channel (background: the rest)
 PREEMPT_THRESHOLD_MS = 8.0  # the seed's end-to-end latency that freezes background I/O
 PREEMPT_RESUME_MS = 4.0  # the hysteresis: resume once the oldest waiting lookup is younger
+# preemption driven by a CacheBench-MM replay (mmcache.sim.preemption_replay): the streams are a
+# replay's hits, its PageRank warm-up's preloads and an online PageRank prefetcher's transfers
+PREEMPT_REPLAY_QUERIES = 20_000  # the synthetic stream (generate), notebook 06's sizes
+PREEMPT_REPLAY_INTENTS = 2_000
+PREEMPT_REPLAY_VALUE_BYTES = 2 * 2 ** 20  # median answer (log-normal, σ 1): PREEMPT_TRAFFIC's
+PREEMPT_REPLAY_TRAIN_SHARE = 0.25  # the prefix: reference graph, PageRank, warm-up plan
+PREEMPT_REPLAY_CAPACITY_SHARE = 0.1  # L3 of three_tier: this share of the exact working set
+PREEMPT_REPLAY_WARMUP_RANK = 4.0  # preload nodes of PageRank at least this many times the mean
+PREEMPT_REPLAY_CANDIDATES = 16  # the prefetcher's most central nodes
+PREEMPT_REPLAY_BUDGET = 1  # prefetches after each request, at most
 # seed_claims: the seeds over which each claim's experiment is repeated, its stream
 # (mmcache.studies.seed_claims.StreamSpec) and notebook 04's kind of stream for the scheduler
 SC_SEEDS = [0, 1, 2, 3, 4]
@@ -178,6 +188,8 @@ from mmcache.sim.contention import sweep as sweep_contention
 from mmcache.sim.preemption import DEFAULT_CHANNELS, Traffic, fixed_quotas, no_preemption
 from mmcache.sim.preemption import sweep as sweep_preemption
 from mmcache.sim.preemption import threshold_preemption
+from mmcache.sim.preemption_replay import pagerank_prefetcher, replay_streams, replay_sweep
+from mmcache.sim.cachebench.prefetch import prefetch_plan, reference_graph
 from mmcache.sim.prefill import (METHODS, PrefillConfig, claim_verdict, compare_prefill,
                                  mean_interval, session_preference, session_switches,
                                  switch_cycle)
@@ -198,6 +210,7 @@ if SMOKE:
     CONTENTION_DURATION_S = 2.0
     CONTENTION_UTILISATIONS = [0.2, 0.42, 0.7, 0.9, 0.97]
     PREEMPT_LOADS = [0.3, 0.8, 1.1, 1.4]
+    PREEMPT_REPLAY_QUERIES, PREEMPT_REPLAY_INTENTS = 2_000, 200
     SC_SEEDS = [0, 1, 2]
     SC_STREAM = {**SC_STREAM, "n_queries": 2_000, "n_intents": 250}
     SC_WARMUP_N = 300
@@ -513,6 +526,72 @@ for ax in axes[1:]:
     ax.get_legend().remove()
 fig.suptitle("Tier preemption under load (a model with stated parameters, not measured)")
 save_figure(fig, "07_preemption", preempt_provenance)
+
+# %% [markdown]
+# ### `preemption`, driven by a CacheBench-MM replay
+#
+# The same model and schedulers, with the streams taken from a replay instead of stated rates
+# (`mmcache.sim.preemption_replay`, whose docstring states it): a synthetic stream
+# (`PREEMPT_REPLAY_QUERIES` queries, answers of median `PREEMPT_REPLAY_VALUE_BYTES`) replayed
+# through `three_tier` (L3 = `PREEMPT_REPLAY_CAPACITY_SHARE` of the exact working set) from a
+# cold cache after a prefix of `PREEMPT_REPLAY_TRAIN_SHARE`. **Foreground**: every hit reads its
+# entry's bytes from the tier that served it (misses go to inference, outside the model).
+# **Background**, on the NVMe channel: the preloads of the PageRank warm-up (`prefetch_plan`:
+# the prefix's nodes of PageRank ≥ `PREEMPT_REPLAY_WARMUP_RANK` × the mean), all issued at the
+# first measured arrival, and the prefetches of an online PageRank prefetcher (after each
+# request, at most `PREEMPT_REPLAY_BUDGET` answer of the `PREEMPT_REPLAY_CANDIDATES` most central
+# nodes that no tier holds). A prefetch is **used** if the replay hit its entry before it left
+# every tier (`replay_usefulness`: used ÷ issued, the same for every scheduler) and **useful** if
+# it was also complete when that hit arrived (`prefetch_usefulness`); a late one's hit reads from
+# NVMe. The offered load of the NVMe channel is reached by scaling every arrival time (no TTL: the
+# hits stay the same).
+
+# %%
+pr_workload = generate(n_queries=PREEMPT_REPLAY_QUERIES, n_intents=PREEMPT_REPLAY_INTENTS,
+                       value_bytes_median=PREEMPT_REPLAY_VALUE_BYTES, seed=SEED)
+pr_train_end = int(PREEMPT_REPLAY_TRAIN_SHARE * len(pr_workload))
+_, pr_first = np.unique(pr_workload.exact_keys(), return_index=True)  # each answer once
+pr_capacity = int(PREEMPT_REPLAY_CAPACITY_SHARE * pr_workload.size[pr_first].sum())
+pr_graph_nodes = reference_graph(pr_workload, pr_train_end).number_of_nodes()
+pr_plan = prefetch_plan(pr_workload, pr_train_end, PREEMPT_REPLAY_WARMUP_RANK / pr_graph_nodes)
+pr_streams = replay_streams(
+    pr_workload, three_tier(pr_capacity, threshold=0.85), train_end=pr_train_end,
+    preload=pr_plan, prefetch=pagerank_prefetcher(pr_workload, pr_train_end,
+                                                  PREEMPT_REPLAY_CANDIDATES),
+    budget=PREEMPT_REPLAY_BUDGET)
+preempt_replay = pd.DataFrame(replay_sweep(pr_streams, PREEMPT_LOADS, schedulers))
+display(pd.Series(pr_streams.describe()))
+display(preempt_replay.pivot_table(index="load", columns="scheduler", values=[
+    "fg_p50_ms", "fg_p99_ms", "background_completed_share", "prefetch_usefulness",
+    "late_share", "frozen_share"]).round(3))
+
+# %%
+preempt_replay_provenance = {
+    "model": "mmcache.sim.preemption_replay: the discrete-event model of mmcache.sim.preemption "
+             "on the streams of a CacheBench-MM replay (synthetic workload; not measured)",
+    "queries": PREEMPT_REPLAY_QUERIES, "intents": PREEMPT_REPLAY_INTENTS,
+    "value_bytes_median": PREEMPT_REPLAY_VALUE_BYTES, "train_end": pr_train_end,
+    "capacity_bytes": pr_capacity, "warmup_rank": PREEMPT_REPLAY_WARMUP_RANK,
+    "candidates": PREEMPT_REPLAY_CANDIDATES, "budget": PREEMPT_REPLAY_BUDGET,
+    "schedulers": [asdict(s) for s in schedulers], "loads": PREEMPT_LOADS, "seed": SEED,
+    "smoke": SMOKE}
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+for ax, (column, label) in zip(axes, [
+        ("fg_p99_ms", "foreground p99 (ms)"),
+        ("background_completed_share", "background bytes completed / offered"),
+        ("prefetch_usefulness", "useful prefetches / issued")]):
+    sns.lineplot(preempt_replay, x="load", y=column, hue="scheduler", marker="o", ax=ax)
+    ax.set(xlabel="offered load of the NVMe channel", ylabel=label)
+    ax.axvline(1.0, c="grey", lw=0.8, ls=":")
+axes[0].axhline(PREEMPT_THRESHOLD_MS, c="k", lw=0.8, ls="--")
+axes[0].set(yscale="log", title=f"Foreground p99 ({PREEMPT_THRESHOLD_MS:g} ms: the threshold)")
+axes[1].set(title="Background work completed")
+axes[2].axhline(preempt_replay.replay_usefulness.iloc[0], c="k", lw=0.8, ls="--")
+axes[2].set(title="Prefetch usefulness (dashed: used by the replay)")
+for ax in axes[1:]:
+    ax.get_legend().remove()
+fig.suptitle("Tier preemption on a CacheBench-MM replay's traffic (a model, not measured)")
+save_figure(fig, "07_preemption_replay", preempt_replay_provenance)
 
 # %% [markdown]
 # ## `failure_codes`: mismatches between processes sharing a store, as failure events
@@ -867,12 +946,26 @@ kv_metrics = {
 PREEMPT_COLUMNS = ("lookups_per_s", "fg_p50_ms", "fg_p99_ms", "fg_mean_ms", "background_bytes",
                    "background_completed_share", "prefetch_issued", "prefetch_useful",
                    "prefetch_usefulness", "hits_gained", "frozen_share")
+PREEMPT_REPLAY_COLUMNS = (
+    "requests_per_s", "fg_p50_ms", "fg_p99_ms", "fg_mean_ms", "background_bytes",
+    "background_completed_share", "prefetch_issued", "prefetch_used", "prefetch_useful",
+    "prefetch_late", "prefetch_usefulness", "replay_usefulness", "preload_issued",
+    "preload_used", "preload_useful", "late_share", "frozen_share")
 preemption_metrics = {
     "model": "discrete-event model with stated parameters (not measured)",
     "parameters": preempt_provenance,
     "loads": PREEMPT_LOADS,
     "schedulers": {name: {c: rows.sort_values("load")[c].tolist() for c in PREEMPT_COLUMNS}
                    for name, rows in preempt.groupby("scheduler")},
+    "replay": {
+        "model": preempt_replay_provenance["model"],
+        "parameters": preempt_replay_provenance,
+        "streams": pr_streams.describe(),
+        "loads": PREEMPT_LOADS,
+        "schedulers": {name: {c: rows.sort_values("load")[c].tolist()
+                              for c in PREEMPT_REPLAY_COLUMNS}
+                       for name, rows in preempt_replay.groupby("scheduler")},
+    },
 }
 CONTENTION_COLUMNS = ("utilisation", "seed_occupancy_pct", "consistent_occupancy_pct",
                       "bursts_per_s", "tokens", "features", "token_mean_ms", "token_p99_ms",

@@ -55,7 +55,10 @@ Horizon: arrivals fall in [0, ``duration_s``); the simulation runs until every f
 is served; background bytes count the transfers completed before ``duration_s``. One seed gives
 every scheduler the same arrivals, tiers and leads (common random numbers). :func:`offered_load`
 and :func:`at_load` relate the foreground rate to the source channel's offered load;
-:func:`sweep` tabulates schedulers × loads.
+:func:`sweep` tabulates schedulers × loads. The event loop is :func:`run_streams`, which takes
+the streams as stated arrays (per-lookup sizes, the transfer each lookup depends on, the tier it
+reads from when that transfer is complete and when not): :func:`simulate` is one driver of it,
+:mod:`mmcache.sim.preemption_replay` (the streams of a CacheBench-MM replay) another.
 """
 
 from __future__ import annotations
@@ -416,11 +419,67 @@ def simulate(traffic: Traffic, scheduler: Scheduler,
     arrivals = draw_arrivals(traffic, channels) if arrivals is None else arrivals
     arrivals.check(horizon, len(channels))
     src, dst = index[traffic.source], index[traffic.target]
-    chans = [_Channel(t, k == src) for k, t in enumerate(channels)]
     n = len(arrivals.lookup_ms)
+    covered = ~np.isnan(arrivals.prefetch_ms)
+    depends = np.full(n, -1, np.int64)  # the prefetch id predicting each lookup
+    depends[covered] = np.arange(int(covered.sum()))
+    prefetch_ms = np.concatenate([arrivals.prefetch_ms[covered], arrivals.wrong_prefetch_ms])
+    bg_ms = np.concatenate([prefetch_ms, arrivals.preload_ms])
+    bg_bytes = np.concatenate([np.full(len(prefetch_ms), traffic.read_bytes, np.int64),
+                               np.full(len(arrivals.preload_ms), traffic.preload_bytes, np.int64)])
+    bg_prefetch = np.arange(len(bg_ms)) < len(prefetch_ms)
+    out = run_streams(channels, scheduler, horizon, src, arrivals.lookup_ms,
+                      np.full(n, traffic.read_bytes, np.int64),
+                      np.full(n, dst, np.int64), np.asarray(arrivals.lookup_tier, np.int64),
+                      depends, bg_ms, bg_bytes, bg_prefetch)
+    return PreemptionResult(
+        scheduler=scheduler.name, load=offered_load(traffic, channels),
+        lookups_per_s=traffic.lookups_per_s, latency_ms=out.latency_ms,
+        served_tier=out.served_tier, preload_bytes=out.preload_bytes,
+        prefetch_bytes=out.prefetch_bytes, background_offered_bytes=int(bg_bytes.sum()),
+        prefetch_issued=int(bg_prefetch.sum()), prefetch_useful=out.prefetch_useful,
+        frozen_share=out.frozen_share)
+
+
+@dataclass
+class StreamRun:
+    """What :func:`run_streams` returns: per lookup its end-to-end latency (ms), the channel it
+    was served from and whether the background transfer it depends on was complete at its
+    arrival (``on_time``); per background transfer its completion time (ms; inf: never);
+    background bytes completed inside the horizon, prefetches (and preloads) on time, and the
+    share of the horizon the source channel's background was frozen."""
+
+    latency_ms: np.ndarray = field(repr=False)
+    served_tier: np.ndarray = field(repr=False)
+    on_time: np.ndarray = field(repr=False)
+    done_ms: np.ndarray = field(repr=False)
+    preload_bytes: int
+    prefetch_bytes: int
+    prefetch_useful: int
+    preload_useful: int
+    frozen_share: float
+
+
+def run_streams(channels: Sequence[TierSpec], scheduler: Scheduler, horizon_ms: float,
+                source: int, lookup_ms: np.ndarray, lookup_bytes: np.ndarray,
+                tier_ready: np.ndarray, tier_else: np.ndarray, depends: np.ndarray,
+                bg_ms: np.ndarray, bg_bytes: np.ndarray, bg_prefetch: np.ndarray) -> StreamRun:
+    """The model's engine on stated streams (the module docstring states the model; the
+    channels are indices into ``channels``).
+
+    Foreground lookup ``i`` arrives at ``lookup_ms[i]`` and reads ``lookup_bytes[i]`` from
+    channel ``tier_ready[i]`` if background transfer ``depends[i]`` (-1: none) has completed by
+    then, from ``tier_else[i]`` otherwise (and from ``tier_else[i]`` when it depends on none).
+    Background transfer ``b`` (a prefetch where ``bg_prefetch[b]``, else a preload) of
+    ``bg_bytes[b]`` is issued at ``bg_ms[b]`` on channel ``source``. Background bytes count the
+    transfers completed before ``horizon_ms``; the run goes on until every lookup is served.
+    Events at one instant are handled completions first, then arrivals (in lookup order), then
+    issues (in transfer order)."""
+    chans = [_Channel(t, k == source) for k, t in enumerate(channels)]
+    n, n_bg = len(lookup_ms), len(bg_ms)
     latency, served = np.full(n, np.nan), np.full(n, -1, np.int64)
-    prefetch_of = np.full(n, -1, np.int64)  # the prefetch id predicting each lookup
-    prefetch_done: list[float] = []  # completion time per prefetch id (inf: not yet)
+    on_time = np.zeros(n, bool)
+    done_ms = np.full(n_bg, math.inf)
     events: list[tuple[float, int, int, Any, Any]] = []
     seq = 0
 
@@ -429,19 +488,13 @@ def simulate(traffic: Traffic, scheduler: Scheduler,
         heapq.heappush(events, (time, kind, seq, a, b))
         seq += 1
 
-    for i in range(n):
-        push(float(arrivals.lookup_ms[i]), _ARRIVE, i)
-        if not np.isnan(arrivals.prefetch_ms[i]):
-            prefetch_of[i] = len(prefetch_done)
-            push(float(arrivals.prefetch_ms[i]), _ISSUE, "prefetch", len(prefetch_done))
-            prefetch_done.append(math.inf)
-    for t in arrivals.wrong_prefetch_ms.tolist():
-        push(t, _ISSUE, "prefetch", len(prefetch_done))
-        prefetch_done.append(math.inf)
-    for k, t in enumerate(arrivals.preload_ms.tolist()):
-        push(t, _ISSUE, "preload", k)
-    offered = (len(prefetch_done) * traffic.read_bytes
-               + len(arrivals.preload_ms) * traffic.preload_bytes)
+    for i, t in enumerate(np.asarray(lookup_ms, float).tolist()):
+        push(t, _ARRIVE, i)
+    for b, t in enumerate(np.asarray(bg_ms, float).tolist()):
+        push(t, _ISSUE, "prefetch" if bg_prefetch[b] else "preload", b)
+    depends_of, ready_of, else_of = (np.asarray(a, np.int64).tolist()
+                                     for a in (depends, tier_ready, tier_else))
+    size_of, bg_size = np.asarray(lookup_bytes).tolist(), np.asarray(bg_bytes).tolist()
 
     def update(c: int) -> None:
         nxt = chans[c].reschedule(scheduler)
@@ -449,8 +502,9 @@ def simulate(traffic: Traffic, scheduler: Scheduler,
             push(nxt[0], _DONE, c, (chans[c].version, nxt[1]))
 
     done_bytes = {"preload": 0, "prefetch": 0}
-    useful, left = 0, n
-    while events and (left or events[0][0] < horizon):
+    useful = {"preload": 0, "prefetch": 0}
+    left = n
+    while events and (left or events[0][0] < horizon_ms):
         now, kind, _, a, b = heapq.heappop(events)
         if kind == _DONE:
             ch = chans[a]
@@ -467,45 +521,41 @@ def simulate(traffic: Traffic, scheduler: Scheduler,
                     latency[tr.ident], left = now - tr.arrival_ms + ch.lookup_ms, left - 1
                     if ch.frozen and (not q or now - q[0].arrival_ms + ch.lookup_ms
                                       < scheduler.resume_ms):
-                        ch.set_frozen(False, now, horizon)
-                elif tr.kind == "prefetch":
-                    prefetch_done[tr.ident] = now
-                    done_bytes["prefetch"] += int(tr.size) if now < horizon else 0
+                        ch.set_frozen(False, now, horizon_ms)
                 else:
-                    done_bytes["preload"] += int(tr.size) if now < horizon else 0
+                    done_ms[tr.ident] = now
+                    done_bytes[tr.kind] += int(tr.size) if now < horizon_ms else 0
             update(a)
         elif kind == _ARRIVE:
-            pid = int(prefetch_of[a])
-            c = int(arrivals.lookup_tier[a])
-            if pid >= 0 and prefetch_done[pid] <= now:
-                c, useful = dst, useful + 1
+            pid = depends_of[a]
+            c = else_of[a]
+            if pid >= 0 and done_ms[pid] <= now:
+                c, on_time[a] = ready_of[a], True
+                useful["prefetch" if bg_prefetch[pid] else "preload"] += 1
             ch = chans[c]
             ch.advance(now)
-            ch.queues[FOREGROUND].append(_Transfer("lookup", a, now, traffic.read_bytes))
+            ch.queues[FOREGROUND].append(_Transfer("lookup", a, now, size_of[a]))
             served[a] = c
             if scheduler.rule == "threshold" and ch.shared:
                 push(now + max(0.0, scheduler.threshold_ms - ch.lookup_ms), _LATE, c, a)
             update(c)
         elif kind == _ISSUE:
-            ch = chans[src]
+            ch = chans[source]
             ch.advance(now)
-            size = traffic.read_bytes if a == "prefetch" else traffic.preload_bytes
-            ch.queues[BACKGROUND].append(_Transfer(a, b, now, size))
-            update(src)
+            ch.queues[BACKGROUND].append(_Transfer(a, b, now, bg_size[b]))
+            update(source)
         else:  # _LATE: freeze if lookup b is still waiting on channel a
             ch = chans[a]
             if not ch.frozen and np.isnan(latency[b]):
                 ch.advance(now)
-                ch.set_frozen(True, now, horizon)
+                ch.set_frozen(True, now, horizon_ms)
                 update(a)
     for ch in chans:
-        ch.set_frozen(False, horizon, horizon)
-    return PreemptionResult(
-        scheduler=scheduler.name, load=offered_load(traffic, channels),
-        lookups_per_s=traffic.lookups_per_s, latency_ms=latency, served_tier=served,
-        preload_bytes=done_bytes["preload"], prefetch_bytes=done_bytes["prefetch"],
-        background_offered_bytes=offered, prefetch_issued=len(prefetch_done),
-        prefetch_useful=useful, frozen_share=chans[src].frozen_ms / horizon)
+        ch.set_frozen(False, horizon_ms, horizon_ms)
+    return StreamRun(latency_ms=latency, served_tier=served, on_time=on_time, done_ms=done_ms,
+                     preload_bytes=done_bytes["preload"], prefetch_bytes=done_bytes["prefetch"],
+                     prefetch_useful=useful["prefetch"], preload_useful=useful["preload"],
+                     frozen_share=chans[source].frozen_ms / horizon_ms)
 
 
 def sweep(traffic: Traffic, loads: Sequence[float],

@@ -1,8 +1,8 @@
 """Notebook 07 in smoke mode: the invalidation MDP's policies against the oracle (exact regret,
 before and after the load shift), KV-cache allocation over ShareGPT conversations, tier
-preemption (foreground lookups against background I/O on the tiers' channels) under load,
-failure codes across two processes, the seeds' claims re-tested and the modality-weighted prefill
-against PageRank prefetch and none."""
+preemption (foreground lookups against background I/O on the tiers' channels) under load, on
+stated traffic and on a CacheBench-MM replay's, failure codes across two processes, the seeds'
+claims re-tested and the modality-weighted prefill against PageRank prefetch and none."""
 
 from __future__ import annotations
 
@@ -213,6 +213,52 @@ def test_load_raises_the_tail_and_threshold_preemption_protects_it(metrics):
     for k in range(1, len(metrics["preemption"]["loads"])):
         assert quotas["background_bytes"][k] <= none["background_bytes"][k], k
     assert quotas["prefetch_usefulness"][1] < none["prefetch_usefulness"][1]
+
+
+REPLAY_KEYS = {"requests_per_s", "fg_p50_ms", "fg_p99_ms", "fg_mean_ms", "background_bytes",
+               "background_completed_share", "prefetch_issued", "prefetch_used",
+               "prefetch_useful", "prefetch_late", "prefetch_usefulness", "replay_usefulness",
+               "preload_issued", "preload_used", "preload_useful", "late_share", "frozen_share"}
+
+
+def test_replay_driven_preemption_keys_ranges_and_ordering(metrics):
+    rep = metrics["preemption"]["replay"]
+    assert "not measured" in rep["model"] and "CacheBench-MM replay" in rep["model"]
+    assert rep["loads"] == metrics["preemption"]["loads"]
+    assert set(rep["schedulers"]) == SCHEDULERS
+    streams = rep["streams"]
+    # the replay's own traffic: hits on every tier, a warm-up and online prefetches, some used
+    assert streams["requests"] > streams["hits"] > 0
+    assert set(streams["hits_per_tier"]) == {"L1-gpu", "L2-cpu", "L3-nvme"}
+    assert sum(streams["hits_per_tier"].values()) == streams["hits"]
+    assert streams["preloads"] > 0 and streams["prefetches"] > 0
+    assert 0 < streams["prefetches_used"] <= streams["prefetches"]
+    assert 0 <= streams["preloads_used"] <= streams["preloads"]
+    assert streams["source"] == "L3-nvme" and 0 < streams["source_foreground_share"] < 1
+    n = len(rep["loads"])
+    for name, by_key in rep["schedulers"].items():
+        assert set(by_key) == REPLAY_KEYS, name
+        assert all(len(v) == n for v in by_key.values()), name
+        assert by_key["requests_per_s"] == sorted(by_key["requests_per_s"]), name
+        assert set(by_key["prefetch_issued"]) == {streams["prefetches"]}, name
+        assert set(by_key["prefetch_used"]) == {streams["prefetches_used"]}, name
+        for k in range(n):
+            assert 0 < by_key["fg_p50_ms"][k] <= by_key["fg_p99_ms"][k], (name, k)
+            assert by_key["prefetch_useful"][k] + by_key["prefetch_late"][k] == \
+                by_key["prefetch_used"][k], (name, k)
+            assert 0 <= by_key["prefetch_usefulness"][k] <= by_key["replay_usefulness"][k] <= 1
+            assert by_key["preload_useful"][k] <= by_key["preload_used"][k], (name, k)
+        for key in ("background_completed_share", "late_share", "frozen_share"):
+            assert all(0 <= v <= 1 for v in by_key[key]), (name, key)
+    none, quotas, threshold = (rep["schedulers"][s] for s in ("none", "quotas", "threshold"))
+    assert set(none["frozen_share"]) == {0.0} and set(quotas["frozen_share"]) == {0.0}
+    # past saturation the threshold holds the tail below FIFO sharing's by freezing background
+    assert threshold["fg_p99_ms"][-1] < none["fg_p99_ms"][-1] / 2
+    assert threshold["frozen_share"][-1] > 0
+    assert threshold["background_bytes"][-1] <= none["background_bytes"][-1]
+    # the hard 30 % quota completes no more background than FIFO past the lightest load
+    for k in range(1, n):
+        assert quotas["background_bytes"][k] <= none["background_bytes"][k], k
 
 
 SEED_CLAIM_VERDICTS = {"reproduced", "not reproduced", "inconclusive", "not testable here"}
