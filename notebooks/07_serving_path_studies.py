@@ -173,7 +173,7 @@ import pandas as pd
 import seaborn as sns
 from IPython.display import display
 
-from mmcache.lab.plotting import save_figure
+from mmcache.lab.plotting import load_panels, save_figure
 from mmcache.lab.runbook import write_metrics
 from mmcache.metrics import FAILURE_CODES, failure_table
 from mmcache.sim.invalidation_live import compare_live_replay
@@ -510,20 +510,14 @@ preempt_provenance = {
     "channels": {c.name: {"bandwidth_gbps": c.bandwidth_gbps, "lookup_us": c.lookup_us}
                  for c in DEFAULT_CHANNELS},
     "schedulers": [asdict(s) for s in schedulers], "loads": PREEMPT_LOADS, "smoke": SMOKE}
-fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-for ax, (column, label) in zip(axes, [
-        ("fg_p99_ms", "foreground p99 (ms)"),
-        ("background_completed_share", "background bytes completed / offered"),
-        ("prefetch_usefulness", "useful prefetches / issued")]):
-    sns.lineplot(preempt, x="load", y=column, hue="scheduler", marker="o", ax=ax)
-    ax.set(xlabel="offered load of the NVMe channel", ylabel=label)
-    ax.axvline(1.0, c="grey", lw=0.8, ls=":")
+PREEMPT_PANELS = {"fg_p99_ms": "foreground p99 (ms)",
+                  "background_completed_share": "background bytes completed / offered",
+                  "prefetch_usefulness": "useful prefetches / issued"}
+fig, axes = load_panels(preempt, PREEMPT_PANELS, "scheduler", "offered load of the NVMe channel")
 axes[0].axhline(PREEMPT_THRESHOLD_MS, c="k", lw=0.8, ls="--")
 axes[0].set(yscale="log", title=f"Foreground p99 ({PREEMPT_THRESHOLD_MS:g} ms: the threshold)")
 axes[1].set(title="Background work completed")
 axes[2].set(title="Prefetch usefulness")
-for ax in axes[1:]:
-    ax.get_legend().remove()
 fig.suptitle("Tier preemption under load (a model with stated parameters, not measured)")
 save_figure(fig, "07_preemption", preempt_provenance)
 
@@ -575,21 +569,13 @@ preempt_replay_provenance = {
     "candidates": PREEMPT_REPLAY_CANDIDATES, "budget": PREEMPT_REPLAY_BUDGET,
     "schedulers": [asdict(s) for s in schedulers], "loads": PREEMPT_LOADS, "seed": SEED,
     "smoke": SMOKE}
-fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-for ax, (column, label) in zip(axes, [
-        ("fg_p99_ms", "foreground p99 (ms)"),
-        ("background_completed_share", "background bytes completed / offered"),
-        ("prefetch_usefulness", "useful prefetches / issued")]):
-    sns.lineplot(preempt_replay, x="load", y=column, hue="scheduler", marker="o", ax=ax)
-    ax.set(xlabel="offered load of the NVMe channel", ylabel=label)
-    ax.axvline(1.0, c="grey", lw=0.8, ls=":")
+fig, axes = load_panels(preempt_replay, PREEMPT_PANELS, "scheduler",
+                        "offered load of the NVMe channel")
 axes[0].axhline(PREEMPT_THRESHOLD_MS, c="k", lw=0.8, ls="--")
 axes[0].set(yscale="log", title=f"Foreground p99 ({PREEMPT_THRESHOLD_MS:g} ms: the threshold)")
 axes[1].set(title="Background work completed")
 axes[2].axhline(preempt_replay.replay_usefulness.iloc[0], c="k", lw=0.8, ls="--")
 axes[2].set(title="Prefetch usefulness (dashed: used by the replay)")
-for ax in axes[1:]:
-    ax.get_legend().remove()
 fig.suptitle("Tier preemption on a CacheBench-MM replay's traffic (a model, not measured)")
 save_figure(fig, "07_preemption_replay", preempt_replay_provenance)
 

@@ -1,14 +1,19 @@
 """Test helpers for caches: a snapshot of a cache's stored state, to check that failed calls
-change nothing; unit vectors; eviction orders."""
+change nothing; unit vectors; eviction orders; a private redis-server for a fixture."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
 
 import numpy as np
+import pytest
 
 from mmcache.cache import TieredCache
+from mmcache.errors import StorageError
+from mmcache.lab.testing import LocalRedis
 from mmcache.tiers.base import Budget
 
 
@@ -37,3 +42,17 @@ def eviction_order(budget: Budget) -> list[str | None]:
     """Every key the budget holds, in the order its policy would evict them (on a copy)."""
     budget = copy.deepcopy(budget)
     return [budget.pick_victim() for _ in range(len(budget.sizes))]
+
+
+@contextlib.contextmanager
+def private_redis(folder: Path, timeout_s: float = 10.0) -> Iterator[str]:
+    """The URL of a real redis-server (no persistence) in ``folder`` for the block, stopped
+    after it; the test asking for it is skipped, with the reason, when none can start."""
+    try:
+        server = LocalRedis(folder, timeout_s=timeout_s).start()
+    except StorageError as exc:
+        pytest.skip(f"no local redis-server: {exc}")
+    try:
+        yield server.url
+    finally:
+        server.stop()

@@ -25,10 +25,10 @@ from mmcache.cache import REFRESH_TIMEOUT
 from mmcache.encoders.base import HashingTestEncoder
 from mmcache.errors import InvalidEmbeddingError, MMCacheError, StorageError
 from mmcache.inputs import prepare
-from mmcache.lab.testing import FakeClock, LocalRedis
+from mmcache.lab.testing import FakeClock
 from mmcache.types import Query
 
-from cache_helpers import snapshot
+from cache_helpers import private_redis, snapshot
 
 THREADS, OPS, KEYS, DIM = 8, 300, 60, 32
 VECTORS = np.random.default_rng(0).standard_normal((KEYS, DIM)).astype(np.float32)
@@ -603,14 +603,8 @@ def test_a_get_whose_store_read_outlives_close_raises_closed(tmp_path: Path) -> 
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory) -> Any:
     """URL of a private redis-server for this module's tests (skipped when none can start)."""
-    try:
-        server = LocalRedis(tmp_path_factory.mktemp("redis"), timeout_s=10.0).start()
-    except StorageError as exc:
-        pytest.skip(f"no local redis-server: {exc}")
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    with private_redis(tmp_path_factory.mktemp("redis")) as url:
+        yield url
 
 
 def write_cache(tmp_path: Path, backend: str,

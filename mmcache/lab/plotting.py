@@ -1,4 +1,4 @@
-"""One seaborn theme and one way to save a figure.
+"""One seaborn theme, one way to save a figure, and the panels of a load sweep.
 
 Every figure goes through :func:`save_figure`, which writes PNG + PDF and a JSON
 sidecar with the figure's caption and the weights and data that made it. The output folder is
@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
+
+import pandas as pd
 
 import matplotlib
 
@@ -61,6 +63,20 @@ def figure_titles(fig: plt.Figure) -> str:
     titles = [fig.get_suptitle()] + [ax.get_title(loc=loc) for ax in fig.axes
                                      for loc in ("left", "center", "right")]
     return "; ".join(" ".join(t.split()) for t in titles if t.strip())
+
+
+def load_panels(frame: pd.DataFrame, panels: Mapping[str, str], hue: str, xlabel: str,
+                saturation: float = 1.0) -> tuple[plt.Figure, list[plt.Axes]]:
+    """One panel per ``panels`` column (its y label the value), the column against
+    ``frame.load`` per ``hue``, a dotted line at ``saturation``; the legend in the first only."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.8))
+    for ax, (column, label) in zip(axes, panels.items()):
+        sns.lineplot(frame, x="load", y=column, hue=hue, marker="o", ax=ax)
+        ax.set(xlabel=xlabel, ylabel=label)
+        ax.axvline(saturation, c="grey", lw=0.8, ls=":")
+    for ax in axes[1:]:
+        ax.get_legend().remove()
+    return fig, list(axes)
 
 
 set_theme()

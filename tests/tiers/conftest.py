@@ -8,8 +8,9 @@ from typing import Iterator
 
 import pytest
 
+from cache_helpers import private_redis
 from mmcache.errors import StorageError
-from mmcache.lab.testing import LocalRedis, local_redis_cluster
+from mmcache.lab.testing import local_redis_cluster
 
 REDIS_START_TIMEOUT_S = 10.0
 
@@ -22,15 +23,8 @@ def redis_url(tmp_path_factory) -> Iterator[str]:
     stopped by its PID afterwards; the tests that use it are skipped, with the reason, when
     the binary cannot start.
     """
-    try:
-        server = LocalRedis(tmp_path_factory.mktemp("redis"),
-                            timeout_s=REDIS_START_TIMEOUT_S).start()
-    except StorageError as exc:
-        pytest.skip(f"no local redis-server: {exc}")
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    with private_redis(tmp_path_factory.mktemp("redis"), REDIS_START_TIMEOUT_S) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
