@@ -244,28 +244,33 @@ def test_on_stale_fires_once_for_concurrent_stale_gets_until_the_refresh_put() -
 def l1_hit_beside(cache: mmcache.TieredCache, blocked: Callable[[], Any],
                   inside: threading.Event, release: threading.Event, what: str) -> Any:
     """Run ``blocked`` in a thread until it is held inside (``inside`` set), assert that an L1
-    hit of key 0 completes meanwhile, then release it and return its answer."""
+    hit of key 0 completes meanwhile, then release it and return its answer
+    (:func:`hits_beside` with that one lookup)."""
+    return hits_beside(cache, blocked, inside, release, [(query(0), "l1", 0)], what)
+
+
+def beside(blocked: Callable[[], Any], inside: threading.Event, release: threading.Event,
+           meanwhile: Callable[[], None]) -> Any:
+    """Run ``blocked`` in a thread until it is held inside (``inside`` set), run ``meanwhile``,
+    then release it and return its answer (which must not be an exception)."""
     held = in_thread(blocked)
     try:
         assert inside.wait(WAIT)
-        reader, hit = in_thread(lambda: cache.get(query(0)))
-        reader.join(WAIT / 5)
-        assert not reader.is_alive(), f"an L1 hit waited for another thread's {what}"
-        assert hit[0].tier == "l1" and hit[0].value == {"key": 0}
+        meanwhile()
     finally:
         release.set()
         held[0].join(WAIT)
-    return held[1][0]
+    answer = held[1][0]
+    assert not isinstance(answer, Exception), answer
+    return answer
 
 
 def change_beside(cache: mmcache.TieredCache, blocked: Callable[[], Any],
                   inside: threading.Event, release: threading.Event, change: str) -> Any:
-    """Run ``blocked`` in a thread until it is held inside (``inside`` set), make ``change``
-    meanwhile (``put`` a new value of key 1, ``invalidate`` it, ``put elsewhere``: move it far
-    from the query; else put another key), then release it and return its answer."""
-    held = in_thread(blocked)
-    try:
-        assert inside.wait(WAIT)
+    """:func:`beside`, making ``change`` meanwhile (``put`` a new value of key 1,
+    ``invalidate`` it, ``put elsewhere``: move it far from the query; else put another key)."""
+
+    def make_change() -> None:
         if change == "invalidate":
             assert cache.invalidate(query(1))
         elif change == "put":
@@ -275,12 +280,7 @@ def change_beside(cache: mmcache.TieredCache, blocked: Callable[[], Any],
             cache.put(Query(embeddings={"text": VECTORS[30]}, scope="shared"), {"key": 30})
         else:
             cache.put(query(7), {"key": 7})
-    finally:
-        release.set()
-        held[0].join(WAIT)
-    answer = held[1][0]
-    assert not isinstance(answer, Exception), answer
-    return answer
+    return beside(blocked, inside, release, make_change)
 
 
 def near(key: int, cos: float = 0.97, scope: str = "shared") -> Query:
@@ -646,23 +646,16 @@ def pause_store_calls(cache: mmcache.TieredCache, call: str,
 def hits_beside(cache: mmcache.TieredCache, blocked: Callable[[], Any],
                 inside: threading.Event, release: threading.Event,
                 lookups: list[tuple[Query, str, int]], what: str) -> Any:
-    """Run ``blocked`` in a thread until it is held inside (``inside`` set), assert that each
-    of ``lookups`` (query, tier, key) is a hit in that tier with that key's value meanwhile,
-    then release it and return its answer."""
-    held = in_thread(blocked)
-    try:
-        assert inside.wait(WAIT)
+    """:func:`beside`, asserting meanwhile that each of ``lookups`` (query, tier, key) is a
+    hit in that tier with that key's value, without waiting for ``blocked``."""
+
+    def hits() -> None:
         for q, tier, key in lookups:
             reader, hit = in_thread(lambda q=q: cache.get(q))
             reader.join(WAIT / 5)
             assert not reader.is_alive(), f"an {tier.upper()} hit waited for another thread's {what}"
             assert (hit[0].tier, hit[0].value) == (tier, {"key": key})
-    finally:
-        release.set()
-        held[0].join(WAIT)
-    answer = held[1][0]
-    assert not isinstance(answer, Exception), answer
-    return answer
+    return beside(blocked, inside, release, hits)
 
 
 BACKENDS = ["private", "shared", "redis"]
