@@ -91,10 +91,11 @@ and the tier numbers its store calls in the order they land, which is the order 
 above it in: one applied after a later one of its key is left out there, so the tiers end with
 the store's version. ``feedback`` asks the store whether an entry is stored without the lock;
 ``close`` waits for the writes in flight (and refuses new ones). The purge of an expired entry a
-get finds, and ``evict``, still reach the store under the lock. ``on_stale``
-runs outside it and is single-flight: it is called once per stale entry until that entry
-is put again or ``REFRESH_TIMEOUT`` seconds of the cache's clock pass (then the next stale
-answer calls it again). Processes each open their own cache (the SQLite store may be
+get finds leaves the tiers above the store at once and the store after the lookup, without the
+lock (compare-and-delete on its version); ``evict`` still reaches the store under the lock.
+``on_stale`` runs outside it and is single-flight: it is called once per stale entry until that
+entry is put again or ``REFRESH_TIMEOUT`` seconds of the cache's clock pass (then the next
+stale answer calls it again). Processes each open their own cache (the SQLite store may be
 shared between processes with ``l3.shared: true``).
 
 Asyncio callers await ``aget``, ``aput``, ``aput_many`` and ``afeedback``: each runs the
@@ -320,6 +321,9 @@ class TieredCache:
         self.probe: set[str] | None = None
         #: Entry id -> when (cache clock) its pending ``on_stale`` refresh times out.
         self._refreshing: dict[str, float] = {}
+        #: Per thread, the (id, version) of entries its lookup found past every window: the
+        #: stores delete them after the lookup, without the lock (:meth:`_locked`).
+        self._expiring = threading.local()
         self._dims: dict[str, int] = dict(self.config.dims)
         self._encoders: dict[str, Encoder] = {}
         for modality, encoder in (encoders or {}).items():
@@ -1074,7 +1078,8 @@ class TieredCache:
 
     def _locked(self, steps: _Steps[_T]) -> _T:
         """Run ``steps`` under the lock, except the store reads it asks for: each is made
-        outside the lock (the tier serializes its own calls) and what it read is sent back."""
+        outside the lock (the tier serializes its own calls) and what it read is sent back;
+        then the stores delete the entries the steps found expired (:meth:`_expire`)."""
         fetched: _Fetched | None = None
         while True:
             with self._lock:
@@ -1082,8 +1087,13 @@ class TieredCache:
                 try:
                     fetch = next(steps) if fetched is None else steps.send(fetched)
                 except StopIteration as done:
-                    return done.value
+                    result = done.value
+                    break
             fetched = self._unlocked_io(lambda: self._fetch(fetch))
+        expired = self._expiring.__dict__.pop("entries", None)
+        if expired:
+            self._unlocked_io(lambda: self._delete_from_stores(expired))
+        return result
 
     def _unlocked_io(self, call: Callable[[], _T]) -> _T:
         """``call()``, store I/O made without the lock; when the store fails because this
@@ -1446,8 +1456,26 @@ class TieredCache:
         if origin_failed and age < fr.stale_if_error:
             return "stale-if-error"
         if age >= max(fr.stale_while_revalidate, fr.stale_if_error):
-            self._purge(entry.entry_id, entry.version)  # a newer write of the key stays
+            self._expire(entry)
         return None
+
+    def _expire(self, entry: Entry) -> None:
+        """Drop ``entry``, past every window, from the tiers above the stores now, and have
+        the stores compare-and-delete its version after this lookup, without the lock (a newer
+        write of its key stays)."""
+        for tier in self.tiers:
+            if not isinstance(tier, StoreTier):
+                tier.delete(entry.entry_id)
+        self.thresholds.forget(entry.entry_id)
+        self._refreshing.pop(entry.entry_id, None)
+        self._expiring.__dict__.setdefault("entries", {})[entry.entry_id] = entry.version
+
+    def _delete_from_stores(self, versions: Mapping[str, int]) -> None:
+        """Compare-and-delete each entry id's version from every store-backed tier."""
+        for tier in self.tiers:
+            if isinstance(tier, StoreTier):
+                for entry_id, version in versions.items():
+                    tier.delete(entry_id, version)
 
     def _promote(self, entry: Entry, level: int, kind: str) -> None:
         """Back-fill ``entry`` (of modality set ``kind``) into every tier above ``level`` that
@@ -1508,11 +1536,9 @@ class TieredCache:
             for entry_id in victims:
                 self.thresholds.forget(entry_id)
 
-    def _purge(self, entry_id: str, version: int | None = None) -> bool:
-        """Delete ``entry_id`` from every tier; with ``version``, a store-backed tier deletes it
-        only while it still holds that version (compare-and-delete)."""
-        removed = [tier.delete(entry_id, version) if isinstance(tier, StoreTier)
-                   else tier.delete(entry_id) for tier in self.tiers]
+    def _purge(self, entry_id: str) -> bool:
+        """Delete ``entry_id`` from every tier of a cache without a store."""
+        removed = [tier.delete(entry_id) for tier in self.tiers]
         self.thresholds.forget(entry_id)
         self._refreshing.pop(entry_id, None)
         return any(removed)

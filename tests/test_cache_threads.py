@@ -541,7 +541,8 @@ def test_a_write_while_the_store_is_read_outside_the_lock_is_never_missed(
 
 
 def reads_under_the_lock(cache: mmcache.TieredCache) -> None:
-    """Make ``cache`` read its store with the lock held (as before reads moved outside it)."""
+    """Make ``cache`` read its store, and purge what it found expired, with the lock held
+    (as before reads moved outside it)."""
     def run(steps):
         fetched = None
         with cache._lock:
@@ -549,6 +550,7 @@ def reads_under_the_lock(cache: mmcache.TieredCache) -> None:
                 try:
                     fetch = next(steps) if fetched is None else steps.send(fetched)
                 except StopIteration as done:
+                    cache._delete_from_stores(cache._expiring.__dict__.pop("entries", {}))
                     return done.value
                 fetched = cache._fetch(fetch)
     cache._locked = run
@@ -698,6 +700,25 @@ def test_an_invalidate_stuck_in_the_store_does_not_block_gets_of_other_keys(
                        "invalidation") is True
     assert cache.get(query(2)) is None
     assert all(slow_id not in tier for tier in cache.tiers)
+    cache.close()
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
+def test_the_purge_of_an_expired_entry_stuck_in_the_store_does_not_block_other_gets(
+        tmp_path: Path, shared: bool) -> None:
+    """A get that finds an entry past every window purges it from the store after its
+    lookup, without the lock: an L1 hit of another key is served meanwhile, and the entry
+    is gone from every tier once the store answers."""
+    clock = FakeClock()
+    l3 = {"backend": "sqlite", "path": str(tmp_path / "l3.db"), "shared": shared,
+          "options": {"max_staleness": 60} if shared else {}}  # an L1 hit needs no round trip
+    cache = mmcache.TieredCache({**SEMANTIC, "l2": {"index": "flat"}, "l3": l3}, clock=clock)
+    expired_id = cache.put(query(1), {"key": 1}, ttl=10)
+    cache.put(query(0), {"key": 0})
+    clock.advance(10_000)
+    inside, release = pause_store_calls(cache, "delete", expired_id)
+    assert l1_hit_beside(cache, lambda: cache.get(query(1)), inside, release, "purge") is None
+    assert all(expired_id not in tier for tier in cache.tiers)
     cache.close()
 
 
