@@ -92,7 +92,7 @@ above it in: one applied after a later one of its key is left out there, so the 
 the store's version. ``feedback`` asks the store whether an entry is stored without the lock;
 ``close`` waits for the writes in flight (and refuses new ones). The purge of an expired entry a
 get finds leaves the tiers above the store at once and the store after the lookup, without the
-lock (compare-and-delete on its version); ``evict`` still reaches the store under the lock.
+lock (compare-and-delete on its version); ``evict`` of a store-backed tier deletes without it.
 ``on_stale`` runs outside it and is single-flight: it is called once per stale entry until that
 entry is put again or ``REFRESH_TIMEOUT`` seconds of the cache's clock pass (then the next
 stale answer calls it again). Processes each open their own cache (the SQLite store may be
@@ -536,14 +536,19 @@ class TieredCache:
             self._end_writes([key], [])
 
     def evict(self, tier: str) -> str | None:
-        """Evict one entry from the named tier by its policy; return its id."""
+        """Evict one entry from the named tier by its policy; return its id (a store-backed
+        tier deletes it without the cache's lock)."""
         with self._lock:
             self._check_open()
-            victim = self._tier(tier).evict()
+            target = self._tier(tier)
+            victim = None if isinstance(target, StoreTier) else target.evict()
+        if isinstance(target, StoreTier):
+            victim = self._unlocked_io(target.evict)
+        with self._lock:
             if victim is not None:
-                self._forget_rule_state(self._tier(tier), [victim])
+                self._forget_rule_state(target, [victim])
                 self._metrics.count("evictions", tier)
-                self._uncover_below(self._tier(tier))
+                self._uncover_below(target)
             return victim
 
     def close(self) -> None:

@@ -703,6 +703,19 @@ def test_an_invalidate_stuck_in_the_store_does_not_block_gets_of_other_keys(
     cache.close()
 
 
+@pytest.mark.parametrize("backend", ["private", "shared"])
+def test_an_eviction_from_the_store_stuck_in_it_does_not_block_other_gets(
+        tmp_path: Path, request: pytest.FixtureRequest, backend: str) -> None:
+    """``evict("l3")`` deletes its victim (key 2, the least recent) without the lock: an L1
+    hit is served while the store is stuck in that delete."""
+    cache = write_cache(tmp_path, backend, request)
+    victim = prepare(query(2), {}).key
+    inside, release = pause_store_calls(cache, "delete", victim)
+    assert l1_hit_beside(cache, lambda: cache.evict("l3"), inside, release, "eviction") == victim
+    assert victim not in cache.tier("l3") and cache.metrics.snapshot().evictions["l3"] == 1
+    cache.close()
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
 def test_the_purge_of_an_expired_entry_stuck_in_the_store_does_not_block_other_gets(
         tmp_path: Path, shared: bool) -> None:
