@@ -466,6 +466,8 @@ class VectorIndex:
         """A new empty ANN index sized for and trained on ``rows`` (tombstones, all zeros,
         left out), and how many vectors it was trained on."""
         live = rows[rows.any(axis=1)]
+        if not len(live):  # every row removed while the batch was taken: train on them
+            live = rows
         ann = self._new_ann(len(live))
         if not ann.is_trained:
             ann.train(live)
