@@ -23,6 +23,8 @@ import mmcache
 
 WRITERS, READERS = 3, 2
 OWN_KEYS, HOT_KEYS, HOT_UPDATES = 100, 4, 100
+#: Rounds of reads each reader makes at least, however late it starts.
+MIN_READER_ROUNDS = 20
 DIM = 32
 SCOPE = "shared-tenant"
 
@@ -80,8 +82,10 @@ def reader(path: str, r: int, stop, conn) -> None:
     try:
         cache = mmcache.TieredCache(config(path))
         rng = random.Random(100 + r)
-        seen = bad = 0
-        while not stop.is_set():
+        seen = bad = rounds = 0
+        # a reader started late (a loaded machine) still reads once the writers are done
+        while not stop.is_set() or rounds < MIN_READER_ROUNDS:
+            rounds += 1
             key = rng.choice([f"own-{rng.randrange(WRITERS)}-{rng.randrange(OWN_KEYS)}",
                               f"hot-{rng.randrange(HOT_KEYS)}"])
             hit = cache.get(key_query(key))
