@@ -998,19 +998,27 @@ class TieredCache:
         removed = any(done.victims for _, done in landed)
         superseded = set().union(*(self._claim_order({key: done.order}) for _, done in landed))
         if not superseded:
-            for tier in self.tiers:
-                if not isinstance(tier, StoreTier):
-                    removed = tier.delete(key) or removed
-        self.thresholds.forget(key)
-        self._refreshing.pop(key, None)
+            removed = bool(self._delete_above_stores(key)) or removed
+        self._forget_entry(key)
         return removed
 
     def _drop_above_stores(self, entry_id: str) -> None:
         """Under the lock: delete ``entry_id`` from the tiers that are not store-backed (an
         invalidation the store failed), searching below them again."""
-        for tier in self.tiers:
-            if not isinstance(tier, StoreTier) and tier.delete(entry_id):
-                self._uncover_below(tier)
+        for tier in self._delete_above_stores(entry_id):
+            self._uncover_below(tier)
+
+    def _delete_above_stores(self, entry_id: str) -> list[Tier]:
+        """Under the lock: delete ``entry_id`` from every tier that is not store-backed; the
+        tiers that held it."""
+        return [tier for tier in self.tiers
+                if not isinstance(tier, StoreTier) and tier.delete(entry_id)]
+
+    def _forget_entry(self, entry_id: str) -> None:
+        """Under the lock: drop the rule's state and any pending refresh of ``entry_id``,
+        which is leaving every tier."""
+        self.thresholds.forget(entry_id)
+        self._refreshing.pop(entry_id, None)
 
     def _held_in_memory(self, entry_id: str) -> bool:
         """Under the lock: whether a tier other than a store-backed one holds ``entry_id``."""
@@ -1468,11 +1476,8 @@ class TieredCache:
         """Drop ``entry``, past every window, from the tiers above the stores now, and have
         the stores compare-and-delete its version after this lookup, without the lock (a newer
         write of its key stays)."""
-        for tier in self.tiers:
-            if not isinstance(tier, StoreTier):
-                tier.delete(entry.entry_id)
-        self.thresholds.forget(entry.entry_id)
-        self._refreshing.pop(entry.entry_id, None)
+        self._delete_above_stores(entry.entry_id)
+        self._forget_entry(entry.entry_id)
         self._expiring.__dict__.setdefault("entries", {})[entry.entry_id] = entry.version
 
     def _delete_from_stores(self, versions: Mapping[str, int]) -> None:
@@ -1544,8 +1549,7 @@ class TieredCache:
     def _purge(self, entry_id: str) -> bool:
         """Delete ``entry_id`` from every tier of a cache without a store."""
         removed = [tier.delete(entry_id) for tier in self.tiers]
-        self.thresholds.forget(entry_id)
-        self._refreshing.pop(entry_id, None)
+        self._forget_entry(entry_id)
         return any(removed)
 
     # -- inputs --------------------------------------------------------------------------
