@@ -438,7 +438,7 @@ def _raw_search_seconds(index: VectorIndex, query: np.ndarray) -> float:
     flat array), without the backlog scan or anything of mmcache around it."""
     row, k = query[None, :], index.spec.candidates
     t0 = time.perf_counter()
-    if index.describe() != "exact":  # an ANN index with vectors in it
+    if index.uses_ann and index._indexed:  # an ANN index with vectors in it
         index._ann.search(row, k)
     else:
         faiss.knn(row, index._vecs[:len(index._ids)], k, metric=faiss.METRIC_INNER_PRODUCT)
