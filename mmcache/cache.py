@@ -810,7 +810,7 @@ class TieredCache:
         vectors' dims, so later items of a batch are checked against them too); its query's
         modality set is appended to ``kinds``."""
         prepared = prepare(query, dims, self.config.limits)
-        kind = modality_set_name(prepared.modalities)
+        kind = prepared.kind
         serving = [t for t, served in zip(self.tiers, self._routes) if kind in served]
         if not serving:
             raise InvalidInputError(f"no tier serves modality set {kind!r} (the tiers' "
@@ -1065,7 +1065,7 @@ class TieredCache:
             self._check_open()
             self._check_dims([prepared.vectors])
             if bypass or self._wants_bypass(prepared.text):
-                self._metrics.count("bypasses", modality_set_name(prepared.modalities))
+                self._metrics.count("bypasses", prepared.kind)
                 return None, False
         self._revalidation_view(prepared.scope)  # store I/O without the lock
         answer, plan, stores = self._locked(
@@ -1188,7 +1188,7 @@ class TieredCache:
         """Count the outcome of a lookup, show it to the threshold rule (every lookup's
         nearest similarities) and remember a hit for ``feedback``; return the hit and whether
         this call is the one to start its refresh."""
-        modalities = modality_set_name(p.modalities)
+        modalities = p.kind
         if found is not None:
             nearest = found[0].similarities
         self.thresholds.observe_lookup(p.scope, p.modalities, nearest)
@@ -1229,7 +1229,7 @@ class TieredCache:
     def _exact(self, p: PreparedQuery, now: float, origin_failed: bool) -> _Steps[_Found | None]:
         """Steps of :meth:`_locked`: the first servable copy of ``p``'s key, in tier order."""
         maybe = self.guard is None or self.guard.might_contain(p.key)
-        kind = modality_set_name(p.modalities)
+        kind = p.kind
         for level, tier in enumerate(self.tiers):
             if not self._probes(tier) or kind not in self._routes[level]:
                 continue
@@ -1262,7 +1262,7 @@ class TieredCache:
 
     def _searched_stores(self, p: PreparedQuery) -> list[StoreTier]:
         """The store-backed tiers a lookup of ``p`` searches (under the lock)."""
-        return [tier for _, tier in self._searched_levels(modality_set_name(p.modalities))
+        return [tier for _, tier in self._searched_levels(p.kind)
                 if isinstance(tier, StoreTier)]
 
     def _revalidation_view(self, scope: str) -> None:
@@ -1279,7 +1279,7 @@ class TieredCache:
         semantic tier a lookup of ``p`` searches when it is an in-memory one (its level, the
         tier, its ``writes`` now, the rule's floors now); None when there is none, or when
         δ = 0 leaves only exact lookups."""
-        first = next(self._searched_levels(modality_set_name(p.modalities)), None)
+        first = next(self._searched_levels(p.kind), None)
         if first is None or not isinstance(first[1], SemanticTier):
             return None
         floors = {m: self.thresholds.floor(m) for m in p.modalities}
@@ -1318,7 +1318,7 @@ class TieredCache:
             return None, None, []
         nearest: dict[str, float] | None = None
         pending: list[_Pending] = []
-        kind = modality_set_name(p.modalities)
+        kind = p.kind
         for level, tier in self._searched_levels(kind):
             start = time.perf_counter()
             outside = (searched or {}).get(level)
@@ -1408,7 +1408,7 @@ class TieredCache:
         """Serve an accepted candidate: the rule charges it, the tiers above back-fill it."""
         charged = self.thresholds.served(cand.similarities, cand.entry.entry_id, p.scope,
                                          evidence)
-        self._promote(cand.entry, cand.level, modality_set_name(p.modalities))
+        self._promote(cand.entry, cand.level, p.kind)
         hit = self._hit(cand.entry, self.tiers[cand.level].name, cand.freshness,
                         cand.similarities)
         if "verifier" in evidence:

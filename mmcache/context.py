@@ -37,7 +37,8 @@ Turns = tuple[tuple[str, str], ...]
 def check_context(context: Any) -> Turns:
     """The relevant turns of ``context`` as ``((role, content), ...)``; InvalidInputError
     naming the first malformed turn."""
-    if isinstance(context, (str, bytes, Mapping)) or not isinstance(context, Sequence):
+    if not isinstance(context, (list, tuple)) and (  # the usual types first: ABC checks cost
+            isinstance(context, (str, bytes, Mapping)) or not isinstance(context, Sequence)):
         raise InvalidInputError("Query.context must be a list of {'role': str, 'content': str} "
                                 f"mappings, got {type(context).__name__}")
     turns = []

@@ -18,6 +18,7 @@ import io
 import math
 import wave
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Mapping
 
 import numpy as np
@@ -31,7 +32,8 @@ from mmcache.errors import (
     InvalidMediaError,
     UnknownModalityError,
 )
-from mmcache.types import AUDIO_SAMPLE_RATE, CHANNELS, VIDEO, Limits, Query, VideoClip
+from mmcache.types import AUDIO_SAMPLE_RATE, CHANNELS, VIDEO, Limits, Query, VideoClip, \
+    modality_set_name
 
 #: Vectors with a smaller L2 norm count as zero.
 MIN_NORM = 1e-6
@@ -48,6 +50,11 @@ class PreparedQuery:
     vectors: dict[str, np.ndarray] = field(default_factory=dict)
     text: str | None = None
     context: Turns = ()
+
+    @cached_property
+    def kind(self) -> str:
+        """The name of the query's modality set (:func:`~mmcache.types.modality_set_name`)."""
+        return modality_set_name(self.modalities)
 
 
 def prepare(query: Query, dims: Mapping[str, int], limits: Limits = Limits()) -> PreparedQuery:
@@ -148,12 +155,13 @@ def unit_vector(vector: Any, modality: str, dim: int | None) -> np.ndarray:
     if dim is not None and vector.size != dim:
         raise InvalidEmbeddingError(f"{modality} embedding has dimension {vector.size}; this "
                                     f"cache expects {dim}")
-    if not np.isfinite(vector).all():
+    wide = vector.astype(np.float64)
+    norm = math.sqrt(float(wide @ wide))  # what np.linalg.norm computes; NaN or ∞ stays so
+    if not math.isfinite(norm):
         raise InvalidEmbeddingError(f"{modality} embedding contains NaN or infinite values")
-    norm = float(np.linalg.norm(vector.astype(np.float64)))
-    if not math.isfinite(norm) or norm < MIN_NORM:
+    if norm < MIN_NORM:
         raise InvalidEmbeddingError(f"{modality} embedding has zero norm ({norm:.3g})")
-    return (vector / np.float32(norm)).astype(np.float32)
+    return vector / np.float32(norm)
 
 
 def audio_16k(audio: Any, rate: int = AUDIO_SAMPLE_RATE, limits: Limits = Limits()) -> np.ndarray:
