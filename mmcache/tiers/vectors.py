@@ -452,7 +452,7 @@ class VectorIndex:
         if self._training_due():  # trained on every slot, as the builder trains
             self._ann, self._trained_on = self._trained(self._vecs[:len(self._ids)])
             self._indexed = 0
-        self._ann.add(self._vecs[self._indexed:end])
+        add_rows(self._ann, self._vecs[self._indexed:end])
         self._indexed = self._fixed = end
 
     def _training_due(self) -> bool:
@@ -499,7 +499,7 @@ class VectorIndex:
                 built, trained_on = self._trained(rows)
             else:
                 built, trained_on = faiss.clone_index(ann), self._trained_on
-            built.add(rows)
+            add_rows(built, rows)
         on_batch_built(len(rows))
         with self._wake:
             if generation == self._generation:
@@ -545,6 +545,22 @@ def _stop_builders() -> None:
     for index in indexes:
         if (thread := index._builder) is not None:
             thread.join()
+
+
+def add_rows(index: faiss.Index, rows: np.ndarray) -> None:
+    """Add ``rows`` to ``index``. An inverted file whose coarse quantizer is not a flat index
+    (the default's half-precision one) gets them assigned to their lists by one exact matrix
+    product with its decoded centroids, not vector by vector through the quantizer."""
+    ivf = faiss.downcast_index(index)
+    if not len(rows) or not isinstance(ivf, faiss.IndexIVF) or \
+            isinstance(faiss.downcast_index(ivf.quantizer), faiss.IndexFlat):
+        index.add(rows)
+        return
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    centroids = ivf.quantizer.reconstruct_n(0, ivf.nlist)
+    _, lists = faiss.knn(rows, centroids, 1, metric=ivf.metric_type)
+    lists = np.ascontiguousarray(lists[:, 0])
+    ivf.add_core(len(rows), faiss.swig_ptr(rows), None, faiss.swig_ptr(lists))
 
 
 def _nearest(search: Callable[[int], tuple[np.ndarray, np.ndarray]], size: int,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from mmcache.errors import ConfigError
 from mmcache.guard import SphericalCap
 from mmcache.lab.testing import near, unit
-from mmcache.tiers.vectors import (RETRAIN_GROWTH, IndexSpec, SemanticIndex, VectorIndex,
+from mmcache.tiers.vectors import (RETRAIN_GROWTH, add_rows, IndexSpec, SemanticIndex, VectorIndex,
                                    lists_for)
 
 DIM = 24
@@ -439,3 +439,26 @@ def test_a_deferred_index_stays_exact_until_it_is_no_longer_deferred():
     index.defer_ann(False)
     assert vectors.uses_ann and vectors.pending == 120 and answers(index) == answers(exact)
     index.close()
+
+
+@pytest.mark.parametrize("factory", ["IVF64(SQfp16),SQfp16", "IVF64,SQfp16", "HNSW16"])
+def test_add_rows_files_vectors_where_the_index_itself_would(factory):
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((3000, 32)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    ours = faiss.index_factory(32, factory, faiss.METRIC_INNER_PRODUCT)
+    ours.train(rows)
+    theirs = faiss.clone_index(ours)
+    add_rows(ours, rows[:1000])
+    add_rows(ours, rows[1000:])
+    theirs.add(rows[:1000])
+    theirs.add(rows[1000:])
+    ivf = faiss.try_extract_index_ivf(ours)
+    if ivf is not None:
+        ivf.nprobe = faiss.try_extract_index_ivf(theirs).nprobe = 4
+        sizes = [ivf.invlists.list_size(i) for i in range(ivf.nlist)]
+        twin = faiss.try_extract_index_ivf(theirs)
+        assert sizes == [twin.invlists.list_size(i) for i in range(twin.nlist)]
+    queries = rows[:200] + 0.05 * rng.standard_normal((200, 32)).astype(np.float32)
+    assert ours.ntotal == theirs.ntotal == 3000
+    assert np.array_equal(ours.search(queries, 5)[1], theirs.search(queries, 5)[1])
