@@ -42,7 +42,9 @@ A store that loses or rolls back its data is noticed from its :class:`Head` (a n
 head below what was seen), and so is a tier left behind by the store's compaction of its log
 (a floor above what it replayed): the tier resyncs those sequences from scratch and counts it
 in ``resyncs``, so a cache drops the private copies it took before. Expired entries are swept
-out of the store every :data:`SWEEP_EVERY_S` seconds by the tiers that use it. What every
+out of the store every :data:`SWEEP_EVERY_S` seconds by the tiers that use it, and at once
+before a put into a store that evicts by itself when the put would take it past its capacity
+(so an expired entry never costs a live one its place). What every
 client must agree on (the encoder of each modality) is recorded in the store on first use
 (:meth:`StoreTier.require_facts`); what they should agree on but may disagree on without
 harm to the vectors (the exact-key version) is compared without refusing
@@ -66,7 +68,8 @@ numbers each write, and each served get, from one counter of its own, and delete
 of the lowest numbers until it is within its capacity, logging each deletion like a delete
 (so every client drops its copy on replay) and reporting it to the writer (its evictions).
 A get is not written to the store when it is served: a tier sends the ids it served with its
-next write, or after :data:`TOUCH_BATCH` of them, so a get costs no store write. Over such a
+next write, after :data:`TOUCH_BATCH` of them, or when it closes, so a get costs no store
+write. Over such a
 store the tier's own policy decides nothing (a warning says so when it is not LRU); it
 applies to a private store, and to a Redis Cluster, where a write cannot span the shards and
 each client evicts by its own recency as before.
@@ -87,7 +90,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping, 
 
 import numpy as np
 
-from mmcache.errors import ConfigError
+from mmcache.errors import ConfigError, StorageError
 from mmcache.metrics import EventLog
 from mmcache.policies import EvictionPolicy
 from mmcache.types import Entry
@@ -493,9 +496,21 @@ class StoreTier(BudgetedTier):
 
     @_serialized
     def close(self) -> None:
+        """Send the store the gets served since the last write (for its recency; a store
+        that fails then is logged, not raised), then release the index and the store."""
         with self._view:
-            self.index.close()
-            self.store.close()
+            served, self._touched = self._touched, {}
+        try:
+            if served:
+                self.store.write([], [], _pairs(served))
+        except StorageError as exc:
+            _LOG.warning("L3 store %s: the %d entries served since the last write were not "
+                         "sent to its recency before closing: %s", self.store.location,
+                         len(served), exc)
+        finally:
+            with self._view:
+                self.index.close()
+                self.store.close()
 
     def backend(self) -> str:
         return f"{type(self.store).__name__} {self.store.location}" + \
@@ -569,7 +584,7 @@ class StoreTier(BudgetedTier):
         now = self.clock()
         batch = [(e, self.store.encode(e, self._keep_for(e, now))) for e in entries]
         self._sync({e.scope for e in entries})
-        self._sweep_expired()
+        self._sweep_expired(force=self._must_evict(entries))
         with self._view:
             admit_all(self._budget, entries, now)  # accounting only: nothing is evicted here
             before = {e.entry_id: self._known.get(e.entry_id) for e in entries}
@@ -588,6 +603,16 @@ class StoreTier(BudgetedTier):
             kept = [e for e in last_versions(entries) if (e.entry_id, e.version) not in evicted]
             self._apply_landed(before, kept, written.evicted)
         return [entry_id for entry_id, _ in written.evicted]
+
+    def _must_evict(self, entries: Sequence[Entry]) -> bool:
+        """Whether writing ``entries`` takes what this tier knows of the store past its
+        capacity (so the store would evict for them)."""
+        with self._view:
+            sizes = {e.entry_id: e.size for e in entries}
+            held = {i: self._budget.sizes[i] for i in sizes if i in self._budget.sizes}
+            return self._capacity.exceeded(
+                len(self._budget.sizes) + len(sizes) - len(held),
+                self._budget.nbytes + sum(sizes.values()) - sum(held.values()))
 
     def _apply_landed(self, before: Mapping[str, "_Known | None"], kept: Sequence[Entry],
                       evicted: Collection[tuple[str, int]] = ()) -> None:
@@ -770,12 +795,15 @@ class StoreTier(BudgetedTier):
         """Whether :data:`SWEEP_EVERY_S` seconds have passed since the last sweep."""
         return time.monotonic() - self._swept_at >= SWEEP_EVERY_S
 
-    def _sweep_expired(self) -> None:
-        """Under the write lock, at most every :data:`SWEEP_EVERY_S` seconds, delete the
-        entries past their last stale window from the store (compare-and-delete: a newer
-        write of one stays), so they leave every client's index and budget, and the store's
-        files. Costs what has expired (popped off :attr:`_expiries`), not what lives."""
-        if not self._sweep_due():
+    def _sweep_expired(self, force: bool = False) -> None:
+        """Under the write lock, at most every :data:`SWEEP_EVERY_S` seconds (``force``: now),
+        delete the entries past their last stale window from the store (compare-and-delete:
+        a newer write of one stays), so they leave every client's index and budget, and the
+        store's files; this tier drops each from its view whether or not the store still
+        held it (one the store expired by itself is gone; a newer write of one is adopted at
+        the next replay). Costs what has expired (popped off :attr:`_expiries`), not what
+        lives."""
+        if not (force or self._sweep_due()):
             return
         self._swept_at = time.monotonic()
         expired = []
@@ -788,10 +816,10 @@ class StoreTier(BudgetedTier):
                         (known.version, known.expires_at) == (version, expires_at):
                     expired.append((Removal(known.scope, entry_id, version), known))
         if expired:
-            deleted = set(self.store.delete([removal for removal, _ in expired]))
+            self.store.delete([removal for removal, _ in expired])
             with self._view:
                 for removal, known in expired:
-                    if removal.entry_id in deleted and self._known.get(removal.entry_id) is known:
+                    if self._known.get(removal.entry_id) is known:
                         self._forget(removal.entry_id)
 
     def _sweep_beside(self) -> None:
