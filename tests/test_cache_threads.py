@@ -983,3 +983,122 @@ def test_an_invalidate_the_store_fails_raises_and_drops_the_copies_above_it(
         entries = list(tier.scan())
         assert cache.usage()[tier.name] == (len(entries), sum(e.size for e in entries))
     cache.close()
+
+
+# -- store reads are answered beside a write stuck in the store (issue 26 item 3) -------------
+def read_cache(tmp_path: Path, backend: str,
+               request: pytest.FixtureRequest) -> mmcache.TieredCache:
+    """Memory L1 of one entry and L2 of two over an L3 (``private``/``shared`` SQLite or
+    ``redis``) that revalidates every copy against the store (max_staleness 0), holding key 0
+    in every tier, key 4 in L2 and L3, and keys 2 and 5 in L3 only."""
+    if backend == "redis":
+        l3 = {"backend": "redis", "url": request.getfixturevalue("redis_server"),
+              "options": {"prefix": f"r{time.monotonic_ns()}"}}
+    else:
+        l3 = {"backend": "sqlite", "path": str(tmp_path / "l3.db"),
+              "shared": backend == "shared"}
+    cache = mmcache.TieredCache({**SEMANTIC, "l1": {"max_entries": 1},
+                                 "l2": {"max_entries": 2, "index": "flat"}, "l3": l3})
+    for key in (2, 5, 4, 0):
+        cache.put(query(key), {"key": key})
+    return cache
+
+
+class _Rollback:
+    """``set()`` ends the write transaction of another connection (the ``release`` of
+    :func:`beside`)."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+
+    def set(self) -> None:
+        self.db.execute("ROLLBACK")
+        self.db.close()
+
+
+def block_store_writes(cache: mmcache.TieredCache, backend: str,
+                       entry_id: str) -> tuple[threading.Event, Any]:
+    """Make the L3 store write of ``entry_id`` stuck: on SQLite behind another connection
+    holding the file's write lock (as another process would; the write waits in SQLite's busy
+    handler), on Redis in the store call (a black-holed connection). The first is set once the
+    write is on its way in; ``release.set()`` unblocks it."""
+    if backend == "redis":
+        return pause_store_calls(cache, "write", entry_id)
+    import sqlite3
+    store, inside = cache.tier("l3").store, threading.Event()
+    blocker = sqlite3.connect(str(store.path), isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    inner = store.write
+
+    def write(items, *args, **kwargs):
+        if entry_id in {item[0].entry_id for item in items}:
+            inside.set()
+        return inner(items, *args, **kwargs)
+    store.write = write
+    return inside, _Rollback(blocker)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gets_that_need_the_store_are_answered_while_a_write_is_stuck_in_it(
+        tmp_path: Path, request: pytest.FixtureRequest, backend: str) -> None:
+    """An exact L3 hit, a semantic L3 hit and an L1 hit revalidated against the store (a
+    shared one) read the store while another thread's put waits in it; once the put lands
+    its value is served."""
+    cache = read_cache(tmp_path, backend, request)
+    slow_id = prepare(query(1), {}).key
+    inside, release = block_store_writes(cache, backend, slow_id)
+    hits_beside(cache, lambda: cache.put(query(1), {"key": 1}), inside, release,
+                [(query(0), "l1", 0), (query(2), "l3", 2), (near(5), "l3", 5)],
+                "store write")
+    assert cache.get(query(1)).value == {"key": 1}
+    for tier in cache.tiers:
+        entries = list(tier.scan())
+        assert cache.usage()[tier.name] == (len(entries), sum(e.size for e in entries))
+    cache.close()
+
+
+@pytest.mark.parametrize("backend", ["shared", "redis"])
+def test_a_change_replayed_while_a_write_is_stuck_is_kept_after_it_lands(
+        tmp_path: Path, request: pytest.FixtureRequest, backend: str) -> None:
+    """While this cache's put of key 1 waits in the store, another client invalidates key 2
+    and writes key 1 after it; a get meanwhile replays both. Once the put lands, the view
+    keeps the later write of key 1 (not this put's) and forgets key 2: every copy served is
+    the store's."""
+    cache = read_cache(tmp_path, backend, request)
+    l3 = cache.tier("l3")
+    twin = type(l3)(**({"path": l3.path, "shared": True} if backend == "shared"
+                       else {"url": l3.url, "prefix": l3.prefix}))
+    slow = prepare(query(1), {})
+    inner, landed, release = l3.store.write, threading.Event(), threading.Event()
+
+    def write(items, *args, **kwargs):  # this put lands, then waits before it returns
+        done = inner(items, *args, **kwargs)
+        if slow.key in {item[0].entry_id for item in items}:
+            landed.set()
+            release.wait(WAIT)
+        return done
+    l3.store.write = write
+    held = in_thread(lambda: cache.put(query(1), {"key": 1, "by": "stuck"}))
+    try:
+        assert landed.wait(WAIT)
+        assert twin.delete(prepare(query(2), {}).key)
+        later = dataclasses.replace(next(e for e in twin.scan() if e.entry_id == slow.key),
+                                    value={"key": 1, "by": "later"}, version=None)
+        twin.put(later)
+        reader, hit = in_thread(lambda: cache.get(query(2)))
+        reader.join(WAIT / 5)
+        assert not reader.is_alive(), "a get waited for the store write in flight"
+        assert hit == [None]
+    finally:
+        release.set()
+        held[0].join(WAIT)
+    assert not isinstance(held[1][0], Exception), held[1][0]
+    assert l3.known_version(slow.key) == later.version
+    assert l3.known_version(prepare(query(2), {}).key) is None
+    hit = cache.get(query(1))
+    assert hit.value == {"key": 1, "by": "later"}
+    entries = list(l3.scan())
+    assert cache.usage()["l3"] == (len(entries), sum(e.size for e in entries))
+    assert sorted(l3.ids()) == sorted(e.entry_id for e in entries)
+    twin.close()
+    cache.close()

@@ -105,7 +105,9 @@ class Budget:
     :meth:`rollback` to its last :meth:`begin`, restoring the policy's order exactly: it
     keeps a copy of its state and a log of its calls since, and replays the log up to the
     mark on a fresh copy. Copies are taken at ``begin`` once the log is long enough, so a
-    successful write pays O(1) amortised, and only a rollback pays O(n).
+    successful write pays O(1) amortised, and only a rollback pays O(n). Calls made after
+    :meth:`end` (by other threads while the write is in flight) are not undone: a rollback
+    replays them after the mark.
     """
 
     def __init__(self, capacity: Capacity, policy: EvictionPolicy | str,
@@ -118,6 +120,8 @@ class Budget:
         self._log: list[tuple[str, tuple, dict]] | None = [] if undoable else None
         self._copy = self._state() if undoable else None
         self._mark = 0
+        #: Where the calls a rollback undoes end in the log (None: at its end).
+        self._end: int | None = None
         #: Whether each entry of the last :func:`admit_all` was admitted when it came.
         self.admitted: list[bool] = []
 
@@ -130,13 +134,21 @@ class Budget:
             return
         if len(self._log) >= max(COPY_AFTER_CALLS, len(self.sizes)):
             self._copy, self._log = self._state(), []
-        self._mark = len(self._log)
+        self._mark, self._end = len(self._log), None
+
+    def end(self) -> None:
+        """Mark the end of the calls :meth:`rollback` undoes (a no-op unless undoable): the
+        calls made after it are kept."""
+        if self._log is not None:
+            self._end = len(self._log)
 
     def rollback(self) -> None:
-        """Return to the state of the last :meth:`begin`: sizes and the policy's order."""
+        """Return to the state of the last :meth:`begin`: sizes and the policy's order, with
+        the calls made after :meth:`end` made again."""
         if self._log is None:
             raise TypeError("rollback needs a Budget made with undoable=True")
-        calls, self._log = self._log[:self._mark], None
+        later = [] if self._end is None else self._log[self._end:]
+        calls, self._log = self._log[:self._mark] + later, None
         self.policy, self.sizes = pickle.loads(self._copy)
         self.nbytes = sum(self.sizes.values())
         for name, args, kwargs in calls:
@@ -230,7 +242,8 @@ class Budget:
 def admit_all(budget: Budget, entries: Sequence[Entry],
               now: float) -> tuple[list[str], list[Entry]]:
     """Admit ``entries`` into ``budget`` one by one at time ``now``, as sequential puts would;
-    ``budget.rollback()`` undoes it, and ``budget.admitted`` says which were admitted.
+    ``budget.rollback()`` undoes it (and nothing made after it), and ``budget.admitted``
+    says which were admitted.
 
     Returns every victim in order (ids of this batch included) and the entries to
     store: the last version of each id that is still admitted at the end.
@@ -240,6 +253,7 @@ def admit_all(budget: Budget, entries: Sequence[Entry],
     for e in entries:
         victims += budget.admit(e.entry_id, e.size, **policy_hints(e, now))
         budget.admitted.append(e.entry_id in budget)
+    budget.end()
     return victims, [e for e in last_versions(entries) if e.entry_id in budget]
 
 

@@ -51,7 +51,8 @@ Layout under ``prefix`` (default ``"mmcache"``) on one server, no pickle anywher
   put script then deletes the keys of the lowest numbers, each logged like a delete, until
   the store is within its recorded capacity (:attr:`RedisStore.evicts`), so every client
   evicts by one view; it returns their keys and versions. An entry Redis expired stays
-  counted until it comes up as a victim or a sweep deletes it.
+  counted until it comes up as a victim or a sweep deletes it; a tier sweeps before a put
+  that would take the store past its capacity (:mod:`mmcache.tiers.store`).
 * ``{prefix}:capacity`` — the capacity recorded by the first client (JSON);
   ``{prefix}:fact:{name}`` — what every client must agree on, recorded by the first one: the
   key layout (``layout``) and the encoder of each modality (``encoder:<modality>``).

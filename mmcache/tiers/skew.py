@@ -12,6 +12,7 @@ requests, not seconds, so a replayed workload is judged the same at any speed.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 from typing import Iterable
 
@@ -39,15 +40,18 @@ class SkewWatch:
         #: The alert flag: the shards that were skewed in the last judged window.
         self.skewed: frozenset[str] = frozenset()
         self._counts: Counter[str] = Counter()
+        #: Held while counting: a store's reads and writes count from several threads.
+        self._lock = threading.Lock()
 
     def record(self, shard: str, n: int = 1) -> list[str]:
         """Count ``n`` requests to ``shard``; when that closes a window, return the shards
         skewed in it (else an empty list)."""
-        self.shards.add(shard)
-        self._counts[shard] += n
-        if sum(self._counts.values()) < self.window:
-            return []
-        return self._judge()
+        with self._lock:
+            self.shards.add(shard)
+            self._counts[shard] += n
+            if sum(self._counts.values()) < self.window:
+                return []
+            return self._judge()
 
     def _judge(self) -> list[str]:
         """Close the window: the shards over the limit, warning about newly skewed ones."""

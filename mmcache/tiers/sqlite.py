@@ -37,7 +37,9 @@ Without it the file is private: a second cache opening it while the first is ope
 to share it. Opening waits for another process that is opening the file at the same
 time (``database is locked`` is retried up to ``OPEN_TIMEOUT_S``).
 
-Reads: each read, fetch and scan is one read transaction, so an entry never comes back with
+Reads: each read, fetch and scan goes through a second connection, so it is answered beside
+a write of this store in flight (WAL lets a reader go on while a writer holds, or waits for,
+the file's write lock), and is one read transaction, so an entry never comes back with
 one write's value and another's vectors. A row that cannot be read back (malformed JSON,
 an unknown value tag, a broken vector) is moved to table ``quarantine`` with the reason,
 its removal is logged like a delete, and it is served as absent, with a warning and a failure
@@ -139,6 +141,13 @@ class SQLiteStore(Store):
         except BaseException:
             os.close(self._lock)
             raise
+        try:
+            #: The connection reads go through, beside a write of :attr:`_db` in flight.
+            self._reader = self._connect_reader()
+        except BaseException:
+            self._db.close()
+            os.close(self._lock)
+            raise
         self._data_version = -1
         self._latest = 0
         self._floor = 0
@@ -173,10 +182,10 @@ class SQLiteStore(Store):
         return Written(versions, evicted)
 
     def read(self, scope: str, entry_id: str) -> Entry | None:
-        with self._failing_as("read"), _Snapshot(self._db):
-            row = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries WHERE entry_id = ? "
-                                   "AND scope = ?", (entry_id, scope)).fetchone()
-            vectors = [] if row is None else self._db.execute(
+        with self._failing_as("read"), _Snapshot(self._reader):
+            row = self._reader.execute(f"SELECT {_ENTRY_COLS} FROM entries WHERE entry_id = ? "
+                                       "AND scope = ?", (entry_id, scope)).fetchone()
+            vectors = [] if row is None else self._reader.execute(
                 f"{_VECTORS} WHERE entry_id = ?", (entry_id,)).fetchall()
         return None if row is None else self._decoded([row], vectors)[0]
 
@@ -189,14 +198,14 @@ class SQLiteStore(Store):
 
     def latest(self) -> int:
         with self._failing_as("read"):
-            version = self._db.execute("PRAGMA data_version").fetchone()[0]
+            version = self._reader.execute("PRAGMA data_version").fetchone()[0]
             if version != self._data_version:  # another connection committed meanwhile
                 self._data_version = version
-                row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'log'"
-                                       ).fetchone()
+                row = self._reader.execute("SELECT seq FROM sqlite_sequence WHERE name = 'log'"
+                                           ).fetchone()
                 self._latest = 0 if row is None else int(row[0])
-                floor = self._db.execute("SELECT value FROM meta WHERE key = 'compacted_through'"
-                                         ).fetchone()
+                floor = self._reader.execute(
+                    "SELECT value FROM meta WHERE key = 'compacted_through'").fetchone()
                 self._floor = 0 if floor is None else int(floor[0])
         return self._latest
 
@@ -206,8 +215,8 @@ class SQLiteStore(Store):
 
     def changes(self, since: int) -> list[Change]:
         with self._failing_as("read"):
-            rows = self._db.execute("SELECT seq, entry_id FROM log WHERE seq > ? ORDER BY seq",
-                                    (since,)).fetchall()
+            rows = self._reader.execute("SELECT seq, entry_id FROM log WHERE seq > ? "
+                                        "ORDER BY seq", (since,)).fetchall()
         return [Change(seq, entry_id, entry_id) for seq, entry_id in rows]
 
     def record_fact(self, name: str, value: str) -> str:
@@ -219,12 +228,12 @@ class SQLiteStore(Store):
     def fetch(self, refs: Sequence[str], values: bool = True) -> list[Entry | None]:
         columns = _ENTRY_COLS if values else _META_COLS
         rows, vectors = [], []
-        with self._failing_as("read"), _Snapshot(self._db):
+        with self._failing_as("read"), _Snapshot(self._reader):
             for start in range(0, len(refs), FETCH_CHUNK):
                 chunk = list(refs[start:start + FETCH_CHUNK])
                 marks = ",".join("?" * len(chunk))
-                vectors += self._db.execute(f"{_VECTORS} WHERE entry_id IN ({marks})", chunk)
-                rows += self._db.execute(f"SELECT {columns} FROM entries "
+                vectors += self._reader.execute(f"{_VECTORS} WHERE entry_id IN ({marks})", chunk)
+                rows += self._reader.execute(f"SELECT {columns} FROM entries "
                                          f"WHERE entry_id IN ({marks})", chunk)
         found = {e.entry_id: e for e in self._decoded(rows, vectors) if e is not None}
         return [found.get(ref) for ref in refs]
@@ -242,25 +251,28 @@ class SQLiteStore(Store):
 
     def count(self) -> int:
         with self._failing_as("read"):
-            return int(self._db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
+            return int(self._reader.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
 
     def scan(self) -> Iterator[Entry]:
-        with self._failing_as("read"), _Snapshot(self._db):
-            rows = self._db.execute(f"SELECT {_ENTRY_COLS} FROM entries ORDER BY version"
-                                    ).fetchall()
-            vectors = self._db.execute(_VECTORS).fetchall()
+        with self._failing_as("read"), _Snapshot(self._reader):
+            rows = self._reader.execute(f"SELECT {_ENTRY_COLS} FROM entries ORDER BY version"
+                                        ).fetchall()
+            vectors = self._reader.execute(_VECTORS).fetchall()
         return iter([e for e in self._decoded(rows, vectors) if e is not None])
 
     def quarantined(self) -> list[tuple[str, str]]:
         """``(entry_id, reason)`` of every stored entry that could not be read back, oldest
         first: each was moved to table ``quarantine`` and is absent from the store."""
         with self._failing_as("read"):
-            return self._db.execute("SELECT entry_id, reason FROM quarantine "
-                                    "ORDER BY quarantined_at").fetchall()
+            return self._reader.execute("SELECT entry_id, reason FROM quarantine "
+                                        "ORDER BY quarantined_at").fetchall()
 
     def close(self) -> None:
         try:
-            self._db.close()
+            try:
+                self._reader.close()
+            finally:
+                self._db.close()
         except sqlite3.Error as exc:
             raise StorageError(f"closing {self.path} failed: {exc}") from exc
         finally:
@@ -284,13 +296,35 @@ class SQLiteStore(Store):
             time.sleep(pause)
             pause = min(2 * pause, 0.2)
 
+    def _connect_reader(self) -> sqlite3.Connection:
+        """A second connection to the file, in WAL mode (set by :meth:`_connect`): it reads
+        beside a write of the first, and moves the unreadable rows it finds to quarantine."""
+        try:
+            db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0,
+                                 check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open L3 store {self.path}: {exc}") from exc
+        try:
+            db.execute("PRAGMA busy_timeout=30000")
+            db.execute(f"PRAGMA synchronous={self.synchronous}")
+            db.execute("PRAGMA foreign_keys=ON")
+            mode = str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        except sqlite3.Error as exc:
+            db.close()
+            raise StorageError(f"cannot open L3 store {self.path}: {exc}") from exc
+        if mode != "wal":
+            db.close()
+            raise StorageError(f"cannot open L3 store {self.path}: its second connection "
+                               f"finds it in journal mode {mode!r}, not WAL")
+        return db
+
     def _connect(self) -> sqlite3.Connection:
         """A connection with the schema in place; sqlite3.OperationalError when busy."""
         db = None
         try:
             # check_same_thread=False: a TieredCache shared between threads calls this store
-            # from any of them, but only under its lock, so uses of the connection never
-            # overlap. Used on its own, a SQLiteTier still needs one thread at a time.
+            # from any of them, but writes only under its tier's write lock (reads under its
+            # view lock, on the reader connection), so uses of a connection never overlap.
             db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0,
                                  check_same_thread=False)
             db.execute("PRAGMA busy_timeout=30000")
@@ -350,10 +384,13 @@ class SQLiteStore(Store):
         self._count_live(0 if old else 1, entry.size - (int(old[0]) if old else 0))
         return int(version)
 
-    def _count_live(self, entries: int, nbytes: int) -> None:
-        """Add ``entries`` and ``nbytes`` to the live entries and bytes ``meta`` counts."""
-        self._db.executemany("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key = ?",
-                             [(entries, "live_entries"), (nbytes, "live_bytes")])
+    def _count_live(self, entries: int, nbytes: int,
+                    db: sqlite3.Connection | None = None) -> None:
+        """Add ``entries`` and ``nbytes`` to the live entries and bytes ``meta`` counts (in a
+        transaction of ``db``, default the writing connection)."""
+        (db or self._db).executemany(
+            "UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key = ?",
+            [(entries, "live_entries"), (nbytes, "live_bytes")])
 
     def _next_recency(self) -> int:
         """The next number of the store's recency counter (inside a write transaction)."""
@@ -387,19 +424,22 @@ class SQLiteStore(Store):
             evicted.append((row[0], int(row[1])))
         return evicted
 
-    def _delete_in_transaction(self, removed: Sequence[Removal]) -> list[str]:
-        """Compare-and-delete each removal, logging a new sequence number for each delete."""
+    def _delete_in_transaction(self, removed: Sequence[Removal],
+                               db: sqlite3.Connection | None = None) -> list[str]:
+        """Compare-and-delete each removal, logging a new sequence number for each delete (in
+        a transaction of ``db``, default the writing connection)."""
+        db = db or self._db
         deleted = []
         for _, entry_id, version in removed:
             if version is None:
-                gone = self._db.execute("DELETE FROM entries WHERE entry_id = ? RETURNING size",
-                                        (entry_id,)).fetchone()
+                gone = db.execute("DELETE FROM entries WHERE entry_id = ? RETURNING size",
+                                  (entry_id,)).fetchone()
             else:
-                gone = self._db.execute("DELETE FROM entries WHERE entry_id = ? AND version = ? "
-                                        "RETURNING size", (entry_id, version)).fetchone()
+                gone = db.execute("DELETE FROM entries WHERE entry_id = ? AND version = ? "
+                                  "RETURNING size", (entry_id, version)).fetchone()
             if gone is not None:
-                self._count_live(-1, -int(gone[0]))
-                self._db.execute("INSERT OR REPLACE INTO log (entry_id) VALUES (?)", (entry_id,))
+                self._count_live(-1, -int(gone[0]), db)
+                db.execute("INSERT OR REPLACE INTO log (entry_id) VALUES (?)", (entry_id,))
                 deleted.append(entry_id)
         return deleted
 
@@ -421,13 +461,15 @@ class SQLiteStore(Store):
 
     def _quarantine(self, entry_id: str, version: int | None, reason: str) -> None:
         """Move the unreadable entry ``entry_id`` (at ``version``) to table ``quarantine``
-        and log its removal, so every client drops it; a warning names it."""
+        and log its removal, so every client drops it; a warning names it. It writes through
+        the reading connection that found it (reads are made beside the writing one's
+        writes)."""
         try:
-            with _Transaction(self._db):
-                self._db.execute(f"INSERT INTO quarantine SELECT {_ENTRY_COLS}, ?, ? FROM entries "
-                                 "WHERE entry_id = ? AND version IS ?",
-                                 (reason, time.time(), entry_id, version))
-                self._delete_in_transaction([Removal("", entry_id, version)])
+            with _Transaction(self._reader):
+                self._reader.execute(f"INSERT INTO quarantine SELECT {_ENTRY_COLS}, ?, ? "
+                                     "FROM entries WHERE entry_id = ? AND version IS ?",
+                                     (reason, time.time(), entry_id, version))
+                self._delete_in_transaction([Removal("", entry_id, version)], self._reader)
         except sqlite3.Error as exc:
             reason += f" (and it could not be moved to the quarantine table: {exc})"
         _LOG.warning("L3 store %s: entry %r cannot be read (%s); it is served as absent and "

@@ -21,8 +21,16 @@ revalidation of a private copy (:meth:`StoreTier.catch_up`); ``max_staleness``
 revalidation and a put under an unlimited capacity replay only the sequences of the
 scopes they touch; the rest replay every sequence.
 
-Threads: a tier serializes its own calls (its view and its store's connection are used by one
-thread at a time), so a cache may call it without holding the cache's lock.
+Threads: a tier lands its writes one at a time (its write lock), so a cache may call it without
+holding the cache's lock, and reads the store beside a write in flight: a read, a replay of
+changes and a search hold only the view lock, which a write takes for its view changes but never
+while it waits for the store (a SQLite store reads through a second connection; a Redis client is
+thread-safe over its pool). A write that lands while a replay or read changed the view of one of
+its ids, or a replay already covered its version, leaves that id as the replay left it (as new as
+the store was then, or brought up to date by the next replay), and its budget rollback keeps what
+readers did meanwhile. What a read would write is left to a writer when a write is in flight: the
+sweep of expired entries, and the served gets sent to a store's recency (a policy that drops
+entries on access, LIRS, waits to delete them).
 :meth:`StoreTier.catch_up` does the store I/O a lookup needs before the lookup, after which
 :meth:`StoreTier.known_version` and :meth:`StoreTier.find` answer from the view without I/O
 and without waiting for a call in flight. A cache writes without its lock too:
@@ -34,7 +42,9 @@ A store that loses or rolls back its data is noticed from its :class:`Head` (a n
 head below what was seen), and so is a tier left behind by the store's compaction of its log
 (a floor above what it replayed): the tier resyncs those sequences from scratch and counts it
 in ``resyncs``, so a cache drops the private copies it took before. Expired entries are swept
-out of the store every :data:`SWEEP_EVERY_S` seconds by the tiers that use it. What every
+out of the store every :data:`SWEEP_EVERY_S` seconds by the tiers that use it, and at once
+before a put into a store that evicts by itself when the put would take it past its capacity
+(so an expired entry never costs a live one its place). What every
 client must agree on (the encoder of each modality) is recorded in the store on first use
 (:meth:`StoreTier.require_facts`); what they should agree on but may disagree on without
 harm to the vectors (the exact-key version) is compared without refusing
@@ -58,7 +68,8 @@ numbers each write, and each served get, from one counter of its own, and delete
 of the lowest numbers until it is within its capacity, logging each deletion like a delete
 (so every client drops its copy on replay) and reporting it to the writer (its evictions).
 A get is not written to the store when it is served: a tier sends the ids it served with its
-next write, or after :data:`TOUCH_BATCH` of them, so a get costs no store write. Over such a
+next write, after :data:`TOUCH_BATCH` of them, or when it closes, so a get costs no store
+write. Over such a
 store the tier's own policy decides nothing (a warning says so when it is not LRU); it
 applies to a private store, and to a Redis Cluster, where a write cannot span the shards and
 each client evicts by its own recency as before.
@@ -79,7 +90,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping, 
 
 import numpy as np
 
-from mmcache.errors import ConfigError
+from mmcache.errors import ConfigError, StorageError
 from mmcache.metrics import EventLog
 from mmcache.policies import EvictionPolicy
 from mmcache.types import Entry
@@ -108,13 +119,23 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _serialized(method: _F) -> _F:
-    """Run a :class:`StoreTier` method under the tier's own lock (its view and its store's
-    connection are used by one thread at a time)."""
+    """Run a :class:`StoreTier` method that writes the store under the tier's write lock (its
+    writes land one at a time, in the order of :attr:`StoreTier.landings`)."""
     @functools.wraps(method)
     def serialized(self: "StoreTier", *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             return method(self, *args, **kwargs)
     return serialized  # type: ignore[return-value]
+
+
+def _viewed(method: _F) -> _F:
+    """Run a :class:`StoreTier` method that only reads the store under the tier's view lock,
+    which no write holds while it waits for the store."""
+    @functools.wraps(method)
+    def viewed(self: "StoreTier", *args: Any, **kwargs: Any) -> Any:
+        with self._view:
+            return method(self, *args, **kwargs)
+    return viewed  # type: ignore[return-value]
 
 
 class Change(NamedTuple):
@@ -298,9 +319,13 @@ class StoreTier(BudgetedTier):
                 not 0 <= max_staleness < float("inf"):
             raise ConfigError(f"max_staleness must be a finite number of seconds >= 0, "
                               f"got {max_staleness!r}")
-        #: Held by every call that reads or changes this tier's view or uses its store, so
-        #: threads may call it without the cache's lock (:meth:`known_version` needs neither).
+        #: Held by every call that writes the store, for the whole call: writes land one at a
+        #: time. Taken before :attr:`_view`, never while a thread holds that one waits for it.
         self._lock = threading.RLock()
+        #: Held while this tier's view (entries, index, budget, replayed numbers) changes and
+        #: while the store is read, never while a write waits for the store: a read is
+        #: answered beside a write in flight (:meth:`known_version` needs neither lock).
+        self._view = threading.RLock()
         self.store = store
         self.name = name
         self.shared = store.shared
@@ -361,22 +386,24 @@ class StoreTier(BudgetedTier):
         # a budget that may evict must see what others wrote first
         self._sync({e.scope for e in entries} if self.capacity == Capacity() else None)
         self._sweep_expired()
-        victims, kept = admit_all(self._budget, entries, now)
-        gone = gone_ids(victims, entries)
-        stored = {e.entry_id for e in kept}
-        known = {g: self._known[g] for g in gone if g in self._known}
-        removed = [Removal(k.scope, g, k.version) for g, k in known.items() if g not in stored]
+        with self._view:
+            victims, kept = admit_all(self._budget, entries, now)
+            gone = gone_ids(victims, entries)
+            stored = {e.entry_id for e in kept}
+            before = {g: self._known.get(g) for g in gone}
+            removed = [Removal(k.scope, g, k.version) for g, k in before.items()
+                       if k is not None and g not in stored]
         try:
             versions = self.store.write([(e, encoded[e.entry_id]) for e in kept],
                                         removed).versions
         except BaseException:
-            self._budget.rollback()
+            with self._view:
+                self._budget.rollback()
             raise
-        for entry_id in gone:
-            self._unindex(entry_id)
-        for entry, version in zip(kept, versions):
-            entry.version = version
-        self._index(kept)
+        with self._view:
+            for entry, version in zip(kept, versions):
+                entry.version = version
+            self._apply_landed(before, kept)
         return victims
 
     @_serialized
@@ -393,28 +420,32 @@ class StoreTier(BudgetedTier):
         deleted = [entry_id for entry_id in entry_ids if self.delete(entry_id)]
         return Landed(deleted, [], next(self.landings))
 
-    @_serialized
     def get(self, scope: str, entry_id: str) -> Entry | None:
-        entry = self.store.read(scope, entry_id)
-        known = self._known.get(entry_id)
-        if entry is None:
-            if known is not None and known.scope == scope:
-                self._forget(entry_id)  # deleted by another process
-            return None
-        if known is None or known.version != entry.version:
-            self._adopt([entry])  # written by another process since the last replay
-        dropped = self._budget.touch(entry_id, **policy_hints(entry, self.clock()))
+        """The stored entry, read beside a write in flight; a policy that drops entries when
+        one is used (LIRS) waits for the writes in flight to delete them."""
+        with self._view:
+            entry = self.store.read(scope, entry_id)
+            known = self._known.get(entry_id)
+            if entry is None:
+                if known is not None and known.scope == scope:
+                    self._forget(entry_id)  # deleted by another process
+                return None
+            if known is None or known.version != entry.version:
+                self._adopt([entry])  # written by another process since the last replay
+            dropped = self._budget.touch(entry_id, **policy_hints(entry, self.clock()))
+            due = self._store_evicts and entry_id not in dropped and \
+                self._record_touch(scope, entry_id)
         if dropped:
-            self._remove(dropped)
-        if self._store_evicts and entry_id not in dropped:
-            self._record_touch(scope, entry_id)
+            with self._lock:
+                self._remove(dropped)
+        if due:
+            self._send_touches()
         return None if entry_id in dropped else entry
 
-    @_serialized
     def search(self, scope: str, vectors: Mapping[str, np.ndarray],
                floors: Mapping[str, float], k: int = 1) -> list[Candidate]:
         self._sync({scope})
-        self._sweep_expired()
+        self._sweep_beside()
         return self.index.search(scope, vectors, floors, k)
 
     @_serialized
@@ -428,21 +459,24 @@ class StoreTier(BudgetedTier):
             return False
         deleted = self.store.delete([Removal(known.scope, entry_id, version)])
         if deleted or version is None:
-            self._forget(entry_id)
+            with self._view:
+                if self._known.get(entry_id) is known:  # no replay meanwhile knows better
+                    self._forget(entry_id)
         return bool(deleted)
 
     @_serialized
     def evict(self) -> str | None:
-        victim = self._budget.pick_victim()
+        with self._view:
+            victim = self._budget.pick_victim()
         if victim is not None:
             self._remove([victim])
         return victim
 
-    @_serialized
+    @_viewed
     def scan(self) -> Iterator[Entry]:
         return self.store.scan()
 
-    @_serialized
+    @_viewed
     def ids(self) -> Iterator[str]:
         self._sync()
         return iter(list(self._known))
@@ -450,11 +484,11 @@ class StoreTier(BudgetedTier):
     def dims(self) -> dict[str, int]:
         return self.index.dims()
 
-    @_serialized
+    @_viewed
     def __len__(self) -> int:
         return self.store.count()
 
-    @_serialized
+    @_viewed
     def __contains__(self, entry_id: str) -> bool:
         self._sync()
         known = self._known.get(entry_id)
@@ -462,8 +496,21 @@ class StoreTier(BudgetedTier):
 
     @_serialized
     def close(self) -> None:
-        self.index.close()
-        self.store.close()
+        """Send the store the gets served since the last write (for its recency; a store
+        that fails then is logged, not raised), then release the index and the store."""
+        with self._view:
+            served, self._touched = self._touched, {}
+        try:
+            if served:
+                self.store.write([], [], _pairs(served))
+        except StorageError as exc:
+            _LOG.warning("L3 store %s: the %d entries served since the last write were not "
+                         "sent to its recency before closing: %s", self.store.location,
+                         len(served), exc)
+        finally:
+            with self._view:
+                self.index.close()
+                self.store.close()
 
     def backend(self) -> str:
         return f"{type(self.store).__name__} {self.store.location}" + \
@@ -485,15 +532,14 @@ class StoreTier(BudgetedTier):
         (0: always), and with ``sweep`` sweep out expired entries when due (as a search
         does). A cache calls it outside its lock, then :meth:`known_version` and :meth:`find`
         under it. When neither is due it returns at once, without waiting for a call in
-        flight."""
+        flight; it never waits for a write in flight (a sweep is then left to a later call)."""
         log = self.store.log_of(scope)
-        if not (self._older_than(log, max_staleness) or (sweep and self._sweep_due())):
-            return
-        with self._lock:
-            if self._older_than(log, max_staleness):
-                self._sync({scope})
-            if sweep:
-                self._sweep_expired()
+        if self._older_than(log, max_staleness):
+            with self._view:
+                if self._older_than(log, max_staleness):
+                    self._sync({scope})
+        if sweep:
+            self._sweep_beside()
 
     def find(self, scope: str, vectors: Mapping[str, np.ndarray],
              floors: Mapping[str, float], k: int = 1) -> tuple[list[Candidate], bool]:
@@ -525,7 +571,7 @@ class StoreTier(BudgetedTier):
                                      f"{recorded!r}, this process has {value!r}")
         return recorded
 
-    @_serialized
+    @_viewed
     def refresh(self) -> None:
         """Apply the changes other processes made since the last sync, now."""
         self._sync()
@@ -538,37 +584,86 @@ class StoreTier(BudgetedTier):
         now = self.clock()
         batch = [(e, self.store.encode(e, self._keep_for(e, now))) for e in entries]
         self._sync({e.scope for e in entries})
-        self._sweep_expired()
-        admit_all(self._budget, entries, now)  # accounting only: nothing is evicted here
+        self._sweep_expired(force=self._must_evict(entries))
+        with self._view:
+            admit_all(self._budget, entries, now)  # accounting only: nothing is evicted here
+            before = {e.entry_id: self._known.get(e.entry_id) for e in entries}
+            served, self._touched = self._touched, {}
         try:
-            written = self.store.write(batch, [], self._served())
+            written = self.store.write(batch, [], _pairs(served))
         except BaseException:
-            self._budget.rollback()
+            with self._view:
+                self._budget.rollback()
+                self._keep_touches(served)
             raise
-        self._touched.clear()
-        for entry, version in zip(entries, written.versions):
-            entry.version = version
-        evicted = set(written.evicted)
-        kept = [e for e in last_versions(entries) if (e.entry_id, e.version) not in evicted]
-        for entry_id in {e.entry_id for e in entries} | {e for e, _ in evicted}:
-            self._unindex(entry_id)
-        for entry_id in {e for e, _ in evicted} - {e.entry_id for e in kept}:
-            self._budget.remove(entry_id)
-        self._index(kept)
+        with self._view:
+            for entry, version in zip(entries, written.versions):
+                entry.version = version
+            evicted = set(written.evicted)
+            kept = [e for e in last_versions(entries) if (e.entry_id, e.version) not in evicted]
+            self._apply_landed(before, kept, written.evicted)
         return [entry_id for entry_id, _ in written.evicted]
 
-    def _record_touch(self, scope: str, entry_id: str) -> None:
-        """Remember that ``entry_id`` was served, for the store's recency; past
-        :data:`TOUCH_BATCH` of them, send them now."""
+    def _must_evict(self, entries: Sequence[Entry]) -> bool:
+        """Whether writing ``entries`` takes what this tier knows of the store past its
+        capacity (so the store would evict for them)."""
+        with self._view:
+            sizes = {e.entry_id: e.size for e in entries}
+            held = {i: self._budget.sizes[i] for i in sizes if i in self._budget.sizes}
+            return self._capacity.exceeded(
+                len(self._budget.sizes) + len(sizes) - len(held),
+                self._budget.nbytes + sum(sizes.values()) - sum(held.values()))
+
+    def _apply_landed(self, before: Mapping[str, "_Known | None"], kept: Sequence[Entry],
+                      evicted: Collection[tuple[str, int]] = ()) -> None:
+        """Under the view lock, once a write has landed: drop from the view the ids it wrote,
+        replaced or removed (``before``: their view when it was sent) and the ``evicted``
+        ``(entry_id, version)`` the store reported, and index the entries it ``kept``, except
+        the ids a replay or read made while it was in flight changed the view of, or a replay
+        already covered (their view is as new as the store's then, or the next replay brings
+        it up to date)."""
+        ours = {i for i, k in before.items() if self._known.get(i) is k}
+        ours |= {i for i, v in evicted
+                 if i not in before and self._known.get(i, _NOWHERE).version == v}
+        adopted = [e for e in kept if e.entry_id in ours and
+                   self._seen.get(self.store.log_of(e.scope), 0) < (e.version or 0)]
+        for entry_id in ours:
+            self._unindex(entry_id)
+        for entry_id in ours - {e.entry_id for e in adopted}:
+            self._budget.remove(entry_id)
+        self._index(adopted)
+
+    def _record_touch(self, scope: str, entry_id: str) -> bool:
+        """Under the view lock, remember that ``entry_id`` was served, for the store's
+        recency; whether :data:`TOUCH_BATCH` of them are waiting to be sent."""
         self._touched.pop(entry_id, None)
         self._touched[entry_id] = scope
-        if len(self._touched) >= TOUCH_BATCH:
-            self.store.write([], [], self._served())
-            self._touched.clear()
+        return len(self._touched) >= TOUCH_BATCH
 
-    def _served(self) -> list[tuple[str, str]]:
-        """``(scope, entry_id)`` of the entries served since the last write, oldest first."""
-        return [(scope, entry_id) for entry_id, scope in self._touched.items()]
+    def _send_touches(self) -> None:
+        """Send the served gets to the store's recency now, unless a write is in flight (then
+        they go with a later write or batch)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            with self._view:
+                served, self._touched = self._touched, {}
+            if served:
+                try:
+                    self.store.write([], [], _pairs(served))
+                except BaseException:
+                    with self._view:
+                        self._keep_touches(served)
+                    raise
+        finally:
+            self._lock.release()
+
+    def _keep_touches(self, served: Mapping[str, str]) -> None:
+        """Under the view lock, put back the touches ``served`` a write failed to send, before
+        those recorded since."""
+        later, self._touched = self._touched, {i: s for i, s in served.items()
+                                               if i not in self._touched}
+        self._touched.update(later)
 
     def _older_than(self, log: str | None, seconds: float) -> bool:
         """Whether the view of sequence ``log`` (None: of every one) was last brought up to
@@ -578,17 +673,19 @@ class StoreTier(BudgetedTier):
 
     def _sync(self, scopes: Collection[str] | None = None) -> None:
         """Bring a shared store's view up to date: of the sequences of ``scopes`` (None:
-        of every sequence)."""
+        of every sequence), under the view lock."""
         if not self.shared:
             return
-        now = time.monotonic()
-        logs = None if scopes is None else {self.store.log_of(s) for s in scopes}
-        heads = self.store.heads(logs)
-        if logs is None:  # a sequence the store no longer lists was lost with its data
-            heads.update(self.store.heads([log for log in self._epochs if log not in heads]))
-        self._catch_up(heads)
-        for log in [None] if logs is None else logs:
-            self._synced_at[log] = now
+        with self._view:
+            now = time.monotonic()
+            logs = None if scopes is None else {self.store.log_of(s) for s in scopes}
+            heads = self.store.heads(logs)
+            if logs is None:  # a sequence the store no longer lists was lost with its data
+                heads.update(self.store.heads([log for log in self._epochs
+                                               if log not in heads]))
+            self._catch_up(heads)
+            for log in [None] if logs is None else logs:
+                self._synced_at[log] = now
 
     def _catch_up(self, heads: Mapping[str, Head]) -> None:
         """Replay the changes of each sequence in ``heads`` past the number last replayed,
@@ -674,13 +771,17 @@ class StoreTier(BudgetedTier):
         self._index(entries)
 
     def _remove(self, entry_ids: Sequence[str]) -> None:
-        """Delete entries the budget already let go of (each only at the version known)."""
-        removals = [Removal(k.scope, e, k.version) for e in entry_ids
-                    if (k := self._known.get(e)) is not None]
+        """Delete entries the budget already let go of (each only at the version known),
+        under the write lock."""
+        with self._view:
+            before = {e: self._known.get(e) for e in entry_ids}
+        removals = [Removal(k.scope, e, k.version) for e, k in before.items() if k is not None]
         if removals:
             self.store.delete(removals)
-        for entry_id in entry_ids:
-            self._unindex(entry_id)
+        with self._view:
+            for entry_id, known in before.items():
+                if self._known.get(entry_id) is known:
+                    self._unindex(entry_id)
 
     def _keep_for(self, entry: Entry, now: float) -> float | None:
         """Seconds the store must keep ``entry`` (None: no expiry): past its last stale window,
@@ -694,24 +795,41 @@ class StoreTier(BudgetedTier):
         """Whether :data:`SWEEP_EVERY_S` seconds have passed since the last sweep."""
         return time.monotonic() - self._swept_at >= SWEEP_EVERY_S
 
-    def _sweep_expired(self) -> None:
-        """At most every :data:`SWEEP_EVERY_S` seconds, delete the entries past their last
-        stale window from the store (compare-and-delete: a newer write of one stays), so
-        they leave every client's index and budget, and the store's files. Costs what has
-        expired (popped off :attr:`_expiries`), not what lives."""
-        if not self._sweep_due():
+    def _sweep_expired(self, force: bool = False) -> None:
+        """Under the write lock, at most every :data:`SWEEP_EVERY_S` seconds (``force``: now),
+        delete the entries past their last stale window from the store (compare-and-delete:
+        a newer write of one stays), so they leave every client's index and budget, and the
+        store's files; this tier drops each from its view whether or not the store still
+        held it (one the store expired by itself is gone; a newer write of one is adopted at
+        the next replay). Costs what has expired (popped off :attr:`_expiries`), not what
+        lives."""
+        if not (force or self._sweep_due()):
             return
         self._swept_at = time.monotonic()
-        now = self.clock()
         expired = []
-        while self._expiries and self._expiries[0][0] + self.expiry_grace <= now:
-            expires_at, entry_id, version = heapq.heappop(self._expiries)
-            known = self._known.get(entry_id)
-            if known is not None and (known.version, known.expires_at) == (version, expires_at):
-                expired.append(Removal(known.scope, entry_id, version))
+        with self._view:
+            now = self.clock()
+            while self._expiries and self._expiries[0][0] + self.expiry_grace <= now:
+                expires_at, entry_id, version = heapq.heappop(self._expiries)
+                known = self._known.get(entry_id)
+                if known is not None and \
+                        (known.version, known.expires_at) == (version, expires_at):
+                    expired.append((Removal(known.scope, entry_id, version), known))
         if expired:
-            for entry_id in self.store.delete(expired):
-                self._forget(entry_id)
+            self.store.delete([removal for removal, _ in expired])
+            with self._view:
+                for removal, known in expired:
+                    if self._known.get(removal.entry_id) is known:
+                        self._forget(removal.entry_id)
+
+    def _sweep_beside(self) -> None:
+        """:meth:`_sweep_expired` when due, unless a write is in flight (then a later call
+        sweeps): for the calls that only read the store."""
+        if self._sweep_due() and self._lock.acquire(blocking=False):
+            try:
+                self._sweep_expired()
+            finally:
+                self._lock.release()
 
     def _index(self, entries: Sequence[Entry]) -> None:
         """Remember and index stored ``entries``, and queue the expiry of those that expire."""
@@ -737,6 +855,11 @@ class StoreTier(BudgetedTier):
 
 
 _NOWHERE = _Known("", (), 0, {}, None)
+
+
+def _pairs(touched: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``(scope, entry_id)`` of the served gets ``touched`` (entry id -> scope), in order."""
+    return [(scope, entry_id) for entry_id, scope in touched.items()]
 
 
 def _accounting_policy(policy: EvictionPolicy | str, location: str) -> str:

@@ -178,3 +178,38 @@ def test_a_private_store_keeps_evicting_by_its_own_policy(tmp_path) -> None:
         assert sorted(tier.ids()) == ["e1", "e2"]
     finally:
         tier.close()
+
+
+def another_client(tier: StoreTier) -> StoreTier:
+    """One more client of the shared store ``tier`` is over."""
+    if isinstance(tier, SQLiteTier):
+        return open_tier({"path": str(tier.path)}, None)
+    return open_tier({"url": tier.url, "prefix": tier.prefix}, None)
+
+
+def test_a_client_that_closes_sends_the_gets_it_served_to_the_store_s_recency(
+        two_clients: tuple[StoreTier, StoreTier]) -> None:
+    a, _ = two_clients
+    for i in range(3):
+        a.put(entry(f"e{i}", i))
+    reader = another_client(a)
+    assert [reader.get("s", f"e{i}").value for i in (0, 1)] == ["value of e0", "value of e1"]
+    reader.close()   # it never wrote: its two served gets go with its close
+    assert a.put(entry("a0", 10)) == ["e2"]   # not e0, the least recently put
+    assert sorted(a.ids()) == ["a0", "e0", "e1"]
+
+
+def test_a_put_that_must_evict_purges_the_expired_entries_first(
+        two_clients: tuple[StoreTier, StoreTier]) -> None:
+    """An entry past its expiry is not the least recently used one; the put that needs room
+    deletes it (as a sweep would, logged so every client drops it) instead of evicting a live
+    entry."""
+    a, b = two_clients
+    a.put(entry("e0", 0))
+    a.put(entry("e1", 1))
+    expired = entry("old", 2)
+    expired.expires_at = 5.0   # long past on this tier's clock
+    a.put(expired)
+    assert a.put(entry("a0", 10)) == []
+    assert sorted(a.ids()) == sorted(b.ids()) == ["a0", "e0", "e1"]
+    assert counted_usage(a) == (3, 3 * SIZE) and len(b) == 3
