@@ -73,7 +73,7 @@ lock (:class:`~mmcache.tiers.vectors.SemanticIndex`), and its candidates are use
 lock only if the tier has not changed since (its ``writes`` count) and the rule's floors are
 the same; otherwise the tier is searched again under the lock, so every answer is one a
 search under the lock would give. A store-backed tier (L3) does its store round trips without
-the cache's lock too (it serializes its own calls): a get first brings the tier's view of its
+the cache's lock too (it lands its writes one at a time and reads beside them): a get first brings the tier's view of its
 scope up to date as revalidation needs (``max_staleness``), and, before a semantic search,
 as a search needs; under the lock, copies above the store are revalidated against that view
 and the store's own index is searched in it, without I/O. Each entry a get reads from the
@@ -907,8 +907,8 @@ class TieredCache:
                 self._writes_done.notify_all()
 
     def _write_stores(self, entries: list[Entry], kinds: list[str]) -> list[_StoreWrite]:
-        """The store part of :meth:`_write`, without the lock (each tier serializes its own
-        calls): every store-backed tier, durable first, writes the runs of the entries routed
+        """The store part of :meth:`_write`, without the lock (each tier lands its own
+        writes one at a time): every store-backed tier, durable first, writes the runs of the entries routed
         to it that it can hold and deletes older versions of the others."""
         done = []
         for tier, served in zip(reversed(self.tiers), reversed(self._routes)):
@@ -1091,7 +1091,7 @@ class TieredCache:
 
     def _locked(self, steps: _Steps[_T]) -> _T:
         """Run ``steps`` under the lock, except the store reads it asks for: each is made
-        outside the lock (the tier serializes its own calls) and what it read is sent back;
+        outside the lock (the tier guards its own view) and what it read is sent back;
         then the stores delete the entries the steps found expired (:meth:`_expire`)."""
         fetched: _Fetched | None = None
         while True:
