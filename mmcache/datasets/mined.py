@@ -65,7 +65,7 @@ import numpy as np
 
 from mmcache.datasets.pairs import Pair
 from mmcache.datasets.pairs_file import write_pairs
-from mmcache.datasets.prompts import PROMPTS_PROVENANCE, iter_sharegpt_conversations
+from mmcache.datasets.prompts import iter_sharegpt_conversations
 from mmcache.datasets.splits import split_of
 from mmcache.errors import InvalidInputError
 from mmcache.paths import DATA_DIR
@@ -378,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
         f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     args.out.with_suffix(".counts.json").write_text(json.dumps(
         {"command": command, "seed": args.seed, "min_cos": args.min_cos, "k": args.k,
-         "data": PROMPTS_PROVENANCE, **asdict(counts)}, indent=1, sort_keys=True) + "\n")
+         "data": MINED_PROVENANCE, **asdict(counts)}, indent=1, sort_keys=True) + "\n")
     print(f"wrote {len(pairs)} pairs to {args.out}: {json.dumps(counts.kept, sort_keys=True)}; "
           f"dropped {json.dumps(counts.dropped, sort_keys=True)}")
     return args.out
