@@ -37,9 +37,10 @@ A pair that no rule decides, or that a same rule and a different rule both claim
 and counted (:class:`MiningCounts`), never guessed. What the rules cannot see: a paraphrase
 with other words is never labelled same, and a difference other than numbers or a named
 language is never labelled different, so the mined pairs are near-duplicates beside
-number and language near misses, not a sample of all high-cosine pairs. The different rules
-are heuristics: their precision on a hand-checked sample is recorded in
-``data/mined/hand_checked.jsonl`` (see ``data/README.md``).
+number and language near misses, not a sample of all high-cosine pairs. Every rule is a
+heuristic, and ``re-ask/normalised-identical`` the noisiest (a repeated turn can work on earlier
+material without a back-reference word): each rule's agreement with a hand-checked sample is
+recorded in ``data/mined/hand_checked.jsonl`` and stated in ``data/README.md``.
 
 A pair's ``source`` is its connected component in the graph whose nodes are normalised texts
 and whose edges are the kept pairs, so every pair that shares a text with another (on either
