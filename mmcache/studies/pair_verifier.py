@@ -7,8 +7,9 @@ prompts with rewrites and one-edit traps; a development set) and ``contradish`` 
 rewordings written by contradish's authors; negatives across questions of a domain, "derived").
 The IDF weights come from real ShareGPT prompts. :func:`leave_one_source_out` fits on the
 training splits of every source but one and measures on the held-out one's test split, so no
-number about a source comes from a model that saw it; held-out files (a probe set, a pairs file)
-are measured with the model fitted on every source.
+number about a source comes from a model that saw it; held-out files (the examples, the probe set,
+the ShareGPT pairs of :mod:`mmcache.datasets.mined`, a pairs file of your own) are measured with
+the model fitted on every source.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from scipy.special import expit
 from sklearn.metrics import brier_score_loss, roc_auc_score
 
 from mmcache.datasets.contradish import CONTRADISH_PROVENANCE, policy_pairs
+from mmcache.datasets.mined import PAIRS_PATH as MINED_PAIRS_PATH
 from mmcache.datasets.pairs import PAIRS_PROVENANCE, Pair, PairSizes, text_pairs
 from mmcache.datasets.pairs_file import read_pairs
 from mmcache.datasets.prompts import PROMPTS_PROVENANCE, load_prompts
@@ -40,10 +42,11 @@ SEED = 0
 IDF_PROMPTS = 12_000
 #: Inverse L2 regularisation strength of the logistic regression (as in scikit-learn's C).
 C = 1.0
-#: Hand-written pairs files no source shares (the examples, the near-miss probe set), measured
-#: with the model fitted on every source.
+#: Pairs files no source shares (the hand-written examples and near-miss probe set; the ShareGPT
+#: pairs mined and labelled by rule, ShareGPT stating no licence), measured with the model fitted
+#: on every source.
 HELD_OUT_FILES = (DATA_DIR / "examples" / "pairs.jsonl",
-                  DATA_DIR / "probes" / "near_misses.jsonl")
+                  DATA_DIR / "probes" / "near_misses.jsonl", MINED_PAIRS_PATH)
 #: Bins of the reliability curve.
 RELIABILITY_BINS = 10
 
