@@ -51,7 +51,7 @@ semantic side, a context channel with its own threshold (:mod:`mmcache.context`)
 
 Benchmark settings: ``{"l2": {"index": "flat"}}`` is exact flat search at every
 size; the default ``{"l2": {"index": "auto"}}`` switches each (scope, modality set,
-modality) index to ``l2.ann_factory`` (an inverted file, ``IVF{nlist},SQfp16``, probing
+modality) index to ``l2.ann_factory`` (an inverted file, ``IVF{nlist}(SQfp16),SQfp16``, probing
 ``ef_search`` / 4 = 32 lists) at ``l2.ann_min_size`` vectors; ``make bench-cache`` measures
 how often its hit-or-miss decisions equal exact search.
 

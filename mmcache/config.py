@@ -89,7 +89,7 @@ class SemanticTierConfig:
     policy_options: dict[str, Any] = field(default_factory=dict)
     modality_sets: list[str] | None = None
     index: str = "auto"
-    ann_factory: str = "IVF{nlist},SQfp16"
+    ann_factory: str = "IVF{nlist}(SQfp16),SQfp16"
     ann_min_size: int = 10_000
     ef_search: int = 128
     ef_construction: int = 64
@@ -418,7 +418,7 @@ KEY_HELP: dict[type, dict[str, str]] = {
 #: A config with most sections set: the configuration reference's example (a test loads it).
 EXAMPLE_YAML = """\
 l1: {max_entries: 10000, policy: lru}
-l2: {max_entries: 200000, index: auto, ann_factory: "IVF{nlist},SQfp16", ef_search: 128}
+l2: {max_entries: 200000, index: auto, ann_factory: "IVF{nlist}(SQfp16),SQfp16", ef_search: 128}
 l3: {backend: sqlite, path: runs/cache.db, synchronous: NORMAL}
 # l3: {backend: redis, url: "redis://127.0.0.1:6379/0"}   # remote tier instead
 # l3: {backend: redis, url: "redis://127.0.0.1:7000", options: {cluster: true}}
@@ -519,7 +519,7 @@ def _validate(cfg: CacheConfig) -> None:
         _positive(getattr(l2, key), f"l2.{key}")
     if not l2.ann_factory.strip():
         raise ConfigError("l2.ann_factory must be a faiss factory string such as "
-                          "'IVF{nlist},SQfp16' or 'HNSW32'")
+                          "'IVF{nlist}(SQfp16),SQfp16' or 'HNSW32'")
     l3 = cfg.l3
     if l3.backend is not None:
         _choice(l3.backend, STORE_BACKENDS, "l3.backend")
@@ -695,7 +695,7 @@ def check_ann_factory(l2: SemanticTierConfig, dims: Mapping[str, int]) -> None:
     if errors and (dims or len(errors) == len(PROBE_DIMS)):
         dim, error = next(iter(errors.items()))
         raise ConfigError(f"l2.ann_factory {factory!r} is not a faiss factory string for "
-                          f"{dim}-d vectors: {error}; use one such as 'IVF{{nlist}},SQfp16' "
+                          f"{dim}-d vectors: {error}; use one such as 'IVF{{nlist}}(SQfp16),SQfp16' "
                           "or set l2.index: flat")
 
 

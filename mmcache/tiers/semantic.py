@@ -4,7 +4,7 @@ search (see :mod:`mmcache.tiers.vectors`).
 How to choose the index (``CacheConfig.l2``; see :mod:`mmcache.tiers.vectors`):
 ``{"index": "flat"}`` is exact inner-product search at every size (the benchmark's
 "exact flat"); the default ``{"index": "auto"}`` is exact below ``ann_min_size``
-vectors per index and ``ann_factory`` (``"IVF{nlist},SQfp16"``, ``ef_search`` 128) above.
+vectors per index and ``ann_factory`` (``"IVF{nlist}(SQfp16),SQfp16"``, ``ef_search`` 128) above.
 """
 
 from __future__ import annotations

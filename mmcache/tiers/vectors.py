@@ -9,8 +9,10 @@ contiguous array (slots; deleted slots are tombstones until compaction).
   ``ann_min_size`` vectors, then an ANN index built with ``faiss.index_factory``
   (``ann_factory``; any factory string works) and searched with ``ef_search`` (an inverted
   file probes ``ef_search / 4`` lists). Every ANN candidate is re-scored exactly against the
-  stored vector. The default, ``IVF{nlist},SQfp16``, is an inverted file of half-precision
-  codes (they rank the candidates; the stored float32 vectors score them) whose ``{nlist}`` is
+  stored vector. The default, ``IVF{nlist}(SQfp16),SQfp16``, is an inverted file of half-precision
+  codes (they rank the candidates; the stored float32 vectors score them) over half-precision
+  list centroids (a probe reads half the bytes; :func:`add_rows` files added vectors by one
+  matrix product with the centroids, not through that quantizer) whose ``{nlist}`` is
   filled in when it is trained (:func:`lists_for`: about 8·√n lists for n vectors), so it is
   trained again, on every vector, once it holds :data:`RETRAIN_GROWTH` times the vectors it
   was trained on.
@@ -132,7 +134,7 @@ class IndexSpec:
     ``CacheConfig.l2``'s, so a tier built directly behaves like one built from a config."""
 
     index: str = "auto"
-    ann_factory: str = "IVF{nlist},SQfp16"
+    ann_factory: str = "IVF{nlist}(SQfp16),SQfp16"
     ann_min_size: int = 10_000
     ef_search: int = 128
     ef_construction: int = 64
