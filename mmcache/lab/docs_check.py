@@ -7,7 +7,8 @@ page's, either way), names the page that prints it (``page``) and quotes the tex
 that prints it (``readme``). A statistic over seeds is checked against the interval the run
 itself reports: ``{value: v, within: path/of/its/ci95}`` passes when the page's ``v`` lies in
 the run's interval (widened by the entry's ``tol``, the page's rounding), whatever machine
-made it. Where runs of one machine differ too (the frozen-feature collapse runs),
+made it. Where the run's whole interval moves between runs (chaotic training: the collapse runs
+at high learning rates between CPUs, the frozen-feature runs even on one machine),
 ``{interval: [low, high], overlaps: path/of/its/ci95}`` passes when the interval the page prints
 and the run's overlap: the two runs agree within their uncertainty. :func:`check` compares
 them; :func:`missing_quotes` checks the quotes alone (no run needed).
@@ -226,9 +227,19 @@ def _entry(entry: Any, notebook: str, where: str) -> list[Expectation]:
             raise ConfigError(f"{where}: metric `{key}`: a mapping value must be {{same_as: path}}, "
                               f"{{value: number, within: path of an interval}} or "
                               f"{{interval: [low, high], overlaps: path of an interval}}")
+        if isinstance(value, dict) and "overlaps" in value and not _is_interval(value["interval"]):
+            raise ConfigError(f"{where}: metric `{key}`: `interval` must be the [low, high] the page "
+                              f"prints (two finite numbers, low <= high), got {value['interval']!r}")
     return [Expectation(notebook, readme, tuple(str(key).split("/")), value, page=page, why=why,
                         **tols)
             for key, value in metrics.items()]
+
+
+def _is_interval(value: Any) -> bool:
+    """Whether ``value`` is a ``[low, high]`` pair of finite numbers with low <= high."""
+    return (isinstance(value, list) and len(value) == 2
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                    for v in value) and value[0] <= value[1])
 
 
 def is_bench(expectation: Expectation) -> bool:

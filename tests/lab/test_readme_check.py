@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -175,6 +176,84 @@ def test_tolerances_lists_and_same_as() -> None:
     assert readme_check._compare(kind, {"rejected": {"image/near-duplicate": 0.3}}) is None
     assert readme_check._compare(kind, {"rejected": {"image": {"near-duplicate": 0.3}}}) is None
     assert readme_check._compare(kind, {"rejected": {"image/other": 0.3}}) is not None
+
+
+COLLAPSE = "docs/results/03-collapse.md"
+
+
+def test_a_printed_interval_must_be_a_pair_from_low_to_high(tmp_path) -> None:
+    bad = tmp_path / "expected.yaml"
+    for interval in ("[0.5]", "[0.78, 0.22]", "[0.2, .nan]", "[true, 1]", "x"):
+        bad.write_text("03_x:\n  - page: README.md\n    readme: q\n    metrics:\n"
+                       f"      a/ci95: {{interval: {interval}, overlaps: a/ci95}}\n")
+        with pytest.raises(ConfigError, match=r"`interval` must be the \[low, high\]"):
+            load_expectations(bad)
+    bad.write_text("03_x:\n  - page: README.md\n    readme: q\n    metrics:\n"
+                   "      a/ci95: {interval: [0.22, 0.78], overlaps: a/ci95}\n")
+    assert load_expectations(bad)[0].value["interval"] == [0.22, 0.78]
+
+
+def _collapse_entries(prefix: str) -> dict[str, Expectation]:
+    """Notebook 03's entries whose metric path starts with ``prefix``, by path."""
+    return {"/".join(e.path): e for e in EXPECTATIONS
+            if e.notebook == "03_cold_start_collapse" and "/".join(e.path).startswith(prefix)}
+
+
+def test_chaotic_collapse_cells_are_checked_by_the_overlap_of_their_printed_intervals() -> None:
+    """Every 16x / 32x cell of the learned-feature table where runs collapsed is an overlap of
+    the Wilson interval the page prints (that of the rate printed beside it, over the run's
+    seeds) with the new run's; a cell at 0 keeps its 0 inside the new run's interval."""
+    from mmcache.studies.collapse.experiment import wilson_interval
+
+    seeds = next(e.value for e in EXPECTATIONS
+                 if e.notebook == "03_cold_start_collapse" and e.path == ("seeds",))
+    cells = {path: e for path, e in {**_collapse_entries("collapse_rate/"),
+                                     **_collapse_entries("collapse_rate_ci95/")}.items()
+             if e.path[-1] in ("16x", "32x")}
+    assert len({e.readme for e in cells.values()}) == 9 and len(cells) == 18   # 9 arms, 2 rates
+    for exp in cells.values():
+        assert exp.page == COLLAPSE
+        interval_path = "/".join(("collapse_rate_ci95",) + exp.path[1:])
+        rate, low, high = re.findall(r"\| ([\d.]+) \(([\d.]+)–([\d.]+)\)",
+                                     exp.readme)[("16x", "32x").index(exp.path[-1])]
+        k = round(float(rate) * seeds)
+        assert [round(v, 2) for v in wilson_interval(k, seeds)] == [float(low), float(high)], exp
+        if k == 0:
+            assert exp.value == {"value": 0, "within": interval_path}, exp
+        else:
+            assert exp.value == {"interval": [float(low), float(high)],
+                                 "overlaps": interval_path}, exp
+            assert exp.tol == 0.005   # the page's rounding, nothing more
+
+
+def test_a_collapse_interval_that_moved_on_another_cpu_still_agrees() -> None:
+    """An AMD EPYC run's intervals (clipping at 16x: 7/8 collapsed where the page's run had 4/8)
+    pass by overlap, where the printed rate lay outside them; a run whose interval lies wholly
+    apart from the page's fails."""
+    clip = _collapse_entries("collapse_rate_ci95/clip_1.0/16x")["collapse_rate_ci95/clip_1.0/16x"]
+    amd = {"collapse_rate_ci95": {"clip_1.0": {"16x": [0.5291, 0.9776]}}}
+    assert readme_check._compare(clip, amd) is None
+    old = Expectation(clip.notebook, clip.readme, ("collapse_rate", "clip_1.0", "16x"),
+                      {"value": 0.5, "within": "collapse_rate_ci95/clip_1.0/16x"}, tol=0.005)
+    assert "outside the run's 95% interval" in readme_check._compare(
+        old, {"collapse_rate": {"clip_1.0": {"16x": 0.875}}, **amd})
+    apart = {"collapse_rate_ci95": {"clip_1.0": {"16x": [0.8, 1.0]}}}
+    assert "does not overlap" in readme_check._compare(clip, apart)
+    # warmup's lower final loss: the verdict word differs between CPUs, its interval is checked
+    warmup = _collapse_entries("remedy_effects/warmup/lower_loss/")
+    assert "remedy_effects/warmup/lower_loss/verdict" not in warmup
+    ci = warmup["remedy_effects/warmup/lower_loss/ci95"]
+    assert readme_check._compare(
+        ci, {"remedy_effects": {"warmup": {"lower_loss": {"ci95": [-0.3, 0.3]}}}}) is None
+    assert "does not overlap" in readme_check._compare(
+        ci, {"remedy_effects": {"warmup": {"lower_loss": {"ci95": [0.0, 0.4]}}}})
+    # the frozen runs' per-rate cells: the Wilson intervals of 1/6 and 4/6 the page prints
+    frozen = _collapse_entries("frozen_collapse_rate_ci95/")
+    assert {k: e.value["interval"] for k, e in frozen.items()} == {
+        "frozen_collapse_rate_ci95/baseline/16x": [0.03, 0.56],
+        "frozen_collapse_rate_ci95/baseline/32x": [0.03, 0.56],
+        "frozen_collapse_rate_ci95/seed_combo (xavier_0.1+clip_1.0)/16x": [0.03, 0.56],
+        "frozen_collapse_rate_ci95/seed_combo (xavier_0.1+clip_1.0)/32x": [0.30, 0.90]}
 
 
 def test_a_malformed_entry_is_named(tmp_path) -> None:
