@@ -534,3 +534,31 @@ def test_the_log_is_compacted_and_a_reader_behind_it_resyncs(redis_url: str, pre
     finally:
         writer.close()
         reader.close()
+
+
+@pytest.mark.parametrize("remove", ["delete", "evict"])
+def test_a_key_redis_expired_leaves_every_client_once_it_is_uncounted(
+        redis_url: str, prefix: str, remove: str) -> None:
+    """Redis drops a key before its entry expires (its EXPIRE, or a volatile-* eviction); the
+    next delete of it, or the put that picks it as the victim, logs its removal, so another
+    client drops its copy at its next replay instead of keeping a ghost in its index."""
+    capacity = Capacity(max_entries=1) if remove == "evict" else None
+    writer = RedisTier(redis_url, capacity=capacity, prefix=prefix)
+    reader = RedisTier(redis_url, prefix=prefix)
+    try:
+        writer.put(entry("ghost", seed=0, expires_at=time.time() + 3600.0))
+        assert [c.entry_id for c in reader.search("tenant-a", {"text": unit(0)},
+                                                  {"text": 0.99})] == ["ghost"]
+        client = redis.Redis.from_url(redis_url)
+        client.pexpireat(writer.key("tenant-a", "ghost"), 1)  # expired: Redis drops it
+        assert not client.exists(writer.key("tenant-a", "ghost"))
+        if remove == "delete":
+            writer.delete("ghost")
+        else:
+            writer.put(entry("next", seed=1))
+        assert reader.search("tenant-a", {"text": unit(0)}, {"text": 0.99}) == []
+        assert "ghost" not in reader.ids()
+        assert reader.usage() == ((1, 100) if remove == "evict" else (0, 0))
+    finally:
+        writer.close()
+        reader.close()
