@@ -562,3 +562,34 @@ def test_a_key_redis_expired_leaves_every_client_once_it_is_uncounted(
     finally:
         writer.close()
         reader.close()
+
+
+def test_an_entry_redis_expired_under_two_caches_leaves_both_once_invalidated(
+        redis_url: str, prefix: str, monkeypatch) -> None:
+    """Two caches on one server, a short TTL: Redis drops the key by its EXPIRE (by the
+    server's clock) while both caches' clocks still count the entry as live, so each holds it
+    in its L3 index; the writer's invalidation, which finds the key gone, logs the removal, so
+    the reader drops its copy at its next replay (here a get of another query; a get of the
+    same one would find the key gone and drop it by itself)."""
+    import mmcache
+    from mmcache.lab.testing import FakeClock
+    from mmcache.tiers import store
+
+    monkeypatch.setattr(store, "SWEEP_EVERY_S", 0.05)  # the key outlives the entry by this
+    config = {"l1": {"enabled": False}, "l2": {"enabled": False},
+              "l3": {"backend": "redis", "url": redis_url, "options": {"prefix": prefix}}}
+    query = mmcache.Query(embeddings={"text": unit(5)}, scope="t")
+    with mmcache.TieredCache(config, clock=FakeClock()) as writer, \
+            mmcache.TieredCache(config, clock=FakeClock()) as reader:
+        entry_id = writer.put(query, "soon gone", ttl=0.05)
+        assert reader.get(query).value == "soon gone"
+        key = writer.tier("l3").key("t", entry_id)
+        client = redis.Redis.from_url(redis_url)
+        deadline = time.monotonic() + 10.0
+        while client.exists(key) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not client.exists(key)
+        assert entry_id in reader.tier("l3").ids()   # a ghost: the reader's clock has not moved
+        writer.invalidate(query)
+        assert reader.get(mmcache.Query(embeddings={"text": unit(6)}, scope="t")) is None
+        assert entry_id not in reader.tier("l3").ids() and reader.tier("l3").usage() == (0, 0)
