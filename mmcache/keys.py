@@ -80,7 +80,7 @@ def decode_image(image: object, max_pixels: int = Limits.image_pixels) -> Image.
             raise InvalidMediaError("image bytes are empty")
         try:
             img = Image.open(io.BytesIO(bytes(image)), formats=IMAGE_FORMATS)
-            _check_pixels(img.size, max_pixels)  # from the header, before decoding
+            check_pixels(img.size, max_pixels)  # from the header, before decoding
             img.load()
         except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError,
                 ValueError) as exc:
@@ -93,13 +93,15 @@ def decode_image(image: object, max_pixels: int = Limits.image_pixels) -> Image.
         if image.ndim not in (2, 3) or image.size == 0 or (
                 image.ndim == 3 and image.shape[2] not in (1, 3, 4)):
             raise InvalidMediaError(f"image array must be H×W or H×W×{{1,3,4}}, got {image.shape}")
-        _check_pixels(image.shape[1::-1], max_pixels)
+        check_pixels(image.shape[1::-1], max_pixels)
         return Image.fromarray(image[..., 0] if image.ndim == 3 and image.shape[2] == 1 else image)
     raise InvalidMediaError(f"image must be encoded bytes or a uint8 array, got "
                             f"{type(image).__name__}")
 
 
-def _check_pixels(size: Sequence[int], max_pixels: int) -> None:
+def check_pixels(size: Sequence[int], max_pixels: int = Limits.image_pixels) -> None:
+    """InvalidMediaError when an image of ``size`` (width, height) has over ``max_pixels``
+    pixels."""
     width, height = size
     if width * height > max_pixels:
         raise InvalidMediaError(f"image is {width}×{height} = {width * height:,} pixels; "

@@ -14,11 +14,15 @@
 A missing weight raises :class:`~mmcache.errors.OfflineAssetError` saying how to
 supply it; no randomly initialised model ever stands in. ``encoder_id`` names
 the architecture and a hash of the weights.
+
+Images are validated as a cache's queries are (:func:`mmcache.keys.decode_image`): encoded
+bytes only in :data:`mmcache.keys.IMAGE_FORMATS` (no EPS), and no image over the encoder's
+``max_pixels`` (default ``limits.image_pixels``), refused from the header before decoding;
+either is an InvalidMediaError, also when the encoder is used on its own.
 """
 
 from __future__ import annotations
 
-import io
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -30,6 +34,7 @@ from mmcache.errors import ConfigError, InvalidMediaError, OfflineAssetError, Un
 from mmcache.offline import downloads_allowed, enforce_offline
 from mmcache.encoders import clip_arch
 from mmcache.encoders.text import check_texts, file_sha256, minilm_path
+from mmcache.types import Limits
 
 DEFAULT_WEIGHTS = "offline"
 
@@ -38,7 +43,8 @@ class CLIPEncoder:
     """One side (``"image"`` or ``"text"``) of an open_clip model: L2-normalised float32 vectors."""
 
     def __init__(self, model, preprocess: Callable, tokenizer: Callable, modality: str,
-                 encoder_id: str, card: dict[str, Any] | None = None, batch_size: int = 256) -> None:
+                 encoder_id: str, card: dict[str, Any] | None = None, batch_size: int = 256,
+                 max_pixels: int = Limits.image_pixels) -> None:
         if modality not in ("image", "text"):
             raise UnknownModalityError(f"CLIP encodes 'image' or 'text', not {modality!r}")
         self.model = model.eval()
@@ -49,9 +55,13 @@ class CLIPEncoder:
         self.encoder_id = encoder_id
         self.card = card or {}
         self.batch_size = batch_size
+        #: The largest image, in pixels, the image side decodes.
+        self.max_pixels = max_pixels
 
     def encode(self, inputs: Sequence[Any]) -> np.ndarray:
-        """``(n, dim)`` unit vectors for images (uint8 arrays, PIL images, encoded bytes) or texts."""
+        """``(n, dim)`` unit vectors for images (uint8 arrays, PIL images, encoded bytes of the
+        formats a query may carry, each of at most :attr:`max_pixels` pixels) or texts;
+        InvalidMediaError for an image :func:`to_pil` refuses."""
         # deferred: model libraries load only where a model runs
         import torch
 
@@ -61,7 +71,7 @@ class CLIPEncoder:
             for i in range(0, len(items), self.batch_size):
                 chunk = items[i:i + self.batch_size]
                 if self.modality == "image":
-                    batch = torch.stack([self.preprocess(to_pil(x, i + j))
+                    batch = torch.stack([self.preprocess(to_pil(x, i + j, self.max_pixels))
                                          for j, x in enumerate(chunk)])
                     feats = self.model.encode_image(batch)
                 else:
@@ -70,27 +80,23 @@ class CLIPEncoder:
         return np.concatenate(out).astype(np.float32)
 
 
-def to_pil(item: Any, index: int = 0):
-    """A PIL image from a PIL image, encoded bytes, or an ``H×W[×3|4]`` uint8 array."""
-    # deferred: Pillow only where an image is decoded
-    from PIL import Image, UnidentifiedImageError
+def to_pil(item: Any, index: int = 0, max_pixels: int = Limits.image_pixels) -> Any:
+    """A PIL image from a PIL image, encoded bytes (one of :data:`mmcache.keys.IMAGE_FORMATS`)
+    or an ``H×W[×1|3|4]`` uint8 array, of at most ``max_pixels`` pixels; InvalidMediaError
+    naming image ``index`` otherwise (the validation a cache's queries get,
+    :func:`mmcache.keys.decode_image`)."""
+    # deferred: Pillow (which mmcache.keys imports) only where an image is decoded
+    from PIL import Image
 
-    if isinstance(item, Image.Image):
-        return item
-    if isinstance(item, (bytes, bytearray)):
-        try:
-            image = Image.open(io.BytesIO(item))
-            image.load()
-            return image
-        except (UnidentifiedImageError, OSError) as exc:
-            raise InvalidMediaError(f"image #{index}: bytes are not a decodable image") from exc
-    arr = np.asarray(item) if isinstance(item, np.ndarray) else None
-    if arr is None or arr.dtype != np.uint8 or arr.size == 0 or not (
-            arr.ndim == 2 or (arr.ndim == 3 and arr.shape[2] in (3, 4))):
-        raise InvalidMediaError(f"image #{index} must be encoded bytes, a PIL image or an "
-                                "H×W[×3|4] uint8 array; got "
-                                f"{type(item).__name__} {getattr(item, 'shape', '')}")
-    return Image.fromarray(arr)
+    from mmcache.keys import check_pixels, decode_image
+
+    try:
+        if isinstance(item, Image.Image):
+            check_pixels(item.size, max_pixels)
+            return item
+        return decode_image(item, max_pixels)
+    except InvalidMediaError as exc:
+        raise InvalidMediaError(f"image #{index}: {exc}") from None
 
 
 def offline_preprocess(image) -> Any:
@@ -113,18 +119,22 @@ def offline_preprocess(image) -> Any:
 
 def load_clip_encoder(weights: str = DEFAULT_WEIGHTS, modality: str = "image",
                       checkpoint: str | Path | None = None,
-                      model_dir: str | Path | None = None) -> CLIPEncoder:
+                      model_dir: str | Path | None = None,
+                      max_pixels: int = Limits.image_pixels) -> CLIPEncoder:
     """A CLIP encoder for ``modality`` with the weights the config names (see module doc).
 
     ``model_dir`` points the ``"offline"`` weights at a folder written by
-    :func:`mmcache.lab.clip_training.train` (default: the cached default model under ``data/models/``).
+    :func:`mmcache.lab.clip_training.train` (default: the cached default model under ``data/models/``);
+    ``max_pixels``: the largest image it decodes (a cache whose ``limits.image_pixels`` is
+    raised above the default gives its encoder the same).
     """
     enforce_offline()
     if modality not in ("image", "text"):
         raise UnknownModalityError(f"CLIP encodes 'image' or 'text', not {modality!r}")
-    if weights == DEFAULT_WEIGHTS:
-        return _offline_encoder(modality, model_dir)
-    return _pretrained_encoder(weights, modality, checkpoint)
+    encoder = _offline_encoder(modality, model_dir) if weights == DEFAULT_WEIGHTS else \
+        _pretrained_encoder(weights, modality, checkpoint)
+    encoder.max_pixels = max_pixels
+    return encoder
 
 
 def _offline_encoder(modality: str, model_dir: str | Path | None) -> CLIPEncoder:

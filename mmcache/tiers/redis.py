@@ -52,7 +52,8 @@ Layout under ``prefix`` (default ``"mmcache"``) on one server, no pickle anywher
   the store is within its recorded capacity (:attr:`RedisStore.evicts`), so every client
   evicts by one view; it returns their keys and versions. An entry Redis expired stays
   counted until it comes up as a victim or a sweep deletes it; a tier sweeps before a put
-  that would take the store past its capacity (:mod:`mmcache.tiers.store`).
+  that would take the store past its capacity (:mod:`mmcache.tiers.store`). Either way its
+  removal is logged like a delete, so every client drops its copy on replay.
 * ``{prefix}:capacity`` — the capacity recorded by the first client (JSON);
   ``{prefix}:fact:{name}`` — what every client must agree on, recorded by the first one: the
   key layout (``layout``) and the encoder of each modality (``encoder:<modality>``).
@@ -125,7 +126,8 @@ if top and tonumber(top) >= seq then
 end
 """
 
-# Drops the entry key ``key`` from the recency (KEYS[5]), sizes (KEYS[6]) and bytes (KEYS[7]).
+# Drops the entry key ``key`` from the recency (KEYS[5]), sizes (KEYS[6]) and bytes (KEYS[7]);
+# true if it was counted there.
 _UNCOUNT = """
 local function uncount(key)
   local size = redis.call('HGET', KEYS[6], key)
@@ -133,7 +135,7 @@ local function uncount(key)
     redis.call('HDEL', KEYS[6], key)
     redis.call('DECRBY', KEYS[7], size)
   end
-  redis.call('ZREM', KEYS[5], key)
+  return redis.call('ZREM', KEYS[5], key) == 1 or size ~= false
 end
 """
 
@@ -166,8 +168,8 @@ while (max_entries and redis.call('ZCARD', KEYS[5]) > max_entries) or
   if not victim then break end
   local version = redis.call('HGET', victim, 'version') or '0'
   uncount(victim)
+  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[1]), victim)
   if redis.call('DEL', victim) == 1 then
-    redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[1]), victim)
     result[#result + 1] = victim
     result[#result + 1] = version
   end
@@ -176,10 +178,14 @@ return result
 """
 
 # KEYS: seq, log, entry key, epoch, recency, sizes, bytes; ARGV: the version to delete ('' for
-# any), a new epoch. Returns 1 if deleted (a key Redis expired leaves the recency too).
+# any), a new epoch. Returns 1 if deleted. A key Redis expired that is still counted leaves the
+# recency too, and its removal is logged like a delete (so every client drops its copy).
 _DELETE_SCRIPT = _UNCOUNT + """
 if redis.call('EXISTS', KEYS[3]) == 0 then
-  uncount(KEYS[3])
+  if uncount(KEYS[3]) then
+""" + _NEXT_SEQ + """
+    redis.call('ZADD', KEYS[2], seq, KEYS[3])
+  end
   return 0
 end
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[3], 'version') ~= ARGV[1] then return 0 end

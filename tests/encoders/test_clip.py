@@ -179,6 +179,41 @@ def test_bad_images_raise(image_encoder, bad):
         image_encoder.encode([bad])
 
 
+def test_an_eps_image_is_refused_before_any_decoder_runs(image_encoder, monkeypatch):
+    """PIL reads EPS through Ghostscript; the encoder, like a cache's queries, takes only the
+    formats a query may carry, so a Ghostscript on the machine (simulated here) never runs."""
+    from PIL import EpsImagePlugin, Image
+
+    ran = []
+    monkeypatch.setattr(EpsImagePlugin, "Ghostscript",
+                        lambda tile, size, *a, **k: ran.append(size) or Image.new("RGB", size).im)
+    eps = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(eps, format="EPS")
+    with pytest.raises(InvalidMediaError, match="image #0"):
+        image_encoder.encode([eps.getvalue()])
+    assert ran == []
+
+
+def test_an_image_over_the_pixel_limit_is_refused_from_its_header(image_encoder):
+    """An image PIL would decode (below its own bomb guard, 89 Mpx) but over the pixel limit
+    of a query is refused from its header, as bytes, as an array and as a PIL image."""
+    from PIL import Image
+
+    side = 7_000  # 49 Mpx: over limits.image_pixels (40 Mpx)
+    png = io.BytesIO()
+    Image.new("1", (side, side)).save(png, format="PNG")
+    for big in (png.getvalue(), np.zeros((side, side), np.uint8), Image.new("1", (side, side))):
+        with pytest.raises(InvalidMediaError, match="image_pixels"):
+            image_encoder.encode([big])
+
+
+def test_the_pixel_limit_is_an_option(tiny_dir):
+    small = C.load_clip_encoder(modality="image", model_dir=tiny_dir, max_pixels=100)
+    assert small.encode([np.zeros((10, 10), np.uint8)]).shape == (1, 384)
+    with pytest.raises(InvalidMediaError, match="image_pixels allows 100"):
+        small.encode([np.zeros((10, 11), np.uint8)])
+
+
 def test_unknown_modality(tiny_dir):
     with pytest.raises(UnknownModalityError):
         C.load_clip_encoder(modality="audio", model_dir=tiny_dir)

@@ -534,3 +534,62 @@ def test_the_log_is_compacted_and_a_reader_behind_it_resyncs(redis_url: str, pre
     finally:
         writer.close()
         reader.close()
+
+
+@pytest.mark.parametrize("remove", ["delete", "evict"])
+def test_a_key_redis_expired_leaves_every_client_once_it_is_uncounted(
+        redis_url: str, prefix: str, remove: str) -> None:
+    """Redis drops a key before its entry expires (its EXPIRE, or a volatile-* eviction); the
+    next delete of it, or the put that picks it as the victim, logs its removal, so another
+    client drops its copy at its next replay instead of keeping a ghost in its index."""
+    capacity = Capacity(max_entries=1) if remove == "evict" else None
+    writer = RedisTier(redis_url, capacity=capacity, prefix=prefix)
+    reader = RedisTier(redis_url, prefix=prefix)
+    try:
+        writer.put(entry("ghost", seed=0, expires_at=time.time() + 3600.0))
+        assert [c.entry_id for c in reader.search("tenant-a", {"text": unit(0)},
+                                                  {"text": 0.99})] == ["ghost"]
+        client = redis.Redis.from_url(redis_url)
+        client.pexpireat(writer.key("tenant-a", "ghost"), 1)  # expired: Redis drops it
+        assert not client.exists(writer.key("tenant-a", "ghost"))
+        if remove == "delete":
+            writer.delete("ghost")
+        else:
+            writer.put(entry("next", seed=1))
+        assert reader.search("tenant-a", {"text": unit(0)}, {"text": 0.99}) == []
+        assert "ghost" not in reader.ids()
+        assert reader.usage() == ((1, 100) if remove == "evict" else (0, 0))
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_an_entry_redis_expired_under_two_caches_leaves_both_once_invalidated(
+        redis_url: str, prefix: str, monkeypatch) -> None:
+    """Two caches on one server, a short TTL: Redis drops the key by its EXPIRE (by the
+    server's clock) while both caches' clocks still count the entry as live, so each holds it
+    in its L3 index; the writer's invalidation, which finds the key gone, logs the removal, so
+    the reader drops its copy at its next replay (here a get of another query; a get of the
+    same one would find the key gone and drop it by itself)."""
+    import mmcache
+    from mmcache.lab.testing import FakeClock
+    from mmcache.tiers import store
+
+    monkeypatch.setattr(store, "SWEEP_EVERY_S", 0.05)  # the key outlives the entry by this
+    config = {"l1": {"enabled": False}, "l2": {"enabled": False},
+              "l3": {"backend": "redis", "url": redis_url, "options": {"prefix": prefix}}}
+    query = mmcache.Query(embeddings={"text": unit(5)}, scope="t")
+    with mmcache.TieredCache(config, clock=FakeClock()) as writer, \
+            mmcache.TieredCache(config, clock=FakeClock()) as reader:
+        entry_id = writer.put(query, "soon gone", ttl=0.05)
+        assert reader.get(query).value == "soon gone"
+        key = writer.tier("l3").key("t", entry_id)
+        client = redis.Redis.from_url(redis_url)
+        deadline = time.monotonic() + 10.0
+        while client.exists(key) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not client.exists(key)
+        assert entry_id in reader.tier("l3").ids()   # a ghost: the reader's clock has not moved
+        writer.invalidate(query)
+        assert reader.get(mmcache.Query(embeddings={"text": unit(6)}, scope="t")) is None
+        assert entry_id not in reader.tier("l3").ids() and reader.tier("l3").usage() == (0, 0)

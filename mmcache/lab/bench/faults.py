@@ -1,9 +1,10 @@
-"""The store fault matrix: faults injected into real Redis servers under two caches, and what
-each fault did to what the caches served.
+"""The store fault matrix: faults injected into real Redis servers and shared SQLite files under
+two caches, and what each fault did to what the caches served.
 
-``python -m mmcache.lab.bench.faults [--keys N] [--rounds R]`` starts, for each fault, a
-private redis-server on loopback behind a TCP proxy the run controls, and three
-``TieredCache`` s on it (L1 + flat L2 + the Redis L3, defaults otherwise): ``A`` writes,
+``python -m mmcache.lab.bench.faults [--keys N] [--rounds R]`` starts, for each Redis fault, a
+private redis-server on loopback behind a TCP proxy the run controls (for each SQLite fault, a
+fresh shared SQLite file), and three
+``TieredCache`` s on it (L1 + flat L2 + the L3, defaults otherwise): ``A`` writes,
 ``B`` reads, and ``truth`` (no L1, no L2) reads what the store holds. ``A`` puts every key and
 ``B`` reads it, so ``B`` holds private copies; then the fault; then ``R`` rounds in which
 ``A`` writes every key again and ``B`` reads it. One row per fault:
@@ -16,7 +17,11 @@ private redis-server on loopback behind a TCP proxy the run controls, and three
 - ``typed`` / ``untyped``: calls that raised an ``MMCacheError`` / any other exception
   (a store failure degrades to a miss or a put not stored by default, so both should be 0);
 - ``recover s``: seconds from the end of the fault until a round of ``B``'s reads all agree
-  with the store.
+  with the store;
+- ``gets during``, ``get p50 ms`` / ``p99`` / ``max``: for a fault that lasts (an outage),
+  the gets ``B`` made while it lasted (every key in turn, ``A`` putting after each) and their
+  latency: what a caller waits while the store does not answer (a copy, or a miss, within the
+  store's timeouts).
 
 The store itself loses data in some faults (that is the fault); what is measured is whether
 the caches notice. The rows are printed as a Markdown table and recorded in the benchmark
@@ -27,7 +32,11 @@ ledger (``runs/bench/faults.json``; ``make bench-faults``).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
+import sqlite3
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,19 +59,27 @@ OUTAGE_S = 1.0
 
 @dataclass
 class Rig:
-    """The servers, the proxy in front of them, the three caches and the keys of one run."""
+    """The store (a Redis server behind its proxy, or a SQLite file), the three caches and the
+    keys of one run, with the errors counted and the seconds each get made during the fault
+    took."""
 
-    server: LocalRedis
-    proxy: FaultProxy
+    server: LocalRedis | None
+    proxy: FaultProxy | None
     folder: Path
     keys: list[str]
     caches: dict[str, TieredCache] = field(default_factory=dict)
     typed: int = 0
     untyped: int = 0
+    get_s: list[float] = field(default_factory=list)
 
     @property
     def admin(self) -> redis.Redis:
         return redis.Redis.from_url(self.server.url)
+
+    @property
+    def path(self) -> Path:
+        """The SQLite file of a SQLite run."""
+        return self.folder / "l3.db"
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, with an error counted (typed or not) and None returned."""
@@ -91,13 +108,14 @@ class Rig:
 
 @dataclass(frozen=True)
 class Fault:
-    """One fault: its name, its kind, the server's options, and how to inject it (the
-    function returns once the store is reachable again)."""
+    """One fault: its name, its kind, how to inject it (the function returns once the store
+    is reachable again), its store (``"redis"`` or ``"sqlite"``) and the server's options."""
 
     name: str
     kind: str
     inject: Callable[[Rig], None]
     server_args: tuple[str, ...] = NO_PERSISTENCE
+    backend: str = "redis"
 
 
 def _flush(rig: Rig) -> None:
@@ -143,12 +161,61 @@ def _server_down(rig: Rig) -> None:
     rig.server.start()
 
 
-def _during_outage(rig: Rig) -> None:
-    """Calls into an outage: each must degrade (a miss, a put not stored), none may raise."""
+def _during_outage(rig: Rig, value: str = "during the outage") -> None:
+    """Calls into an outage for :data:`OUTAGE_S` seconds: ``B`` gets every key in turn (each
+    get timed) and ``A`` puts ``value`` after each; each must degrade (a copy, a miss, a put
+    not stored), none may raise."""
     deadline = time.monotonic() + OUTAGE_S
-    while time.monotonic() < deadline:
-        rig.call(rig.caches["b"].get, query(rig.keys[0]))
-        rig.call(rig.caches["a"].put, query(rig.keys[0]), "during the outage")
+    for i in itertools.count():
+        if time.monotonic() >= deadline:
+            return
+        key = rig.keys[i % len(rig.keys)]
+        started = time.perf_counter()
+        rig.call(rig.caches["b"].get, query(key))
+        rig.get_s.append(time.perf_counter() - started)
+        rig.call(rig.caches["a"].put, query(key), value)
+
+
+def _sqlite_connections(cache: TieredCache) -> list[sqlite3.Connection]:
+    """The connections of a cache's SQLite L3 (its writer's and its reader's)."""
+    store = cache.tier("l3").store
+    return [db for db in {id(c): c for c in (store._db, getattr(store, "_reader", None))}.values()
+            if isinstance(db, sqlite3.Connection)]
+
+
+def _disk_full(rig: Rig) -> None:
+    """No page can be added to the file (``PRAGMA max_page_count`` on every connection) for
+    :data:`OUTAGE_S` seconds while ``A`` puts values larger than the file's free pages."""
+    connections = [db for cache in rig.caches.values() for db in _sqlite_connections(cache)]
+    pages = connections[0].execute("PRAGMA page_count").fetchone()[0]
+    limits = [db.execute("PRAGMA max_page_count").fetchone()[0] for db in connections]
+    for db in connections:
+        db.execute(f"PRAGMA max_page_count = {pages}")
+    try:
+        _during_outage(rig, "x" * 200_000)
+    finally:
+        for db, limit in zip(connections, limits):
+            db.execute(f"PRAGMA max_page_count = {limit}")
+
+
+def _corrupt_rows(rig: Rig) -> None:
+    """Another process overwrites the stored value of every key with bytes of no codec."""
+    with contextlib.closing(sqlite3.connect(rig.path, isolation_level=None)) as db:
+        db.execute("UPDATE entries SET value = X'ff00ff', value_type = 'no such codec'")
+
+
+def _locked(rig: Rig) -> None:
+    """Another process holds the file's write lock (``BEGIN IMMEDIATE``) for
+    :data:`OUTAGE_S` seconds: puts wait for it, reads go on beside it (WAL)."""
+    holder = sqlite3.connect(rig.path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(OUTAGE_S, holder.rollback)
+    release.start()
+    try:
+        _during_outage(rig)
+    finally:
+        release.join()
+        holder.close()
 
 
 def _wait_until_in_sync(primary: redis.Redis, replica: redis.Redis, timeout_s: float = 10) -> None:
@@ -173,6 +240,11 @@ FAULTS = (
           _lagging_replica_promoted),
     Fault("black hole: the server stops answering for 1 s", "outage", _black_hole),
     Fault("server killed, down for 1 s, back empty", "outage", _server_down),
+    Fault("SQLite: disk full for 1 s (max_page_count)", "outage", _disk_full, backend="sqlite"),
+    Fault("SQLite: every row's value corrupted by another process", "corruption",
+          _corrupt_rows, backend="sqlite"),
+    Fault("SQLite: write lock held by another process for 1 s", "outage", _locked,
+          backend="sqlite"),
 )
 
 
@@ -185,12 +257,17 @@ def query(key: str) -> Query:
 
 def run_fault(fault: Fault, keys: int = 20, rounds: int = 3) -> dict[str, Any]:
     """Inject ``fault`` under three caches (see the module doc); its row."""
-    with tempfile.TemporaryDirectory() as tmp, \
-            LocalRedis(Path(tmp) / "primary", *fault.server_args) as server, \
-            FaultProxy(("127.0.0.1", server.port)) as proxy:
-        rig = Rig(server, proxy, Path(tmp), [f"question {i}" for i in range(keys)])
-        config = {"l2": {"index": "flat"},
-                  "l3": {"backend": "redis", "url": proxy.url(), "options": {"prefix": PREFIX}}}
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        names = [f"question {i}" for i in range(keys)]
+        if fault.backend == "sqlite":
+            rig = Rig(None, None, Path(tmp), names)
+            l3: dict[str, Any] = {"backend": "sqlite", "path": str(rig.path), "shared": True}
+        else:
+            server = stack.enter_context(LocalRedis(Path(tmp) / "primary", *fault.server_args))
+            proxy = stack.enter_context(FaultProxy(("127.0.0.1", server.port)))
+            rig = Rig(server, proxy, Path(tmp), names)
+            l3 = {"backend": "redis", "url": proxy.url(), "options": {"prefix": PREFIX}}
+        config = {"l2": {"index": "flat"}, "l3": l3}
         alone = {**config, "l1": {"enabled": False}, "l2": {"enabled": False}}
         rig.caches = {"a": TieredCache(config), "b": TieredCache(config),
                       "truth": TieredCache(alone)}
@@ -203,7 +280,8 @@ def run_fault(fault: Fault, keys: int = 20, rounds: int = 3) -> dict[str, Any]:
         finally:
             for cache in rig.caches.values():
                 cache.close()
-            rig.server.stop(kill=True)
+            if rig.server is not None:
+                rig.server.stop(kill=True)
 
 
 def _after(fault: Fault, rig: Rig, rounds: int, ended: float) -> dict[str, Any]:
@@ -222,9 +300,13 @@ def _after(fault: Fault, rig: Rig, rounds: int, ended: float) -> dict[str, Any]:
             acked.update(rig.write_all(f"round {r}"))
     held = rig.read_all("truth")
     lost = sum(held[k] != v for k, v in acked.items())
+    during = np.asarray(rig.get_s) * 1000.0
     return {"fault": fault.name, "kind": fault.kind, "reads": reads, "stale": stale,
             "acked lost": lost, "typed": rig.typed, "untyped": rig.untyped,
-            "recover s": None if recovered is None else round(recovered, 3)}
+            "recover s": None if recovered is None else round(recovered, 3),
+            "gets during": len(during),
+            **{f"get {name} ms": round(float(np.percentile(during, q)), 1) if len(during)
+               else None for name, q in (("p50", 50), ("p99", 99), ("max", 100))}}
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -257,8 +339,15 @@ def figures(row: dict[str, Any]) -> list[Ratio]:
                                        ("typed errors", "typed", 0),
                                        ("untyped errors", "untyped", 0))]
     recover = row["recover s"]
+    latency = [Ratio(f"{row['fault']}: get {name} during the fault", row[f"get {name} ms"], "",
+                     unit="ms") for name in ("p50", "p99", "max")
+               if row.get(f"get {name} ms") is not None]
+    during = [Ratio(f"{row['fault']}: gets during the fault", row["gets during"], "",
+                    unit="count")] \
+        if row.get("gets during") else []
     return counts + [Ratio(f"{row['fault']}: seconds to recover",
-                           float("inf") if recover is None else recover, truth, unit="s")]
+                           float("inf") if recover is None else recover, truth, unit="s")] + \
+        during + latency
 
 
 if __name__ == "__main__":
