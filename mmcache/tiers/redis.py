@@ -269,6 +269,15 @@ def scope_tag(scope: str) -> str:
     return xxhash.xxh3_64_hexdigest(scope.encode("utf-8", "surrogatepass"))
 
 
+def _layout_refusal(location: str, prefix: str, layout: str) -> str:
+    """Why a store of another key layout is refused, and the two ways to go on."""
+    return (f"the Redis store at {location} prefix {prefix!r} has key layout {layout!r}, this "
+            f"mmcache reads and writes layout {LAYOUT!r} only (no migration): set another "
+            "`l3.options.prefix`, or drop the old cache's keys, e.g. `redis-cli -u <url> --scan "
+            f"--pattern '{prefix}:*' | xargs -r redis-cli -u <url> unlink` (they hold cached "
+            "answers only, which the cache stores again on misses)")
+
+
 class RedisStore(Store):
     """Entries in a Redis server (or cluster) under one key prefix, with change logs."""
 
@@ -310,9 +319,8 @@ class RedisStore(Store):
             self.skew = SkewWatch(self._shards(), window=skew_window, where=self.location)
             layout = self.record_fact("layout", LAYOUT)
             if layout != LAYOUT:
-                raise StorageError(f"the Redis store at {self.location} prefix {prefix!r} has "
-                                   f"key layout {layout!r}, this mmcache writes {LAYOUT!r}: "
-                                   "use another prefix", code="MM-SCHEMA-VERSION")
+                raise StorageError(_layout_refusal(self.location, prefix, layout),
+                                   code="MM-SCHEMA-VERSION")
         except BaseException:
             self._db.close()
             raise

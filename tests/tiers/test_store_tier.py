@@ -422,3 +422,5 @@ def test_a_redis_store_of_another_key_layout_is_refused(redis_url) -> None:
                                     "options": {"prefix": prefix}}}, on_event=seen.append)
     assert refused.value.code == "MM-SCHEMA-VERSION"  # a failure event, with its code
     assert [(e.code, e.tier) for e in seen] == [("MM-SCHEMA-VERSION", "l3")]
+    message = str(refused.value)   # it says how to go on: another prefix, or drop the old keys
+    assert "l3.options.prefix" in message and f"--pattern '{prefix}:*'" in message
