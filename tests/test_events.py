@@ -143,6 +143,7 @@ def test_another_schema_version_is_refused_with_its_code(tmp_path, monkeypatch):
     assert refused.value.code == "MM-SCHEMA-VERSION"
     assert [e.code for e in seen] == ["MM-SCHEMA-VERSION"] and seen[0].tier == "l3"
     assert meta(path) == before and before["schema_version"] == "7"
+    assert "`l3.path`" in str(refused.value)  # it says how to go on
 
 
 def test_an_entry_another_serializer_wrote_is_an_event_and_still_not_served(tmp_path,

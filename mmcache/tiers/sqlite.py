@@ -350,7 +350,10 @@ class SQLiteStore(Store):
                                "shared memory (not NFS, not ':memory:')")
         if version != SCHEMA_VERSION:
             db.close()
-            raise StorageError(f"{self.path} has schema {version}, expected {SCHEMA_VERSION}",
+            raise StorageError(f"{self.path} has schema {version}, this mmcache reads and "
+                               f"writes schema {SCHEMA_VERSION} only (no migration): set another "
+                               "`l3.path`, or delete the file (it holds cached answers only, "
+                               "which the cache stores again on misses)",
                                code="MM-SCHEMA-VERSION")
         return db
 
