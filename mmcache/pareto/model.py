@@ -128,8 +128,11 @@ def lower_envelope(model: CapacityLatencyModel, capacity: Any, consistency: Any,
                    latency: Any) -> tuple[CapacityLatencyModel, float]:
     """``model`` scaled down (by the returned factor ≤ 1) until it lies at or below every
     measured latency: an empirical bound over the measured configurations."""
-    ratio = np.asarray(latency, dtype=float) / model.latency(capacity, consistency)
-    factor = float(min(1.0, ratio.min()))
+    latency = np.asarray(latency, dtype=float)
+    factor = float(min(1.0, (latency / model.latency(capacity, consistency)).min()))
+    # the scaled terms round apart from factor × latency: step down until none lies above
+    while (model.scaled(factor).latency(capacity, consistency) > latency).any():
+        factor = float(np.nextafter(factor, 0.0))
     return model.scaled(factor), factor
 
 

@@ -212,13 +212,19 @@ def test_fit_rejects_bad_data() -> None:
         fit_model([0, 1, 2, 3, 4], [0, 1, 0, 1, 0], [1, 2, 3, 4, 5])
 
 
-def test_lower_envelope_lies_below_every_measurement() -> None:
-    c, i, lat = _grid(MODEL, noise=0.05, seed=1)
-    fit = fit_model(c, i, lat)
-    env, factor = lower_envelope(fit.model, c, i, lat)
-    assert 0 < factor < 1
-    assert (env.latency(c, i) <= lat * (1 + 1e-12)).all()
+@pytest.mark.parametrize("seed", range(30))
+def test_lower_envelope_lies_at_or_below_every_measurement(seed: int) -> None:
+    c, i, lat = _grid(MODEL, noise=0.05, seed=seed)
+    env, factor = lower_envelope(MODEL, c, i, lat)
+    assert 0 < factor < 1 and env == MODEL.scaled(factor)
+    assert (env.latency(c, i) <= lat).all()  # exactly: notebook 05 counts points below it
     assert np.isclose(env.latency(c, i) / lat, 1.0).any()  # touches the data
+
+
+def test_lower_envelope_of_a_fit() -> None:
+    c, i, lat = _grid(MODEL, noise=0.05, seed=1)
+    env, factor = lower_envelope(fit_model(c, i, lat).model, c, i, lat)
+    assert 0 < factor < 1 and (env.latency(c, i) <= lat).all()
 
 
 def test_supported_marks_the_convex_hull_only() -> None:
@@ -266,6 +272,20 @@ def test_badly_scaled_models_solve_to_optimal(model, domain) -> None:
     # unless the I² cost pulls it lower
     i_best = np.clip(model.beta / (model.beta + model.gamma), 1 - slack.ravel(), domain.i_max)
     np.testing.assert_allclose(eps.latency, model.latency(caps.ravel(), i_best), rtol=1e-5)
+
+
+@pytest.mark.parametrize("margin", [1e-9, 3e-9, 1e-8, 3e-8])
+def test_epsilon_bounds_a_sliver_inside_the_domain_edge_solve_to_optimal(margin: float) -> None:
+    # notebook 05's check: ε-bounds just above weighted-sum solutions that lie on the edge
+    # i = i_max; Clarabel's default settings stopped at optimal_inaccurate on a few of them
+    model = CapacityLatencyModel(139.48, 0.11639, 21.969, 59.877)
+    domain = Domain(c_min=0.29778, c_max=3.5733, i_min=0.0, i_max=14 / 15)
+    caps, slack = np.meshgrid(np.geomspace(domain.c_min, domain.c_max, 60),
+                              np.linspace(1 - domain.i_max, 1 - domain.i_min, 15))
+    caps, slack = caps.ravel() + margin, slack.ravel() + margin
+    front = ParetoBound(model, domain).epsilon_constraint(caps, slack)  # SolverError unless optimal
+    i_best = np.clip(model.beta / (model.beta + model.gamma), 1 - slack, domain.i_max)
+    np.testing.assert_allclose(front.latency, model.latency(caps, i_best), rtol=SOLVER_TOL)
 
 
 def test_epsilon_bounds_must_be_positive(bound: ParetoBound) -> None:
