@@ -28,6 +28,7 @@ from mmcache.encoders import ENCODERS
 from mmcache.errors import ConfigError
 from mmcache.policies import POLICIES, make_policy
 from mmcache.thresholds import RULES
+from mmcache.thresholds.base import MAX_SCOPES
 from mmcache.thresholds.budget import PARTS
 from mmcache.types import CHANNELS, MODALITIES, Limits, modality_set_channels, redacted_url
 from mmcache.verify import VERIFIERS
@@ -69,7 +70,7 @@ class MemoryTierConfig:
 
     enabled: bool = True
     max_entries: int | None = 10_000
-    max_bytes: int | None = None
+    max_bytes: int | None = 256 << 20
     policy: str = "lru"
     policy_options: dict[str, Any] = field(default_factory=dict)
     modality_sets: list[str] | None = None
@@ -84,7 +85,7 @@ class SemanticTierConfig:
 
     enabled: bool = True
     max_entries: int | None = 1_000_000
-    max_bytes: int | None = None
+    max_bytes: int | None = 1 << 30
     policy: str = "lru"
     policy_options: dict[str, Any] = field(default_factory=dict)
     modality_sets: list[str] | None = None
@@ -157,6 +158,7 @@ class ThresholdConfig:
     verifier_band: float = 2.0
     verifier_min: float = 0.5
     context_delta: float = 0.15
+    max_scopes: int = MAX_SCOPES
 
 
 @dataclass
@@ -284,13 +286,15 @@ KEY_HELP: dict[type, dict[str, str]] = {
     MemoryTierConfig: {
         "enabled": "Use this tier.",
         "max_entries": "Most entries held (null: no limit).",
-        "max_bytes": "Most bytes held (null: no limit); at most the machine's physical memory.",
+        "max_bytes": "Most bytes held (null: no limit; default 256 MiB, so that large values "
+                     "cannot exhaust memory); at most the machine's physical memory.",
         **_POLICY_HELP,
     },
     SemanticTierConfig: {
         "enabled": "Use this tier.",
         "max_entries": "Most entries held (null: no limit).",
-        "max_bytes": "Most bytes held (null: no limit); at most the machine's physical memory, "
+        "max_bytes": "Most bytes held (null: no limit; default 1 GiB, about 500,000 entries of "
+                     "512-d text with short answers); at most the machine's physical memory, "
                      "and at least one entry's vectors (4 bytes × the sum of `dims`).",
         **_POLICY_HELP,
         "index": "`auto`: exact inner-product search below `ann_min_size` vectors per (scope, "
@@ -366,6 +370,9 @@ KEY_HELP: dict[type, dict[str, str]] = {
         "verifier_min": "Below this verifier score the hit is vetoed.",
         "context_delta": "A candidate needs context-vector cosine ≥ 1 − `context_delta` "
                          "(`mmcache.context`: the conversation's last turns).",
+        "max_scopes": "`percentile`, `error-budget`: scopes whose windows or ledgers are kept; "
+                      "past it the scope used least recently is forgotten and starts again as "
+                      "a new one (`percentile`: at `delta`; `error-budget`: with its `credit`).",
     },
     FreshnessConfig: {
         "ttl": "Seconds an entry is fresh (null: never expires), at most ten years "
@@ -538,6 +545,7 @@ def _validate(cfg: CacheConfig) -> None:
     _in_range(th.percentile, 0.0, 100.0, "thresholds.percentile")
     _positive(th.window, "thresholds.window")
     _positive(th.min_samples, "thresholds.min_samples")
+    _positive(th.max_scopes, "thresholds.max_scopes")
     _in_range(th.delta_min, 0.0, 2.0, "thresholds.delta_min", low_open=True)
     _in_range(th.delta_max, th.delta_min, 2.0, "thresholds.delta_max")
     _check_rule_settings(th)

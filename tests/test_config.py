@@ -96,7 +96,8 @@ def test_unreadable_yaml_is_a_config_error(tmp_path):
     ({"l2": {"ann_factory": "Bogus"}}, "l2.ann_factory"),
     ({"l2": {"ann_factory": "HNSW32,Bogus"}}, "l2.ann_factory"),
     ({"dims": {"text": 512}, "l2": {"ann_factory": "PQ48"}}, "l2.ann_factory"),
-    ({"l1": {"policy": "arc"}}, "l1.max_bytes"),
+    ({"l1": {"policy": "arc", "max_bytes": None}}, "l1.max_bytes"),
+    ({"thresholds": {"max_scopes": 0}}, "thresholds.max_scopes"),
 ])
 def test_bad_config_names_the_key(data, key):
     with pytest.raises(ConfigError) as err:

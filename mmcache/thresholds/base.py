@@ -25,10 +25,24 @@ import math
 from abc import ABC, abstractmethod
 from typing import Mapping, Sequence
 
+from cachetools import LRUCache
+
+from mmcache.errors import ConfigError
+
 #: δ for a modality the config does not list.
 DEFAULT_DELTA = 0.1
 #: A threshold no similarity reaches (the rule never accepts on that modality).
 NEVER = math.inf
+#: Scopes whose state a rule keeps (``thresholds.max_scopes``): past it, the scope used least
+#: recently is forgotten and starts again as a new scope.
+MAX_SCOPES = 10_000
+
+
+def recent_scopes(max_scopes: int) -> LRUCache:
+    """A mapping of per-scope state that keeps the ``max_scopes`` scopes used most recently."""
+    if not isinstance(max_scopes, int) or isinstance(max_scopes, bool) or max_scopes < 1:
+        raise ConfigError(f"thresholds.max_scopes must be a positive integer, got {max_scopes!r}")
+    return LRUCache(maxsize=max_scopes)
 
 
 class ThresholdRule(ABC):

@@ -29,6 +29,10 @@ it is never served before feedback lifts it: vCache's cold start).
 ``parts`` switches checks off for ablations: ``ledger`` keeps only the scope's ledger
 (``spent + P(wrong) ≤ allowance``); ``curves`` keeps only a per-hit bound, P(wrong) ≤
 ``budget`` (each served hit within the budget on its own, no ledger).
+
+Ledgers are kept for the ``max_scopes`` scopes used most recently; a scope forgotten past
+that starts again as a new one, with its ``credit`` (a bound on memory, paid in budget by
+an application that cycles through more scopes than that).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from mmcache.thresholds.base import ThresholdRule
+from mmcache.thresholds.base import MAX_SCOPES, ThresholdRule, recent_scopes
 from mmcache.thresholds.prior import channel_priors, curve, posterior
 
 #: Prior over w for a channel without a fitted one: centred on P = 1/2, wide.
@@ -56,7 +60,8 @@ class ErrorBudgetThreshold(ThresholdRule):
     def __init__(self, budget: float = 0.02, prior: str | Path | None = None,
                  encoders: Mapping[str, str] | None = None, max_risk: float = 0.5,
                  credit: float = 10.0, search_floor: float = 0.5,
-                 verifier: str = "none", tail: float = 0.05, parts: str = "both") -> None:
+                 verifier: str = "none", tail: float = 0.05, parts: str = "both",
+                 max_scopes: int = MAX_SCOPES) -> None:
         self.budget, self.max_risk, self.credit, self.tail = budget, max_risk, credit, tail
         self.parts = parts
         self.search_floor = search_floor
@@ -67,7 +72,7 @@ class ErrorBudgetThreshold(ThresholdRule):
         #: entry id -> modality -> ((s, correct) observations, posterior mean, posterior cov).
         self._entries: dict[str, dict[str, tuple[list, tuple, tuple]]] = {}
         #: scope -> [lookups seen, expected wrong answers served].
-        self._ledger: dict[str, list[float]] = {}
+        self._ledger = recent_scopes(max_scopes)
 
     def floor(self, modality: str) -> float:
         return self.search_floor

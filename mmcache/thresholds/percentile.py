@@ -21,6 +21,8 @@ Failure modes (notebook 02 shows them; none is hidden by the clip):
   lookups); a new scope starts at the static ``delta`` until ``min_samples``.
 - δ is clipped to ``[delta_min, delta_max]``; a scope pinned at a bound says so in
   :meth:`PercentileThreshold.deltas`.
+- It keeps windows for the ``max_scopes`` scopes used most recently; a scope forgotten
+  past that starts again at the static ``delta``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from mmcache.thresholds.base import DEFAULT_DELTA, ThresholdRule
+from mmcache.thresholds.base import DEFAULT_DELTA, MAX_SCOPES, ThresholdRule, recent_scopes
 
 
 class PercentileThreshold(ThresholdRule):
@@ -40,14 +42,16 @@ class PercentileThreshold(ThresholdRule):
 
     def __init__(self, delta: Mapping[str, float] | None = None, percentile: float = 85.0,
                  window: int = 1000, min_samples: int = 50, delta_min: float = 0.01,
-                 delta_max: float = 0.5) -> None:
+                 delta_max: float = 0.5, max_scopes: int = MAX_SCOPES) -> None:
         self.initial = dict(delta or {})
         self.percentile = percentile
         self.min_samples = min_samples
         self.delta_min, self.delta_max = delta_min, delta_max
         self._size = window
-        self._window: dict[tuple[str, str], deque[float]] = {}
-        self._current: dict[tuple[str, str], float] = {}
+        #: scope -> modality -> its window of nearest similarities.
+        self._window = recent_scopes(max_scopes)
+        #: scope -> modality -> its adapted δ (once the window holds ``min_samples``).
+        self._current = recent_scopes(max_scopes)
 
     def floor(self, modality: str) -> float:
         return 1.0 - self.delta_max
@@ -58,7 +62,7 @@ class PercentileThreshold(ThresholdRule):
 
     def delta(self, modality: str, scope: str | None = None) -> float:
         """The current δ of ``modality`` in ``scope`` (the clipped static δ until it has data)."""
-        current = self._current.get((scope or "", modality))
+        current = self._current.get(scope or "", {}).get(modality)
         if current is not None:
             return current
         return float(np.clip(self.initial.get(modality, DEFAULT_DELTA), self.delta_min,
@@ -69,15 +73,17 @@ class PercentileThreshold(ThresholdRule):
         for modality in modalities:
             sim = self.floor(modality) if nearest is None else max(
                 float(nearest[modality]), self.floor(modality))
-            window = self._window.setdefault((scope, modality), deque(maxlen=self._size))
+            window = self._window.setdefault(scope, {}).setdefault(
+                modality, deque(maxlen=self._size))
             window.append(sim)
             if len(window) >= self.min_samples:
                 delta = 1.0 - float(np.percentile(np.fromiter(window, float), self.percentile))
-                self._current[(scope, modality)] = float(np.clip(delta, self.delta_min,
-                                                                 self.delta_max))
+                self._current.setdefault(scope, {})[modality] = float(
+                    np.clip(delta, self.delta_min, self.delta_max))
 
     def deltas(self) -> dict[str, float]:
         """δ per modality (static start values) and per ``"scope/modality"`` once adapted."""
         out = {m: self.delta(m) for m in self.initial}
-        out.update({f"{s}/{m}": d for (s, m), d in self._current.items()})
+        out.update({f"{s}/{m}": d for s, by_modality in self._current.items()
+                    for m, d in by_modality.items()})
         return out

@@ -65,6 +65,17 @@ def test_percentile_is_not_a_ratchet_delta_grows_when_lookups_get_farther():
     assert rule.floor("text") == pytest.approx(0.5)         # searches down to 1 - delta_max
 
 
+def test_percentile_keeps_the_most_recent_scopes_only():
+    rule = PercentileThreshold({"text": 0.3}, window=10, min_samples=2, max_scopes=3)
+    for scope in ("a", "b", "c", "a", "d"):                 # d pushes out b, used least recently
+        for s in (0.9, 0.92):
+            rule.observe_lookup(scope, ("text",), {"text": s})
+    assert {k.split("/")[0] for k in rule.deltas() if "/" in k} == {"a", "c", "d"}
+    assert rule.delta("text", "b") == pytest.approx(0.3)   # forgotten: the static start again
+    assert rule.delta("text", "a") < 0.3
+    assert len(rule._window) == len(rule._current) == 3
+
+
 # -- calibrated ----------------------------------------------------------------------------
 def test_calibrated_level_means_the_same_across_encoders(tmp_path):
     """Two encoders whose similarities live on different scales get different cosine
@@ -242,6 +253,24 @@ def test_higher_similarity_never_turns_a_hit_into_a_miss(rules, s1, s2):
     for rule in rules:
         if rule.accepts({"text": low}, "e", "s"):
             assert rule.accepts({"text": high}, "e", "s"), rule.name
+
+
+def test_error_budget_keeps_ledgers_for_the_most_recent_scopes_only(tmp_path):
+    rule = ErrorBudgetThreshold(0.02, synthetic_priors(tmp_path), {"text": "test"},
+                                max_scopes=100)
+    for i in range(1000):                                  # a client cycling through scopes
+        rule.observe_lookup(f"tenant-{i}", ("text",), None)
+        rule.served({"text": 0.99}, "e", f"tenant-{i}")
+    assert len(rule._ledger) == 100
+    assert rule.realised("tenant-999")[0] == 1 and rule.realised("tenant-0") == (0, 0.0)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, None])
+def test_max_scopes_must_be_a_positive_integer(bad):
+    with pytest.raises(ConfigError, match="thresholds.max_scopes"):
+        PercentileThreshold(max_scopes=bad)
+    with pytest.raises(ConfigError, match="thresholds.max_scopes"):
+        make_threshold(ThresholdConfig(rule="percentile", max_scopes=bad))
 
 
 def test_registry_builds_every_rule_from_config(tmp_path):
