@@ -146,7 +146,9 @@ def test_cache_to_dataframe_has_one_row_per_tier(tmp_path):
     frame = cache.to_dataframe()
     assert list(frame.tier) == ["l1", "l2", "l3"] and list(frame.entries) == [4, 4, 4]
     assert list(frame.hits) == [2, 1, 0] and frame.hit_ratio.tolist() == [0.5, 0.25, 0.0]
-    assert frame.max_entries.iloc[0] == 100 and frame.max_bytes.isna().all()
+    assert frame.max_entries.iloc[0] == 100
+    assert frame.max_bytes.iloc[:2].tolist() == [256 << 20, 1 << 30]  # the default byte limits
+    assert frame.max_bytes.isna().iloc[2]                              # the L3: none
     cache.close()
 
 
