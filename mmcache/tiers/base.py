@@ -85,9 +85,13 @@ def _logged(method: Callable[..., Any]) -> Callable[..., Any]:
     """Log calls of a state-changing :class:`Budget` method while the budget is undoable."""
     @functools.wraps(method)
     def logged(self: "Budget", *args: Any, **kwargs: Any) -> Any:
-        if self._log is not None:
-            self._log.append((method.__name__, args, kwargs))
-        return method(self, *args, **kwargs)
+        if self._log is None:
+            return method(self, *args, **kwargs)
+        self._log.append((method.__name__, args, kwargs))
+        result = method(self, *args, **kwargs)
+        if self._mark is None and self._log_is_long():  # nothing to undo: copy now
+            self._copy, self._log = self._state(), []
+        return result
     return logged
 
 
@@ -107,7 +111,9 @@ class Budget:
     mark on a fresh copy. Copies are taken at ``begin`` once the log is long enough, so a
     successful write pays O(1) amortised, and only a rollback pays O(n). Calls made after
     :meth:`end` (by other threads while the write is in flight) are not undone: a rollback
-    replays them after the mark.
+    replays them after the mark. :meth:`commit` says the write succeeded; from then until the
+    next ``begin`` calls are copied away as the log grows, so a tier that only follows other
+    writers (never ``begin``) keeps a bounded log.
     """
 
     def __init__(self, capacity: Capacity, policy: EvictionPolicy | str,
@@ -119,7 +125,8 @@ class Budget:
         self.nbytes = 0
         self._log: list[tuple[str, tuple, dict]] | None = [] if undoable else None
         self._copy = self._state() if undoable else None
-        self._mark = 0
+        #: Where :meth:`rollback` returns to in the log (None: no write in flight).
+        self._mark: int | None = None
         #: Where the calls a rollback undoes end in the log (None: at its end).
         self._end: int | None = None
         #: Whether each entry of the last :func:`admit_all` was admitted when it came.
@@ -132,7 +139,7 @@ class Budget:
         """Mark the state :meth:`rollback` returns to (a no-op unless undoable)."""
         if self._log is None:
             return
-        if len(self._log) >= max(COPY_AFTER_CALLS, len(self.sizes)):
+        if self._log_is_long():
             self._copy, self._log = self._state(), []
         self._mark, self._end = len(self._log), None
 
@@ -142,18 +149,29 @@ class Budget:
         if self._log is not None:
             self._end = len(self._log)
 
+    def commit(self) -> None:
+        """The write prepared since the last :meth:`begin` succeeded: nothing before now will
+        be undone (a no-op unless undoable)."""
+        self._mark = self._end = None
+
     def rollback(self) -> None:
         """Return to the state of the last :meth:`begin`: sizes and the policy's order, with
         the calls made after :meth:`end` made again."""
         if self._log is None:
             raise TypeError("rollback needs a Budget made with undoable=True")
+        if self._mark is None:
+            raise RuntimeError("rollback needs a begin() not yet committed")
         later = [] if self._end is None else self._log[self._end:]
         calls, self._log = self._log[:self._mark] + later, None
         self.policy, self.sizes = pickle.loads(self._copy)
         self.nbytes = sum(self.sizes.values())
         for name, args, kwargs in calls:
             getattr(self, name)(*args, **kwargs)
-        self._log = calls
+        self._log, self._mark, self._end = calls, None, None
+
+    def _log_is_long(self) -> bool:
+        """Whether copying the state now costs O(1) per logged call."""
+        return len(self._log) >= max(COPY_AFTER_CALLS, len(self.sizes))
 
     @_logged
     def admit(self, key: str, size: int, **hints: Any) -> list[str]:

@@ -401,6 +401,7 @@ class StoreTier(BudgetedTier):
                 self._budget.rollback()
             raise
         with self._view:
+            self._budget.commit()
             for entry, version in zip(kept, versions):
                 entry.version = version
             self._apply_landed(before, kept)
@@ -597,6 +598,7 @@ class StoreTier(BudgetedTier):
                 self._keep_touches(served)
             raise
         with self._view:
+            self._budget.commit()
             for entry, version in zip(entries, written.versions):
                 entry.version = version
             evicted = set(written.evicted)

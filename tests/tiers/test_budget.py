@@ -77,3 +77,27 @@ def test_an_undoable_budget_copies_o1_per_call_amortised(monkeypatch):
 def test_rollback_needs_an_undoable_budget():
     with pytest.raises(TypeError, match="undoable"):
         Budget(CAPACITY, "lru").rollback()
+
+
+def test_a_budget_that_only_follows_other_writers_keeps_a_bounded_log():
+    # a reader's L3 adopts and forgets what other processes write, and never begins a write
+    budget = Budget(Capacity(max_entries=500), "lru", undoable=True)
+    for i in range(20_000):
+        budget.adopt(f"k{i}", 10)
+        if i >= 300:
+            budget.remove(f"k{i - 300}")
+    assert len(budget.sizes) == 300
+    assert len(budget._log) <= base.COPY_AFTER_CALLS
+
+
+def test_a_committed_write_is_not_undone_and_later_calls_are_copied_away():
+    budget = Budget(CAPACITY, "lru", undoable=True)
+    budget.begin()
+    budget.admit("a", 10)
+    budget.end()
+    budget.commit()
+    with pytest.raises(RuntimeError, match="begin"):
+        budget.rollback()
+    for i in range(2_000):
+        budget.touch("a", now=float(i))
+    assert "a" in budget and len(budget._log) <= base.COPY_AFTER_CALLS
