@@ -28,11 +28,21 @@ Failure modes (notebook 02 shows them; none is hidden by the clip):
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from mmcache.thresholds.base import DEFAULT_DELTA, MAX_SCOPES, ThresholdRule, recent_scopes
+
+
+@dataclass
+class _Track:
+    """One (scope, modality): its window of nearest similarities and, once the window holds
+    ``min_samples``, its adapted δ."""
+
+    window: deque[float]
+    delta: float | None = None
 
 
 class PercentileThreshold(ThresholdRule):
@@ -48,10 +58,8 @@ class PercentileThreshold(ThresholdRule):
         self.min_samples = min_samples
         self.delta_min, self.delta_max = delta_min, delta_max
         self._size = window
-        #: scope -> modality -> its window of nearest similarities.
-        self._window = recent_scopes(max_scopes)
-        #: scope -> modality -> its adapted δ (once the window holds ``min_samples``).
-        self._current = recent_scopes(max_scopes)
+        #: scope -> modality -> its track (window and adapted δ), for the most recent scopes.
+        self._scopes = recent_scopes(max_scopes)
 
     def floor(self, modality: str) -> float:
         return 1.0 - self.delta_max
@@ -62,9 +70,9 @@ class PercentileThreshold(ThresholdRule):
 
     def delta(self, modality: str, scope: str | None = None) -> float:
         """The current δ of ``modality`` in ``scope`` (the clipped static δ until it has data)."""
-        current = self._current.get(scope or "", {}).get(modality)
-        if current is not None:
-            return current
+        track = self._scopes.get(scope or "", {}).get(modality)
+        if track is not None and track.delta is not None:
+            return track.delta
         return float(np.clip(self.initial.get(modality, DEFAULT_DELTA), self.delta_min,
                              self.delta_max))
 
@@ -73,17 +81,19 @@ class PercentileThreshold(ThresholdRule):
         for modality in modalities:
             sim = self.floor(modality) if nearest is None else max(
                 float(nearest[modality]), self.floor(modality))
-            window = self._window.setdefault(scope, {}).setdefault(
-                modality, deque(maxlen=self._size))
-            window.append(sim)
-            if len(window) >= self.min_samples:
-                delta = 1.0 - float(np.percentile(np.fromiter(window, float), self.percentile))
-                self._current.setdefault(scope, {})[modality] = float(
-                    np.clip(delta, self.delta_min, self.delta_max))
+            tracks = self._scopes.setdefault(scope, {})
+            track = tracks.get(modality)
+            if track is None:
+                track = tracks[modality] = _Track(deque(maxlen=self._size))
+            track.window.append(sim)
+            if len(track.window) >= self.min_samples:
+                delta = 1.0 - float(np.percentile(np.fromiter(track.window, float),
+                                                  self.percentile))
+                track.delta = float(np.clip(delta, self.delta_min, self.delta_max))
 
     def deltas(self) -> dict[str, float]:
         """δ per modality (static start values) and per ``"scope/modality"`` once adapted."""
         out = {m: self.delta(m) for m in self.initial}
-        out.update({f"{s}/{m}": d for s, by_modality in self._current.items()
-                    for m, d in by_modality.items()})
+        out.update({f"{s}/{m}": t.delta for s, tracks in self._scopes.items()
+                    for m, t in tracks.items() if t.delta is not None})
         return out

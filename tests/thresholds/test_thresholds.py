@@ -73,7 +73,7 @@ def test_percentile_keeps_the_most_recent_scopes_only():
     assert {k.split("/")[0] for k in rule.deltas() if "/" in k} == {"a", "c", "d"}
     assert rule.delta("text", "b") == pytest.approx(0.3)   # forgotten: the static start again
     assert rule.delta("text", "a") < 0.3
-    assert len(rule._window) == len(rule._current) == 3
+    assert len(rule._scopes) == 3
 
 
 # -- calibrated ----------------------------------------------------------------------------
